@@ -1,0 +1,75 @@
+# embfs — plain Makefile.  make [SANITIZER=address|undefined|thread]
+CC ?= cc
+PKGS := fuse3 libpmemobj libpmem liburing libxxhash
+PREFIX ?= /usr/local
+BUILD ?= build
+
+CFLAGS ?= -O2 -g
+CFLAGS += -std=gnu11 -Wall -Wextra -Iinclude -D_GNU_SOURCE -pthread
+ifneq ($(SANITIZER),)
+CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZER)
+endif
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+STORE_LIBS = $(shell pkg-config --libs libpmemobj libpmem libxxhash 2>/dev/null) -pthread
+FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null)
+
+STORE_SRC := $(wildcard store/*.c)
+FS_SRC := $(wildcard fs/*.c)
+STORE_OBJ := $(STORE_SRC:%.c=$(BUILD)/%.o)
+FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
+HDRS := $(wildcard include/embfs/*.h store/*.h fs/*.h)
+
+PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs
+UNIT := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
+BENCH := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
+TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
+
+all: $(PROGS) $(UNIT) $(BENCH) $(TOOLS)
+
+$(BUILD)/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c -o $@ $<
+
+$(BUILD)/libstore.a: $(STORE_OBJ)
+	ar rcs $@ $^
+
+$(BUILD)/embfs: $(FS_OBJ) $(BUILD)/libstore.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(STORE_LIBS)
+
+$(BUILD)/mkfs.embfs: $(BUILD)/mkfs/mkfs.o $(BUILD)/libstore.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libstore.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -Istore -o $@ $< $(BUILD)/libstore.a $(LDFLAGS) $(STORE_LIBS)
+
+$(BUILD)/tools/%: tests/tools/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm
+
+$(BUILD)/bench/%: tests/bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm
+
+deps:
+	@sh tests/deps.sh
+
+test: deps all
+	@sh tests/run.sh
+
+demo: deps all
+	@sh examples/demo.sh
+
+bench: deps all
+	@sh tests/bench/run.sh
+
+install: $(PROGS)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin
+	install -m 755 $(BUILD)/embfs $(DESTDIR)$(PREFIX)/bin/embfs
+	install -m 755 $(BUILD)/mkfs.embfs $(DESTDIR)$(PREFIX)/sbin/mkfs.embfs
+
+clean:
+	rm -rf $(BUILD)
+
+.PHONY: all deps test demo bench install clean

@@ -1,0 +1,161 @@
+/*
+ * embfs daemon: embfs [options] POOL MOUNTPOINT
+ * Parses -o options into struct embfs_conf, opens the pool before mounting
+ * (so a bad pool is reported on the terminal with a non-zero exit), mounts,
+ * then serves requests on a small worker pool (DESIGN.md §5: near the core
+ * count).  Also serves `mount -t fuse.embfs POOL MNT` and fstab lines.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fs.h"
+
+#define OPT(t, p) { t, offsetof(struct embfs_conf, p), 1 }
+static const struct fuse_opt embfs_opts[] = {
+	OPT("dim=%u", dim),
+	OPT("dtype=%s", dtype),
+	OPT("pidfile=%s", pidfile),
+	OPT("threads=%u", threads),
+	OPT("-h", show_help),
+	OPT("--help", show_help),
+	OPT("-V", show_version),
+	OPT("--version", show_version),
+	FUSE_OPT_END
+};
+
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct embfs_conf *c = data;
+	(void)outargs;
+	if (key == FUSE_OPT_KEY_NONOPT && !c->pool) {
+		c->pool = realpath(arg, NULL);
+		if (!c->pool) {
+			fprintf(stderr, "embfs: %s: %s\n", arg, strerror(errno));
+			return -1;
+		}
+		return 0;
+	}
+	return 1;
+}
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [options] POOL MOUNTPOINT\n\n"
+	       "embfs options:\n"
+	       "    -o dim=N               default dim for new tables (64)\n"
+	       "    -o dtype=T             default dtype for new tables (f32)\n"
+	       "    -o threads=N           FUSE worker threads (number of cores)\n"
+	       "    -o pidfile=PATH        write the daemon's pid once mounted\n\n",
+	       prog);
+	fuse_cmdline_help();
+	fuse_lowlevel_help();
+}
+
+int main(int argc, char **argv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts cl;
+	struct embfs fs;
+	char err[512];
+	int ret = 1;
+
+	memset(&fs, 0, sizeof(fs));
+	memset(&cl, 0, sizeof(cl));
+	fs.conf.dim = 64;
+	if (fuse_opt_parse(&args, &fs.conf, embfs_opts, opt_proc) == -1)
+		return 1;
+	if (fs.conf.show_help) {
+		usage(argv[0]);
+		ret = 0;
+		goto out_args;
+	}
+	if (fs.conf.show_version) {
+		printf("embfs layout %u, libfuse %s\n", EMB_LAYOUT_VERSION, fuse_pkgversion());
+		ret = 0;
+		goto out_args;
+	}
+	if (fuse_parse_cmdline(&args, &cl) != 0)
+		goto out_args;
+	if (!fs.conf.pool || !cl.mountpoint) {
+		fprintf(stderr, "embfs: usage: %s [options] POOL MOUNTPOINT (see --help)\n", argv[0]);
+		goto out_cl;
+	}
+	fs.def_dim = fs.conf.dim;
+	fs.def_dtype = EMB_DT_F32;
+	if (fs.conf.dtype && store_dtype_parse(fs.conf.dtype, &fs.def_dtype)) {
+		fprintf(stderr, "embfs: unknown dtype '%s' (f32 f16 bf16 f64 i8 u8 i16 i32)\n", fs.conf.dtype);
+		goto out_cl;
+	}
+	if (store_geometry_check(fs.def_dim, fs.def_dtype)) {
+		fprintf(stderr, "embfs: bad default geometry dim=%u dtype=%s (row at most %u bytes)\n",
+			fs.def_dim, store_dtype_name(fs.def_dtype), EMB_ROW_MAX);
+		goto out_cl;
+	}
+	fs.nlookup = calloc(EMB_CAT_PER_CHUNK * EMB_CAT_CHUNKS, sizeof(*fs.nlookup));
+	if (!fs.nlookup)
+		goto out_cl;
+	if (store_open(fs.conf.pool, &fs.st, err, sizeof(err))) {
+		fprintf(stderr, "embfs: %s\n", err);
+		goto out_cl;
+	}
+
+	char opt[PATH_MAX + 64];
+	fuse_opt_add_arg(&args, "-odefault_permissions");
+	snprintf(opt, sizeof(opt), "-ofsname=%s,subtype=embfs", fs.conf.pool);
+	for (char *p = opt; *p; p++) /* a comma would split the option list */
+		if (*p == ',' && p != strstr(opt, ",subtype"))
+			*p = '_';
+	fuse_opt_add_arg(&args, opt);
+
+	fs.se = fuse_session_new(&args, &embfs_ops, sizeof(embfs_ops), &fs);
+	if (!fs.se)
+		goto out_store;
+	if (fuse_set_signal_handlers(fs.se) != 0)
+		goto out_session;
+	if (fuse_session_mount(fs.se, cl.mountpoint) != 0)
+		goto out_signals;
+	fuse_daemonize(cl.foreground);
+	if (fs.conf.pidfile) {
+		FILE *f = fopen(fs.conf.pidfile, "w");
+		if (f) {
+			fprintf(f, "%ld\n", (long)getpid());
+			fclose(f);
+		}
+	}
+	if (cl.singlethread) {
+		ret = fuse_session_loop(fs.se);
+	} else {
+		struct fuse_loop_config *lc = fuse_loop_cfg_create();
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		unsigned t = fs.conf.threads ? fs.conf.threads : (unsigned)(ncpu > 1 ? ncpu : 2);
+		fuse_loop_cfg_set_max_threads(lc, t);
+		fuse_loop_cfg_set_idle_threads(lc, t);
+		fuse_loop_cfg_set_clone_fd(lc, cl.clone_fd);
+		ret = fuse_session_loop_mt(fs.se, lc);
+		fuse_loop_cfg_destroy(lc);
+	}
+	ret = ret ? 1 : 0;
+	fuse_session_unmount(fs.se);
+	if (fs.conf.pidfile)
+		unlink(fs.conf.pidfile);
+out_signals:
+	fuse_remove_signal_handlers(fs.se);
+out_session:
+	fuse_session_destroy(fs.se);
+out_store:
+	store_close(fs.st);
+out_cl:
+	free(cl.mountpoint);
+	free(fs.nlookup);
+out_args:
+	free(fs.conf.pool);
+	free(fs.conf.pidfile);
+	free(fs.conf.dtype);
+	fuse_opt_free_args(&args);
+	return ret;
+}

@@ -1,0 +1,193 @@
+/*
+ * embfs on-media layout, shared by mkfs.embfs and the daemon.
+ *
+ * The pool is a libpmemobj pool (layout name EMB_LAYOUT).  Its root object is
+ * struct emb_super.  Everything embfs places in the pool is reached from it:
+ *
+ *   emb_super
+ *     cat_chunks[]  -> emb_table[EMB_CAT_PER_CHUNK]        table catalog
+ *     journal_off   -> emb_journal                          group-commit intent log
+ *     classes[]     -> singly linked emb_slab lists         row versions
+ *   emb_table.dir_off -> emb_dir -> emb_seg[] -> emb_bucket  persistent row index
+ *
+ * All offsets are PMEMoid offsets inside this pool (0 = none).  All fields are
+ * fixed width and little endian (the only supported host order).  A change to
+ * any structure here bumps EMB_LAYOUT_VERSION.
+ */
+#ifndef EMBFS_LAYOUT_H
+#define EMBFS_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define EMB_LAYOUT "embfs"
+#define EMB_MAGIC "EMBFSPL\0"
+#define EMB_LAYOUT_VERSION 1u
+
+#define EMB_NAME_MAX 255
+#define EMB_LABEL_MAX 63
+#define EMB_CAT_PER_CHUNK 256u
+#define EMB_CAT_CHUNKS 256u /* at most 65536 tables */
+#define EMB_MAX_CLASSES 64u
+#define EMB_ROW_MAX 65536u /* largest row in bytes */
+#define EMB_JOURNAL_CAP 8192u /* row updates per group commit */
+
+/* Row index geometry (PetPS-style 256-byte buckets, extendible hashing). */
+#define EMB_BUCKET_SLOTS 14u
+#define EMB_SEG_BUCKETS 256u
+#define EMB_MAX_DEPTH 26u
+
+enum emb_dtype {
+	EMB_DT_F32 = 0,
+	EMB_DT_F16 = 1,
+	EMB_DT_BF16 = 2,
+	EMB_DT_I8 = 3,
+	EMB_DT_U8 = 4,
+	EMB_DT_F64 = 5,
+	EMB_DT_I16 = 6,
+	EMB_DT_I32 = 7,
+	EMB_DT_COUNT
+};
+
+/* Superblock: the pool's root object. */
+struct emb_super {
+	/* static part, covered by static_csum */
+	char magic[8];
+	uint32_t layout_version;
+	uint32_t reserved0;
+	uint8_t uuid[16];
+	char label[EMB_LABEL_MAX + 1];
+	uint64_t pool_size;  /* bytes of the pool file/device at mkfs time */
+	uint64_t created_ns;
+	uint64_t hash_seed;
+	uint64_t static_csum; /* XXH64 of everything above this field */
+
+	/* dynamic part, each field changed by an 8-byte store or in a tx */
+	uint64_t clean;       /* 1 after a clean unmount, 0 while mounted */
+	uint64_t mount_count;
+	uint64_t batch;       /* current batch id (snapshots advance it) */
+	uint64_t next_gen;    /* generation counter for table inodes */
+	uint64_t journal_off;
+	uint64_t cat_chunks[EMB_CAT_CHUNKS];
+	struct emb_class {
+		uint32_t slot_size; /* 0 = unused class */
+		uint32_t slab_size;
+		uint64_t head;      /* first emb_slab of this class */
+		uint64_t nslabs;
+		uint64_t reserved;
+	} classes[EMB_MAX_CLASSES];
+	uint8_t reserved1[256];
+};
+#define EMB_SUPER_STATIC_LEN offsetof(struct emb_super, static_csum)
+
+/* One table (a file at the mount's root). */
+#define EMB_T_USED 1u   /* slot holds a table */
+#define EMB_T_ORPHAN 2u /* unlinked; rows freed at last close or at mount */
+struct emb_table {
+	uint64_t gen;       /* inode generation, unique per pool */
+	uint32_t flags;
+	uint32_t mode;
+	uint32_t uid;
+	uint32_t gid;
+	uint32_t dim;
+	uint32_t row_size;
+	uint32_t dtype;
+	uint32_t reserved0;
+	uint64_t size;      /* file size in bytes */
+	uint64_t nrows;     /* stored rows */
+	uint64_t atime_ns;
+	uint64_t mtime_ns;
+	uint64_t ctime_ns;
+	uint64_t dir_off;   /* emb_dir of the row index, 0 = no rows yet */
+	uint64_t trim_from; /* rows >= this must be dropped (crash during truncate); UINT64_MAX = none */
+	uint64_t nsegs;     /* index segments (space accounting) */
+	uint8_t reserved1[152];
+	char name[EMB_NAME_MAX + 1];
+};
+
+/*
+ * A stored row version.  Versions live in fixed-size slots of slabs; the index
+ * points at the header.  batch is the batch id the version was written in,
+ * prev links to the previous version still needed by a snapshot (0 = none).
+ */
+struct emb_version {
+	uint64_t row;
+	uint64_t batch;
+	uint64_t prev;
+	uint32_t table;  /* catalog slot */
+	uint32_t csum;   /* XXH32 of the row bytes */
+	/* row bytes follow */
+};
+
+#define EMB_SLAB_MAGIC 0x42414c53424d45ull /* "EMBSLAB" */
+struct emb_slab {
+	uint64_t magic;
+	uint32_t slot_size;
+	uint32_t nslots;
+	uint64_t next;       /* next slab of the class */
+	uint64_t data_off;   /* byte offset of slot 0 from the slab start (64-aligned) */
+	uint64_t reserved[4];
+	uint64_t bitmap[];   /* 1 = slot holds a published or journaled version */
+};
+
+/*
+ * Index bucket: 256 bytes = 4 cache lines.  Line 0 holds the control word
+ * (valid bitmap, overflow count), the 14 one-byte tags and the first two
+ * slots; a lookup reads line 0, compares tags, then reads the one slot line
+ * that matches.  An entry is published by one 8-byte store of ctl.
+ */
+struct emb_slot {
+	uint64_t key;  /* row id */
+	uint64_t val;  /* offset of the emb_version */
+};
+struct emb_bucket {
+	uint64_t ctl;  /* bits 0..13 valid, bits 16..23 overflow count */
+	uint8_t tags[EMB_BUCKET_SLOTS];
+	uint8_t pad[10];
+	struct emb_slot slot[EMB_BUCKET_SLOTS];
+};
+#define EMB_CTL_VALID_MASK ((1ull << EMB_BUCKET_SLOTS) - 1)
+#define EMB_CTL_OVF_SHIFT 16
+#define EMB_CTL_OVF_MASK (0xffull << EMB_CTL_OVF_SHIFT)
+
+struct emb_seg {
+	uint32_t local_depth;
+	uint32_t reserved;
+	uint64_t raw_off;   /* PMEMoid offset of the allocation (seg is aligned inside it) */
+	uint8_t pad[48];
+	struct emb_bucket bucket[EMB_SEG_BUCKETS];
+};
+
+struct emb_dir {
+	uint32_t global_depth;
+	uint32_t reserved;
+	uint64_t seg[];     /* 1 << global_depth offsets of emb_seg */
+};
+
+/* Group-commit intent log (see store/commit.c). */
+struct emb_jrec {
+	uint64_t row;
+	uint64_t old_off;   /* version replaced or deleted, 0 = none */
+	uint64_t new_off;   /* version written, 0 = delete */
+	uint32_t table;
+	uint32_t reserved;
+};
+struct emb_journal {
+	uint64_t count;     /* records valid when csum matches */
+	uint64_t csum;      /* XXH64 of count and records */
+	uint64_t seq;
+	uint8_t pad[40];
+	struct emb_jrec rec[EMB_JOURNAL_CAP];
+};
+
+_Static_assert(sizeof(struct emb_version) == 32, "version header");
+_Static_assert(sizeof(struct emb_bucket) == 256, "bucket is 256 bytes");
+_Static_assert(offsetof(struct emb_bucket, slot[2]) == 64, "two slots in line 0");
+_Static_assert(sizeof(struct emb_seg) == 64 + 256 * EMB_SEG_BUCKETS, "segment");
+_Static_assert(sizeof(struct emb_table) == 512, "catalog entry");
+_Static_assert(sizeof(struct emb_jrec) == 32, "journal record");
+_Static_assert(offsetof(struct emb_journal, rec) == 64, "journal header");
+_Static_assert(offsetof(struct emb_super, static_csum) % 8 == 0, "csum aligned");
+_Static_assert(sizeof(struct emb_slab) == 64, "slab header");
+
+#endif

@@ -1,0 +1,145 @@
+/*
+ * store/: the persistent pool.  Superblock, table catalog, per-table row
+ * index, versioned row slots, group commit and recovery.  Knows nothing of
+ * FUSE or of the DRAM cache.
+ *
+ * Contract:
+ * - Every function returns 0 (or a count) on success and -errno on failure.
+ * - A table is named by its catalog slot (uint32_t id); ids are stable while
+ *   the pool is open and reused only after store_table_release().
+ * - store_rows_write() applies a group of row updates.  Each row is
+ *   crash-atomic; the whole group is durable when the call returns (one group
+ *   commit: four persist barriers however many rows).  On ENOSPC no row of the
+ *   group has changed.
+ * - Reads and writes may run from many threads; catalog changes serialize on
+ *   a catalog lock, commits on a commit lock, readers of a table take its
+ *   index lock shared.
+ * - Where the pool is not on PMem, persistence is msync of the pool mapping
+ *   (see store/pm.c); a persist barrier then costs one fsync of the file.
+ */
+#ifndef EMBFS_STORE_H
+#define EMBFS_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "embfs/layout.h"
+
+struct store; /* an open pool; valid until store_close() */
+
+struct store_mkfs_opts {
+	uint64_t size;       /* bytes; 0 = use the existing file/device size */
+	const char *label;   /* may be NULL */
+	int force;           /* overwrite an existing pool or data */
+};
+
+/* Format path as an empty pool.  err receives a one-line reason. */
+int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, size_t errlen);
+
+/* Validate then open a pool.  Validation maps the pool copy-on-write, so a
+ * pool that fails it is left byte for byte unchanged. */
+int store_open(const char *path, struct store **out, char *err, size_t errlen);
+
+/* Check a pool without opening it for writing: 0 if it is a valid embfs
+ * pool, -errno with err set otherwise. */
+int store_check(const char *path, char *err, size_t errlen);
+
+/* Make everything durable, mark the pool clean and close it. */
+void store_close(struct store *s);
+
+/* One persist barrier over everything written so far. */
+int store_sync(struct store *s);
+
+/* ---- catalog ---------------------------------------------------------- */
+
+struct store_attr {
+	uint32_t id;
+	uint64_t gen;
+	uint32_t mode, uid, gid;
+	uint32_t dim, row_size, dtype;
+	uint64_t size;
+	uint64_t nrows;
+	uint64_t atime_ns, mtime_ns, ctime_ns;
+	int orphan;
+	char name[EMB_NAME_MAX + 1];
+};
+
+#define STORE_SET_MODE (1u << 0)
+#define STORE_SET_UID (1u << 1)
+#define STORE_SET_GID (1u << 2)
+#define STORE_SET_ATIME (1u << 3)
+#define STORE_SET_MTIME (1u << 4)
+#define STORE_SET_CTIME (1u << 5)
+
+int store_dtype_parse(const char *name, uint32_t *dtype);
+const char *store_dtype_name(uint32_t dtype);
+uint32_t store_dtype_size(uint32_t dtype);
+/* 0 if dim x dtype is an acceptable row geometry, -EINVAL otherwise. */
+int store_geometry_check(uint32_t dim, uint32_t dtype);
+
+int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_t uid,
+		       uint32_t gid, uint32_t dim, uint32_t dtype, uint32_t *id);
+int store_table_lookup(struct store *s, const char *name, uint32_t *id);
+int store_table_getattr(struct store *s, uint32_t id, struct store_attr *a);
+int store_table_setattr(struct store *s, uint32_t id, const struct store_attr *a, unsigned mask);
+/* -EBUSY once the table holds rows. */
+int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_t dtype);
+/* Removes the name; rows stay until store_table_release() (last close). */
+int store_table_unlink(struct store *s, const char *name);
+/* Atomic; an existing newname is unlinked in the same step. */
+int store_table_rename(struct store *s, const char *oldname, const char *newname);
+/* Frees an orphaned table's rows and slot.  No-op for linked tables. */
+int store_table_release(struct store *s, uint32_t id);
+/* Iterate tables: *cursor starts at 0; returns 1 with a filled, 0 at end. */
+int store_table_next(struct store *s, uint32_t *cursor, struct store_attr *a);
+/* Set the size; rows past it are dropped, a partial last row zero-filled. */
+int store_table_truncate(struct store *s, uint32_t id, uint64_t size);
+
+/* ---- rows ------------------------------------------------------------- */
+
+/* Copy row `row` into buf (row_size bytes).  1 = stored, 0 = hole (buf is
+ * zero-filled). */
+int store_row_read(struct store *s, uint32_t id, uint64_t row, void *buf);
+
+/* One row update: bytes [off, off+len) of the row become data; data == NULL
+ * deletes the row (off/len ignored).  Bytes of the row outside the range keep
+ * their stored value (zero for a new row). */
+struct store_rowop {
+	uint64_t row;
+	uint32_t off;
+	uint32_t len;
+	const void *data;
+};
+
+/* Apply ops as one group commit.  size_hint: the file size becomes
+ * max(size, size_hint) in the same commit.  Returns 0 or -errno. */
+int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n,
+		     uint64_t size_hint);
+
+/* Smallest stored row >= from: 1 with *found set, 0 if none. */
+int store_row_next(struct store *s, uint32_t id, uint64_t from, uint64_t *found);
+/* Smallest row >= from that is not stored (a hole). */
+int store_row_hole(struct store *s, uint32_t id, uint64_t from, uint64_t *hole);
+
+/* ---- pool status ------------------------------------------------------ */
+
+struct store_stats {
+	uint64_t pool_size;     /* bytes */
+	uint64_t used_bytes;    /* row slots in use + index + catalog */
+	uint64_t free_bytes;    /* what new rows can still use (estimate) */
+	uint64_t tables;
+	uint64_t rows;
+	uint64_t commits;
+	uint64_t barriers;
+	uint64_t rows_written;
+	uint64_t rows_read;
+	uint64_t slabs;
+	int is_pmem;
+	int recovered;          /* mount found an unclean shutdown */
+	char label[EMB_LABEL_MAX + 1];
+	uint8_t uuid[16];
+};
+void store_stats_get(struct store *s, struct store_stats *st);
+
+#endif

@@ -1,0 +1,187 @@
+/*
+ * mkfs.embfs: format a devdax device, a file on a DAX file system or a plain
+ * file as an embfs pool.  Every argument is checked before the target is
+ * touched; a failed run leaves the target as it was (a file it created is
+ * removed again).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "embfs/store.h"
+
+#define MAX_TABLES 256
+
+struct tspec {
+	char name[EMB_NAME_MAX + 1];
+	uint32_t dim, dtype;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: mkfs.embfs [-s SIZE] [-L LABEL] [-f] [-t NAME:DIM[:DTYPE]]... TARGET\n"
+		"  TARGET       devdax device (/dev/daxN.M), file on a DAX file system, or plain file\n"
+		"  -s SIZE      create or size a file target (bytes, or with K/M/G/T suffix)\n"
+		"  -L LABEL     pool label (at most %d bytes)\n"
+		"  -f           overwrite an existing pool or other data\n"
+		"  -t SPEC      pre-create table NAME with DIM elements of DTYPE (default f32);\n"
+		"               dtypes: f32 f16 bf16 f64 i8 u8 i16 i32\n",
+		EMB_LABEL_MAX);
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || s[0] == '-')
+		return -1;
+	unsigned shift = 0;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	}
+	if (shift && (*end == 'i' || *end == 'I') && (end[1] == 'B' || end[1] == 'b'))
+		end += 2;
+	else if (shift && (*end == 'B' || *end == 'b'))
+		end++;
+	if (*end || v > (UINT64_MAX >> shift))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int table_name_ok(const char *n)
+{
+	size_t len = strlen(n);
+	return len > 0 && len <= EMB_NAME_MAX && !strchr(n, '/') && strcmp(n, ".") &&
+	       strcmp(n, "..") && strcmp(n, ".embfs") && strcmp(n, ".snapshots");
+}
+
+static int parse_table(const char *arg, struct tspec *t)
+{
+	char buf[512];
+	if (strlen(arg) >= sizeof(buf))
+		return -1;
+	strcpy(buf, arg);
+	char *c1 = strrchr(buf, ':');
+	if (!c1)
+		return -1;
+	char *c0 = NULL;
+	*c1 = 0;
+	char *dt = "f32";
+	char *dim = c1 + 1;
+	/* NAME:DIM or NAME:DIM:DTYPE */
+	if ((c0 = strrchr(buf, ':')) && (dim[0] < '0' || dim[0] > '9')) {
+		*c0 = 0;
+		dt = c1 + 1;
+		dim = c0 + 1;
+	}
+	char *end;
+	errno = 0;
+	unsigned long d = strtoul(dim, &end, 10);
+	if (errno || *end || end == dim || d == 0 || d > EMB_ROW_MAX)
+		return -1;
+	if (!table_name_ok(buf) || store_dtype_parse(dt, &t->dtype))
+		return -1;
+	t->dim = (uint32_t)d;
+	if (store_geometry_check(t->dim, t->dtype))
+		return -1;
+	strcpy(t->name, buf);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct store_mkfs_opts o = { 0 };
+	static struct tspec tables[MAX_TABLES];
+	int nt = 0, c;
+	char err[512];
+
+	opterr = 0;
+	while ((c = getopt(argc, argv, ":s:L:ft:h")) != -1) {
+		switch (c) {
+		case 's':
+			if (parse_size(optarg, &o.size) || o.size == 0) {
+				fprintf(stderr, "mkfs.embfs: bad size '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'L':
+			o.label = optarg;
+			break;
+		case 'f':
+			o.force = 1;
+			break;
+		case 't':
+			if (nt == MAX_TABLES) {
+				fprintf(stderr, "mkfs.embfs: at most %d tables with -t\n", MAX_TABLES);
+				return 2;
+			}
+			if (parse_table(optarg, &tables[nt])) {
+				fprintf(stderr, "mkfs.embfs: bad table spec '%s' (want NAME:DIM[:DTYPE])\n", optarg);
+				return 2;
+			}
+			for (int i = 0; i < nt; i++)
+				if (!strcmp(tables[i].name, tables[nt].name)) {
+					fprintf(stderr, "mkfs.embfs: table '%s' given twice\n", tables[nt].name);
+					return 2;
+				}
+			nt++;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case ':':
+			fprintf(stderr, "mkfs.embfs: option -%c needs an argument\n", optopt);
+			return 2;
+		default:
+			fprintf(stderr, "mkfs.embfs: unknown option '%s' (see -h)\n", argv[optind - 1]);
+			return 2;
+		}
+	}
+	if (optind != argc - 1) {
+		fprintf(stderr, "mkfs.embfs: %s (see -h)\n",
+			optind == argc ? "missing TARGET" : "more than one TARGET");
+		return 2;
+	}
+	const char *path = argv[optind];
+	if (store_mkfs(path, &o, err, sizeof(err))) {
+		fprintf(stderr, "mkfs.embfs: %s\n", err);
+		return 1;
+	}
+	struct store *s;
+	if (store_open(path, &s, err, sizeof(err))) {
+		fprintf(stderr, "mkfs.embfs: formatted, but cannot reopen: %s\n", err);
+		return 1;
+	}
+	for (int i = 0; i < nt; i++) {
+		uint32_t id;
+		int ret = store_table_create(s, tables[i].name, 0100644, getuid(), getgid(),
+					     tables[i].dim, tables[i].dtype, &id);
+		if (ret) {
+			fprintf(stderr, "mkfs.embfs: table %s: %s\n", tables[i].name, strerror(-ret));
+			store_close(s);
+			return 1;
+		}
+	}
+	struct store_stats st;
+	store_stats_get(s, &st);
+	store_close(s);
+	printf("embfs pool on %s: %llu MiB, %s, label '%s', uuid ", path,
+	       (unsigned long long)(st.pool_size >> 20), st.is_pmem ? "PMem" : "plain file (msync)",
+	       st.label);
+	for (int i = 0; i < 16; i++)
+		printf("%02x%s", st.uuid[i], (i == 3 || i == 5 || i == 7 || i == 9) ? "-" : "");
+	printf("\n");
+	for (int i = 0; i < nt; i++)
+		printf("  table %s: dim %u %s, %u-byte rows\n", tables[i].name, tables[i].dim,
+		       store_dtype_name(tables[i].dtype), tables[i].dim * store_dtype_size(tables[i].dtype));
+	return 0;
+}

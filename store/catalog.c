@@ -1,0 +1,548 @@
+/*
+ * Table catalog: fixed 512-byte entries in chunks of 256, allocated as
+ * tables are created.  Entry changes other than size/times/row count (which
+ * commits publish with 8-byte stores) run in libpmemobj transactions.  A DRAM
+ * name hash is built at mount from the catalog: O(tables), never O(rows).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "store_int.h"
+
+#define NAME_BUCKETS 65536u
+
+static const struct {
+	const char *name;
+	uint32_t size;
+} dtypes[EMB_DT_COUNT] = {
+	[EMB_DT_F32] = { "f32", 4 }, [EMB_DT_F16] = { "f16", 2 }, [EMB_DT_BF16] = { "bf16", 2 },
+	[EMB_DT_I8] = { "i8", 1 },   [EMB_DT_U8] = { "u8", 1 },   [EMB_DT_F64] = { "f64", 8 },
+	[EMB_DT_I16] = { "i16", 2 }, [EMB_DT_I32] = { "i32", 4 },
+};
+
+int store_dtype_parse(const char *name, uint32_t *dtype)
+{
+	for (uint32_t i = 0; i < EMB_DT_COUNT; i++)
+		if (strcmp(name, dtypes[i].name) == 0) {
+			*dtype = i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+const char *store_dtype_name(uint32_t dtype)
+{
+	return dtype < EMB_DT_COUNT ? dtypes[dtype].name : "?";
+}
+
+uint32_t store_dtype_size(uint32_t dtype)
+{
+	return dtype < EMB_DT_COUNT ? dtypes[dtype].size : 0;
+}
+
+int store_geometry_check(uint32_t dim, uint32_t dtype)
+{
+	if (dtype >= EMB_DT_COUNT || dim == 0 || (uint64_t)dim * dtypes[dtype].size > EMB_ROW_MAX)
+		return -EINVAL;
+	return 0;
+}
+
+static int name_check(const char *name)
+{
+	size_t n = strlen(name);
+	if (n == 0 || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+		return -EINVAL;
+	if (n > EMB_NAME_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static size_t name_hash(const char *name)
+{
+	return (size_t)XXH3_64bits(name, strlen(name)) & (NAME_BUCKETS - 1);
+}
+
+static struct stable *name_find(struct store *s, const char *name)
+{
+	for (struct stable *st = s->names[name_hash(name)]; st; st = st->name_next)
+		if (strcmp(st->t->name, name) == 0)
+			return st;
+	return NULL;
+}
+
+static void name_insert(struct store *s, struct stable *st)
+{
+	size_t h = name_hash(st->t->name);
+	st->name_next = s->names[h];
+	s->names[h] = st;
+}
+
+static void name_remove(struct store *s, struct stable *st)
+{
+	for (struct stable **pp = &s->names[name_hash(st->t->name)]; *pp; pp = &(*pp)->name_next)
+		if (*pp == st) {
+			*pp = st->name_next;
+			return;
+		}
+}
+
+static struct emb_table *entry(struct store *s, uint32_t id)
+{
+	uint64_t off = s->sb->cat_chunks[id / EMB_CAT_PER_CHUNK];
+	if (!off)
+		return NULL;
+	return (struct emb_table *)S_PTR(s, off) + id % EMB_CAT_PER_CHUNK;
+}
+
+struct stable *tab_get(struct store *s, uint32_t id)
+{
+	if (id >= EMB_NTABLES)
+		return NULL;
+	return __atomic_load_n(&s->tab[id], __ATOMIC_ACQUIRE);
+}
+
+static struct stable *stable_new(struct store *s, uint32_t id, struct emb_table *t)
+{
+	struct stable *st = calloc(1, sizeof(*st));
+	if (!st)
+		return NULL;
+	st->id = id;
+	st->t = t;
+	pthread_rwlock_init(&st->lock, NULL);
+	pthread_mutex_init(&st->seek_lock, NULL);
+	if (index_load(s, st)) {
+		free(st);
+		return NULL;
+	}
+	__atomic_store_n(&s->tab[id], st, __ATOMIC_RELEASE);
+	return st;
+}
+
+static void stable_free(struct store *s, struct stable *st)
+{
+	__atomic_store_n(&s->tab[st->id], NULL, __ATOMIC_RELEASE);
+	index_unload(st);
+	free(st->seek_keys);
+	pthread_rwlock_destroy(&st->lock);
+	pthread_mutex_destroy(&st->seek_lock);
+	free(st);
+}
+
+int catalog_load(struct store *s)
+{
+	s->tab = calloc(EMB_NTABLES, sizeof(*s->tab));
+	s->names = calloc(NAME_BUCKETS, sizeof(*s->names));
+	if (!s->tab || !s->names)
+		return -ENOMEM;
+	for (uint32_t c = 0; c < EMB_CAT_CHUNKS; c++) {
+		if (!s->sb->cat_chunks[c])
+			continue;
+		for (uint32_t k = 0; k < EMB_CAT_PER_CHUNK; k++) {
+			uint32_t id = c * EMB_CAT_PER_CHUNK + k;
+			struct emb_table *t = entry(s, id);
+			if (!(t->flags & EMB_T_USED))
+				continue;
+			if (t->row_size == 0 || t->row_size > EMB_ROW_MAX ||
+			    memchr(t->name, 0, sizeof(t->name)) == NULL)
+				return -EIO;
+			struct stable *st = stable_new(s, id, t);
+			if (!st)
+				return -ENOMEM;
+			if (!(t->flags & EMB_T_ORPHAN))
+				name_insert(s, st);
+		}
+	}
+	return 0;
+}
+
+void catalog_unload(struct store *s)
+{
+	if (s->tab)
+		for (uint32_t i = 0; i < EMB_NTABLES; i++)
+			if (s->tab[i])
+				stable_free(s, s->tab[i]);
+	free(s->tab);
+	free(s->names);
+	s->tab = NULL;
+	s->names = NULL;
+}
+
+/* Free slot, allocating a chunk if all are taken.  cat_lock held. */
+static int slot_find(struct store *s, uint32_t *id)
+{
+	for (volatile uint32_t c = 0; c < EMB_CAT_CHUNKS; c++) {
+		if (!s->sb->cat_chunks[c]) {
+			volatile int ret = 0;
+			TX_BEGIN(s->pop) {
+				PMEMoid o = pmemobj_tx_zalloc(EMB_CAT_PER_CHUNK * sizeof(struct emb_table), 0);
+				pmemobj_tx_add_range_direct(&s->sb->cat_chunks[c], 8);
+				s->sb->cat_chunks[c] = o.off;
+			} TX_ONABORT {
+				ret = pm_tx_errno();
+			} TX_END
+			if (ret)
+				return ret;
+		}
+		for (uint32_t k = 0; k < EMB_CAT_PER_CHUNK; k++) {
+			uint32_t i = c * EMB_CAT_PER_CHUNK + k;
+			if (!(entry(s, i)->flags & EMB_T_USED) && !s->tab[i]) {
+				*id = i;
+				return 0;
+			}
+		}
+	}
+	return -ENOSPC;
+}
+
+int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_t uid,
+		       uint32_t gid, uint32_t dim, uint32_t dtype, uint32_t *id)
+{
+	int ret = name_check(name);
+	if (ret)
+		return ret;
+	if (store_geometry_check(dim, dtype))
+		return -EINVAL;
+	pthread_rwlock_wrlock(&s->cat_lock);
+	if (name_find(s, name)) {
+		ret = -EEXIST;
+		goto out;
+	}
+	ret = slot_find(s, id);
+	if (ret)
+		goto out;
+	struct emb_table *volatile t = entry(s, *id);
+	uint64_t now = now_ns();
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_add_range_direct(t, sizeof(*t));
+		pmemobj_tx_add_range_direct(&s->sb->next_gen, 8);
+		memset(t, 0, sizeof(*t));
+		t->gen = ++s->sb->next_gen;
+		t->mode = mode;
+		t->uid = uid;
+		t->gid = gid;
+		t->dim = dim;
+		t->dtype = dtype;
+		t->row_size = dim * store_dtype_size(dtype);
+		t->atime_ns = t->mtime_ns = t->ctime_ns = now;
+		t->trim_from = EMB_NONE;
+		strcpy(t->name, name);
+		t->flags = EMB_T_USED;
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	if (ret)
+		goto out;
+	struct stable *st = stable_new(s, *id, t);
+	if (!st) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	name_insert(s, st);
+out:
+	pthread_rwlock_unlock(&s->cat_lock);
+	return ret;
+}
+
+int store_table_lookup(struct store *s, const char *name, uint32_t *id)
+{
+	pthread_rwlock_rdlock(&s->cat_lock);
+	struct stable *st = name_find(s, name);
+	if (st)
+		*id = st->id;
+	pthread_rwlock_unlock(&s->cat_lock);
+	return st ? 0 : -ENOENT;
+}
+
+static void fill_attr(struct stable *st, struct store_attr *a)
+{
+	struct emb_table *t = st->t;
+	a->id = st->id;
+	a->gen = t->gen;
+	a->mode = t->mode;
+	a->uid = t->uid;
+	a->gid = t->gid;
+	a->dim = t->dim;
+	a->row_size = t->row_size;
+	a->dtype = t->dtype;
+	a->size = ld64(&t->size);
+	a->nrows = ld64(&t->nrows);
+	a->atime_ns = ld64(&t->atime_ns);
+	a->mtime_ns = ld64(&t->mtime_ns);
+	a->ctime_ns = ld64(&t->ctime_ns);
+	a->orphan = !!(t->flags & EMB_T_ORPHAN);
+	memcpy(a->name, t->name, sizeof(a->name));
+}
+
+int store_table_getattr(struct store *s, uint32_t id, struct store_attr *a)
+{
+	pthread_rwlock_rdlock(&s->cat_lock);
+	struct stable *st = tab_get(s, id);
+	if (st)
+		fill_attr(st, a);
+	pthread_rwlock_unlock(&s->cat_lock);
+	return st ? 0 : -ENOENT;
+}
+
+int store_table_setattr(struct store *s, uint32_t id, const struct store_attr *a, unsigned mask)
+{
+	volatile int ret = 0;
+	pthread_rwlock_wrlock(&s->cat_lock);
+	struct stable *st = tab_get(s, id);
+	if (!st) {
+		ret = -ENOENT;
+		goto out;
+	}
+	struct emb_table *t = st->t;
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, dir_off));
+		if (mask & STORE_SET_MODE)
+			t->mode = a->mode;
+		if (mask & STORE_SET_UID)
+			t->uid = a->uid;
+		if (mask & STORE_SET_GID)
+			t->gid = a->gid;
+		if (mask & STORE_SET_ATIME)
+			t->atime_ns = a->atime_ns;
+		if (mask & STORE_SET_MTIME)
+			t->mtime_ns = a->mtime_ns;
+		t->ctime_ns = (mask & STORE_SET_CTIME) ? a->ctime_ns : now_ns();
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+out:
+	pthread_rwlock_unlock(&s->cat_lock);
+	return ret;
+}
+
+int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_t dtype)
+{
+	volatile int ret = store_geometry_check(dim, dtype);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&s->commit_lock);
+	pthread_rwlock_wrlock(&s->cat_lock);
+	struct stable *st = tab_get(s, id);
+	if (!st) {
+		ret = -ENOENT;
+		goto out;
+	}
+	struct emb_table *t = st->t;
+	if (t->nrows) {
+		ret = -EBUSY;
+		goto out;
+	}
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, dir_off));
+		t->dim = dim;
+		t->dtype = dtype;
+		t->row_size = dim * store_dtype_size(dtype);
+		t->ctime_ns = now_ns();
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+out:
+	pthread_rwlock_unlock(&s->cat_lock);
+	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}
+
+int store_table_unlink(struct store *s, const char *name)
+{
+	volatile int ret = 0;
+	pthread_rwlock_wrlock(&s->cat_lock);
+	struct stable *st = name_find(s, name);
+	if (!st) {
+		ret = -ENOENT;
+		goto out;
+	}
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_add_range_direct(st->t, offsetof(struct emb_table, dir_off));
+		st->t->flags |= EMB_T_ORPHAN;
+		st->t->ctime_ns = now_ns();
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	if (!ret)
+		name_remove(s, st);
+out:
+	pthread_rwlock_unlock(&s->cat_lock);
+	return ret;
+}
+
+int store_table_rename(struct store *s, const char *oldname, const char *newname)
+{
+	volatile int ret = name_check(newname);
+	if (ret)
+		return ret;
+	pthread_rwlock_wrlock(&s->cat_lock);
+	struct stable *st = name_find(s, oldname);
+	struct stable *victim = name_find(s, newname);
+	if (!st) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (st == victim)
+		goto out;
+	/* the name hash is keyed by name: take both out under their old names */
+	name_remove(s, st);
+	if (victim)
+		name_remove(s, victim);
+	TX_BEGIN(s->pop) {
+		uint64_t now = now_ns();
+		if (victim) {
+			pmemobj_tx_add_range_direct(victim->t, offsetof(struct emb_table, dir_off));
+			victim->t->flags |= EMB_T_ORPHAN;
+			victim->t->ctime_ns = now;
+		}
+		pmemobj_tx_add_range_direct(st->t, sizeof(*st->t));
+		st->t->ctime_ns = now;
+		memset(st->t->name, 0, sizeof(st->t->name));
+		strcpy(st->t->name, newname);
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	if (ret && victim)
+		name_insert(s, victim);
+	name_insert(s, st);
+out:
+	pthread_rwlock_unlock(&s->cat_lock);
+	return ret;
+}
+
+struct rowlist {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static int push_key(void *arg, uint64_t key, uint64_t val)
+{
+	struct rowlist *r = arg;
+	(void)val;
+	if (r->n == r->cap) {
+		size_t nc = r->cap ? r->cap * 2 : 1024;
+		uint64_t *p = realloc(r->v, nc * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		r->v = p;
+		r->cap = nc;
+	}
+	r->v[r->n++] = key;
+	return 0;
+}
+
+/* Delete every row of an orphan, its index, then its slot.  commit_lock held. */
+static int release_locked(struct store *s, struct stable *st)
+{
+	struct rowlist r = { 0 };
+	int ret = index_walk(s, st, push_key, &r);
+	if (!ret && r.n) {
+		struct store_rowop *ops = calloc(r.n, sizeof(*ops));
+		if (!ops)
+			ret = -ENOMEM;
+		for (size_t i = 0; ops && i < r.n; i++)
+			ops[i].row = r.v[i];
+		if (ops)
+			ret = commit_locked(s, st, ops, r.n, 0);
+		free(ops);
+	}
+	free(r.v);
+	if (!ret)
+		ret = index_destroy(s, st);
+	if (ret)
+		return ret;
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_add_range_direct(st->t, sizeof(*st->t));
+		memset(st->t, 0, sizeof(*st->t));
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	return ret;
+}
+
+int store_table_release(struct store *s, uint32_t id)
+{
+	pthread_mutex_lock(&s->commit_lock);
+	struct stable *st = tab_get(s, id);
+	int ret = 0;
+	if (st && (st->t->flags & EMB_T_ORPHAN)) {
+		ret = release_locked(s, st);
+		if (!ret) {
+			pthread_rwlock_wrlock(&s->cat_lock);
+			stable_free(s, st);
+			pthread_rwlock_unlock(&s->cat_lock);
+		}
+	}
+	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}
+
+int store_table_next(struct store *s, uint32_t *cursor, struct store_attr *a)
+{
+	pthread_rwlock_rdlock(&s->cat_lock);
+	for (uint32_t i = *cursor; i < EMB_NTABLES; i++) {
+		struct stable *st = s->tab[i];
+		if (st && !(st->t->flags & EMB_T_ORPHAN)) {
+			fill_attr(st, a);
+			*cursor = i + 1;
+			pthread_rwlock_unlock(&s->cat_lock);
+			return 1;
+		}
+	}
+	*cursor = EMB_NTABLES;
+	pthread_rwlock_unlock(&s->cat_lock);
+	return 0;
+}
+
+int store_table_truncate(struct store *s, uint32_t id, uint64_t size)
+{
+	volatile int ret = 0;
+	pthread_mutex_lock(&s->commit_lock);
+	struct stable *st = tab_get(s, id);
+	if (!st) {
+		ret = -ENOENT;
+		goto out;
+	}
+	struct emb_table *t = st->t;
+	int shrink = size < t->size;
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_add_range_direct(&t->size, offsetof(struct emb_table, dir_off) -
+							  offsetof(struct emb_table, size));
+		pmemobj_tx_add_range_direct(&t->trim_from, 8);
+		pthread_rwlock_wrlock(&st->lock);
+		t->size = size;
+		pthread_rwlock_unlock(&st->lock);
+		t->mtime_ns = t->ctime_ns = now_ns();
+		if (shrink)
+			t->trim_from = size;
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	if (!ret && shrink)
+		ret = trim_locked(s, st);
+out:
+	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}
+
+/* After a crash: finish interrupted truncates, free unlinked tables. */
+int catalog_recover(struct store *s)
+{
+	int ret = 0;
+	pthread_mutex_lock(&s->commit_lock);
+	for (uint32_t i = 0; i < EMB_NTABLES && !ret; i++) {
+		struct stable *st = s->tab[i];
+		if (!st)
+			continue;
+		if (st->t->flags & EMB_T_ORPHAN) {
+			ret = release_locked(s, st);
+			if (!ret)
+				stable_free(s, st);
+		} else if (st->t->trim_from != EMB_NONE) {
+			ret = trim_locked(s, st);
+		}
+	}
+	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}

@@ -1,0 +1,431 @@
+/*
+ * Persistent row index: row id -> offset of its newest emb_version.
+ *
+ * Extendible hashing.  A directory of 2^global_depth segment pointers is
+ * indexed by the top bits of XXH3(row id); a segment holds 256 buckets of 256
+ * bytes (layout.h).  A key lives in its home bucket (low 8 hash bits) or the
+ * next one; the home bucket's overflow count says whether the next one must
+ * be probed.  A lookup therefore reads bucket line 0 (control word and tags),
+ * then the one line holding the matching slot: two cache lines, plus one more
+ * pair only for overflowed keys.  There are no chains: a segment whose
+ * bucket pair is full is split (in a libpmemobj transaction).  Lookup cost
+ * and space depend only on the number of rows, never on the ids' magnitude.
+ *
+ * Entries are published by one 8-byte store of the bucket control word; slot
+ * contents are written (and persisted) before that, while the slot is still
+ * free.  The DRAM mirror of the directory is rebuilt from PMem at first use:
+ * mount reads no rows.
+ *
+ * Locking: readers hold st->lock shared.  All changes run under commit_lock;
+ * those that move or free memory readers could see (publish, split, destroy)
+ * also hold st->lock exclusive.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "store_int.h"
+
+static inline uint8_t tag_of(uint64_t h)
+{
+	return (uint8_t)(h >> 8);
+}
+
+static inline size_t dir_idx(uint64_t h, uint32_t gd)
+{
+	return gd ? (size_t)(h >> (64 - gd)) : 0;
+}
+
+uint64_t index_hash(const struct store *s, uint64_t key)
+{
+	return XXH3_64bits_withSeed(&key, sizeof(key), s->sb->hash_seed);
+}
+
+int index_load(struct store *s, struct stable *st)
+{
+	index_unload(st);
+	if (!st->t->dir_off)
+		return 0;
+	struct emb_dir *d = S_PTR(s, st->t->dir_off);
+	if (d->global_depth > EMB_MAX_DEPTH)
+		return -EIO;
+	size_t n = (size_t)1 << d->global_depth;
+	st->segs = malloc(n * sizeof(*st->segs));
+	if (!st->segs)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		st->segs[i] = S_PTR(s, d->seg[i]);
+	st->gd = d->global_depth;
+	return 0;
+}
+
+void index_unload(struct stable *st)
+{
+	free(st->segs);
+	st->segs = NULL;
+	st->gd = 0;
+}
+
+static int probe(const struct emb_bucket *b, uint64_t key, uint8_t tag)
+{
+	uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
+	while (m) {
+		int i = __builtin_ctzll(m);
+		m &= m - 1;
+		if (__atomic_load_n(&b->tags[i], __ATOMIC_RELAXED) == tag &&
+		    ld64(&b->slot[i].key) == key)
+			return i;
+	}
+	return -1;
+}
+
+uint64_t index_get(struct store *s, struct stable *st, uint64_t key, struct ipos *pos)
+{
+	if (!st->segs)
+		return 0;
+	uint64_t h = index_hash(s, key);
+	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
+	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
+	struct emb_bucket *b = &seg->bucket[bi];
+	uint8_t tag = tag_of(h);
+	int i = probe(b, key, tag);
+	if (i >= 0) {
+		if (pos)
+			*pos = (struct ipos){ b, i, 0, b };
+		return ld64(&b->slot[i].val);
+	}
+	if (!(ld64(&b->ctl) & EMB_CTL_OVF_MASK))
+		return 0;
+	struct emb_bucket *nb = &seg->bucket[(bi + 1) & (EMB_SEG_BUCKETS - 1)];
+	i = probe(nb, key, tag);
+	if (i < 0)
+		return 0;
+	if (pos)
+		*pos = (struct ipos){ nb, i, 1, b };
+	return ld64(&nb->slot[i].val);
+}
+
+/* ---- claims: free slots promised to the ops of one commit ------------- */
+
+struct claim {
+	struct emb_bucket *b;
+	uint32_t mask;
+};
+struct claims {
+	size_t cap;
+	struct claim *e;
+};
+
+struct claims *claims_new(size_t n)
+{
+	struct claims *c = malloc(sizeof(*c));
+	if (!c)
+		return NULL;
+	c->cap = 16;
+	while (c->cap < 2 * n + 16)
+		c->cap <<= 1;
+	c->e = calloc(c->cap, sizeof(*c->e));
+	if (!c->e) {
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+void claims_free(struct claims *c)
+{
+	if (c) {
+		free(c->e);
+		free(c);
+	}
+}
+
+void claims_reset(struct claims *c)
+{
+	memset(c->e, 0, c->cap * sizeof(*c->e));
+}
+
+static struct claim *claim_slot(struct claims *c, struct emb_bucket *b)
+{
+	size_t i = ((uintptr_t)b >> 8) * 0x9E3779B97F4A7C15ull >> 20;
+	for (;; i++) {
+		struct claim *e = &c->e[i & (c->cap - 1)];
+		if (e->b == b || !e->b) {
+			e->b = b;
+			return e;
+		}
+	}
+}
+
+static int free_slot(struct claims *c, struct emb_bucket *b, struct claim **ce)
+{
+	struct claim *e = claim_slot(c, b);
+	uint64_t busy = (ld64(&b->ctl) & EMB_CTL_VALID_MASK) | e->mask;
+	uint64_t fr = ~busy & EMB_CTL_VALID_MASK;
+	*ce = e;
+	return fr ? __builtin_ctzll(fr) : -1;
+}
+
+/* ---- structure changes (transactions) --------------------------------- */
+
+static struct emb_seg *seg_new_tx(uint32_t ld)
+{
+	PMEMoid o = pmemobj_tx_zalloc(sizeof(struct emb_seg) + 64, 0);
+	char *raw = pmemobj_direct(o);
+	struct emb_seg *seg = (struct emb_seg *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+	seg->local_depth = ld;
+	seg->raw_off = o.off;
+	return seg;
+}
+
+static void seg_free_tx(struct store *s, struct emb_seg *seg)
+{
+	pmemobj_tx_free(pmemobj_oid(S_PTR(s, seg->raw_off)));
+}
+
+/* Insert into a fresh segment (no concurrency, persisted by the caller). */
+static int seg_put(struct store *s, struct emb_seg *seg, uint64_t key, uint64_t val)
+{
+	uint64_t h = index_hash(s, key);
+	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
+	struct emb_bucket *b = &seg->bucket[bi];
+	struct emb_bucket *t = b;
+	uint64_t fr = ~b->ctl & EMB_CTL_VALID_MASK;
+	if (!fr) {
+		t = &seg->bucket[(bi + 1) & (EMB_SEG_BUCKETS - 1)];
+		fr = ~t->ctl & EMB_CTL_VALID_MASK;
+		if (!fr || (b->ctl & EMB_CTL_OVF_MASK) == EMB_CTL_OVF_MASK)
+			return -1;
+		b->ctl += 1ull << EMB_CTL_OVF_SHIFT;
+	}
+	int i = __builtin_ctzll(fr);
+	t->slot[i].key = key;
+	t->slot[i].val = val;
+	t->tags[i] = tag_of(h);
+	t->ctl |= 1ull << i;
+	return 0;
+}
+
+static int index_create(struct store *s, struct stable *st)
+{
+	volatile int ret = 0;
+	TX_BEGIN(s->pop) {
+		struct emb_seg *seg = seg_new_tx(0);
+		pmemobj_persist(s->pop, seg, 64);
+		PMEMoid d = pmemobj_tx_zalloc(sizeof(struct emb_dir) + 8, 0);
+		struct emb_dir *dir = pmemobj_direct(d);
+		dir->global_depth = 0;
+		dir->seg[0] = S_OFF(s, seg);
+		pmemobj_persist(s->pop, dir, sizeof(*dir) + 8);
+		pmemobj_tx_add_range_direct(&st->t->dir_off, 8);
+		st->t->dir_off = d.off;
+		pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
+		st->t->nsegs = 1;
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	if (ret)
+		return ret;
+	return index_load(s, st);
+}
+
+/* Split the segment at directory index di into two of depth+1. */
+static int index_split(struct store *s, struct stable *st, size_t di)
+{
+	struct emb_seg *old = st->segs[di];
+	uint32_t ld = old->local_depth, gd = st->gd;
+	int ret = 0;
+
+	if (ld >= EMB_MAX_DEPTH)
+		return -ENOSPC;
+	TX_BEGIN(s->pop) {
+		struct emb_seg *n[2] = { seg_new_tx(ld + 1), seg_new_tx(ld + 1) };
+		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++) {
+			struct emb_bucket *b = &old->bucket[bi];
+			uint64_t m = b->ctl & EMB_CTL_VALID_MASK;
+			while (m) {
+				int i = __builtin_ctzll(m);
+				m &= m - 1;
+				uint64_t h = index_hash(s, b->slot[i].key);
+				int side = (int)((h >> (63 - ld)) & 1);
+				if (seg_put(s, n[side], b->slot[i].key, b->slot[i].val))
+					pmemobj_tx_abort(ENOSPC);
+			}
+		}
+		pmemobj_persist(s->pop, n[0], sizeof(*n[0]));
+		pmemobj_persist(s->pop, n[1], sizeof(*n[1]));
+		struct emb_dir *dir = S_PTR(s, st->t->dir_off);
+		if (ld == gd) {
+			size_t cnt = (size_t)1 << gd;
+			PMEMoid nd = pmemobj_tx_alloc(sizeof(struct emb_dir) + 2 * cnt * 8, 0);
+			struct emb_dir *ndir = pmemobj_direct(nd);
+			ndir->global_depth = gd + 1;
+			ndir->reserved = 0;
+			for (size_t i = 0; i < cnt; i++) {
+				uint64_t o = dir->seg[i];
+				if (i == di) {
+					ndir->seg[2 * i] = S_OFF(s, n[0]);
+					ndir->seg[2 * i + 1] = S_OFF(s, n[1]);
+				} else {
+					ndir->seg[2 * i] = ndir->seg[2 * i + 1] = o;
+				}
+			}
+			pmemobj_persist(s->pop, ndir, sizeof(*ndir) + 2 * cnt * 8);
+			pmemobj_tx_add_range_direct(&st->t->dir_off, 8);
+			st->t->dir_off = nd.off;
+			pmemobj_tx_free(pmemobj_oid(dir));
+		} else {
+			size_t span = (size_t)1 << (gd - ld);
+			size_t start = di & ~(span - 1);
+			pmemobj_tx_add_range_direct(&dir->seg[start], span * 8);
+			for (size_t i = 0; i < span; i++)
+				dir->seg[start + i] = S_OFF(s, n[i < span / 2 ? 0 : 1]);
+		}
+		pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
+		st->t->nsegs++;
+		seg_free_tx(s, old);
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	if (ret)
+		return ret;
+	return index_load(s, st);
+}
+
+int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t key,
+		struct ipos *pos)
+{
+	int ret;
+	if (!st->segs) {
+		pthread_rwlock_wrlock(&st->lock);
+		ret = index_create(s, st);
+		pthread_rwlock_unlock(&st->lock);
+		return ret ? ret : -EAGAIN;
+	}
+	uint64_t h = index_hash(s, key);
+	size_t di = dir_idx(h, st->gd);
+	struct emb_seg *seg = st->segs[di];
+	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
+	struct emb_bucket *b = &seg->bucket[bi];
+	struct claim *ce;
+	int i = free_slot(c, b, &ce);
+	if (i >= 0) {
+		ce->mask |= 1u << i;
+		*pos = (struct ipos){ b, i, 0, b };
+		return 0;
+	}
+	struct emb_bucket *nb = &seg->bucket[(bi + 1) & (EMB_SEG_BUCKETS - 1)];
+	struct claim *home = claim_slot(c, b);
+	/* the overflow count must not wrap: count pending claims too (bits 16+) */
+	uint64_t pend = home->mask >> 16;
+	uint64_t ovf = (ld64(&b->ctl) & EMB_CTL_OVF_MASK) >> EMB_CTL_OVF_SHIFT;
+	i = free_slot(c, nb, &ce);
+	if (i >= 0 && ovf + pend < 255) {
+		ce->mask |= 1u << i;
+		home = claim_slot(c, b);
+		home->mask += 1u << 16;
+		*pos = (struct ipos){ nb, i, 1, b };
+		return 0;
+	}
+	pthread_rwlock_wrlock(&st->lock);
+	ret = index_split(s, st, di);
+	pthread_rwlock_unlock(&st->lock);
+	return ret ? ret : -EAGAIN;
+}
+
+/* Write key and value into a claimed (still invisible) slot. */
+void index_fill(struct store *s, const struct ipos *pos, uint64_t key, uint64_t h, uint64_t val)
+{
+	struct emb_bucket *b = pos->b;
+	st64(&b->slot[pos->slot].key, key);
+	st64(&b->slot[pos->slot].val, val);
+	__atomic_store_n(&b->tags[pos->slot], tag_of(h), __ATOMIC_RELAXED);
+	pm_flush(s, &b->slot[pos->slot], sizeof(b->slot[0]));
+	pm_flush(s, b, 64);
+	if (pos->home_ovf) {
+		st64(&pos->home->ctl, ld64(&pos->home->ctl) + (1ull << EMB_CTL_OVF_SHIFT));
+		pm_flush(s, pos->home, 8);
+	}
+}
+
+void index_publish(struct store *s, const struct ipos *pos)
+{
+	st64(&pos->b->ctl, ld64(&pos->b->ctl) | (1ull << pos->slot));
+	pm_flush(s, pos->b, 8);
+}
+
+void index_set_val(struct store *s, const struct ipos *pos, uint64_t val)
+{
+	st64(&pos->b->slot[pos->slot].val, val);
+	pm_flush(s, &pos->b->slot[pos->slot].val, 8);
+}
+
+void index_unpublish(struct store *s, const struct ipos *pos)
+{
+	st64(&pos->b->ctl, ld64(&pos->b->ctl) & ~(1ull << pos->slot));
+	pm_flush(s, pos->b, 8);
+}
+
+void index_ovf_dec(struct store *s, const struct ipos *pos)
+{
+	if (!pos->home_ovf)
+		return;
+	uint64_t c = ld64(&pos->home->ctl);
+	if (c & EMB_CTL_OVF_MASK) {
+		st64(&pos->home->ctl, c - (1ull << EMB_CTL_OVF_SHIFT));
+		pm_flush(s, pos->home, 8);
+	}
+}
+
+int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, uint64_t), void *arg)
+{
+	(void)s;
+	if (!st->segs)
+		return 0;
+	size_t n = (size_t)1 << st->gd;
+	for (size_t di = 0; di < n;) {
+		struct emb_seg *seg = st->segs[di];
+		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++) {
+			struct emb_bucket *b = &seg->bucket[bi];
+			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
+			while (m) {
+				int i = __builtin_ctzll(m);
+				m &= m - 1;
+				int r = fn(arg, ld64(&b->slot[i].key), ld64(&b->slot[i].val));
+				if (r)
+					return r;
+			}
+		}
+		di += (size_t)1 << (st->gd - seg->local_depth);
+	}
+	return 0;
+}
+
+/* Free every segment and the directory.  Rows must be gone already. */
+int index_destroy(struct store *s, struct stable *st)
+{
+	volatile int ret = 0;
+	if (!st->t->dir_off)
+		return 0;
+	pthread_rwlock_wrlock(&st->lock);
+	TX_BEGIN(s->pop) {
+		size_t n = (size_t)1 << st->gd;
+		for (size_t di = 0; di < n;) {
+			struct emb_seg *seg = st->segs[di];
+			di += (size_t)1 << (st->gd - seg->local_depth);
+			seg_free_tx(s, seg);
+		}
+		pmemobj_tx_free(pmemobj_oid(S_PTR(s, st->t->dir_off)));
+		pmemobj_tx_add_range_direct(&st->t->dir_off, 8);
+		st->t->dir_off = 0;
+		pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
+		st->t->nsegs = 0;
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	if (!ret)
+		index_unload(st);
+	pthread_rwlock_unlock(&st->lock);
+	return ret;
+}

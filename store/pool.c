@@ -1,0 +1,462 @@
+/*
+ * Pool life cycle: format, validate, open (with recovery), close; row reads,
+ * SEEK_DATA support and status.
+ *
+ * Validation never writes: the pool is first opened copy-on-write
+ * (libpmemobj's copy_on_write.at_open), checked, and closed; only a pool that
+ * passes is opened for real.  libpmemobj itself checks its pool header
+ * checksum and heap; embfs checks its superblock's magic, layout version and
+ * the checksum of the superblock's static part.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libpmem.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "store_int.h"
+
+#define EMB_MIN_POOL (16ull << 20)
+
+static int fail(char *err, size_t n, int code, const char *fmt, ...)
+{
+	if (err && n) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, n, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+static uint64_t super_csum(const struct emb_super *sb)
+{
+	return XXH64(sb, EMB_SUPER_STATIC_LEN, 0);
+}
+
+static int super_check(PMEMobjpool *pop, char *err, size_t n)
+{
+	if (pmemobj_root_size(pop) != sizeof(struct emb_super))
+		return fail(err, n, -EINVAL, "not an embfs pool (no superblock)");
+	struct emb_super *sb = pmemobj_direct(pmemobj_root(pop, 0));
+	if (memcmp(sb->magic, EMB_MAGIC, 8) != 0)
+		return fail(err, n, -EINVAL, "not an embfs pool (bad superblock magic)");
+	if (sb->layout_version != EMB_LAYOUT_VERSION)
+		return fail(err, n, -EINVAL, "embfs layout version %u is not supported (this build: %u)",
+			    sb->layout_version, EMB_LAYOUT_VERSION);
+	if (super_csum(sb) != sb->static_csum)
+		return fail(err, n, -EIO, "embfs superblock is corrupt (checksum mismatch)");
+	if (!sb->journal_off)
+		return fail(err, n, -EIO, "embfs superblock is corrupt (no journal)");
+	return 0;
+}
+
+static int target_size(const char *path, uint64_t *size, int *is_dev, char *err, size_t n)
+{
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return fail(err, n, -errno, "%s: %s", path, strerror(errno));
+	*is_dev = S_ISCHR(st.st_mode);
+	if (!*is_dev && !S_ISREG(st.st_mode))
+		return fail(err, n, -EINVAL, "%s: not a regular file or a devdax device", path);
+	*size = (uint64_t)st.st_size;
+	return 0;
+}
+
+int store_check(const char *path, char *err, size_t n)
+{
+	uint64_t size;
+	int is_dev, one = 1, zero = 0;
+	int ret = target_size(path, &size, &is_dev, err, n);
+	if (ret)
+		return ret;
+	if (!is_dev && size < PMEMOBJ_MIN_POOL)
+		return fail(err, n, -EINVAL, "%s: not an embfs pool (%llu bytes, too small)", path,
+			    (unsigned long long)size);
+	pmemobj_ctl_set(NULL, "copy_on_write.at_open", &one);
+	PMEMobjpool *pop = pmemobj_open(path, EMB_LAYOUT);
+	int e = errno;
+	pmemobj_ctl_set(NULL, "copy_on_write.at_open", &zero);
+	if (!pop)
+		return fail(err, n, e == EINVAL ? -EINVAL : -e,
+			    "%s: not an embfs pool, or damaged (libpmemobj: %s)", path,
+			    pmemobj_errormsg());
+	ret = super_check(pop, err, n);
+	if (!ret) {
+		struct emb_super *sb = pmemobj_direct(pmemobj_root(pop, 0));
+		if (!is_dev && sb->pool_size > size)
+			ret = fail(err, n, -EIO, "pool is truncated (%llu bytes, made with %llu)",
+				   (unsigned long long)size, (unsigned long long)sb->pool_size);
+	}
+	pmemobj_close(pop);
+	return ret;
+}
+
+/* Any non-zero byte in the file's data extents (first 64 MiB of data)? */
+static int has_data(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 0;
+	static char buf[1 << 20];
+	off_t pos = 0, budget = 64 << 20;
+	int found = 0;
+	while (!found && budget > 0) {
+		off_t d = lseek(fd, pos, SEEK_DATA);
+		if (d < 0)
+			break;
+		ssize_t r = pread(fd, buf, sizeof(buf), d);
+		if (r <= 0)
+			break;
+		for (ssize_t i = 0; i < r; i++)
+			if (buf[i]) {
+				found = 1;
+				break;
+			}
+		pos = d + r;
+		budget -= r;
+	}
+	close(fd);
+	return found;
+}
+
+int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, size_t n)
+{
+	struct stat st;
+	int exists = stat(path, &st) == 0, created = 0;
+	volatile int ret = 0;
+	volatile uint64_t size = o->size;
+	char why[256];
+
+	if (o->label && strlen(o->label) > EMB_LABEL_MAX)
+		return fail(err, n, -EINVAL, "label longer than %d bytes", EMB_LABEL_MAX);
+	if (!exists && errno != ENOENT)
+		return fail(err, n, -errno, "%s: %s", path, strerror(errno));
+	if (exists && S_ISCHR(st.st_mode)) {
+		if (size)
+			return fail(err, n, -EINVAL, "%s: -s applies to files, not devices", path);
+	} else if (exists && !S_ISREG(st.st_mode)) {
+		return fail(err, n, -EINVAL, "%s: not a regular file or a devdax device", path);
+	} else if (!exists && !size) {
+		return fail(err, n, -ENOENT, "%s does not exist (give -s SIZE to create it)", path);
+	}
+	if (exists && S_ISREG(st.st_mode)) {
+		if (!size)
+			size = (uint64_t)st.st_size;
+		if (!o->force) {
+			if (store_check(path, why, sizeof(why)) == 0)
+				return fail(err, n, -EEXIST, "%s already holds an embfs pool (use -f to overwrite)", path);
+			if (has_data(path))
+				return fail(err, n, -EEXIST, "%s contains data (use -f to overwrite)", path);
+			if ((uint64_t)st.st_size > size)
+				return fail(err, n, -EINVAL, "%s is larger than -s %llu (use -f to shrink it)", path,
+					    (unsigned long long)size);
+		}
+	}
+	if (exists && S_ISCHR(st.st_mode) && !o->force && store_check(path, why, sizeof(why)) == 0)
+		return fail(err, n, -EEXIST, "%s already holds an embfs pool (use -f to overwrite)", path);
+	if (size && size < EMB_MIN_POOL)
+		return fail(err, n, -EINVAL, "size %llu is too small (minimum %llu MiB)",
+			    (unsigned long long)size, (unsigned long long)(EMB_MIN_POOL >> 20));
+
+	/* from here on the target changes */
+	int fd = open(path, O_RDWR | (exists ? 0 : O_CREAT | O_EXCL), 0644);
+	if (fd < 0)
+		return fail(err, n, -errno, "%s: %s", path, strerror(errno));
+	created = !exists;
+	static const char zeros[64 << 10];
+	if (!S_ISCHR(exists ? st.st_mode : S_IFREG)) {
+		if (ftruncate(fd, 0) != 0 || ftruncate(fd, (off_t)size) != 0) {
+			ret = fail(err, n, -errno, "%s: cannot size to %llu: %s", path,
+				   (unsigned long long)size, strerror(errno));
+			close(fd);
+			goto undo;
+		}
+	} else if (pwrite(fd, zeros, sizeof(zeros), 0) != (ssize_t)sizeof(zeros)) {
+		ret = fail(err, n, -errno, "%s: %s", path, strerror(errno));
+		close(fd);
+		goto undo;
+	}
+	close(fd);
+
+	PMEMobjpool *pop = pmemobj_create(path, EMB_LAYOUT, 0, 0644);
+	if (!pop) {
+		ret = fail(err, n, -errno ? -errno : -EIO, "%s: libpmemobj: %s", path, pmemobj_errormsg());
+		goto undo;
+	}
+	TX_BEGIN(pop) {
+		PMEMoid root = pmemobj_root(pop, sizeof(struct emb_super));
+		struct emb_super *sb = pmemobj_direct(root);
+		pmemobj_tx_add_range(root, 0, sizeof(*sb));
+		memset(sb, 0, sizeof(*sb));
+		memcpy(sb->magic, EMB_MAGIC, 8);
+		sb->layout_version = EMB_LAYOUT_VERSION;
+		if (getrandom(sb->uuid, sizeof(sb->uuid), 0) != sizeof(sb->uuid))
+			pmemobj_tx_abort(EIO);
+		sb->uuid[6] = (uint8_t)((sb->uuid[6] & 0x0f) | 0x40);
+		sb->uuid[8] = (uint8_t)((sb->uuid[8] & 0x3f) | 0x80);
+		if (o->label)
+			strcpy(sb->label, o->label);
+		sb->pool_size = size;
+		sb->created_ns = now_ns();
+		memcpy(&sb->hash_seed, sb->uuid, 8);
+		sb->static_csum = super_csum(sb);
+		sb->clean = 1;
+		sb->batch = 1;
+		PMEMoid j = pmemobj_tx_zalloc(sizeof(struct emb_journal), 0);
+		sb->journal_off = j.off;
+	} TX_ONABORT {
+		ret = fail(err, n, pm_tx_errno(), "%s: cannot initialise the pool: %s", path,
+			   pmemobj_errormsg());
+	} TX_END
+	pmemobj_close(pop);
+	if (ret)
+		goto undo;
+	return 0;
+undo:
+	if (created)
+		unlink(path);
+	return ret;
+}
+
+int store_open(const char *path, struct store **out, char *err, size_t n)
+{
+	uint64_t size;
+	int is_dev;
+	int ret = store_check(path, err, n);
+	if (ret)
+		return ret;
+	ret = target_size(path, &size, &is_dev, err, n);
+	if (ret)
+		return ret;
+	struct store *s = calloc(1, sizeof(*s));
+	if (!s)
+		return fail(err, n, -ENOMEM, "out of memory");
+	s->pop = pmemobj_open(path, EMB_LAYOUT);
+	if (!s->pop) {
+		ret = fail(err, n, errno ? -errno : -EIO, "%s: libpmemobj: %s", path, pmemobj_errormsg());
+		free(s);
+		return ret;
+	}
+	s->base = (char *)s->pop;
+	s->sb = pmemobj_direct(pmemobj_root(s->pop, 0));
+	s->map_len = is_dev ? s->sb->pool_size : size;
+	s->is_pmem = pmem_is_pmem(s->base, s->map_len);
+	s->jr = S_PTR(s, s->sb->journal_off);
+	pthread_rwlock_init(&s->cat_lock, NULL);
+	pthread_mutex_init(&s->commit_lock, NULL);
+
+	ret = catalog_load(s);
+	if (ret) {
+		fail(err, n, ret, "%s: catalog is damaged: %s", path, strerror(-ret));
+		goto fail;
+	}
+	if (!s->sb->clean)
+		s->recovered = 1;
+	ret = commit_recover(s);
+	if (!ret)
+		ret = catalog_recover(s);
+	if (ret) {
+		fail(err, n, ret, "%s: recovery failed: %s", path, strerror(-ret));
+		goto fail;
+	}
+	st64(&s->sb->mount_count, s->sb->mount_count + 1);
+	st64(&s->sb->clean, 0);
+	pm_persist(s, &s->sb->clean, 16);
+	*out = s;
+	return 0;
+fail:
+	catalog_unload(s);
+	slab_release_all(s);
+	pmemobj_close(s->pop);
+	free(s);
+	return ret;
+}
+
+int store_sync(struct store *s)
+{
+	pthread_mutex_lock(&s->commit_lock);
+	pm_barrier(s);
+	pthread_mutex_unlock(&s->commit_lock);
+	return 0;
+}
+
+void store_close(struct store *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->commit_lock);
+	pm_barrier(s);
+	st64(&s->sb->clean, 1);
+	pm_persist(s, &s->sb->clean, 8);
+	pthread_mutex_unlock(&s->commit_lock);
+	catalog_unload(s);
+	slab_release_all(s);
+	pmemobj_close(s->pop);
+	pthread_rwlock_destroy(&s->cat_lock);
+	pthread_mutex_destroy(&s->commit_lock);
+	free(s);
+}
+
+int store_row_read(struct store *s, uint32_t id, uint64_t row, void *buf)
+{
+	struct stable *st = tab_get(s, id);
+	if (!st)
+		return -ENOENT;
+	uint32_t rs = st->t->row_size;
+	pthread_rwlock_rdlock(&st->lock);
+	uint64_t off = index_get(s, st, row, NULL);
+	if (off)
+		memcpy(buf, (struct emb_version *)S_PTR(s, off) + 1, rs);
+	pthread_rwlock_unlock(&st->lock);
+	if (!off)
+		memset(buf, 0, rs);
+	atomic_fetch_add_explicit(&s->n_rows_read, 1, memory_order_relaxed);
+	return off ? 1 : 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+struct keyvec {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static int keyvec_push(void *arg, uint64_t key, uint64_t val)
+{
+	struct keyvec *k = arg;
+	(void)val;
+	if (k->n == k->cap) {
+		size_t nc = k->cap ? 2 * k->cap : 1024;
+		uint64_t *p = realloc(k->v, nc * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		k->v = p;
+		k->cap = nc;
+	}
+	k->v[k->n++] = key;
+	return 0;
+}
+
+/* SEEK_DATA/SEEK_HOLE: the index is a hash, so a sorted copy of the row ids
+ * is built on the first seek and reused until the set of stored rows
+ * changes.  Returns with seek_lock held and *pos = first index >= from. */
+static int seek_prepare(struct store *s, struct stable *st, uint64_t from, size_t *pos)
+{
+	pthread_mutex_lock(&st->seek_lock);
+	pthread_rwlock_rdlock(&st->lock);
+	uint64_t mod = st->mod;
+	int ret = 0;
+	if (!st->seek_keys || st->seek_mod != mod) {
+		struct keyvec k = { 0 };
+		ret = index_walk(s, st, keyvec_push, &k);
+		if (!ret) {
+			qsort(k.v, k.n, sizeof(*k.v), cmp_u64);
+			free(st->seek_keys);
+			st->seek_keys = k.v;
+			st->seek_n = k.n;
+			st->seek_mod = mod;
+		} else {
+			free(k.v);
+		}
+	}
+	pthread_rwlock_unlock(&st->lock);
+	if (ret) {
+		pthread_mutex_unlock(&st->seek_lock);
+		return ret;
+	}
+	size_t lo = 0, hi = st->seek_n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (st->seek_keys[mid] < from)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*pos = lo;
+	return 0;
+}
+
+int store_row_next(struct store *s, uint32_t id, uint64_t from, uint64_t *found)
+{
+	struct stable *st = tab_get(s, id);
+	size_t i;
+	if (!st)
+		return -ENOENT;
+	int ret = seek_prepare(s, st, from, &i);
+	if (ret)
+		return ret;
+	if (i < st->seek_n) {
+		*found = st->seek_keys[i];
+		ret = 1;
+	}
+	pthread_mutex_unlock(&st->seek_lock);
+	return ret;
+}
+
+int store_row_hole(struct store *s, uint32_t id, uint64_t from, uint64_t *hole)
+{
+	struct stable *st = tab_get(s, id);
+	size_t i;
+	if (!st)
+		return -ENOENT;
+	int ret = seek_prepare(s, st, from, &i);
+	if (ret)
+		return ret;
+	uint64_t r = from;
+	while (i < st->seek_n && st->seek_keys[i] == r) {
+		i++;
+		r++;
+	}
+	*hole = r;
+	pthread_mutex_unlock(&st->seek_lock);
+	return 0;
+}
+
+void store_stats_get(struct store *s, struct store_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->pool_size = s->map_len;
+	st->is_pmem = s->is_pmem;
+	st->recovered = s->recovered;
+	memcpy(st->label, s->sb->label, sizeof(st->label));
+	memcpy(st->uuid, s->sb->uuid, 16);
+	uint64_t idx = 0, cat = 0, slab_bytes, free_slots, nslabs;
+	for (uint32_t c = 0; c < EMB_CAT_CHUNKS; c++)
+		if (s->sb->cat_chunks[c])
+			cat += EMB_CAT_PER_CHUNK * sizeof(struct emb_table);
+	pthread_rwlock_rdlock(&s->cat_lock);
+	for (uint32_t i = 0; i < EMB_NTABLES; i++) {
+		struct stable *t = s->tab[i];
+		if (!t)
+			continue;
+		st->tables += !(t->t->flags & EMB_T_ORPHAN);
+		st->rows += ld64(&t->t->nrows);
+		idx += ld64(&t->t->nsegs) * (sizeof(struct emb_seg) + 64);
+	}
+	pthread_rwlock_unlock(&s->cat_lock);
+	pthread_mutex_lock(&s->commit_lock);
+	slab_usage(s, &slab_bytes, &free_slots, &nslabs);
+	pthread_mutex_unlock(&s->commit_lock);
+	/* libpmemobj keeps ~4 MiB of lanes and heap metadata per pool */
+	uint64_t meta = (4ull << 20) + sizeof(struct emb_journal) + cat;
+	uint64_t used = meta + idx + slab_bytes;
+	st->slabs = nslabs;
+	st->used_bytes = used - free_slots;
+	st->free_bytes = (used < st->pool_size ? st->pool_size - used : 0) + free_slots;
+	st->commits = atomic_load(&s->n_commits);
+	st->barriers = atomic_load(&s->n_barriers);
+	st->rows_written = atomic_load(&s->n_rows_written);
+	st->rows_read = atomic_load(&s->n_rows_read);
+}

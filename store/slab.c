@@ -1,0 +1,312 @@
+/*
+ * Row-version slots.  Each size class (slot = 32-byte version header + row,
+ * rounded to 32 bytes) owns a list of ~1 MiB slabs allocated from libpmemobj.
+ * A slab's persistent bitmap says which slots hold a journaled or published
+ * version; the DRAM copy additionally holds slots handed out to a commit in
+ * progress.  Slabs of a class are read in at the first allocation in that
+ * class, not at mount.  Callers hold commit_lock.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+#define SLAB_TARGET (1u << 20)
+
+static uint32_t slot_size_for(uint32_t row_size)
+{
+	return (uint32_t)((sizeof(struct emb_version) + row_size + 31) & ~31u);
+}
+
+static size_t bm_words(uint32_t nslots)
+{
+	return (nslots + 63) / 64;
+}
+
+/* Find or create the class whose slots fit row_size. */
+int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls)
+{
+	uint32_t ss = slot_size_for(row_size);
+	volatile int free_i = -1;
+
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
+		if (s->sb->classes[i].slot_size == ss) {
+			*cls = i;
+			return 0;
+		}
+		if (s->sb->classes[i].slot_size == 0 && free_i < 0)
+			free_i = (int)i;
+	}
+	if (free_i < 0)
+		return -ENOSPC;
+	struct emb_class *c = &s->sb->classes[free_i];
+	volatile int ret = 0;
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_add_range_direct(c, sizeof(*c));
+		c->slot_size = ss;
+		uint32_t n = (SLAB_TARGET - 64) / ss;
+		if (n < 16)
+			n = 16;
+		c->slab_size = (uint32_t)(64 + bm_words(n) * 8 + 64 + (uint64_t)n * ss);
+		c->head = 0;
+		c->nslabs = 0;
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	if (ret)
+		return ret;
+	s->cls[free_i].slot_size = ss;
+	*cls = (uint32_t)free_i;
+	return 0;
+}
+
+static int by_addr_insert(struct store *s, struct sslab *sl)
+{
+	if (s->nby_addr == s->cap_by_addr) {
+		size_t nc = s->cap_by_addr ? s->cap_by_addr * 2 : 64;
+		struct sslab **p = realloc(s->by_addr, nc * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		s->by_addr = p;
+		s->cap_by_addr = nc;
+	}
+	size_t i = s->nby_addr;
+	while (i > 0 && s->by_addr[i - 1]->start > sl->start) {
+		s->by_addr[i] = s->by_addr[i - 1];
+		i--;
+	}
+	s->by_addr[i] = sl;
+	s->nby_addr++;
+	return 0;
+}
+
+static int class_push(struct store *s, uint32_t cls, struct emb_slab *h)
+{
+	struct sclass *c = &s->cls[cls];
+	struct sslab *sl = calloc(1, sizeof(*sl));
+	if (!sl)
+		return -ENOMEM;
+	sl->hdr = h;
+	sl->cls = cls;
+	sl->start = S_OFF(s, h) + h->data_off;
+	sl->end = sl->start + (uint64_t)h->nslots * h->slot_size;
+	size_t w = bm_words(h->nslots);
+	sl->bm = malloc(w * 8);
+	if (!sl->bm) {
+		free(sl);
+		return -ENOMEM;
+	}
+	uint32_t used = 0;
+	for (size_t i = 0; i < w; i++) {
+		sl->bm[i] = ld64(&h->bitmap[i]);
+		used += (uint32_t)__builtin_popcountll(sl->bm[i]);
+	}
+	sl->nfree = h->nslots - used;
+	if (c->n == c->cap) {
+		size_t nc = c->cap ? c->cap * 2 : 16;
+		struct sslab **p = realloc(c->slabs, nc * sizeof(*p));
+		if (!p || by_addr_insert(s, sl)) {
+			if (p)
+				c->slabs = p;
+			free(sl->bm);
+			free(sl);
+			return -ENOMEM;
+		}
+		c->slabs = p;
+		c->cap = nc;
+	} else if (by_addr_insert(s, sl)) {
+		free(sl->bm);
+		free(sl);
+		return -ENOMEM;
+	}
+	c->slabs[c->n++] = sl;
+	return 0;
+}
+
+static int class_load(struct store *s, uint32_t cls)
+{
+	struct sclass *c = &s->cls[cls];
+	if (c->loaded)
+		return 0;
+	c->slot_size = s->sb->classes[cls].slot_size;
+	for (uint64_t off = s->sb->classes[cls].head; off;) {
+		struct emb_slab *h = S_PTR(s, off);
+		if (h->magic != EMB_SLAB_MAGIC || h->slot_size != c->slot_size)
+			return -EIO;
+		int ret = class_push(s, cls, h);
+		if (ret)
+			return ret;
+		off = h->next;
+	}
+	c->loaded = 1;
+	return 0;
+}
+
+/* Allocate a new slab and link it at the head of the class, atomically. */
+static int slab_grow(struct store *s, uint32_t cls)
+{
+	struct emb_class *pc = &s->sb->classes[cls];
+	struct emb_slab *volatile h = NULL;
+	volatile int ret = 0;
+	uint32_t ss = pc->slot_size;
+	uint32_t n = (SLAB_TARGET - 64) / ss;
+	if (n < 16)
+		n = 16;
+
+	TX_BEGIN(s->pop) {
+		PMEMoid o = pmemobj_tx_zalloc(pc->slab_size + 64, 0);
+		char *raw = pmemobj_direct(o);
+		h = (struct emb_slab *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+		h->magic = EMB_SLAB_MAGIC;
+		h->slot_size = ss;
+		h->nslots = n;
+		h->next = pc->head;
+		h->data_off = (sizeof(*h) + bm_words(n) * 8 + 63) & ~63ull;
+		pmemobj_persist(s->pop, h, sizeof(*h));
+		pmemobj_tx_add_range_direct(pc, sizeof(*pc));
+		pc->head = S_OFF(s, h);
+		pc->nslabs++;
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	if (ret)
+		return ret;
+	return class_push(s, cls, h);
+}
+
+int slab_alloc(struct store *s, uint32_t cls, uint64_t *off)
+{
+	struct sclass *c = &s->cls[cls];
+	int ret = class_load(s, cls);
+	if (ret)
+		return ret;
+	for (size_t k = 0; k < c->n; k++) {
+		size_t at = (c->cursor + k) % c->n;
+		struct sslab *sl = c->slabs[at];
+		if (sl->nfree == 0)
+			continue;
+		size_t w = bm_words(sl->hdr->nslots);
+		for (size_t i = 0; i < w; i++) {
+			if (sl->bm[i] == ~0ull)
+				continue;
+			unsigned b = (unsigned)__builtin_ctzll(~sl->bm[i]);
+			uint64_t slot = i * 64 + b;
+			if (slot >= sl->hdr->nslots)
+				break;
+			sl->bm[i] |= 1ull << b;
+			sl->nfree--;
+			c->cursor = at;
+			*off = sl->start + slot * c->slot_size;
+			return 0;
+		}
+		sl->nfree = 0; /* only tail bits past nslots were clear */
+	}
+	ret = slab_grow(s, cls);
+	if (ret)
+		return ret;
+	c->cursor = c->n - 1;
+	return slab_alloc(s, cls, off);
+}
+
+static struct sslab *slab_of(struct store *s, uint64_t off, uint64_t *slot)
+{
+	size_t lo = 0, hi = s->nby_addr;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		struct sslab *sl = s->by_addr[mid];
+		if (off < sl->start)
+			hi = mid;
+		else if (off >= sl->end)
+			lo = mid + 1;
+		else {
+			*slot = (off - sl->start) / sl->hdr->slot_size;
+			return sl;
+		}
+	}
+	return NULL;
+}
+
+/* The slab of off must be loaded; versions are freed only in classes that
+ * allocated (and hence loaded) or by recovery, which loads all classes. */
+static struct sslab *slab_of_loaded(struct store *s, uint64_t off, uint64_t *slot)
+{
+	struct sslab *sl = slab_of(s, off, slot);
+	if (sl)
+		return sl;
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++)
+		if (s->sb->classes[i].slot_size && class_load(s, i))
+			return NULL;
+	return slab_of(s, off, slot);
+}
+
+void slab_unreserve(struct store *s, uint64_t off)
+{
+	uint64_t slot;
+	struct sslab *sl = slab_of_loaded(s, off, &slot);
+	if (!sl)
+		return;
+	sl->bm[slot / 64] &= ~(1ull << (slot % 64));
+	sl->nfree++;
+}
+
+void slab_mark(struct store *s, uint64_t off)
+{
+	uint64_t slot;
+	struct sslab *sl = slab_of_loaded(s, off, &slot);
+	if (!sl)
+		return;
+	uint64_t *w = &sl->hdr->bitmap[slot / 64];
+	st64(w, *w | (1ull << (slot % 64)));
+	pm_flush(s, w, 8);
+}
+
+void slab_free(struct store *s, uint64_t off)
+{
+	uint64_t slot;
+	struct sslab *sl = slab_of_loaded(s, off, &slot);
+	if (!sl)
+		return;
+	uint64_t bit = 1ull << (slot % 64);
+	uint64_t *w = &sl->hdr->bitmap[slot / 64];
+	if (*w & bit) {
+		st64(w, *w & ~bit);
+		pm_flush(s, w, 8);
+	}
+	if (sl->bm[slot / 64] & bit) {
+		sl->bm[slot / 64] &= ~bit;
+		sl->nfree++;
+	}
+}
+
+void slab_release_all(struct store *s)
+{
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
+		struct sclass *c = &s->cls[i];
+		for (size_t k = 0; k < c->n; k++) {
+			free(c->slabs[k]->bm);
+			free(c->slabs[k]);
+		}
+		free(c->slabs);
+		memset(c, 0, sizeof(*c));
+	}
+	free(s->by_addr);
+	s->by_addr = NULL;
+	s->nby_addr = s->cap_by_addr = 0;
+}
+
+/* Slab bytes from the superblock; free slot bytes only for loaded classes. */
+void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs)
+{
+	*slab_bytes = *free_slot_bytes = *nslabs = 0;
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
+		struct emb_class *pc = &s->sb->classes[i];
+		if (!pc->slot_size)
+			continue;
+		*slab_bytes += pc->nslabs * ((uint64_t)pc->slab_size + 64);
+		*nslabs += pc->nslabs;
+		struct sclass *c = &s->cls[i];
+		for (size_t k = 0; k < c->n; k++)
+			*free_slot_bytes += (uint64_t)c->slabs[k]->nfree * c->slot_size;
+	}
+}

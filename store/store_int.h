@@ -1,0 +1,145 @@
+/* Private to store/: the open-pool state shared by its files. */
+#ifndef EMBFS_STORE_INT_H
+#define EMBFS_STORE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <libpmemobj.h>
+
+#include "embfs/store.h"
+
+#define EMB_NTABLES (EMB_CAT_PER_CHUNK * EMB_CAT_CHUNKS)
+#define EMB_NONE UINT64_MAX
+
+/* DRAM state of one slab (see slab.c). */
+struct sslab {
+	struct emb_slab *hdr;
+	uint64_t start, end;   /* pool offsets of slot 0 and one past the last slot */
+	uint64_t *bm;          /* DRAM copy of the bitmap, plus slots handed out but not yet journaled */
+	uint32_t nfree;
+	uint32_t cls;
+};
+
+struct sclass {
+	uint32_t slot_size;
+	int loaded;            /* slabs of this class read in */
+	struct sslab **slabs;
+	size_t n, cap, cursor;
+};
+
+/* DRAM state of one table. */
+struct stable {
+	uint32_t id;
+	struct emb_table *t;   /* in PMem */
+	pthread_rwlock_t lock; /* readers of the index; taken exclusive to publish and to split */
+	uint32_t gd;           /* DRAM mirror of the directory; protected by lock */
+	struct emb_seg **segs;
+	uint64_t mod;          /* bumped when the set of stored rows changes; protected by lock */
+	pthread_mutex_t seek_lock;
+	uint64_t *seek_keys;   /* sorted stored row ids, valid while seek_mod == mod; protected by seek_lock */
+	size_t seek_n;
+	uint64_t seek_mod;
+	struct stable *name_next; /* name hash chain; protected by cat_lock */
+};
+
+struct store {
+	PMEMobjpool *pop;
+	char *base;
+	uint64_t map_len;
+	int is_pmem;
+	int recovered;
+	struct emb_super *sb;
+	struct emb_journal *jr;
+
+	pthread_rwlock_t cat_lock;   /* catalog and the name hash */
+	pthread_mutex_t commit_lock; /* journal, slab allocator, index structure */
+	struct stable **tab;         /* by catalog slot; protected by cat_lock */
+	struct stable **names;       /* name hash buckets; protected by cat_lock */
+	size_t nnames;
+
+	struct sclass cls[EMB_MAX_CLASSES]; /* protected by commit_lock */
+	struct sslab **by_addr;      /* all loaded slabs sorted by start; protected by commit_lock */
+	size_t nby_addr, cap_by_addr;
+
+	_Atomic uint64_t n_commits, n_barriers, n_rows_written, n_rows_read;
+};
+
+static inline void *S_PTR(const struct store *s, uint64_t off)
+{
+	return off ? s->base + off : NULL;
+}
+
+static inline uint64_t S_OFF(const struct store *s, const void *p)
+{
+	return p ? (uint64_t)((const char *)p - s->base) : 0;
+}
+
+static inline uint64_t ld64(const uint64_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static inline void st64(uint64_t *p, uint64_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+uint64_t now_ns(void);
+
+/* pm.c: persistence.  flush records a range; barrier makes every flushed
+ * range (on PMem) or every store to the mapping (otherwise) durable. */
+void pm_flush(struct store *s, const void *addr, size_t len);
+void pm_barrier(struct store *s);
+void pm_persist(struct store *s, const void *addr, size_t len);
+int pm_tx_errno(void);
+
+/* slab.c */
+int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls);
+int slab_alloc(struct store *s, uint32_t cls, uint64_t *off);
+void slab_unreserve(struct store *s, uint64_t off);
+void slab_mark(struct store *s, uint64_t off);   /* PMem bit on, flushed */
+void slab_free(struct store *s, uint64_t off);   /* PMem and DRAM bit off, flushed */
+void slab_release_all(struct store *s);
+void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
+
+/* index.c */
+struct ipos {
+	struct emb_bucket *b;
+	int slot;
+	int home_ovf;          /* entry sits in the neighbour of its home bucket */
+	struct emb_bucket *home;
+};
+int index_load(struct store *s, struct stable *st);
+void index_unload(struct stable *st);
+uint64_t index_get(struct store *s, struct stable *st, uint64_t key, struct ipos *pos);
+struct claims;
+struct claims *claims_new(size_t n);
+void claims_free(struct claims *c);
+void claims_reset(struct claims *c);
+/* Find a free slot for key (not present).  Returns 0, -EAGAIN if a split
+ * happened (positions and claims are stale: start over), or -errno. */
+int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t key,
+		struct ipos *pos);
+void index_fill(struct store *s, const struct ipos *pos, uint64_t key, uint64_t hash_key_for_tag, uint64_t val);
+uint64_t index_hash(const struct store *s, uint64_t key);
+void index_publish(struct store *s, const struct ipos *pos);
+void index_set_val(struct store *s, const struct ipos *pos, uint64_t val);
+void index_unpublish(struct store *s, const struct ipos *pos);
+void index_ovf_dec(struct store *s, const struct ipos *pos);
+/* Call fn for every stored (key, val); stops early when fn returns non-zero. */
+int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, uint64_t), void *arg);
+int index_destroy(struct store *s, struct stable *st);
+
+/* commit.c */
+int commit_locked(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
+		  uint64_t size_hint);
+int commit_recover(struct store *s);
+int trim_locked(struct store *s, struct stable *st);
+
+/* catalog.c */
+struct stable *tab_get(struct store *s, uint32_t id);
+int catalog_load(struct store *s);
+void catalog_unload(struct store *s);
+int catalog_recover(struct store *s);
+
+#endif

@@ -1,0 +1,86 @@
+# Shared helpers for the end-to-end tests (sourced).  Each test:
+#   . "$(dirname "$0")/../lib.sh"
+#   setup            # temp dir $T, trap that unmounts and stops the daemon
+#   mkpool POOL [mkfs args]; mount_pool POOL MNT [embfs -o opts]
+# Exit 0 pass, 1 fail, 77 skip.
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-$TOP/build}
+EMBFS="$BUILD/embfs"
+MKFS="$BUILD/mkfs.embfs"
+TOOLS="$BUILD/tools"
+DAEMONS=""
+MOUNTS=""
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+say() { echo "  $*"; }
+
+is_mounted() { awk -v m="$1" '$2 == m { f = 1 } END { exit !f }' /proc/mounts; }
+
+cleanup() {
+	rc=$?
+	for m in $MOUNTS; do
+		is_mounted "$m" && { fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null; }
+	done
+	for p in $DAEMONS; do
+		kill "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
+	done
+	[ -n "$T" ] && rm -rf "$T"
+	exit $rc
+}
+
+setup() {
+	[ -c /dev/fuse ] || skip "no /dev/fuse"
+	T=$(mktemp -d "${TMPDIR:-/tmp}/embfs-test.XXXXXX")
+	trap cleanup EXIT
+	trap 'exit 1' INT TERM
+}
+
+# mkpool PATH [mkfs args...]: a fresh pool (64 MiB unless -s is given)
+mkpool() {
+	p=$1; shift
+	case " $* " in *" -s "*) ;; *) set -- -s 64M "$@" ;; esac
+	"$MKFS" -f "$@" "$p" >/dev/null || fail "mkfs.embfs $p"
+}
+
+# mount_pool POOL MNT [embfs args...]: start the daemon in the foreground in
+# the background, wait until the mount is live (bounded), set $PID.
+mount_pool() {
+	pool=$1; mnt=$2; shift 2
+	mkdir -p "$mnt"
+	"$EMBFS" -f "$@" "$pool" "$mnt" 2>>"$T/daemon.log" &
+	PID=$!
+	DAEMONS="$DAEMONS $PID"
+	MOUNTS="$MOUNTS $mnt"
+	i=0
+	until is_mounted "$mnt"; do
+		kill -0 "$PID" 2>/dev/null || { cat "$T/daemon.log" >&2; fail "embfs exited before mounting $mnt"; }
+		i=$((i + 1))
+		[ $i -gt 1000 ] && fail "mount of $mnt not ready after 20 s"
+		sleep 0.02
+	done
+	# first request through the mount proves the daemon serves
+	stat "$mnt/.embfs/stats" >/dev/null || fail "mount $mnt does not answer"
+}
+
+# unmount_pool MNT: clean unmount, wait for the daemon to exit cleanly
+unmount_pool() {
+	fusermount3 -u "$1" || fail "unmount $1"
+	wait "$PID" || fail "embfs exited with status $?"
+	DAEMONS=$(echo "$DAEMONS" | sed "s/ $PID\b//")
+}
+
+# crash_daemon MNT: SIGKILL the daemon, drop the dead mount
+crash_daemon() {
+	kill -9 "$PID" 2>/dev/null
+	wait "$PID" 2>/dev/null
+	DAEMONS=$(echo "$DAEMONS" | sed "s/ $PID\b//")
+	fusermount3 -uz "$1" 2>/dev/null || umount -l "$1" 2>/dev/null
+	i=0
+	while is_mounted "$1"; do
+		i=$((i + 1)); [ $i -gt 500 ] && fail "dead mount $1 does not go away"; sleep 0.02
+	done
+}
+
+stat_field() { awk -v k="$2" '$1 == k { print $2 }' "$1/.embfs/stats"; }
