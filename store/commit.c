@@ -51,28 +51,20 @@ static uint32_t *umap_slot(struct umap *m, const struct uop *u, uint64_t row)
 	}
 }
 
-static void journal_seal(struct emb_journal *j, uint64_t count)
+static uint64_t journal_csum(const struct emb_journal *j, uint64_t count)
 {
-	j->count = count;
 	XXH64_state_t *x = XXH64_createState();
-	XXH64_reset(x, j->seq);
-	XXH64_update(x, &j->count, sizeof(j->count));
+	XXH64_reset(x, 0);
+	XXH64_update(x, j, offsetof(struct emb_journal, csum));
 	XXH64_update(x, j->rec, count * sizeof(j->rec[0]));
-	j->csum = XXH64_digest(x);
+	uint64_t h = XXH64_digest(x);
 	XXH64_freeState(x);
+	return h;
 }
 
 static int journal_valid(const struct emb_journal *j)
 {
-	if (j->count == 0 || j->count > EMB_JOURNAL_CAP)
-		return 0;
-	XXH64_state_t *x = XXH64_createState();
-	XXH64_reset(x, j->seq);
-	XXH64_update(x, &j->count, sizeof(j->count));
-	XXH64_update(x, j->rec, j->count * sizeof(j->rec[0]));
-	int ok = XXH64_digest(x) == j->csum;
-	XXH64_freeState(x);
-	return ok;
+	return j->count > 0 && j->count <= EMB_JOURNAL_CAP && journal_csum(j, j->count) == j->csum;
 }
 
 /* Look every row up and claim index slots for new rows; splits restart it. */
@@ -162,7 +154,11 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id, 0 };
 	}
 	j->seq++;
-	journal_seal(j, nrec);
+	j->count = nrec;
+	j->table = st->id;
+	j->nrows_before = t->nrows;
+	j->size_hint = size_hint;
+	j->csum = journal_csum(j, nrec);
 	pm_flush(s, j, 64 + nrec * sizeof(j->rec[0]));
 	pm_barrier(s);
 
@@ -297,20 +293,30 @@ int commit_recover(struct store *s)
 		return 0;
 	s->recovered = 1;
 	if (journal_valid(j)) {
+		struct stable *st = tab_get(s, j->table);
+		if (!st)
+			return -EIO;
+		uint64_t nrows = j->nrows_before;
+		int any = 0;
 		for (uint64_t i = 0; i < j->count; i++) {
 			struct emb_jrec *r = &j->rec[i];
-			struct stable *st = tab_get(s, r->table);
-			if (!st)
-				return -EIO;
 			uint64_t cur = index_get(s, st, r->row, NULL);
 			int done = r->new_off ? cur == r->new_off : cur != r->old_off;
 			if (done) {
+				any = 1;
+				nrows += !r->old_off;
+				nrows -= !r->new_off;
 				if (r->old_off)
 					slab_free(s, r->old_off);
 			} else if (r->new_off) {
 				slab_free(s, r->new_off);
 			}
 		}
+		/* the row count and size were published after the rows: redo them */
+		st64(&st->t->nrows, nrows);
+		if (any && j->size_hint > st->t->size)
+			st64(&st->t->size, j->size_hint);
+		pm_flush(s, st->t, 128);
 		pm_barrier(s);
 	}
 	st64(&j->count, 0);

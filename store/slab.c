@@ -12,7 +12,12 @@
 
 #include "store_int.h"
 
-#define SLAB_TARGET (1u << 20)
+/* libpmemobj hands out 256 KiB chunks; its data pointer is 16-byte aligned
+ * and slabs align to 64 inside the allocation.  A slab is four chunks (or
+ * more for huge rows) minus that header, so no chunk is wasted. */
+#define CHUNK (256u << 10)
+#define SLAB_TARGET (4 * CHUNK)
+#define ALLOC_HDR 64u
 
 static uint32_t slot_size_for(uint32_t row_size)
 {
@@ -22,6 +27,25 @@ static uint32_t slot_size_for(uint32_t row_size)
 static size_t bm_words(uint32_t nslots)
 {
 	return (nslots + 63) / 64;
+}
+
+static uint64_t data_off_for(uint32_t n)
+{
+	return (sizeof(struct emb_slab) + bm_words(n) * 8 + 63) & ~63ull;
+}
+
+/* Allocation size (what is asked of libpmemobj) and slots for a slot size. */
+static void slab_geometry(uint32_t ss, uint32_t *alloc, uint32_t *nslots)
+{
+	uint64_t a = SLAB_TARGET;
+	while (a - ALLOC_HDR - 64 - data_off_for(16) < 16ull * ss)
+		a += CHUNK;
+	a -= ALLOC_HDR;
+	uint32_t n = (uint32_t)((a - 64) / ss);
+	while (64 + data_off_for(n) + (uint64_t)n * ss > a)
+		n--;
+	*alloc = (uint32_t)a;
+	*nslots = n;
 }
 
 /* Find or create the class whose slots fit row_size. */
@@ -44,11 +68,9 @@ int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls)
 	volatile int ret = 0;
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(c, sizeof(*c));
+		uint32_t n;
 		c->slot_size = ss;
-		uint32_t n = (SLAB_TARGET - 64) / ss;
-		if (n < 16)
-			n = 16;
-		c->slab_size = (uint32_t)(64 + bm_words(n) * 8 + 64 + (uint64_t)n * ss);
+		slab_geometry(ss, &c->slab_size, &n);
 		c->head = 0;
 		c->nslabs = 0;
 	} TX_ONABORT {
@@ -149,20 +171,18 @@ static int slab_grow(struct store *s, uint32_t cls)
 	struct emb_class *pc = &s->sb->classes[cls];
 	struct emb_slab *volatile h = NULL;
 	volatile int ret = 0;
-	uint32_t ss = pc->slot_size;
-	uint32_t n = (SLAB_TARGET - 64) / ss;
-	if (n < 16)
-		n = 16;
+	uint32_t ss = pc->slot_size, alloc, n;
+	slab_geometry(ss, &alloc, &n);
 
 	TX_BEGIN(s->pop) {
-		PMEMoid o = pmemobj_tx_zalloc(pc->slab_size + 64, 0);
+		PMEMoid o = pmemobj_tx_zalloc(alloc, 0);
 		char *raw = pmemobj_direct(o);
 		h = (struct emb_slab *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
 		h->magic = EMB_SLAB_MAGIC;
 		h->slot_size = ss;
 		h->nslots = n;
 		h->next = pc->head;
-		h->data_off = (sizeof(*h) + bm_words(n) * 8 + 63) & ~63ull;
+		h->data_off = data_off_for(n);
 		pmemobj_persist(s->pop, h, sizeof(*h));
 		pmemobj_tx_add_range_direct(pc, sizeof(*pc));
 		pc->head = S_OFF(s, h);
@@ -303,7 +323,7 @@ void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes
 		struct emb_class *pc = &s->sb->classes[i];
 		if (!pc->slot_size)
 			continue;
-		*slab_bytes += pc->nslabs * ((uint64_t)pc->slab_size + 64);
+		*slab_bytes += pc->nslabs * ((uint64_t)pc->slab_size + ALLOC_HDR);
 		*nslabs += pc->nslabs;
 		struct sclass *c = &s->cls[i];
 		for (size_t k = 0; k < c->n; k++)

@@ -173,10 +173,14 @@ struct emb_jrec {
 	uint32_t reserved;
 };
 struct emb_journal {
-	uint64_t count;     /* records valid when csum matches */
-	uint64_t csum;      /* XXH64 of count and records */
+	uint64_t count;        /* records valid when csum matches */
 	uint64_t seq;
-	uint8_t pad[40];
+	uint32_t table;        /* one commit updates one table */
+	uint32_t reserved;
+	uint64_t nrows_before; /* the table's row count before the commit */
+	uint64_t size_hint;    /* the file size the commit extends to */
+	uint64_t csum;         /* XXH64 of the fields above and the records */
+	uint8_t pad[16];
 	struct emb_jrec rec[EMB_JOURNAL_CAP];
 };
 

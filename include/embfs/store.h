@@ -142,4 +142,13 @@ struct store_stats {
 };
 void store_stats_get(struct store *s, struct store_stats *st);
 
+/* Deep consistency check of an open pool (walks every row: for tests and
+ * repair tools, never on the mount path).  Counts index entries whose version
+ * is damaged (wrong row/table, checksum mismatch, not an allocated slot),
+ * slots referenced twice, and allocated slots nothing references (leaks). */
+struct store_fsck {
+	uint64_t rows, bad_versions, double_refs, leaked_slots, bad_counts;
+};
+int store_fsck(struct store *s, struct store_fsck *r);
+
 #endif

@@ -1,0 +1,99 @@
+/* store_fsck: a full walk of indexes and slab bitmaps (tests, repair). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "store_int.h"
+
+struct walk {
+	struct store *s;
+	struct stable *st;
+	struct store_fsck *r;
+	uint64_t *refs;
+	size_t n, cap;
+	uint64_t count;
+};
+
+static int check_entry(void *arg, uint64_t key, uint64_t val)
+{
+	struct walk *w = arg;
+	struct emb_version *v = S_PTR(w->s, val);
+	w->count++;
+	if (!v || v->row != key || v->table != w->st->id ||
+	    v->csum != XXH32(v + 1, w->st->t->row_size, 0))
+		w->r->bad_versions++;
+	if (w->n == w->cap) {
+		size_t nc = w->cap ? 2 * w->cap : 4096;
+		uint64_t *p = realloc(w->refs, nc * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		w->refs = p;
+		w->cap = nc;
+	}
+	w->refs[w->n++] = val;
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int referenced(const uint64_t *v, size_t n, uint64_t off)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (v[mid] < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && v[lo] == off;
+}
+
+int store_fsck(struct store *s, struct store_fsck *r)
+{
+	struct walk w = { .s = s, .r = r };
+	int ret = 0;
+	memset(r, 0, sizeof(*r));
+	pthread_mutex_lock(&s->commit_lock);
+	for (uint32_t i = 0; i < EMB_NTABLES && !ret; i++) {
+		struct stable *st = tab_get(s, i);
+		if (!st)
+			continue;
+		w.st = st;
+		w.count = 0;
+		ret = index_walk(s, st, check_entry, &w);
+		if (w.count != st->t->nrows)
+			r->bad_counts++;
+		r->rows += w.count;
+	}
+	if (!ret) {
+		qsort(w.refs, w.n, sizeof(*w.refs), cmp_u64);
+		for (size_t i = 1; i < w.n; i++)
+			if (w.refs[i] == w.refs[i - 1])
+				r->double_refs++;
+		for (uint32_t c = 0; c < EMB_MAX_CLASSES; c++) {
+			struct emb_class *pc = &s->sb->classes[c];
+			for (uint64_t off = pc->slot_size ? pc->head : 0; off;) {
+				struct emb_slab *h = S_PTR(s, off);
+				uint64_t start = off + h->data_off;
+				for (uint32_t k = 0; k < h->nslots; k++) {
+					int set = !!(h->bitmap[k / 64] & (1ull << (k % 64)));
+					int ref = referenced(w.refs, w.n, start + (uint64_t)k * h->slot_size);
+					if (set && !ref)
+						r->leaked_slots++;
+					if (ref && !set)
+						r->bad_versions++;
+				}
+				off = h->next;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->commit_lock);
+	free(w.refs);
+	return ret;
+}

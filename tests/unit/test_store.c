@@ -1,0 +1,299 @@
+/*
+ * Unit tests of store/: rows, sparse huge ids, partial and duplicate updates,
+ * index splits, truncate, unlink/release, ENOSPC, reopen, and recovery after
+ * a writer is SIGKILLed in the middle of commits (checked with store_fsck:
+ * no torn row, no leaked or doubly used slot).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "embfs/store.h"
+
+#define CHECK(c)                                                                   \
+	do {                                                                       \
+		if (!(c)) {                                                        \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
+			exit(1);                                                   \
+		}                                                                  \
+	} while (0)
+#define OK(e)                                                                      \
+	do {                                                                       \
+		int r_ = (e);                                                      \
+		if (r_ < 0) {                                                      \
+			fprintf(stderr, "%s:%d: %s = %s\n", __FILE__, __LINE__, #e, strerror(-r_)); \
+			exit(1);                                                   \
+		}                                                                  \
+	} while (0)
+
+static char path[256];
+static char err[512];
+
+static struct store *fresh(uint64_t size)
+{
+	struct store_mkfs_opts o = { .size = size, .force = 1, .label = "unit" };
+	struct store *s;
+	unlink(path);
+	if (store_mkfs(path, &o, err, sizeof(err)) || store_open(path, &s, err, sizeof(err))) {
+		fprintf(stderr, "pool: %s\n", err);
+		exit(1);
+	}
+	return s;
+}
+
+static struct store *reopen(struct store *s)
+{
+	store_close(s);
+	if (store_open(path, &s, err, sizeof(err))) {
+		fprintf(stderr, "reopen: %s\n", err);
+		exit(1);
+	}
+	return s;
+}
+
+static void fill(uint8_t *row, uint32_t rs, uint64_t id, uint64_t gen)
+{
+	for (uint32_t i = 0; i < rs; i++)
+		row[i] = (uint8_t)(id * 131 + gen * 7 + i);
+}
+
+static void fsck_clean(struct store *s)
+{
+	struct store_fsck f;
+	OK(store_fsck(s, &f));
+	if (f.bad_versions || f.double_refs || f.leaked_slots || f.bad_counts) {
+		fprintf(stderr, "fsck: rows %llu bad %llu double %llu leaked %llu counts %llu\n",
+			(unsigned long long)f.rows, (unsigned long long)f.bad_versions,
+			(unsigned long long)f.double_refs, (unsigned long long)f.leaked_slots,
+			(unsigned long long)f.bad_counts);
+		exit(1);
+	}
+}
+
+static void test_rows(void)
+{
+	struct store *s = fresh(64 << 20);
+	uint32_t id;
+	uint8_t row[256], got[256];
+	OK(store_table_create(s, "t.emb", 0644, 0, 0, 64, EMB_DT_F32, &id));
+	CHECK(store_table_create(s, "t.emb", 0644, 0, 0, 64, EMB_DT_F32, &id) == -EEXIST);
+	CHECK(store_table_create(s, "a/b", 0644, 0, 0, 64, EMB_DT_F32, &id) == -EINVAL);
+	CHECK(store_table_create(s, "x", 0644, 0, 0, 0, EMB_DT_F32, &id) == -EINVAL);
+
+	/* sparse, huge ids: any id whose byte offset fits in off_t */
+	uint64_t ids[] = { 0, 1, 77, 1ull << 40, (uint64_t)(INT64_MAX / 256) };
+	for (size_t i = 0; i < 5; i++) {
+		fill(row, 256, ids[i], 1);
+		struct store_rowop op = { ids[i], 0, 256, row };
+		OK(store_rows_write(s, id, &op, 1, (ids[i] + 1) * 256));
+	}
+	for (size_t i = 0; i < 5; i++) {
+		fill(row, 256, ids[i], 1);
+		CHECK(store_row_read(s, id, ids[i], got) == 1);
+		CHECK(!memcmp(row, got, 256));
+	}
+	CHECK(store_row_read(s, id, 2, got) == 0);
+	for (int i = 0; i < 256; i++)
+		CHECK(got[i] == 0);
+
+	/* partial update keeps the other bytes; duplicates in one batch: last wins */
+	uint8_t patch[10];
+	memset(patch, 0xAB, 10);
+	struct store_rowop ops[3] = { { 77, 100, 10, patch }, { 77, 0, 0, NULL }, { 77, 5, 10, patch } };
+	OK(store_rows_write(s, id, ops, 1, 0));
+	fill(row, 256, 77, 1);
+	memset(row + 100, 0xAB, 10);
+	CHECK(store_row_read(s, id, 77, got) == 1 && !memcmp(row, got, 256));
+	OK(store_rows_write(s, id, ops, 3, 0)); /* write, delete, write */
+	memset(row, 0, 256);
+	memset(row + 5, 0xAB, 10);
+	CHECK(store_row_read(s, id, 77, got) == 1 && !memcmp(row, got, 256));
+
+	/* SEEK_DATA / SEEK_HOLE support */
+	uint64_t r;
+	CHECK(store_row_next(s, id, 2, &r) == 1 && r == 77);
+	CHECK(store_row_next(s, id, (uint64_t)(INT64_MAX / 256) + 1, &r) == 0);
+	CHECK(store_row_hole(s, id, 0, &r) == 0 && r == 2);
+
+	struct store_attr a;
+	OK(store_table_getattr(s, id, &a));
+	CHECK(a.nrows == 5 && a.size == ((uint64_t)(INT64_MAX / 256) + 1) * 256);
+	CHECK(store_table_set_geometry(s, id, 32, EMB_DT_F32) == -EBUSY);
+	fsck_clean(s);
+	s = reopen(s);
+	fill(row, 256, 1ull << 40, 1);
+	CHECK(store_row_read(s, id, 1ull << 40, got) == 1 && !memcmp(row, got, 256));
+	fsck_clean(s);
+
+	/* truncate mid-row: the tail is zeroed, later rows dropped */
+	OK(store_table_truncate(s, id, 256 + 100));
+	OK(store_table_getattr(s, id, &a));
+	CHECK(a.nrows == 2 && a.size == 356);
+	fill(row, 256, 1, 1);
+	memset(row + 100, 0, 156);
+	CHECK(store_row_read(s, id, 1, got) == 1 && !memcmp(row, got, 256));
+	CHECK(store_row_read(s, id, 1ull << 40, got) == 0);
+	fsck_clean(s);
+	store_close(s);
+}
+
+static void test_many(void)
+{
+	struct store *s = fresh(256 << 20);
+	uint32_t id;
+	enum { N = 200000, B = 4096 };
+	static struct store_rowop ops[B];
+	static uint8_t data[B][64];
+	uint8_t got[64], want[64];
+	OK(store_table_create(s, "big", 0644, 0, 0, 16, EMB_DT_F32, &id));
+	for (uint64_t base = 0; base < N; base += B) {
+		for (int i = 0; i < B; i++) {
+			uint64_t rid = (base + (uint64_t)i) * 0x9E3779B97F4A7C15ull >> 20; /* scattered */
+			fill(data[i], 64, rid, 2);
+			ops[i] = (struct store_rowop){ rid, 0, 64, data[i] };
+		}
+		OK(store_rows_write(s, id, ops, B, 0));
+	}
+	s = reopen(s);
+	struct store_attr a;
+	OK(store_table_getattr(s, id, &a));
+	CHECK(a.nrows >= N - 10); /* the mixed ids may collide a few times */
+	for (uint64_t k = 0; k < N + N % B; k += 7) {
+		uint64_t rid = k * 0x9E3779B97F4A7C15ull >> 20;
+		if (k >= (N / B + (N % B != 0)) * (uint64_t)B)
+			break;
+		fill(want, 64, rid, 2);
+		CHECK(store_row_read(s, id, rid, got) == 1 && !memcmp(want, got, 64));
+	}
+	fsck_clean(s);
+
+	/* unlink frees everything at release */
+	struct store_stats before, after;
+	store_stats_get(s, &before);
+	OK(store_table_unlink(s, "big"));
+	CHECK(store_table_lookup(s, "big", &id) == -ENOENT);
+	OK(store_table_release(s, id));
+	store_stats_get(s, &after);
+	CHECK(after.rows == 0);
+	CHECK(after.free_bytes > before.free_bytes + 10 * (1 << 20));
+	fsck_clean(s);
+	store_close(s);
+}
+
+static void test_enospc(void)
+{
+	struct store *s = fresh(16 << 20);
+	uint32_t id;
+	enum { B = 512 };
+	static struct store_rowop ops[B];
+	static uint8_t data[B][1024];
+	uint8_t got[1024], want[1024];
+	OK(store_table_create(s, "t", 0644, 0, 0, 256, EMB_DT_F32, &id));
+	uint64_t written = 0;
+	int ret = 0;
+	for (int round = 0; round < 100000 && !ret; round++) {
+		for (int i = 0; i < B; i++) {
+			fill(data[i], 1024, written + (uint64_t)i, 3);
+			ops[i] = (struct store_rowop){ written + (uint64_t)i, 0, 1024, data[i] };
+		}
+		ret = store_rows_write(s, id, ops, B, 0);
+		if (!ret)
+			written += B;
+	}
+	CHECK(ret == -ENOSPC);
+	CHECK(written > 0);
+	struct store_attr a;
+	OK(store_table_getattr(s, id, &a));
+	CHECK(a.nrows == written); /* the failed batch added nothing */
+	for (uint64_t r = 0; r < written; r += 13) {
+		fill(want, 1024, r, 3);
+		CHECK(store_row_read(s, id, r, got) == 1 && !memcmp(want, got, 1024));
+	}
+	CHECK(store_row_read(s, id, written, got) == 0);
+	fsck_clean(s);
+	/* deleting rows makes room again */
+	for (int i = 0; i < B; i++)
+		ops[i] = (struct store_rowop){ (uint64_t)i, 0, 0, NULL };
+	OK(store_rows_write(s, id, ops, B, 0));
+	for (int i = 0; i < B / 2; i++)
+		ops[i] = (struct store_rowop){ written + (uint64_t)i, 0, 1024, data[i] };
+	OK(store_rows_write(s, id, ops, B / 2, 0));
+	s = reopen(s);
+	fsck_clean(s);
+	store_close(s);
+}
+
+/* A child commits random batches until SIGKILLed; recovery must leave every
+ * row whole and every slot accounted for. */
+static void test_crash(void)
+{
+	struct store *s = fresh(64 << 20);
+	uint32_t id;
+	OK(store_table_create(s, "c", 0644, 0, 0, 32, EMB_DT_F32, &id));
+	store_close(s);
+	srand((unsigned)time(NULL));
+	for (int round = 0; round < 12; round++) {
+		int pfd[2];
+		CHECK(pipe(pfd) == 0);
+		pid_t pid = fork();
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			if (store_open(path, &s, err, sizeof(err)))
+				_exit(2);
+			static uint8_t data[256][128];
+			struct store_rowop ops[256];
+			for (uint64_t gen = 0;; gen++) {
+				for (int i = 0; i < 256; i++) {
+					uint64_t rid = (uint64_t)rand() % 20000;
+					fill(data[i], 128, rid, gen);
+					int del = rand() % 10 == 0;
+					ops[i] = (struct store_rowop){ rid, 0, 128, del ? NULL : data[i] };
+				}
+				if (store_rows_write(s, id, ops, 256, 0))
+					_exit(3);
+				if (gen == 0 && write(pfd[1], "x", 1) != 1)
+					_exit(4);
+			}
+		}
+		char x;
+		close(pfd[1]);
+		CHECK(read(pfd[0], &x, 1) == 1); /* the writer has committed once */
+		close(pfd[0]);
+		struct timespec ts = { 0, (long)(5 + rand() % 60) * 1000000L };
+		nanosleep(&ts, NULL); /* a random point in the writer's life, on purpose */
+		kill(pid, SIGKILL);
+		int st;
+		waitpid(pid, &st, 0);
+		CHECK(WIFSIGNALED(st));
+		if (store_open(path, &s, err, sizeof(err))) {
+			fprintf(stderr, "reopen after crash: %s\n", err);
+			exit(1);
+		}
+		struct store_stats ss;
+		store_stats_get(s, &ss);
+		CHECK(ss.recovered);
+		fsck_clean(s);
+		store_close(s);
+	}
+}
+
+int main(void)
+{
+	snprintf(path, sizeof(path), "%s/embfs-unit-%d.pool",
+		 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", (int)getpid());
+	test_rows();
+	printf("rows ok\n");
+	test_many();
+	printf("many ok\n");
+	test_enospc();
+	printf("enospc ok\n");
+	test_crash();
+	printf("crash ok\n");
+	unlink(path);
+	return 0;
+}
