@@ -15,8 +15,10 @@ STORE_LIBS = $(shell pkg-config --libs libpmemobj libpmem libxxhash 2>/dev/null)
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null)
 
 STORE_SRC := $(wildcard store/*.c)
+CACHE_SRC := $(wildcard cache/*.c)
 FS_SRC := $(wildcard fs/*.c)
 STORE_OBJ := $(STORE_SRC:%.c=$(BUILD)/%.o)
+CACHE_OBJ := $(CACHE_SRC:%.c=$(BUILD)/%.o)
 FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
 HDRS := $(wildcard include/embfs/*.h store/*.h fs/*.h)
 
@@ -34,15 +36,18 @@ $(BUILD)/%.o: %.c $(HDRS)
 $(BUILD)/libstore.a: $(STORE_OBJ)
 	ar rcs $@ $^
 
-$(BUILD)/embfs: $(FS_OBJ) $(BUILD)/libstore.a
+$(BUILD)/libcache.a: $(CACHE_OBJ)
+	ar rcs $@ $^
+
+$(BUILD)/embfs: $(FS_OBJ) $(BUILD)/libcache.a $(BUILD)/libstore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(STORE_LIBS)
 
 $(BUILD)/mkfs.embfs: $(BUILD)/mkfs/mkfs.o $(BUILD)/libstore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libstore.a $(HDRS)
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libstore.a $(BUILD)/libcache.a $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) -Istore -o $@ $< $(BUILD)/libstore.a $(LDFLAGS) $(STORE_LIBS)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(BUILD)/libcache.a $(BUILD)/libstore.a $(LDFLAGS) $(STORE_LIBS)
 
 $(BUILD)/tools/%: tests/tools/%.c
 	@mkdir -p $(dir $@)

@@ -45,7 +45,7 @@ static void ns_to_ts(uint64_t ns, struct timespec *ts)
 	ts->tv_nsec = (long)(ns % 1000000000ull);
 }
 
-static void table_stat(const struct store_attr *a, struct stat *st)
+static void table_stat(struct embfs *fs, const struct store_attr *a, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = INO_TABLE0 + a->id;
@@ -55,7 +55,7 @@ static void table_stat(const struct store_attr *a, struct stat *st)
 	st->st_gid = a->gid;
 	st->st_size = (off_t)a->size;
 	st->st_blksize = 65536;
-	st->st_blocks = (blkcnt_t)((a->nrows * a->row_size + 511) / 512);
+	st->st_blocks = (blkcnt_t)((rows_count(fs, a->id, a->nrows) * a->row_size + 511) / 512);
 	ns_to_ts(a->atime_ns, &st->st_atim);
 	ns_to_ts(a->mtime_ns, &st->st_mtim);
 	ns_to_ts(a->ctime_ns, &st->st_ctim);
@@ -86,7 +86,7 @@ static int do_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st)
 	int ret = store_table_getattr(fs->st, id, &a);
 	if (ret)
 		return ret;
-	table_stat(&a, st);
+	table_stat(fs, &a, st);
 	return 0;
 }
 
@@ -103,16 +103,43 @@ static void fill_entry(struct embfs *fs, const struct store_attr *a, struct fuse
 	e->generation = a->gen;
 	e->attr_timeout = TIMEOUT;
 	e->entry_timeout = TIMEOUT;
-	table_stat(a, &e->attr);
+	table_stat(fs, a, &e->attr);
 	atomic_fetch_add(&fs->nlookup[a->id], 1);
+}
+
+/* Truncate through the cache: written rows reach the store first, the
+ * rows the store changes are dropped from the cache after. */
+static int truncate_table(struct embfs *fs, uint32_t id, uint64_t size)
+{
+	struct store_attr a;
+	int ret = store_table_getattr(fs->st, id, &a);
+	if (!ret)
+		ret = rows_before_change(fs, id);
+	if (!ret)
+		ret = store_table_truncate(fs->st, id, size);
+	if (!ret)
+		rows_after_change(fs, id, size / a.row_size, UINT64_MAX);
+	return ret;
 }
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	(void)userdata;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	/* every change to a table's bytes comes through this kernel, so its page
+	 * cache stays valid when mtime moves; changes the daemon makes itself
+	 * are invalidated explicitly */
+	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+}
+
+static void op_destroy(void *userdata)
+{
+	struct embfs *fs = userdata;
+	int ret = rows_sync(fs, -1);
+	if (ret)
+		fprintf(stderr, "embfs: writing back cached rows at unmount: %s\n", strerror(-ret));
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -160,7 +187,10 @@ static void forget_one(struct embfs *fs, fuse_ino_t ino, uint64_t n)
 	uint32_t id;
 	if (!ino_table(ino, &id))
 		return;
-	if (atomic_fetch_sub(&fs->nlookup[id], n) == n) {
+	struct store_attr a;
+	if (atomic_fetch_sub(&fs->nlookup[id], n) == n && store_table_getattr(fs->st, id, &a) == 0 &&
+	    a.orphan) {
+		rows_after_change(fs, id, 0, UINT64_MAX);
 		int ret = store_table_release(fs->st, id);
 		if (ret)
 			fprintf(stderr, "embfs: freeing unlinked table %u: %s\n", id, strerror(-ret));
@@ -212,7 +242,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			fuse_reply_err(req, EINVAL);
 			return;
 		}
-		ret = store_table_truncate(fs->st, id, (uint64_t)attr->st_size);
+		ret = truncate_table(fs, id, (uint64_t)attr->st_size);
 	}
 	struct store_attr a;
 	unsigned mask = 0;
@@ -416,6 +446,15 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
+	/* libfuse negotiates atomic_o_trunc: the kernel sends no SETATTR for
+	 * open(O_TRUNC) and relies on us to truncate here */
+	if (fi->flags & O_TRUNC) {
+		int ret = truncate_table(fs, id, 0);
+		if (ret) {
+			fuse_reply_err(req, -ret);
+			return;
+		}
+	}
 	fi->keep_cache = 1;
 	fuse_reply_open(req, fi);
 }
@@ -457,29 +496,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	}
 	size_t len = a.size - o < size ? (size_t)(a.size - o) : size;
 	char *buf = malloc(len);
-	char *row = malloc(a.row_size);
-	if (!buf || !row) {
-		free(buf);
-		free(row);
+	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	uint32_t rs = a.row_size;
-	for (size_t done = 0; done < len && !ret;) {
-		uint64_t pos = o + done;
-		uint64_t r = pos / rs;
-		uint32_t in = (uint32_t)(pos % rs);
-		size_t take = rs - in < len - done ? rs - in : len - done;
-		if (in == 0 && take == rs) {
-			ret = store_row_read(fs->st, id, r, buf + done);
-		} else {
-			ret = store_row_read(fs->st, id, r, row);
-			memcpy(buf + done, row + in, take);
-		}
-		ret = ret < 0 ? ret : 0;
-		done += take;
-	}
-	free(row);
+	ret = rows_read(fs, id, a.row_size, o, len, buf);
 	atomic_fetch_add_explicit(&fs->n_read, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&fs->n_read_bytes, len, memory_order_relaxed);
 	if (ret)
@@ -510,23 +531,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 		fuse_reply_err(req, EFBIG);
 		return;
 	}
-	uint32_t rs = a.row_size;
-	size_t nrows = size ? (size_t)((o + size - 1) / rs - o / rs + 1) : 0;
-	struct store_rowop *ops = calloc(nrows ? nrows : 1, sizeof(*ops));
-	if (!ops) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	size_t k = 0;
-	for (size_t done = 0; done < size; k++) {
-		uint64_t pos = o + done;
-		uint32_t in = (uint32_t)(pos % rs);
-		size_t take = rs - in < size - done ? rs - in : size - done;
-		ops[k] = (struct store_rowop){ pos / rs, in, (uint32_t)take, data + done };
-		done += take;
-	}
-	ret = store_rows_write(fs->st, id, ops, k, o + size);
-	free(ops);
+	ret = rows_write(fs, id, a.row_size, o, size, data);
 	atomic_fetch_add_explicit(&fs->n_write, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&fs->n_write_bytes, size, memory_order_relaxed);
 	if (ret)
@@ -548,8 +553,9 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	(void)ino;
 	(void)datasync;
 	(void)fi;
+	uint32_t id;
 	atomic_fetch_add_explicit(&fs->n_fsync, 1, memory_order_relaxed);
-	fuse_reply_err(req, -store_sync(fs->st));
+	fuse_reply_err(req, -rows_sync(fs, ino_table(ino, &id) ? (int64_t)id : -1));
 }
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -557,7 +563,10 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 	(void)ino;
 	(void)datasync;
 	(void)fi;
-	fuse_reply_err(req, -store_sync(FS(req)->st));
+	/* fsync of a directory (the mount's root) writes back every table:
+	 * the kernel delivers syncfs(2) to virtiofs only, so this is the
+	 * whole-pool sync point */
+	fuse_reply_err(req, -rows_sync(FS(req), -1));
 }
 
 struct dirbuf {
@@ -626,7 +635,8 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct store_stats s;
 	struct statvfs v;
 	(void)ino;
-	store_stats_get(FS(req)->st, &s);
+	struct embfs *fs = FS(req);
+	store_stats_get(fs->st, &s);
 	memset(&v, 0, sizeof(v));
 	v.f_bsize = 4096;
 	v.f_frsize = 4096;
@@ -738,7 +748,12 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	fuse_reply_err(req, -store_table_set_geometry(fs->st, id, dim, dtype));
+	ret = rows_before_change(fs, id);
+	if (!ret)
+		ret = store_table_set_geometry(fs->st, id, dim, dtype);
+	if (!ret)
+		rows_after_change(fs, id, 0, UINT64_MAX);
+	fuse_reply_err(req, -ret);
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
@@ -816,7 +831,14 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	}
 	int ret = store_table_getattr(fs->st, id, &a);
 	if (!ret)
+		ret = rows_before_change(fs, id);
+	if (!ret)
 		ret = punch(fs, id, &a, (uint64_t)off, (uint64_t)len);
+	if (!ret) {
+		uint64_t end = (uint64_t)off + (uint64_t)len;
+		rows_after_change(fs, id, (uint64_t)off / a.row_size,
+				  end / a.row_size + 1 < end / a.row_size ? UINT64_MAX : end / a.row_size + 1);
+	}
 	fuse_reply_err(req, -ret);
 }
 
@@ -830,7 +852,10 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, stru
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	int ret = store_table_getattr(fs->st, id, &a);
+	/* the store answers: it must hold every row written so far */
+	int ret = rows_before_change(fs, id);
+	if (!ret)
+		ret = store_table_getattr(fs->st, id, &a);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -866,6 +891,7 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, stru
 
 const struct fuse_lowlevel_ops embfs_ops = {
 	.init = op_init,
+	.destroy = op_destroy,
 	.lookup = op_lookup,
 	.forget = op_forget,
 	.forget_multi = op_forget_multi,

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "embfs/size.h"
 #include "fs.h"
 
 #define OPT(t, p) { t, offsetof(struct embfs_conf, p), 1 }
@@ -21,6 +22,8 @@ static const struct fuse_opt embfs_opts[] = {
 	OPT("dtype=%s", dtype),
 	OPT("pidfile=%s", pidfile),
 	OPT("threads=%u", threads),
+	OPT("cache_size=%s", cache_size),
+	OPT("dirty_age_ms=%u", dirty_age_ms),
 	OPT("-h", show_help),
 	OPT("--help", show_help),
 	OPT("-V", show_version),
@@ -50,6 +53,8 @@ static void usage(const char *prog)
 	       "    -o dim=N               default dim for new tables (64)\n"
 	       "    -o dtype=T             default dtype for new tables (f32)\n"
 	       "    -o threads=N           FUSE worker threads (number of cores)\n"
+	       "    -o cache_size=SIZE     DRAM row cache (default: 1/8 of RAM, at most 1G; 0 = none)\n"
+	       "    -o dirty_age_ms=N      longest a written row stays only in DRAM (5000)\n"
 	       "    -o pidfile=PATH        write the daemon's pid once mounted\n\n",
 	       prog);
 	fuse_cmdline_help();
@@ -67,6 +72,7 @@ int main(int argc, char **argv)
 	memset(&fs, 0, sizeof(fs));
 	memset(&cl, 0, sizeof(cl));
 	fs.conf.dim = 64;
+	fs.conf.dirty_age_ms = 5000;
 	if (fuse_opt_parse(&args, &fs.conf, embfs_opts, opt_proc) == -1)
 		return 1;
 	if (fs.conf.show_help) {
@@ -96,12 +102,31 @@ int main(int argc, char **argv)
 			fs.def_dim, store_dtype_name(fs.def_dtype), EMB_ROW_MAX);
 		goto out_cl;
 	}
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	fs.cache_bytes = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize / 8 : 1ull << 30;
+	if (fs.cache_bytes > (1ull << 30))
+		fs.cache_bytes = 1ull << 30;
+	if (fs.conf.cache_size && embfs_parse_size(fs.conf.cache_size, &fs.cache_bytes)) {
+		fprintf(stderr, "embfs: bad cache_size '%s'\n", fs.conf.cache_size);
+		goto out_cl;
+	}
+	if (fs.cache_bytes && fs.cache_bytes < (64u << 10)) {
+		fprintf(stderr, "embfs: cache_size below 64K (use 0 for no cache)\n");
+		goto out_cl;
+	}
 	fs.nlookup = calloc(EMB_CAT_PER_CHUNK * EMB_CAT_CHUNKS, sizeof(*fs.nlookup));
 	if (!fs.nlookup)
 		goto out_cl;
 	if (store_open(fs.conf.pool, &fs.st, err, sizeof(err))) {
 		fprintf(stderr, "embfs: %s\n", err);
 		goto out_cl;
+	}
+
+	if (fs.cache_bytes) {
+		fprintf(stderr, "embfs: %s: row cache %llu MiB, dirty rows written back within %u ms\n",
+			fs.conf.pool, (unsigned long long)(fs.cache_bytes >> 20), fs.conf.dirty_age_ms);
+	} else {
+		fprintf(stderr, "embfs: %s: no row cache, every write is a commit\n", fs.conf.pool);
 	}
 
 	char opt[PATH_MAX + 64];
@@ -120,6 +145,16 @@ int main(int argc, char **argv)
 	if (fuse_session_mount(fs.se, cl.mountpoint) != 0)
 		goto out_signals;
 	fuse_daemonize(cl.foreground);
+	/* after the fork: the cache's flusher thread must live in the daemon */
+	if (fs.cache_bytes) {
+		fs.cache = cache_create(fs.cache_bytes, fs.conf.dirty_age_ms, &embfs_cache_ops, &fs);
+		if (!fs.cache) {
+			fprintf(stderr, "embfs: cannot allocate a %llu-byte cache\n",
+				(unsigned long long)fs.cache_bytes);
+			fuse_session_unmount(fs.se);
+			goto out_signals;
+		}
+	}
 	if (fs.conf.pidfile) {
 		FILE *f = fopen(fs.conf.pidfile, "w");
 		if (f) {
@@ -148,6 +183,14 @@ out_signals:
 out_session:
 	fuse_session_destroy(fs.se);
 out_store:
+	if (fs.cache) {
+		/* op_destroy wrote everything back at unmount; this covers a
+		 * session that never started */
+		int r = cache_flush(fs.cache, -1);
+		if (r)
+			fprintf(stderr, "embfs: writing back cached rows: %s\n", strerror(-r));
+		cache_destroy(fs.cache);
+	}
 	store_close(fs.st);
 out_cl:
 	free(cl.mountpoint);
@@ -156,6 +199,7 @@ out_args:
 	free(fs.conf.pool);
 	free(fs.conf.pidfile);
 	free(fs.conf.dtype);
+	free(fs.conf.cache_size);
 	fuse_opt_free_args(&args);
 	return ret;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "embfs/size.h"
 #include "embfs/store.h"
 
 #define MAX_TABLES 256
@@ -31,30 +32,6 @@ static void usage(FILE *f)
 		"  -t SPEC      pre-create table NAME with DIM elements of DTYPE (default f32);\n"
 		"               dtypes: f32 f16 bf16 f64 i8 u8 i16 i32\n",
 		EMB_LABEL_MAX);
-}
-
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || s[0] == '-')
-		return -1;
-	unsigned shift = 0;
-	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
-	}
-	if (shift && (*end == 'i' || *end == 'I') && (end[1] == 'B' || end[1] == 'b'))
-		end += 2;
-	else if (shift && (*end == 'B' || *end == 'b'))
-		end++;
-	if (*end || v > (UINT64_MAX >> shift))
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
 }
 
 static int table_name_ok(const char *n)
@@ -104,11 +81,12 @@ int main(int argc, char **argv)
 	int nt = 0, c;
 	char err[512];
 
+	static const struct option no_long[] = { { NULL, 0, NULL, 0 } };
 	opterr = 0;
-	while ((c = getopt(argc, argv, ":s:L:ft:h")) != -1) {
+	while ((c = getopt_long(argc, argv, ":s:L:ft:h", no_long, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (parse_size(optarg, &o.size) || o.size == 0) {
+			if (embfs_parse_size(optarg, &o.size) || o.size == 0) {
 				fprintf(stderr, "mkfs.embfs: bad size '%s'\n", optarg);
 				return 2;
 			}
@@ -141,8 +119,11 @@ int main(int argc, char **argv)
 		case ':':
 			fprintf(stderr, "mkfs.embfs: option -%c needs an argument\n", optopt);
 			return 2;
-		default:
-			fprintf(stderr, "mkfs.embfs: unknown option '%s' (see -h)\n", argv[optind - 1]);
+		default: /* optopt: the bad letter of a (possibly grouped) short option */
+			if (optopt)
+				fprintf(stderr, "mkfs.embfs: unknown option '-%c' (see -h)\n", optopt);
+			else
+				fprintf(stderr, "mkfs.embfs: unknown option '%s' (see -h)\n", argv[optind - 1]);
 			return 2;
 		}
 	}

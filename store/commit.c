@@ -223,8 +223,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		st64(&t->nrows, t->nrows + (uint64_t)drows);
 	if (changed)
 		st->mod++;
-	if (size_hint > t->size)
-		st64(&t->size, size_hint);
+	max64(&t->size, size_hint);
 	st64(&t->mtime_ns, now);
 	st64(&t->ctime_ns, now);
 	pthread_rwlock_unlock(&st->lock);
@@ -255,10 +254,8 @@ int commit_locked(struct store *s, struct stable *st, const struct store_rowop *
 {
 	if (n == 0) {
 		if (size_hint > st->t->size) {
-			pthread_rwlock_wrlock(&st->lock);
-			st64(&st->t->size, size_hint);
+			max64(&st->t->size, size_hint);
 			st64(&st->t->mtime_ns, now_ns());
-			pthread_rwlock_unlock(&st->lock);
 			pm_flush(s, st->t, 128);
 			pm_barrier(s);
 		}
@@ -314,8 +311,8 @@ int commit_recover(struct store *s)
 		}
 		/* the row count and size were published after the rows: redo them */
 		st64(&st->t->nrows, nrows);
-		if (any && j->size_hint > st->t->size)
-			st64(&st->t->size, j->size_hint);
+		if (any)
+			max64(&st->t->size, j->size_hint);
 		pm_flush(s, st->t, 128);
 		pm_barrier(s);
 	}

@@ -70,6 +70,17 @@ static int target_size(const char *path, uint64_t *size, int *is_dev, char *err,
 	return 0;
 }
 
+/* libpmemobj quotes bytes of the file (e.g. its signature) in its messages:
+ * keep the one-line error printable. */
+static const char *printable(const char *m, char *buf, size_t n)
+{
+	size_t i = 0;
+	for (; m && m[i] && i + 1 < n; i++)
+		buf[i] = (unsigned char)m[i] >= 0x20 && (unsigned char)m[i] < 0x7f ? m[i] : '?';
+	buf[i] = 0;
+	return buf;
+}
+
 int store_check(const char *path, char *err, size_t n)
 {
 	uint64_t size;
@@ -84,10 +95,12 @@ int store_check(const char *path, char *err, size_t n)
 	PMEMobjpool *pop = pmemobj_open(path, EMB_LAYOUT);
 	int e = errno;
 	pmemobj_ctl_set(NULL, "copy_on_write.at_open", &zero);
-	if (!pop)
+	if (!pop) {
+		char msg[256];
 		return fail(err, n, e == EINVAL ? -EINVAL : -e,
 			    "%s: not an embfs pool, or damaged (libpmemobj: %s)", path,
-			    pmemobj_errormsg());
+			    printable(pmemobj_errormsg(), msg, sizeof(msg)));
+	}
 	ret = super_check(pop, err, n);
 	if (!ret) {
 		struct emb_super *sb = pmemobj_direct(pmemobj_root(pop, 0));
@@ -256,6 +269,7 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	s->jr = S_PTR(s, s->sb->journal_off);
 	pthread_rwlock_init(&s->cat_lock, NULL);
 	pthread_mutex_init(&s->commit_lock, NULL);
+	pthread_mutex_init(&s->space_lock, NULL);
 
 	ret = catalog_load(s);
 	if (ret) {
@@ -306,6 +320,7 @@ void store_close(struct store *s)
 	pmemobj_close(s->pop);
 	pthread_rwlock_destroy(&s->cat_lock);
 	pthread_mutex_destroy(&s->commit_lock);
+	pthread_mutex_destroy(&s->space_lock);
 	free(s);
 }
 
@@ -324,6 +339,30 @@ int store_row_read(struct store *s, uint32_t id, uint64_t row, void *buf)
 		memset(buf, 0, rs);
 	atomic_fetch_add_explicit(&s->n_rows_read, 1, memory_order_relaxed);
 	return off ? 1 : 0;
+}
+
+int store_row_exists(struct store *s, uint32_t id, uint64_t row)
+{
+	struct stable *st = tab_get(s, id);
+	if (!st)
+		return -ENOENT;
+	pthread_rwlock_rdlock(&st->lock);
+	uint64_t off = index_get(s, st, row, NULL);
+	pthread_rwlock_unlock(&st->lock);
+	return off != 0;
+}
+
+int store_table_extend(struct store *s, uint32_t id, uint64_t size)
+{
+	struct stable *st = tab_get(s, id);
+	if (!st)
+		return -ENOENT;
+	uint64_t now = now_ns();
+	max64(&st->t->size, size);
+	st64(&st->t->mtime_ns, now);
+	st64(&st->t->ctime_ns, now);
+	pm_flush(s, st->t, 128);
+	return 0;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -428,6 +467,27 @@ int store_row_hole(struct store *s, uint32_t id, uint64_t from, uint64_t *hole)
 	return 0;
 }
 
+/* libpmemobj's own metadata: ~3 MiB of lanes, chunk headers (1/32768 of
+ * the heap) and the chunks its small-object runs hold back; measured as about
+ * 10 MiB on a fresh pool, most of it independent of the size. */
+static uint64_t heap_capacity(const struct store *s)
+{
+	uint64_t meta = (10ull << 20) + s->map_len / 4096;
+	return s->map_len > meta ? s->map_len - meta : 0;
+}
+
+static uint64_t heap_used_fn(struct store *s)
+{
+	uint64_t used = 0;
+	pmemobj_ctl_get(s->pop, "stats.heap.curr_allocated", &used);
+	return used;
+}
+
+int store_space_reserve(struct store *s, uint32_t row_size, int64_t rows)
+{
+	return slab_promise(s, row_size, rows);
+}
+
 void store_stats_get(struct store *s, struct store_stats *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -446,15 +506,9 @@ void store_stats_get(struct store *s, struct store_stats *st)
 		st->rows += ld64(&t->t->nrows);
 	}
 	pthread_rwlock_unlock(&s->cat_lock);
-	pthread_mutex_lock(&s->commit_lock);
 	slab_usage(s, &slab_bytes, &free_slots, &nslabs);
-	pthread_mutex_unlock(&s->commit_lock);
-	pmemobj_ctl_get(s->pop, "stats.heap.curr_allocated", &heap_used);
-	/* libpmemobj's own metadata: ~3 MiB of lanes, chunk headers (1/32768 of
-	 * the heap) and the chunks its small-object runs hold back; measured as
-	 * about 10 MiB on a fresh pool, most of it independent of the size */
-	uint64_t meta = (10ull << 20) + st->pool_size / 4096;
-	uint64_t cap = st->pool_size > meta ? st->pool_size - meta : 0;
+	heap_used = heap_used_fn(s);
+	uint64_t cap = heap_capacity(s);
 	st->slabs = nslabs;
 	st->used_bytes = heap_used > free_slots ? heap_used - free_slots : 0;
 	st->free_bytes = (heap_used < cap ? cap - heap_used : 0) + free_slots;

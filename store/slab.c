@@ -4,7 +4,19 @@
  * A slab's persistent bitmap says which slots hold a journaled or published
  * version; the DRAM copy additionally holds slots handed out to a commit in
  * progress.  Slabs of a class are read in at the first allocation in that
- * class, not at mount.  Callers hold commit_lock.
+ * class, not at mount.
+ *
+ * Reservations: a write-back cache promises rows to the pool before it writes
+ * them (store_space_reserve).  A promise is an exact count of free slots of
+ * the row's class, taken from loaded slabs, growing the class by a slab if
+ * needed; every class keeps COW_HEADROOM unpromised slots for copy-on-write
+ * of updates.  A slab is grown for a promise only if room for the promised
+ * rows' index growth stays allocatable afterwards (probed in the same
+ * transaction).  So write-back of promised rows does not run out of space.
+ *
+ * Locking: space_lock protects the DRAM state here (classes, slabs, bitmap
+ * copies, promises); the public functions take it.  PMem bitmap words are
+ * changed only under commit_lock.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -48,8 +60,8 @@ static void slab_geometry(uint32_t ss, uint32_t *alloc, uint32_t *nslots)
 	*nslots = n;
 }
 
-/* Find or create the class whose slots fit row_size. */
-int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls)
+/* Find or create the class whose slots fit row_size.  space_lock held. */
+static int class_for_locked(struct store *s, uint32_t row_size, uint32_t *cls)
 {
 	uint32_t ss = slot_size_for(row_size);
 	volatile int free_i = -1;
@@ -125,6 +137,7 @@ static int class_push(struct store *s, uint32_t cls, struct emb_slab *h)
 		used += (uint32_t)__builtin_popcountll(sl->bm[i]);
 	}
 	sl->nfree = h->nslots - used;
+	c->nfree += sl->nfree;
 	if (c->n == c->cap) {
 		size_t nc = c->cap ? c->cap * 2 : 16;
 		struct sslab **p = realloc(c->slabs, nc * sizeof(*p));
@@ -165,8 +178,10 @@ static int class_load(struct store *s, uint32_t cls)
 	return 0;
 }
 
-/* Allocate a new slab and link it at the head of the class, atomically. */
-static int slab_grow(struct store *s, uint32_t cls)
+/* Allocate a new slab and link it at the head of the class, atomically.
+ * keep: index segments that must stay allocatable afterwards (probed in the
+ * same transaction, then freed). */
+static int slab_grow(struct store *s, uint32_t cls, uint64_t keep)
 {
 	struct emb_class *pc = &s->sb->classes[cls];
 	struct emb_slab *volatile h = NULL;
@@ -175,6 +190,11 @@ static int slab_grow(struct store *s, uint32_t cls)
 	slab_geometry(ss, &alloc, &n);
 
 	TX_BEGIN(s->pop) {
+		PMEMoid probe[64];
+		for (uint64_t i = 0; i < keep && i < 64; i++)
+			probe[i] = pmemobj_tx_alloc(sizeof(struct emb_seg) + 64, 0);
+		for (uint64_t i = 0; i < keep && i < 64; i++)
+			pmemobj_tx_free(probe[i]);
 		PMEMoid o = pmemobj_tx_zalloc(alloc, 0);
 		char *raw = pmemobj_direct(o);
 		h = (struct emb_slab *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
@@ -195,7 +215,7 @@ static int slab_grow(struct store *s, uint32_t cls)
 	return class_push(s, cls, h);
 }
 
-int slab_alloc(struct store *s, uint32_t cls, uint64_t *off)
+static int alloc_locked(struct store *s, uint32_t cls, uint64_t *off)
 {
 	struct sclass *c = &s->cls[cls];
 	int ret = class_load(s, cls);
@@ -216,17 +236,18 @@ int slab_alloc(struct store *s, uint32_t cls, uint64_t *off)
 				break;
 			sl->bm[i] |= 1ull << b;
 			sl->nfree--;
+			c->nfree--;
 			c->cursor = at;
 			*off = sl->start + slot * c->slot_size;
 			return 0;
 		}
 		sl->nfree = 0; /* only tail bits past nslots were clear */
 	}
-	ret = slab_grow(s, cls);
+	ret = slab_grow(s, cls, 0);
 	if (ret)
 		return ret;
 	c->cursor = c->n - 1;
-	return slab_alloc(s, cls, off);
+	return alloc_locked(s, cls, off);
 }
 
 static struct sslab *slab_of(struct store *s, uint64_t off, uint64_t *slot)
@@ -247,6 +268,18 @@ static struct sslab *slab_of(struct store *s, uint64_t off, uint64_t *slot)
 	return NULL;
 }
 
+/* Read in every class.  space_lock held. */
+static int load_all_locked(struct store *s)
+{
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++)
+		if (s->sb->classes[i].slot_size) {
+			int ret = class_load(s, i);
+			if (ret)
+				return ret;
+		}
+	return 0;
+}
+
 /* The slab of off must be loaded; versions are freed only in classes that
  * allocated (and hence loaded) or by recovery, which loads all classes. */
 static struct sslab *slab_of_loaded(struct store *s, uint64_t off, uint64_t *slot)
@@ -254,26 +287,62 @@ static struct sslab *slab_of_loaded(struct store *s, uint64_t off, uint64_t *slo
 	struct sslab *sl = slab_of(s, off, slot);
 	if (sl)
 		return sl;
-	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++)
-		if (s->sb->classes[i].slot_size && class_load(s, i))
-			return NULL;
+	if (load_all_locked(s))
+		return NULL;
 	return slab_of(s, off, slot);
+}
+
+static void give_back(struct store *s, struct sslab *sl, uint64_t slot)
+{
+	uint64_t bit = 1ull << (slot % 64);
+	if (sl->bm[slot / 64] & bit) {
+		sl->bm[slot / 64] &= ~bit;
+		sl->nfree++;
+		s->cls[sl->cls].nfree++;
+	}
+}
+
+int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls)
+{
+	pthread_mutex_lock(&s->space_lock);
+	int ret = class_for_locked(s, row_size, cls);
+	pthread_mutex_unlock(&s->space_lock);
+	return ret;
+}
+
+int slab_alloc(struct store *s, uint32_t cls, uint64_t *off)
+{
+	pthread_mutex_lock(&s->space_lock);
+	int ret = alloc_locked(s, cls, off);
+	pthread_mutex_unlock(&s->space_lock);
+	return ret;
+}
+
+int slab_load_all(struct store *s)
+{
+	pthread_mutex_lock(&s->space_lock);
+	int ret = load_all_locked(s);
+	pthread_mutex_unlock(&s->space_lock);
+	return ret;
 }
 
 void slab_unreserve(struct store *s, uint64_t off)
 {
 	uint64_t slot;
+	pthread_mutex_lock(&s->space_lock);
 	struct sslab *sl = slab_of_loaded(s, off, &slot);
-	if (!sl)
-		return;
-	sl->bm[slot / 64] &= ~(1ull << (slot % 64));
-	sl->nfree++;
+	if (sl)
+		give_back(s, sl, slot);
+	pthread_mutex_unlock(&s->space_lock);
 }
 
+/* PMem bit on.  commit_lock held. */
 void slab_mark(struct store *s, uint64_t off)
 {
 	uint64_t slot;
+	pthread_mutex_lock(&s->space_lock);
 	struct sslab *sl = slab_of_loaded(s, off, &slot);
+	pthread_mutex_unlock(&s->space_lock);
 	if (!sl)
 		return;
 	uint64_t *w = &sl->hdr->bitmap[slot / 64];
@@ -281,22 +350,60 @@ void slab_mark(struct store *s, uint64_t off)
 	pm_flush(s, w, 8);
 }
 
+/* PMem and DRAM bit off.  commit_lock held. */
 void slab_free(struct store *s, uint64_t off)
 {
 	uint64_t slot;
+	pthread_mutex_lock(&s->space_lock);
 	struct sslab *sl = slab_of_loaded(s, off, &slot);
-	if (!sl)
-		return;
-	uint64_t bit = 1ull << (slot % 64);
-	uint64_t *w = &sl->hdr->bitmap[slot / 64];
-	if (*w & bit) {
-		st64(w, *w & ~bit);
-		pm_flush(s, w, 8);
+	if (sl) {
+		uint64_t bit = 1ull << (slot % 64);
+		uint64_t *w = &sl->hdr->bitmap[slot / 64];
+		if (*w & bit) {
+			st64(w, *w & ~bit);
+			pm_flush(s, w, 8);
+		}
+		give_back(s, sl, slot);
 	}
-	if (sl->bm[slot / 64] & bit) {
-		sl->bm[slot / 64] &= ~bit;
-		sl->nfree++;
+	pthread_mutex_unlock(&s->space_lock);
+}
+
+/* Slots a class keeps unpromised: one commit's worth of copy-on-write. */
+static uint64_t cow_headroom(uint32_t slot_size)
+{
+	uint64_t n = (4ull << 20) / slot_size;
+	return n > EMB_JOURNAL_CAP ? EMB_JOURNAL_CAP : n < 16 ? 16 : n;
+}
+
+int slab_promise(struct store *s, uint32_t row_size, int64_t n)
+{
+	uint32_t cls;
+	pthread_mutex_lock(&s->space_lock);
+	int ret = class_for_locked(s, row_size, &cls);
+	if (!ret)
+		ret = class_load(s, cls);
+	if (ret)
+		goto out;
+	struct sclass *c = &s->cls[cls];
+	if (n < 0) {
+		c->promised = (uint64_t)-n > c->promised ? 0 : c->promised - (uint64_t)-n;
+		goto out;
 	}
+	while (c->nfree < c->promised + (uint64_t)n + cow_headroom(c->slot_size)) {
+		/* index growth of every promised row must stay allocatable */
+		uint64_t promised_rows = 0;
+		for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++)
+			promised_rows += s->cls[i].promised;
+		/* a split needs two new segments before it frees one; ~2000
+		 * new rows fill a segment's free slots */
+		ret = slab_grow(s, cls, 2 + (promised_rows + (uint64_t)n) / 2000);
+		if (ret)
+			goto out;
+	}
+	c->promised += (uint64_t)n;
+out:
+	pthread_mutex_unlock(&s->space_lock);
+	return ret;
 }
 
 void slab_release_all(struct store *s)
@@ -315,10 +422,12 @@ void slab_release_all(struct store *s)
 	s->nby_addr = s->cap_by_addr = 0;
 }
 
-/* Slab bytes from the superblock; free slot bytes only for loaded classes. */
+/* Slab bytes from the superblock; free (unpromised) slot bytes only for
+ * loaded classes. */
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs)
 {
 	*slab_bytes = *free_slot_bytes = *nslabs = 0;
+	pthread_mutex_lock(&s->space_lock);
 	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
 		struct emb_class *pc = &s->sb->classes[i];
 		if (!pc->slot_size)
@@ -326,7 +435,8 @@ void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes
 		*slab_bytes += pc->nslabs * ((uint64_t)pc->slab_size + ALLOC_HDR);
 		*nslabs += pc->nslabs;
 		struct sclass *c = &s->cls[i];
-		for (size_t k = 0; k < c->n; k++)
-			*free_slot_bytes += (uint64_t)c->slabs[k]->nfree * c->slot_size;
+		if (c->nfree > c->promised)
+			*free_slot_bytes += (c->nfree - c->promised) * c->slot_size;
 	}
+	pthread_mutex_unlock(&s->space_lock);
 }

@@ -23,6 +23,8 @@ struct sslab {
 struct sclass {
 	uint32_t slot_size;
 	int loaded;            /* slabs of this class read in */
+	uint64_t nfree;        /* free slots over all its slabs */
+	uint64_t promised;     /* slots promised to rows not yet written */
 	struct sslab **slabs;
 	size_t n, cap, cursor;
 };
@@ -52,13 +54,14 @@ struct store {
 	struct emb_journal *jr;
 
 	pthread_rwlock_t cat_lock;   /* catalog and the name hash */
-	pthread_mutex_t commit_lock; /* journal, slab allocator, index structure */
+	pthread_mutex_t commit_lock; /* journal, index structure, PMem slab bitmaps */
+	pthread_mutex_t space_lock;  /* DRAM slab state and promises (slab.c) */
 	struct stable **tab;         /* by catalog slot; protected by cat_lock */
 	struct stable **names;       /* name hash buckets; protected by cat_lock */
 	size_t nnames;
 
-	struct sclass cls[EMB_MAX_CLASSES]; /* protected by commit_lock */
-	struct sslab **by_addr;      /* all loaded slabs sorted by start; protected by commit_lock */
+	struct sclass cls[EMB_MAX_CLASSES]; /* protected by space_lock */
+	struct sslab **by_addr;      /* all loaded slabs sorted by start; protected by space_lock */
 	size_t nby_addr, cap_by_addr;
 
 	_Atomic uint64_t n_commits, n_barriers, n_rows_written, n_rows_read;
@@ -84,6 +87,14 @@ static inline void st64(uint64_t *p, uint64_t v)
 	__atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
+/* *p = max(*p, v), safe against concurrent raisers. */
+static inline void max64(uint64_t *p, uint64_t v)
+{
+	uint64_t cur = ld64(p);
+	while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		;
+}
+
 uint64_t now_ns(void);
 
 /* pm.c: persistence.  flush records a range; barrier makes every flushed
@@ -100,6 +111,9 @@ void slab_unreserve(struct store *s, uint64_t off);
 void slab_mark(struct store *s, uint64_t off);   /* PMem bit on, flushed */
 void slab_free(struct store *s, uint64_t off);   /* PMem and DRAM bit off, flushed */
 void slab_release_all(struct store *s);
+int slab_load_all(struct store *s);
+/* n > 0: promise n slots of row_size's class (see slab.c); n < 0: release. */
+int slab_promise(struct store *s, uint32_t row_size, int64_t n);
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
 
 /* index.c */

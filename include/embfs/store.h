@@ -102,6 +102,13 @@ int store_table_truncate(struct store *s, uint32_t id, uint64_t size);
  * zero-filled). */
 int store_row_read(struct store *s, uint32_t id, uint64_t row, void *buf);
 
+/* 1 if the row is stored, 0 if it is a hole. */
+int store_row_exists(struct store *s, uint32_t id, uint64_t row);
+
+/* Raise the size to at least size and set mtime/ctime, without a commit: the
+ * new values become durable with the next commit or barrier. */
+int store_table_extend(struct store *s, uint32_t id, uint64_t size);
+
 /* One row update: bytes [off, off+len) of the row become data; data == NULL
  * deletes the row (off/len ignored).  Bytes of the row outside the range keep
  * their stored value (zero for a new row). */
@@ -121,6 +128,12 @@ int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops
 int store_row_next(struct store *s, uint32_t id, uint64_t from, uint64_t *found);
 /* Smallest row >= from that is not stored (a hole). */
 int store_row_hole(struct store *s, uint32_t id, uint64_t from, uint64_t *hole);
+
+/* Promise room for rows of row_size a write-back cache holds but has not
+ * written yet (rows > 0; -ENOSPC when the pool cannot take them), or give it
+ * back (rows < 0) once they are written or dropped.  Promised rows are sure
+ * to find a slot and index room at write-back (see store/slab.c). */
+int store_space_reserve(struct store *s, uint32_t row_size, int64_t rows);
 
 /* ---- pool status ------------------------------------------------------ */
 

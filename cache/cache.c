@@ -1,0 +1,981 @@
+/*
+ * DRAM row cache: sharded CLOCK, write-back, pinning.  See cache.h for the
+ * contract.  Lock order: flush_lock, then one shard lock at a time.  Nothing
+ * calls the layer below (ops) with a shard lock held.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "embfs/cache.h"
+
+#define NSHARDS 64
+#define NIL UINT32_MAX
+#define MAX_CLASSES 16
+#define CHUNK_BYTES (64u << 10)
+#define WB_BATCH 16384 /* rows per write-back round */
+#define MIN_ROW 64     /* sizes the entry arrays: smaller rows are capped by count */
+
+enum {
+	F_VALID = 1,
+	F_DIRTY = 2,
+	F_REF = 4,   /* CLOCK reference bit */
+	F_BUSY = 8,  /* being written back (flush_lock holder) */
+	F_REDIRTY = 16, /* written again while busy */
+	F_NEW = 32,  /* not stored below (a hole there) */
+};
+
+/* 28 bytes: with 2–4 bytes of bucket, at most CACHE_ROW_OVERHEAD per row. */
+struct centry {
+	uint32_t row_lo, row_hi;
+	uint32_t data;     /* slot in the class arena */
+	uint32_t hnext;    /* hash chain, or free list */
+	uint32_t dirty_ms; /* when it became dirty (ms since cache_create) */
+	uint16_t table;
+	uint8_t flags;
+	uint8_t pins;
+	uint8_t cls;
+	uint8_t pad[3];
+};
+_Static_assert(sizeof(struct centry) == 28, "cache entry");
+
+/* Row bytes of one size: 64 KiB chunks, a free list threaded through slots. */
+struct arena {
+	uint32_t rs, stride, per_chunk;
+	char **chunks;
+	uint32_t nchunks, hwm, free;
+};
+
+struct shard {
+	pthread_mutex_t lock;
+	uint32_t *bucket;   /* protected by lock, as is everything below */
+	uint32_t nbucket;
+	struct centry *e;
+	uint32_t cap, hwm, free;
+	uint32_t hand;
+	uint32_t nvalid, ndirty, npinned;
+	uint64_t bytes, budget;
+	struct arena ar[MAX_CLASSES];
+	uint32_t ncls;
+	uint64_t hits, misses, evictions, writebacks, bypasses;
+} __attribute__((aligned(64)));
+
+struct tstat {
+	_Atomic uint64_t hits, misses, evictions, writebacks, bypasses;
+	_Atomic uint64_t rows, dirty, new_dirty, pinned, bytes;
+	_Atomic uint64_t gen; /* bumped by drops and write-throughs: stale fills are discarded */
+};
+
+struct cache {
+	struct shard sh[NSHARDS];
+	const struct cache_ops *ops;
+	void *ctx;
+	uint64_t budget;
+	struct timespec t0;
+	pthread_mutex_t flush_lock;
+	_Atomic(struct tstat *) *ts;
+	pthread_mutex_t ts_lock;
+	uint32_t dirty_age_ms;
+	int stop;               /* protected by wake_lock */
+	pthread_mutex_t wake_lock;
+	pthread_cond_t wake;
+	pthread_t flusher;
+	int has_flusher;
+};
+
+static uint32_t now_ms(struct cache *c)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint32_t)((t.tv_sec - c->t0.tv_sec) * 1000 + (t.tv_nsec - c->t0.tv_nsec) / 1000000);
+}
+
+static uint64_t hash(uint32_t table, uint64_t row)
+{
+	uint64_t h = row * 0x9E3779B97F4A7C15ull ^ ((uint64_t)table + 1) * 0xC2B2AE3D27D4EB4Full;
+	h ^= h >> 31;
+	h *= 0xD6E8FEB86659FD93ull;
+	h ^= h >> 32;
+	return h;
+}
+
+static inline uint64_t e_row(const struct centry *e)
+{
+	return (uint64_t)e->row_hi << 32 | e->row_lo;
+}
+
+static struct tstat *tst(struct cache *c, uint32_t table)
+{
+	struct tstat *t = atomic_load_explicit(&c->ts[table], memory_order_acquire);
+	if (t)
+		return t;
+	pthread_mutex_lock(&c->ts_lock);
+	t = atomic_load(&c->ts[table]);
+	if (!t) {
+		t = calloc(1, sizeof(*t));
+		if (!t)
+			abort(); /* a few hundred bytes per table: nothing to recover */
+		atomic_store_explicit(&c->ts[table], t, memory_order_release);
+	}
+	pthread_mutex_unlock(&c->ts_lock);
+	return t;
+}
+
+#define TS_ADD(t, f, v) atomic_fetch_add_explicit(&(t)->f, (uint64_t)(v), memory_order_relaxed)
+#define TS_SUB(t, f, v) atomic_fetch_sub_explicit(&(t)->f, (uint64_t)(v), memory_order_relaxed)
+
+/* ---- arenas ----------------------------------------------------------- */
+
+static int class_of(struct shard *sh, uint32_t rs)
+{
+	for (uint32_t i = 0; i < sh->ncls; i++)
+		if (sh->ar[i].rs == rs)
+			return (int)i;
+	if (sh->ncls == MAX_CLASSES)
+		return -1;
+	struct arena *a = &sh->ar[sh->ncls];
+	a->rs = rs;
+	a->stride = rs < 8 ? 8 : rs;
+	a->per_chunk = CHUNK_BYTES / a->stride ? CHUNK_BYTES / a->stride : 1;
+	a->free = NIL;
+	return (int)sh->ncls++;
+}
+
+static inline char *slot_ptr(struct arena *a, uint32_t i)
+{
+	return a->chunks[i / a->per_chunk] + (size_t)(i % a->per_chunk) * a->stride;
+}
+
+static uint32_t slot_alloc(struct arena *a)
+{
+	if (a->free != NIL) {
+		uint32_t i = a->free;
+		memcpy(&a->free, slot_ptr(a, i), 4);
+		return i;
+	}
+	if (a->hwm == a->nchunks * a->per_chunk) {
+		char **p = realloc(a->chunks, (a->nchunks + 1) * sizeof(*p));
+		if (!p)
+			return NIL;
+		a->chunks = p;
+		p[a->nchunks] = malloc((size_t)a->per_chunk * a->stride);
+		if (!p[a->nchunks])
+			return NIL;
+		a->nchunks++;
+	}
+	return a->hwm++;
+}
+
+static void slot_free(struct arena *a, uint32_t i)
+{
+	memcpy(slot_ptr(a, i), &a->free, 4);
+	a->free = i;
+}
+
+static inline char *e_data(struct shard *sh, struct centry *e)
+{
+	return slot_ptr(&sh->ar[e->cls], e->data);
+}
+
+/* ---- hash table ------------------------------------------------------- */
+
+static uint32_t lookup(struct shard *sh, uint32_t table, uint64_t row, uint64_t h)
+{
+	for (uint32_t i = sh->bucket[h & (sh->nbucket - 1)]; i != NIL; i = sh->e[i].hnext) {
+		struct centry *e = &sh->e[i];
+		if (e->row_lo == (uint32_t)row && e->row_hi == (uint32_t)(row >> 32) && e->table == table)
+			return i;
+	}
+	return NIL;
+}
+
+static void unlink_entry(struct shard *sh, uint32_t idx)
+{
+	struct centry *e = &sh->e[idx];
+	uint32_t *pp = &sh->bucket[hash(e->table, e_row(e)) & (sh->nbucket - 1)];
+	while (*pp != idx)
+		pp = &sh->e[*pp].hnext;
+	*pp = e->hnext;
+}
+
+/* Keep at most two entries per bucket on average. */
+static void maybe_grow_buckets(struct shard *sh)
+{
+	if (sh->nvalid <= 2 * sh->nbucket)
+		return;
+	uint32_t nb = sh->nbucket * 2;
+	uint32_t *b = malloc(nb * sizeof(*b));
+	if (!b)
+		return; /* longer chains, still correct */
+	memset(b, 0xff, nb * sizeof(*b));
+	for (uint32_t i = 0; i < sh->hwm; i++) {
+		struct centry *e = &sh->e[i];
+		if (!(e->flags & F_VALID))
+			continue;
+		uint32_t *head = &b[hash(e->table, e_row(e)) & (nb - 1)];
+		e->hnext = *head;
+		*head = i;
+	}
+	free(sh->bucket);
+	sh->bucket = b;
+	sh->nbucket = nb;
+}
+
+static void remove_entry(struct cache *c, struct shard *sh, uint32_t idx)
+{
+	struct centry *e = &sh->e[idx];
+	struct tstat *t = tst(c, e->table);
+	uint32_t rs = sh->ar[e->cls].rs;
+	unlink_entry(sh, idx);
+	slot_free(&sh->ar[e->cls], e->data);
+	if (e->flags & F_DIRTY) {
+		sh->ndirty--;
+		TS_SUB(t, dirty, 1);
+		if (e->flags & F_NEW) {
+			TS_SUB(t, new_dirty, 1);
+			if (c->ops->reserve)
+				c->ops->reserve(c->ctx, e->table, rs, -1);
+		}
+	}
+	if (e->pins) {
+		sh->npinned--;
+		TS_SUB(t, pinned, 1);
+	}
+	TS_SUB(t, rows, 1);
+	TS_SUB(t, bytes, rs + CACHE_ROW_OVERHEAD);
+	sh->bytes -= rs + CACHE_ROW_OVERHEAD;
+	sh->nvalid--;
+	e->flags = 0;
+	e->pins = 0;
+	e->hnext = sh->free;
+	sh->free = idx;
+}
+
+/* CLOCK: evict one clean, unpinned row.  0 evicted, -EAGAIN only dirty rows
+ * could go (write some back first), -ENOSPC nothing can go. */
+static int evict_one(struct cache *c, struct shard *sh)
+{
+	int saw_dirty = 0;
+	if (sh->hwm == 0)
+		return -ENOSPC;
+	for (uint64_t step = 0; step < 2ull * sh->hwm + 1; step++) {
+		uint32_t i = sh->hand;
+		sh->hand = sh->hand + 1 >= sh->hwm ? 0 : sh->hand + 1;
+		struct centry *e = &sh->e[i];
+		if (!(e->flags & F_VALID) || e->pins || (e->flags & F_BUSY))
+			continue;
+		if (e->flags & F_REF) {
+			e->flags &= (uint8_t)~F_REF;
+			continue;
+		}
+		if (e->flags & F_DIRTY) {
+			saw_dirty = 1;
+			continue;
+		}
+		TS_ADD(tst(c, e->table), evictions, 1);
+		sh->evictions++;
+		remove_entry(c, sh, i);
+		return 0;
+	}
+	return saw_dirty ? -EAGAIN : -ENOSPC;
+}
+
+/* Insert a row (not present).  Returns the entry, or NIL with *err set:
+ * -EAGAIN (write back dirty rows, then retry) or -ENOSPC/-ENOMEM (bypass). */
+static uint32_t insert(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs,
+		       uint64_t row, uint64_t h, int *err)
+{
+	int cls = class_of(sh, rs);
+	if (cls < 0) {
+		*err = -ENOSPC;
+		return NIL;
+	}
+	uint64_t need = rs + CACHE_ROW_OVERHEAD;
+	if (need > sh->budget) {
+		*err = -ENOSPC;
+		return NIL;
+	}
+	while (sh->bytes + need > sh->budget || (sh->free == NIL && sh->hwm == sh->cap)) {
+		int r = evict_one(c, sh);
+		if (r) {
+			*err = r;
+			return NIL;
+		}
+	}
+	uint32_t d = slot_alloc(&sh->ar[cls]);
+	if (d == NIL) {
+		*err = -ENOMEM;
+		return NIL;
+	}
+	uint32_t idx;
+	if (sh->free != NIL) {
+		idx = sh->free;
+		sh->free = sh->e[idx].hnext;
+	} else {
+		idx = sh->hwm++;
+	}
+	struct centry *e = &sh->e[idx];
+	memset(e, 0, sizeof(*e));
+	e->row_lo = (uint32_t)row;
+	e->row_hi = (uint32_t)(row >> 32);
+	e->table = (uint16_t)table;
+	e->cls = (uint8_t)cls;
+	e->data = d;
+	e->flags = F_VALID | F_REF;
+	uint32_t *head = &sh->bucket[h & (sh->nbucket - 1)];
+	e->hnext = *head;
+	*head = idx;
+	sh->nvalid++;
+	sh->bytes += need;
+	struct tstat *t = tst(c, table);
+	TS_ADD(t, rows, 1);
+	TS_ADD(t, bytes, need);
+	maybe_grow_buckets(sh);
+	return idx;
+}
+
+/* A clean row that is a hole below needs room reserved before it turns dirty. */
+static int may_dirty(struct cache *c, struct shard *sh, struct centry *e)
+{
+	if ((e->flags & F_DIRTY) || !(e->flags & F_NEW) || !c->ops->reserve)
+		return 0;
+	return c->ops->reserve(c->ctx, e->table, sh->ar[e->cls].rs, 1);
+}
+
+/* Call may_dirty() first. */
+static void mark_dirty(struct cache *c, struct shard *sh, struct centry *e)
+{
+	if (e->flags & F_BUSY)
+		e->flags |= F_REDIRTY;
+	if (e->flags & F_DIRTY)
+		return;
+	struct tstat *t = tst(c, e->table);
+	e->flags |= F_DIRTY;
+	e->dirty_ms = now_ms(c);
+	sh->ndirty++;
+	TS_ADD(t, dirty, 1);
+	if (e->flags & F_NEW)
+		TS_ADD(t, new_dirty, 1);
+}
+
+/* ---- write-back ------------------------------------------------------- */
+
+struct staged {
+	uint32_t shard, idx;
+	uint32_t table;
+	uint64_t row;
+	size_t off;  /* of the row bytes in stage.buf */
+};
+
+struct stage {
+	struct staged *v;
+	size_t n, cap;
+	char *buf;
+	size_t used, bufcap;
+};
+
+static int stage_add(struct stage *s, uint32_t shard, uint32_t idx, struct centry *e, const char *data,
+		     uint32_t rs)
+{
+	if (s->n == s->cap) {
+		size_t nc = s->cap ? 2 * s->cap : 256;
+		struct staged *p = realloc(s->v, nc * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		s->v = p;
+		s->cap = nc;
+	}
+	if (s->used + rs > s->bufcap) {
+		size_t nc = s->bufcap ? 2 * s->bufcap : 1 << 20;
+		while (nc < s->used + rs)
+			nc *= 2;
+		char *p = realloc(s->buf, nc);
+		if (!p)
+			return -ENOMEM;
+		s->buf = p;
+		s->bufcap = nc;
+	}
+	memcpy(s->buf + s->used, data, rs);
+	s->v[s->n++] = (struct staged){ shard, idx, e->table, e_row(e), s->used };
+	s->used += rs;
+	return 0;
+}
+
+static int cmp_staged(const void *a, const void *b)
+{
+	const struct staged *x = a, *y = b;
+	if (x->table != y->table)
+		return x->table < y->table ? -1 : 1;
+	return x->row < y->row ? -1 : x->row > y->row;
+}
+
+/* Write the staged rows back (grouped by table) and settle their flags.
+ * flush_lock held; no shard lock held. */
+static int stage_commit(struct cache *c, struct stage *s)
+{
+	int ret = 0;
+	if (s->n == 0)
+		return 0;
+	qsort(s->v, s->n, sizeof(*s->v), cmp_staged);
+	struct cache_wb *wb = malloc(s->n * sizeof(*wb));
+	int *ok = calloc(s->n, sizeof(*ok));
+	if (!wb || !ok) {
+		ret = -ENOMEM;
+	} else {
+		for (size_t i = 0; i < s->n;) {
+			size_t j = i;
+			while (j < s->n && s->v[j].table == s->v[i].table) {
+				wb[j - i] = (struct cache_wb){ s->v[j].row, s->buf + s->v[j].off };
+				j++;
+			}
+			int r = c->ops->writeback(c->ctx, s->v[i].table, wb, j - i);
+			for (size_t k = i; k < j; k++)
+				ok[k] = r == 0;
+			if (r && !ret)
+				ret = r;
+			i = j;
+		}
+	}
+	for (size_t i = 0; i < s->n; i++) {
+		struct shard *sh = &c->sh[s->v[i].shard];
+		pthread_mutex_lock(&sh->lock);
+		struct centry *e = &sh->e[s->v[i].idx];
+		struct tstat *t = tst(c, e->table);
+		e->flags &= (uint8_t)~F_BUSY;
+		if (ok && ok[i]) {
+			sh->writebacks++;
+			TS_ADD(t, writebacks, 1);
+			if (e->flags & F_NEW) {
+				e->flags &= (uint8_t)~F_NEW;
+				TS_SUB(t, new_dirty, 1);
+				if (c->ops->reserve)
+					c->ops->reserve(c->ctx, e->table, sh->ar[e->cls].rs, -1);
+			}
+			if (e->flags & F_REDIRTY) {
+				e->flags &= (uint8_t)~F_REDIRTY;
+			} else {
+				e->flags &= (uint8_t)~F_DIRTY;
+				sh->ndirty--;
+				TS_SUB(t, dirty, 1);
+			}
+		} else {
+			e->flags &= (uint8_t)~F_REDIRTY;
+		}
+		pthread_mutex_unlock(&sh->lock);
+	}
+	free(wb);
+	free(ok);
+	s->n = 0;
+	s->used = 0;
+	return ret;
+}
+
+static void stage_free(struct stage *s)
+{
+	free(s->v);
+	free(s->buf);
+}
+
+/* Which dirty rows a write-back round takes. */
+struct pick {
+	int64_t table;     /* -1: any */
+	uint32_t max_age_cut; /* take rows dirty since before this (ms), if use_age */
+	int use_age;
+	size_t limit;      /* stop after this many rows (0: no limit) */
+};
+
+static int picks(struct cache *c, struct shard *sh, struct centry *e, const struct pick *p)
+{
+	if (!(e->flags & F_VALID) || !(e->flags & F_DIRTY) || (e->flags & F_BUSY))
+		return 0;
+	if (p->table >= 0 && e->table != (uint32_t)p->table)
+		return 0;
+	(void)c;
+	(void)sh;
+	if (p->use_age && (int32_t)(p->max_age_cut - e->dirty_ms) < 0)
+		return 0;
+	return 1;
+}
+
+/* Write back the dirty rows `p` picks from the shards [s0, s1).  flush_lock held. */
+static int writeback_rounds(struct cache *c, uint32_t s0, uint32_t s1, const struct pick *p)
+{
+	struct stage st = { 0 };
+	int ret = 0;
+	size_t taken = 0;
+	for (uint32_t si = s0; si < s1; si++) {
+		struct shard *sh = &c->sh[si];
+		pthread_mutex_lock(&sh->lock);
+		for (uint32_t i = 0; i < sh->hwm; i++) {
+			struct centry *e = &sh->e[i];
+			if (!picks(c, sh, e, p))
+				continue;
+			if (stage_add(&st, si, i, e, e_data(sh, e), sh->ar[e->cls].rs)) {
+				ret = -ENOMEM;
+				break;
+			}
+			e->flags |= F_BUSY;
+			taken++;
+			if (st.n >= WB_BATCH || (p->limit && taken >= p->limit)) {
+				pthread_mutex_unlock(&sh->lock);
+				int r = stage_commit(c, &st);
+				if (r && !ret)
+					ret = r;
+				if (p->limit && taken >= p->limit)
+					goto out;
+				pthread_mutex_lock(&sh->lock);
+			}
+		}
+		pthread_mutex_unlock(&sh->lock);
+	}
+out:;
+	int r = stage_commit(c, &st);
+	if (r && !ret)
+		ret = r;
+	stage_free(&st);
+	return ret;
+}
+
+int cache_flush(struct cache *c, int64_t table)
+{
+	struct pick p = { table, 0, 0, 0 };
+	pthread_mutex_lock(&c->flush_lock);
+	int ret = writeback_rounds(c, 0, NSHARDS, &p);
+	pthread_mutex_unlock(&c->flush_lock);
+	return ret;
+}
+
+/* An inserting thread found only dirty rows to evict in its shard. */
+static int make_clean(struct cache *c, uint32_t si)
+{
+	struct pick p = { -1, 0, 0, 256 };
+	pthread_mutex_lock(&c->flush_lock);
+	int ret = writeback_rounds(c, si, si + 1, &p);
+	pthread_mutex_unlock(&c->flush_lock);
+	return ret;
+}
+
+static void *flusher_main(void *arg)
+{
+	struct cache *c = arg;
+	uint32_t period = c->dirty_age_ms / 2 ? c->dirty_age_ms / 2 : 1;
+	pthread_mutex_lock(&c->wake_lock);
+	while (!c->stop) {
+		struct timespec t;
+		clock_gettime(CLOCK_REALTIME, &t);
+		t.tv_sec += period / 1000;
+		t.tv_nsec += (long)(period % 1000) * 1000000L;
+		if (t.tv_nsec >= 1000000000L) {
+			t.tv_sec++;
+			t.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&c->wake, &c->wake_lock, &t);
+		if (c->stop)
+			break;
+		pthread_mutex_unlock(&c->wake_lock);
+		/* rows dirty for dirty_age/2 or more go now: none waits past dirty_age */
+		struct pick p = { -1, now_ms(c) - (c->dirty_age_ms - period), 1, 0 };
+		pthread_mutex_lock(&c->flush_lock);
+		writeback_rounds(c, 0, NSHARDS, &p);
+		pthread_mutex_unlock(&c->flush_lock);
+		pthread_mutex_lock(&c->wake_lock);
+	}
+	pthread_mutex_unlock(&c->wake_lock);
+	return NULL;
+}
+
+/* ---- public ----------------------------------------------------------- */
+
+struct cache *cache_create(uint64_t bytes, uint32_t dirty_age_ms, const struct cache_ops *ops,
+			   void *ctx)
+{
+	struct cache *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->ops = ops;
+	c->ctx = ctx;
+	c->budget = bytes;
+	c->dirty_age_ms = dirty_age_ms;
+	clock_gettime(CLOCK_MONOTONIC, &c->t0);
+	pthread_mutex_init(&c->flush_lock, NULL);
+	pthread_mutex_init(&c->ts_lock, NULL);
+	pthread_mutex_init(&c->wake_lock, NULL);
+	pthread_cond_init(&c->wake, NULL);
+	c->ts = calloc(CACHE_MAX_TABLES, sizeof(*c->ts));
+	if (!c->ts)
+		goto fail;
+	for (int i = 0; i < NSHARDS; i++) {
+		struct shard *sh = &c->sh[i];
+		pthread_mutex_init(&sh->lock, NULL);
+		sh->budget = bytes / NSHARDS;
+		uint64_t cap = sh->budget / (MIN_ROW + CACHE_ROW_OVERHEAD) + 1;
+		sh->cap = cap > NIL - 1 ? NIL - 1 : (uint32_t)cap;
+		/* calloc of a large array maps zero pages: only entries used are resident */
+		sh->e = calloc(sh->cap, sizeof(*sh->e));
+		sh->nbucket = 16;
+		sh->bucket = malloc(sh->nbucket * sizeof(*sh->bucket));
+		if (!sh->e || !sh->bucket)
+			goto fail;
+		memset(sh->bucket, 0xff, sh->nbucket * sizeof(*sh->bucket));
+		sh->free = NIL;
+	}
+	if (dirty_age_ms) {
+		if (pthread_create(&c->flusher, NULL, flusher_main, c))
+			goto fail;
+		c->has_flusher = 1;
+	}
+	return c;
+fail:
+	cache_destroy(c);
+	return NULL;
+}
+
+void cache_destroy(struct cache *c)
+{
+	if (!c)
+		return;
+	if (c->has_flusher) {
+		pthread_mutex_lock(&c->wake_lock);
+		c->stop = 1;
+		pthread_cond_signal(&c->wake);
+		pthread_mutex_unlock(&c->wake_lock);
+		pthread_join(c->flusher, NULL);
+	}
+	for (int i = 0; i < NSHARDS; i++) {
+		struct shard *sh = &c->sh[i];
+		for (uint32_t k = 0; k < sh->ncls; k++) {
+			for (uint32_t j = 0; j < sh->ar[k].nchunks; j++)
+				free(sh->ar[k].chunks[j]);
+			free(sh->ar[k].chunks);
+		}
+		free(sh->e);
+		free(sh->bucket);
+		pthread_mutex_destroy(&sh->lock);
+	}
+	if (c->ts)
+		for (uint32_t i = 0; i < CACHE_MAX_TABLES; i++)
+			free(atomic_load(&c->ts[i]));
+	free(c->ts);
+	pthread_mutex_destroy(&c->flush_lock);
+	pthread_mutex_destroy(&c->ts_lock);
+	pthread_mutex_destroy(&c->wake_lock);
+	pthread_cond_destroy(&c->wake);
+	free(c);
+}
+
+static inline struct shard *shard_of(struct cache *c, uint64_t h, uint32_t *si)
+{
+	*si = (uint32_t)(h >> 58);
+	return &c->sh[*si];
+}
+
+int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
+	       void *buf)
+{
+	uint64_t h = hash(table, row);
+	uint32_t si;
+	struct shard *sh = shard_of(c, h, &si);
+	struct tstat *t = tst(c, table);
+	char *tmp = NULL;
+	int ret = 0;
+
+	if (table >= CACHE_MAX_TABLES || (uint64_t)off + len > rs)
+		return -EINVAL;
+	for (;;) {
+		pthread_mutex_lock(&sh->lock);
+		uint32_t idx = lookup(sh, table, row, h);
+		if (idx != NIL) {
+			struct centry *e = &sh->e[idx];
+			memcpy(buf, e_data(sh, e) + off, len);
+			e->flags |= F_REF;
+			if (tmp)
+				sh->misses++;
+			else
+				sh->hits++;
+			pthread_mutex_unlock(&sh->lock);
+			TS_ADD(t, hits, !tmp);
+			TS_ADD(t, misses, !!tmp);
+			free(tmp);
+			return 0;
+		}
+		if (tmp)
+			break;
+		pthread_mutex_unlock(&sh->lock);
+		uint64_t gen = atomic_load(&t->gen);
+		tmp = malloc(rs);
+		if (!tmp)
+			return -ENOMEM;
+		ret = c->ops->fetch(c->ctx, table, row, tmp);
+		if (ret < 0) {
+			free(tmp);
+			return ret;
+		}
+		if (ret == 0 || atomic_load(&t->gen) != gen) {
+			/* holes are not cached; a fill that raced a drop is not either */
+			memcpy(buf, tmp + off, len);
+			free(tmp);
+			pthread_mutex_lock(&sh->lock);
+			sh->misses++;
+			pthread_mutex_unlock(&sh->lock);
+			TS_ADD(t, misses, 1);
+			return 0;
+		}
+	}
+	/* shard lock held, row absent, tmp holds the stored row */
+	int err = 0;
+	uint32_t idx = insert(c, sh, table, rs, row, h, &err);
+	if (idx != NIL)
+		memcpy(e_data(sh, &sh->e[idx]), tmp, rs);
+	else
+		sh->bypasses++;
+	sh->misses++;
+	pthread_mutex_unlock(&sh->lock);
+	TS_ADD(t, misses, 1);
+	if (idx == NIL) {
+		TS_ADD(t, bypasses, 1);
+		if (err == -EAGAIN)
+			make_clean(c, si); /* next miss finds room */
+	}
+	memcpy(buf, tmp + off, len);
+	free(tmp);
+	return 0;
+}
+
+int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
+		const void *data)
+{
+	uint64_t h = hash(table, row);
+	uint32_t si;
+	struct shard *sh = shard_of(c, h, &si);
+	struct tstat *t = tst(c, table);
+	int full = off == 0 && len == rs;
+
+	if (table >= CACHE_MAX_TABLES || (uint64_t)off + len > rs)
+		return -EINVAL;
+	for (int attempt = 0;; attempt++) {
+		pthread_mutex_lock(&sh->lock);
+		uint32_t idx = lookup(sh, table, row, h);
+		if (idx != NIL) {
+			struct centry *e = &sh->e[idx];
+			int r = may_dirty(c, sh, e);
+			if (r) {
+				pthread_mutex_unlock(&sh->lock);
+				return r;
+			}
+			memcpy(e_data(sh, e) + off, data, len);
+			e->flags |= F_REF;
+			mark_dirty(c, sh, e);
+			sh->hits++;
+			pthread_mutex_unlock(&sh->lock);
+			TS_ADD(t, hits, 1);
+			return 0;
+		}
+		pthread_mutex_unlock(&sh->lock);
+
+		/* miss: the stored row is the base of a partial write */
+		uint64_t gen = atomic_load(&t->gen);
+		char *base = malloc(rs);
+		if (!base)
+			return -ENOMEM;
+		int stored = c->ops->fetch(c->ctx, table, row, full ? NULL : base);
+		if (stored < 0) {
+			free(base);
+			return stored;
+		}
+		if (full)
+			memcpy(base, data, rs);
+		else
+			memcpy(base + off, data, len);
+
+		pthread_mutex_lock(&sh->lock);
+		if (lookup(sh, table, row, h) != NIL || atomic_load(&t->gen) != gen) {
+			pthread_mutex_unlock(&sh->lock); /* raced: start over */
+			free(base);
+			continue;
+		}
+		if (!stored && c->ops->reserve) {
+			int r = c->ops->reserve(c->ctx, table, rs, 1);
+			if (r) {
+				pthread_mutex_unlock(&sh->lock);
+				free(base);
+				return r;
+			}
+		}
+		int err = 0;
+		idx = insert(c, sh, table, rs, row, h, &err);
+		if (idx != NIL) {
+			struct centry *e = &sh->e[idx];
+			memcpy(e_data(sh, e), base, rs);
+			if (!stored)
+				e->flags |= F_NEW; /* reserved above */
+			mark_dirty(c, sh, e);
+			sh->misses++;
+			pthread_mutex_unlock(&sh->lock);
+			TS_ADD(t, misses, 1);
+			free(base);
+			return 0;
+		}
+		if (!stored && c->ops->reserve)
+			c->ops->reserve(c->ctx, table, rs, -1);
+		pthread_mutex_unlock(&sh->lock);
+		if (err == -EAGAIN && attempt < 4) {
+			free(base);
+			int r = make_clean(c, si);
+			if (r)
+				return r;
+			continue;
+		}
+		/* nothing evictable: write through, invalidating racing fills */
+		atomic_fetch_add(&t->gen, 1);
+		struct cache_wb wb = { row, base };
+		int r = c->ops->writeback(c->ctx, table, &wb, 1);
+		atomic_fetch_add(&t->gen, 1);
+		free(base);
+		pthread_mutex_lock(&sh->lock);
+		sh->bypasses++;
+		sh->misses++;
+		pthread_mutex_unlock(&sh->lock);
+		TS_ADD(t, bypasses, 1);
+		TS_ADD(t, misses, 1);
+		return r;
+	}
+}
+
+void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)
+{
+	if (table >= CACHE_MAX_TABLES)
+		return;
+	pthread_mutex_lock(&c->flush_lock); /* no row is busy now */
+	atomic_fetch_add(&tst(c, table)->gen, 1);
+	for (int si = 0; si < NSHARDS; si++) {
+		struct shard *sh = &c->sh[si];
+		pthread_mutex_lock(&sh->lock);
+		for (uint32_t i = 0; i < sh->hwm; i++) {
+			struct centry *e = &sh->e[i];
+			if ((e->flags & F_VALID) && e->table == table && e_row(e) >= from && e_row(e) < to)
+				remove_entry(c, sh, i);
+		}
+		pthread_mutex_unlock(&sh->lock);
+	}
+	pthread_mutex_unlock(&c->flush_lock);
+}
+
+int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
+{
+	uint64_t h = hash(table, row);
+	uint32_t si;
+	struct shard *sh = shard_of(c, h, &si);
+	struct tstat *t = tst(c, table);
+	char *tmp = NULL;
+	int stored = 0;
+
+	if (table >= CACHE_MAX_TABLES)
+		return -EINVAL;
+	for (int attempt = 0;; attempt++) {
+		pthread_mutex_lock(&sh->lock);
+		uint32_t idx = lookup(sh, table, row, h);
+		int err = 0;
+		if (idx == NIL && tmp) {
+			idx = insert(c, sh, table, rs, row, h, &err);
+			if (idx != NIL) {
+				memcpy(e_data(sh, &sh->e[idx]), tmp, rs);
+				if (!stored)
+					sh->e[idx].flags |= F_NEW;
+			}
+		}
+		if (idx != NIL) {
+			struct centry *e = &sh->e[idx];
+			int ret = 0;
+			if (e->pins == UINT8_MAX) {
+				ret = -EBUSY;
+			} else if (e->pins++ == 0) {
+				sh->npinned++;
+				TS_ADD(t, pinned, 1);
+			}
+			pthread_mutex_unlock(&sh->lock);
+			free(tmp);
+			return ret;
+		}
+		pthread_mutex_unlock(&sh->lock);
+		if (tmp) {
+			free(tmp);
+			tmp = NULL;
+			if (err == -EAGAIN && attempt < 4 && make_clean(c, si) == 0)
+				continue;
+			return -ENOSPC;
+		}
+		uint64_t gen = atomic_load(&t->gen);
+		tmp = malloc(rs);
+		if (!tmp)
+			return -ENOMEM;
+		int r = c->ops->fetch(c->ctx, table, row, tmp);
+		stored = r == 1;
+		if (r < 0 || atomic_load(&t->gen) != gen) {
+			free(tmp);
+			if (r < 0)
+				return r;
+			tmp = NULL;
+		}
+	}
+}
+
+void cache_unpin(struct cache *c, uint32_t table, uint64_t row)
+{
+	uint64_t h = hash(table, row);
+	uint32_t si;
+	struct shard *sh = shard_of(c, h, &si);
+	pthread_mutex_lock(&sh->lock);
+	uint32_t idx = lookup(sh, table, row, h);
+	if (idx != NIL && sh->e[idx].pins && --sh->e[idx].pins == 0) {
+		sh->npinned--;
+		TS_SUB(tst(c, table), pinned, 1);
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
+void cache_stats_get(struct cache *c, int64_t table, struct cache_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (table >= 0) {
+		if (table >= CACHE_MAX_TABLES)
+			return;
+		struct tstat *t = atomic_load(&c->ts[table]);
+		if (!t)
+			return;
+		st->hits = atomic_load(&t->hits);
+		st->misses = atomic_load(&t->misses);
+		st->evictions = atomic_load(&t->evictions);
+		st->writebacks = atomic_load(&t->writebacks);
+		st->bypasses = atomic_load(&t->bypasses);
+		st->rows = atomic_load(&t->rows);
+		st->dirty = atomic_load(&t->dirty);
+		st->new_dirty = atomic_load(&t->new_dirty);
+		st->pinned = atomic_load(&t->pinned);
+		st->bytes = atomic_load(&t->bytes);
+		return;
+	}
+	st->budget = c->budget;
+	for (int i = 0; i < NSHARDS; i++) {
+		struct shard *sh = &c->sh[i];
+		pthread_mutex_lock(&sh->lock);
+		st->hits += sh->hits;
+		st->misses += sh->misses;
+		st->evictions += sh->evictions;
+		st->writebacks += sh->writebacks;
+		st->bypasses += sh->bypasses;
+		st->rows += sh->nvalid;
+		st->dirty += sh->ndirty;
+		st->pinned += sh->npinned;
+		st->bytes += sh->bytes;
+		st->meta_bytes += (uint64_t)sh->hwm * sizeof(struct centry) + (uint64_t)sh->nbucket * 4;
+		pthread_mutex_unlock(&sh->lock);
+	}
+	for (uint32_t i = 0; i < CACHE_MAX_TABLES; i++) {
+		struct tstat *t = atomic_load(&c->ts[i]);
+		if (t)
+			st->new_dirty += atomic_load(&t->new_dirty);
+	}
+}

@@ -1,0 +1,144 @@
+/*
+ * Byte ranges <-> rows.  With a cache, reads and writes go through it and
+ * the store sees writes at write-back (group commit); without one, a write
+ * is one store commit.  The cache reaches the store only through the two
+ * callbacks at the bottom of this file.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs.h"
+
+int rows_read(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, char *buf)
+{
+	char *row = NULL;
+	int ret = 0;
+	for (size_t done = 0; done < len && !ret;) {
+		uint64_t pos = off + done;
+		uint64_t r = pos / rs;
+		uint32_t in = (uint32_t)(pos % rs);
+		size_t take = rs - in < len - done ? rs - in : len - done;
+		if (fs->cache) {
+			ret = cache_read(fs->cache, id, rs, r, in, (uint32_t)take, buf + done);
+		} else if (in == 0 && take == rs) {
+			ret = store_row_read(fs->st, id, r, buf + done);
+		} else {
+			if (!row && !(row = malloc(rs)))
+				return -ENOMEM;
+			ret = store_row_read(fs->st, id, r, row);
+			memcpy(buf + done, row + in, take);
+		}
+		ret = ret < 0 ? ret : 0;
+		done += take;
+	}
+	free(row);
+	return ret;
+}
+
+/* Room this thread reserved for the rows of the write in progress: a write
+ * is refused whole (ENOSPC) or taken whole, never cut after some rows. */
+static __thread int64_t prepaid;
+
+int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
+{
+	int ret = 0;
+	if (fs->cache) {
+		int64_t n = len ? (int64_t)((off + len - 1) / rs - off / rs + 1) : 0;
+		ret = store_space_reserve(fs->st, rs, n);
+		if (ret)
+			return ret;
+		prepaid = n;
+		for (size_t done = 0; done < len && !ret;) {
+			uint64_t pos = off + done;
+			uint32_t in = (uint32_t)(pos % rs);
+			size_t take = rs - in < len - done ? rs - in : len - done;
+			ret = cache_write(fs->cache, id, rs, pos / rs, in, (uint32_t)take, data + done);
+			done += take;
+		}
+		if (prepaid)
+			store_space_reserve(fs->st, rs, -prepaid);
+		prepaid = 0;
+		if (!ret)
+			ret = store_table_extend(fs->st, id, off + len);
+		return ret;
+	}
+	size_t nrows = len ? (size_t)((off + len - 1) / rs - off / rs + 1) : 0;
+	struct store_rowop *ops = calloc(nrows ? nrows : 1, sizeof(*ops));
+	if (!ops)
+		return -ENOMEM;
+	size_t k = 0;
+	for (size_t done = 0; done < len; k++) {
+		uint64_t pos = off + done;
+		uint32_t in = (uint32_t)(pos % rs);
+		size_t take = rs - in < len - done ? rs - in : len - done;
+		ops[k] = (struct store_rowop){ pos / rs, in, (uint32_t)take, data + done };
+		done += take;
+	}
+	ret = store_rows_write(fs->st, id, ops, k, off + len);
+	free(ops);
+	return ret;
+}
+
+int rows_sync(struct embfs *fs, int64_t id)
+{
+	int ret = fs->cache ? cache_flush(fs->cache, id) : 0;
+	int r = store_sync(fs->st);
+	return ret ? ret : r;
+}
+
+int rows_before_change(struct embfs *fs, uint32_t id)
+{
+	return fs->cache ? cache_flush(fs->cache, id) : 0;
+}
+
+void rows_after_change(struct embfs *fs, uint32_t id, uint64_t from, uint64_t to)
+{
+	if (fs->cache)
+		cache_drop(fs->cache, id, from, to);
+}
+
+uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows)
+{
+	struct cache_stats cs;
+	if (!fs->cache)
+		return store_rows;
+	cache_stats_get(fs->cache, id, &cs);
+	return store_rows + cs.new_dirty;
+}
+
+static int cb_fetch(void *ctx, uint32_t table, uint64_t row, void *buf)
+{
+	struct embfs *fs = ctx;
+	return buf ? store_row_read(fs->st, table, row, buf) : store_row_exists(fs->st, table, row);
+}
+
+static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n)
+{
+	struct embfs *fs = ctx;
+	struct store_attr a;
+	int ret = store_table_getattr(fs->st, table, &a);
+	if (ret)
+		return ret;
+	struct store_rowop *ops = malloc(n * sizeof(*ops));
+	if (!ops)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		ops[i] = (struct store_rowop){ rows[i].row, 0, a.row_size, rows[i].data };
+	ret = store_rows_write(fs->st, table, ops, n, 0);
+	free(ops);
+	return ret;
+}
+
+static int cb_reserve(void *ctx, uint32_t table, uint32_t row_size, int delta)
+{
+	struct embfs *fs = ctx;
+	(void)table;
+	if (delta > 0 && prepaid >= delta) {
+		prepaid -= delta; /* taken from the write's own reservation */
+		return 0;
+	}
+	return store_space_reserve(fs->st, row_size, delta);
+}
+
+const struct cache_ops embfs_cache_ops = { cb_fetch, cb_writeback, cb_reserve };

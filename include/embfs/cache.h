@@ -1,0 +1,89 @@
+/*
+ * cache/: a DRAM cache of table rows, keyed by (table, row id).
+ *
+ * Contract:
+ * - The cache knows nothing of the layer below.  Misses go to ops->fetch,
+ *   dirty rows leave through ops->writeback (one call per table and batch:
+ *   the layer below makes the whole batch durable at once — group commit).
+ * - Replacement is CLOCK (one reference bit per row), per shard.  64 shards,
+ *   chosen by a hash of (table, row); each has its own mutex, so lookups take
+ *   no global lock.  The byte budget (row bytes + CACHE_ROW_OVERHEAD per row)
+ *   is split evenly between shards.
+ * - Per cached row, besides the row bytes: a 28-byte entry and 2–4 bytes of
+ *   hash bucket (buckets grow to keep at most 2 entries per bucket on
+ *   average): at most CACHE_ROW_OVERHEAD = 32 bytes.  Row bytes live in
+ *   per-size-class arenas of 64 KiB chunks, with no per-row allocator header.
+ * - Write-back: cache_write() leaves the row dirty.  Dirty rows are written
+ *   back when evicted, by cache_flush() (fsync, unmount), and by a background
+ *   flusher once they have been dirty for dirty_age_ms.  Only one write-back
+ *   runs at a time (flush_lock), so cache_flush() returning 0 means every row
+ *   dirty when it was called is durable.
+ * - Pinned rows are never evicted.  When a shard has nothing it may evict, the
+ *   operation bypasses the cache (reads fetch straight into the caller's
+ *   buffer, writes go straight to writeback): never a deadlock, never a wait
+ *   on a pin.
+ * - With ops->reserve, a write that turns a hole into a dirty row first
+ *   reserves space below, so a full pool refuses the write (ENOSPC) instead
+ *   of failing at write-back.
+ * - Every call returns 0 (or a count) or -errno from the layer below.
+ */
+#ifndef EMBFS_CACHE_H
+#define EMBFS_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CACHE_ROW_OVERHEAD 32u
+#define CACHE_MAX_TABLES 65536u
+
+struct cache; /* valid until cache_destroy() */
+
+struct cache_wb {
+	uint64_t row;
+	const void *data; /* row_size bytes, valid during the writeback call */
+};
+
+struct cache_ops {
+	/* Copy the stored row into buf (row_size bytes): 1 stored, 0 hole (buf
+	 * zero-filled), -errno.  buf == NULL: only say whether it is stored. */
+	int (*fetch)(void *ctx, uint32_t table, uint64_t row, void *buf);
+	/* Make rows[0..n) of table durable, each row atomically. */
+	int (*writeback)(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n);
+	/* Optional.  delta > 0: a row that is a hole below became dirty; reserve
+	 * room for it below or fail (-ENOSPC: the write is refused and nothing
+	 * changes).  delta < 0: such rows were written back or dropped.  Called
+	 * with a shard lock held: must not call into the cache. */
+	int (*reserve)(void *ctx, uint32_t table, uint32_t row_size, int delta);
+};
+
+/* bytes: budget; dirty_age_ms: flusher deadline (0 = no flusher thread). */
+struct cache *cache_create(uint64_t bytes, uint32_t dirty_age_ms, const struct cache_ops *ops,
+			   void *ctx);
+/* Stops the flusher.  Dirty rows still cached are lost: flush first. */
+void cache_destroy(struct cache *c);
+
+/* Bytes [off, off+len) of a row of row_size bytes. */
+int cache_read(struct cache *c, uint32_t table, uint32_t row_size, uint64_t row, uint32_t off,
+	       uint32_t len, void *buf);
+int cache_write(struct cache *c, uint32_t table, uint32_t row_size, uint64_t row, uint32_t off,
+		uint32_t len, const void *data);
+
+/* Write back every dirty row of table (table < 0: of all tables). */
+int cache_flush(struct cache *c, int64_t table);
+/* Discard (without write-back) the cached rows of table in [from, to). */
+void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to);
+
+/* Pin a row in the cache (loading it if needed) until cache_unpin();
+ * -ENOSPC if its shard holds nothing evictable. */
+int cache_pin(struct cache *c, uint32_t table, uint32_t row_size, uint64_t row);
+void cache_unpin(struct cache *c, uint32_t table, uint64_t row);
+
+struct cache_stats {
+	uint64_t hits, misses, evictions, writebacks, bypasses;
+	uint64_t rows, dirty, new_dirty, pinned, bytes; /* current */
+	uint64_t budget, meta_bytes;                     /* totals only */
+};
+/* table < 0: totals.  new_dirty: dirty rows that were holes below. */
+void cache_stats_get(struct cache *c, int64_t table, struct cache_stats *st);
+
+#endif
