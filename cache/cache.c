@@ -12,7 +12,7 @@
 
 #include "embfs/cache.h"
 
-#define NSHARDS 64
+#define NSHARDS CACHE_MAX_SHARDS
 #define NIL UINT32_MAX
 #define MAX_CLASSES 16
 #define CHUNK_BYTES (64u << 10)
@@ -71,6 +71,7 @@ struct tstat {
 
 struct cache {
 	struct shard sh[NSHARDS];
+	uint32_t nshards, shard_shift;
 	const struct cache_ops *ops;
 	void *ctx;
 	uint64_t budget;
@@ -543,7 +544,7 @@ int cache_flush(struct cache *c, int64_t table)
 {
 	struct pick p = { table, 0, 0, 0 };
 	pthread_mutex_lock(&c->flush_lock);
-	int ret = writeback_rounds(c, 0, NSHARDS, &p);
+	int ret = writeback_rounds(c, 0, c->nshards, &p);
 	pthread_mutex_unlock(&c->flush_lock);
 	return ret;
 }
@@ -579,7 +580,7 @@ static void *flusher_main(void *arg)
 		/* rows dirty for dirty_age/2 or more go now: none waits past dirty_age */
 		struct pick p = { -1, now_ms(c) - (c->dirty_age_ms - period), 1, 0 };
 		pthread_mutex_lock(&c->flush_lock);
-		writeback_rounds(c, 0, NSHARDS, &p);
+		writeback_rounds(c, 0, c->nshards, &p);
 		pthread_mutex_unlock(&c->flush_lock);
 		pthread_mutex_lock(&c->wake_lock);
 	}
@@ -589,12 +590,18 @@ static void *flusher_main(void *arg)
 
 /* ---- public ----------------------------------------------------------- */
 
-struct cache *cache_create(uint64_t bytes, uint32_t dirty_age_ms, const struct cache_ops *ops,
-			   void *ctx)
+struct cache *cache_create(const struct cache_conf *conf, const struct cache_ops *ops, void *ctx)
 {
+	uint64_t bytes = conf->bytes;
+	uint32_t dirty_age_ms = conf->dirty_age_ms;
+	uint32_t ns = conf->shards ? conf->shards : NSHARDS;
+	if (ns > NSHARDS || (ns & (ns - 1)))
+		return NULL;
 	struct cache *c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
+	c->nshards = ns;
+	c->shard_shift = 64 - (uint32_t)__builtin_ctz(ns);
 	c->ops = ops;
 	c->ctx = ctx;
 	c->budget = bytes;
@@ -607,10 +614,10 @@ struct cache *cache_create(uint64_t bytes, uint32_t dirty_age_ms, const struct c
 	c->ts = calloc(CACHE_MAX_TABLES, sizeof(*c->ts));
 	if (!c->ts)
 		goto fail;
-	for (int i = 0; i < NSHARDS; i++) {
+	for (uint32_t i = 0; i < c->nshards; i++) {
 		struct shard *sh = &c->sh[i];
 		pthread_mutex_init(&sh->lock, NULL);
-		sh->budget = bytes / NSHARDS;
+		sh->budget = bytes / c->nshards;
 		uint64_t cap = sh->budget / (MIN_ROW + CACHE_ROW_OVERHEAD) + 1;
 		sh->cap = cap > NIL - 1 ? NIL - 1 : (uint32_t)cap;
 		/* calloc of a large array maps zero pages: only entries used are resident */
@@ -644,7 +651,7 @@ void cache_destroy(struct cache *c)
 		pthread_mutex_unlock(&c->wake_lock);
 		pthread_join(c->flusher, NULL);
 	}
-	for (int i = 0; i < NSHARDS; i++) {
+	for (uint32_t i = 0; i < c->nshards; i++) {
 		struct shard *sh = &c->sh[i];
 		for (uint32_t k = 0; k < sh->ncls; k++) {
 			for (uint32_t j = 0; j < sh->ar[k].nchunks; j++)
@@ -668,7 +675,7 @@ void cache_destroy(struct cache *c)
 
 static inline struct shard *shard_of(struct cache *c, uint64_t h, uint32_t *si)
 {
-	*si = (uint32_t)(h >> 58);
+	*si = c->shard_shift == 64 ? 0 : (uint32_t)(h >> c->shard_shift);
 	return &c->sh[*si];
 }
 
@@ -850,7 +857,7 @@ void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)
 		return;
 	pthread_mutex_lock(&c->flush_lock); /* no row is busy now */
 	atomic_fetch_add(&tst(c, table)->gen, 1);
-	for (int si = 0; si < NSHARDS; si++) {
+	for (uint32_t si = 0; si < c->nshards; si++) {
 		struct shard *sh = &c->sh[si];
 		pthread_mutex_lock(&sh->lock);
 		for (uint32_t i = 0; i < sh->hwm; i++) {
@@ -958,7 +965,7 @@ void cache_stats_get(struct cache *c, int64_t table, struct cache_stats *st)
 		return;
 	}
 	st->budget = c->budget;
-	for (int i = 0; i < NSHARDS; i++) {
+	for (uint32_t i = 0; i < c->nshards; i++) {
 		struct shard *sh = &c->sh[i];
 		pthread_mutex_lock(&sh->lock);
 		st->hits += sh->hits;

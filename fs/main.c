@@ -147,7 +147,8 @@ int main(int argc, char **argv)
 	fuse_daemonize(cl.foreground);
 	/* after the fork: the cache's flusher thread must live in the daemon */
 	if (fs.cache_bytes) {
-		fs.cache = cache_create(fs.cache_bytes, fs.conf.dirty_age_ms, &embfs_cache_ops, &fs);
+		struct cache_conf cc = { fs.cache_bytes, fs.conf.dirty_age_ms, 0 };
+		fs.cache = cache_create(&cc, &embfs_cache_ops, &fs);
 		if (!fs.cache) {
 			fprintf(stderr, "embfs: cannot allocate a %llu-byte cache\n",
 				(unsigned long long)fs.cache_bytes);

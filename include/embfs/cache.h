@@ -5,8 +5,8 @@
  * - The cache knows nothing of the layer below.  Misses go to ops->fetch,
  *   dirty rows leave through ops->writeback (one call per table and batch:
  *   the layer below makes the whole batch durable at once — group commit).
- * - Replacement is CLOCK (one reference bit per row), per shard.  64 shards,
- *   chosen by a hash of (table, row); each has its own mutex, so lookups take
+ * - Replacement is CLOCK (one reference bit per row), per shard.  64 shards
+ *   (by default), chosen by a hash of (table, row); each has its own mutex, so lookups take
  *   no global lock.  The byte budget (row bytes + CACHE_ROW_OVERHEAD per row)
  *   is split evenly between shards.
  * - Per cached row, besides the row bytes: a 28-byte entry and 2–4 bytes of
@@ -56,9 +56,15 @@ struct cache_ops {
 	int (*reserve)(void *ctx, uint32_t table, uint32_t row_size, int delta);
 };
 
-/* bytes: budget; dirty_age_ms: flusher deadline (0 = no flusher thread). */
-struct cache *cache_create(uint64_t bytes, uint32_t dirty_age_ms, const struct cache_ops *ops,
-			   void *ctx);
+struct cache_conf {
+	uint64_t bytes;        /* budget: row bytes + CACHE_ROW_OVERHEAD per row */
+	uint32_t dirty_age_ms; /* flusher deadline; 0 = no flusher thread */
+	uint32_t shards;       /* power of two <= CACHE_MAX_SHARDS; 0 = CACHE_MAX_SHARDS */
+};
+#define CACHE_MAX_SHARDS 64u
+
+/* ops and ctx must stay valid until cache_destroy(). */
+struct cache *cache_create(const struct cache_conf *conf, const struct cache_ops *ops, void *ctx);
 /* Stops the flusher.  Dirty rows still cached are lost: flush first. */
 void cache_destroy(struct cache *c);
 
