@@ -23,6 +23,9 @@
  * really are holes).  Exit 0: no divergence; 1: divergence (op number,
  * offset, expected vs got, then the last operations); 2: usage or setup.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* SEEK_DATA, fallocate */
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

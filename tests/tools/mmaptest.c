@@ -14,6 +14,9 @@
  * written in pieces checks as a whole.  Exit 0 ok, 1 mismatch (first offset,
  * expected, got), 2 usage or system error.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* SEEK_DATA, fallocate */
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
