@@ -33,12 +33,13 @@ struct centry {
 	uint32_t row_lo, row_hi;
 	uint32_t data;     /* slot in the class arena */
 	uint32_t hnext;    /* hash chain, or free list */
-	uint32_t dirty_ms; /* when it became dirty (ms since cache_create) */
+	uint32_t batch;    /* low 32 bits of the batch id of its latest write */
 	uint16_t table;
 	uint8_t flags;
 	uint8_t pins;
 	uint8_t cls;
-	uint8_t pad[3];
+	uint8_t round;     /* flusher round in which it became dirty */
+	uint8_t pad[2];
 };
 _Static_assert(sizeof(struct centry) == 28, "cache entry");
 
@@ -69,6 +70,15 @@ struct tstat {
 	_Atomic uint64_t gen; /* bumped by drops and write-throughs: stale fills are discarded */
 };
 
+/* A snapshot's version of a row, copied out when the row was written again
+ * before being written back (see cache_write). */
+struct pres {
+	struct pres *next;
+	uint64_t row, batch;
+	uint32_t table, rs;
+	char data[];
+};
+
 struct cache {
 	struct shard sh[NSHARDS];
 	uint32_t nshards, shard_shift;
@@ -80,6 +90,12 @@ struct cache {
 	_Atomic(struct tstat *) *ts;
 	pthread_mutex_t ts_lock;
 	uint32_t dirty_age_ms;
+	_Atomic uint64_t snap_floor; /* batch of the newest snapshot */
+	_Atomic uint64_t last_batch; /* newest batch seen: rebuilds 64-bit ids */
+	_Atomic uint8_t round;       /* flusher round */
+	pthread_mutex_t pres_lock;
+	struct pres *pres;           /* protected by pres_lock */
+	uint64_t npres;
 	int stop;               /* protected by wake_lock */
 	pthread_mutex_t wake_lock;
 	pthread_cond_t wake;
@@ -87,11 +103,12 @@ struct cache {
 	int has_flusher;
 };
 
-static uint32_t now_ms(struct cache *c)
+/* The 64-bit batch id whose low 32 bits are b, nearest below the newest. */
+static uint64_t full_batch(struct cache *c, uint32_t b)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint32_t)((t.tv_sec - c->t0.tv_sec) * 1000 + (t.tv_nsec - c->t0.tv_nsec) / 1000000);
+	uint64_t ref = atomic_load_explicit(&c->last_batch, memory_order_relaxed);
+	uint64_t x = (ref & ~0xffffffffull) | b;
+	return x > ref && x >= (1ull << 32) ? x - (1ull << 32) : x;
 }
 
 static uint64_t hash(uint32_t table, uint64_t row)
@@ -347,15 +364,16 @@ static int may_dirty(struct cache *c, struct shard *sh, struct centry *e)
 }
 
 /* Call may_dirty() first. */
-static void mark_dirty(struct cache *c, struct shard *sh, struct centry *e)
+static void mark_dirty(struct cache *c, struct shard *sh, struct centry *e, uint64_t batch)
 {
+	e->batch = (uint32_t)batch;
 	if (e->flags & F_BUSY)
 		e->flags |= F_REDIRTY;
 	if (e->flags & F_DIRTY)
 		return;
 	struct tstat *t = tst(c, e->table);
 	e->flags |= F_DIRTY;
-	e->dirty_ms = now_ms(c);
+	e->round = atomic_load_explicit(&c->round, memory_order_relaxed);
 	sh->ndirty++;
 	TS_ADD(t, dirty, 1);
 	if (e->flags & F_NEW)
@@ -368,6 +386,7 @@ struct staged {
 	uint32_t shard, idx;
 	uint32_t table;
 	uint64_t row;
+	uint64_t batch;
 	size_t off;  /* of the row bytes in stage.buf */
 };
 
@@ -379,7 +398,7 @@ struct stage {
 };
 
 static int stage_add(struct stage *s, uint32_t shard, uint32_t idx, struct centry *e, const char *data,
-		     uint32_t rs)
+		     uint32_t rs, uint64_t batch)
 {
 	if (s->n == s->cap) {
 		size_t nc = s->cap ? 2 * s->cap : 256;
@@ -400,7 +419,7 @@ static int stage_add(struct stage *s, uint32_t shard, uint32_t idx, struct centr
 		s->bufcap = nc;
 	}
 	memcpy(s->buf + s->used, data, rs);
-	s->v[s->n++] = (struct staged){ shard, idx, e->table, e_row(e), s->used };
+	s->v[s->n++] = (struct staged){ shard, idx, e->table, e_row(e), batch, s->used };
 	s->used += rs;
 	return 0;
 }
@@ -429,7 +448,7 @@ static int stage_commit(struct cache *c, struct stage *s)
 		for (size_t i = 0; i < s->n;) {
 			size_t j = i;
 			while (j < s->n && s->v[j].table == s->v[i].table) {
-				wb[j - i] = (struct cache_wb){ s->v[j].row, s->buf + s->v[j].off };
+				wb[j - i] = (struct cache_wb){ s->v[j].row, s->buf + s->v[j].off, s->v[j].batch };
 				j++;
 			}
 			int r = c->ops->writeback(c->ctx, s->v[i].table, wb, j - i);
@@ -483,8 +502,7 @@ static void stage_free(struct stage *s)
 /* Which dirty rows a write-back round takes. */
 struct pick {
 	int64_t table;     /* -1: any */
-	uint32_t max_age_cut; /* take rows dirty since before this (ms), if use_age */
-	int use_age;
+	int use_age;       /* only rows dirty since before the current flusher round */
 	size_t limit;      /* stop after this many rows (0: no limit) */
 };
 
@@ -496,17 +514,93 @@ static int picks(struct cache *c, struct shard *sh, struct centry *e, const stru
 		return 0;
 	(void)c;
 	(void)sh;
-	if (p->use_age && (int32_t)(p->max_age_cut - e->dirty_ms) < 0)
+	if (p->use_age && e->round == atomic_load_explicit(&c->round, memory_order_relaxed))
 		return 0;
 	return 1;
+}
+
+static int cmp_pres(const void *a, const void *b)
+{
+	const struct pres *x = *(struct pres *const *)a, *y = *(struct pres *const *)b;
+	if (x->table != y->table)
+		return x->table < y->table ? -1 : 1;
+	if (x->batch != y->batch)
+		return x->batch < y->batch ? -1 : 1;
+	return x->row < y->row ? -1 : x->row > y->row;
+}
+
+/* Write back the preserved snapshot versions, oldest batch first, one call
+ * per (table, batch), before any newer version of their rows.  flush_lock held. */
+static int drain_preserved(struct cache *c)
+{
+	pthread_mutex_lock(&c->pres_lock);
+	struct pres *list = c->pres;
+	size_t n = c->npres;
+	c->pres = NULL;
+	c->npres = 0;
+	pthread_mutex_unlock(&c->pres_lock);
+	if (!n)
+		return 0;
+	struct pres **v = malloc(n * sizeof(*v));
+	struct cache_wb *wb = malloc(n * sizeof(*wb));
+	int ret = 0;
+	if (!v || !wb) {
+		ret = -ENOMEM;
+	} else {
+		size_t k = 0;
+		for (struct pres *p = list; p; p = p->next)
+			v[k++] = p;
+		qsort(v, n, sizeof(*v), cmp_pres);
+		size_t i = 0;
+		while (i < n) {
+			size_t j = i;
+			while (j < n && v[j]->table == v[i]->table && v[j]->batch == v[i]->batch) {
+				wb[j - i] = (struct cache_wb){ v[j]->row, v[j]->data, v[j]->batch };
+				j++;
+			}
+			ret = c->ops->writeback(c->ctx, v[i]->table, wb, j - i);
+			if (ret)
+				break;
+			for (size_t k2 = i; k2 < j; k2++) {
+				if (c->ops->reserve)
+					c->ops->reserve(c->ctx, v[k2]->table, v[k2]->rs, -1);
+				free(v[k2]);
+			}
+			i = j;
+		}
+		if (ret) { /* keep the rest, in order, for the next round */
+			pthread_mutex_lock(&c->pres_lock);
+			for (size_t k2 = n; k2-- > i;) {
+				v[k2]->next = c->pres;
+				c->pres = v[k2];
+				c->npres++;
+			}
+			pthread_mutex_unlock(&c->pres_lock);
+		}
+	}
+	if (!v) { /* could not even sort: put the list back whole */
+		pthread_mutex_lock(&c->pres_lock);
+		for (struct pres *p = list, *nx; p; p = nx) {
+			nx = p->next;
+			p->next = c->pres;
+			c->pres = p;
+			c->npres++;
+		}
+		pthread_mutex_unlock(&c->pres_lock);
+	}
+	free(v);
+	free(wb);
+	return ret;
 }
 
 /* Write back the dirty rows `p` picks from the shards [s0, s1).  flush_lock held. */
 static int writeback_rounds(struct cache *c, uint32_t s0, uint32_t s1, const struct pick *p)
 {
 	struct stage st = { 0 };
-	int ret = 0;
+	int ret = drain_preserved(c);
 	size_t taken = 0;
+	if (ret)
+		return ret;
 	for (uint32_t si = s0; si < s1; si++) {
 		struct shard *sh = &c->sh[si];
 		pthread_mutex_lock(&sh->lock);
@@ -514,7 +608,8 @@ static int writeback_rounds(struct cache *c, uint32_t s0, uint32_t s1, const str
 			struct centry *e = &sh->e[i];
 			if (!picks(c, sh, e, p))
 				continue;
-			if (stage_add(&st, si, i, e, e_data(sh, e), sh->ar[e->cls].rs)) {
+			if (stage_add(&st, si, i, e, e_data(sh, e), sh->ar[e->cls].rs,
+				      full_batch(c, e->batch))) {
 				ret = -ENOMEM;
 				break;
 			}
@@ -540,23 +635,58 @@ out:;
 	return ret;
 }
 
+static uint64_t oldest_dirty(struct cache *c);
+
 int cache_flush(struct cache *c, int64_t table)
 {
-	struct pick p = { table, 0, 0, 0 };
+	struct pick p = { table, 0, 0 };
 	pthread_mutex_lock(&c->flush_lock);
 	int ret = writeback_rounds(c, 0, c->nshards, &p);
+	uint64_t low = table < 0 && !ret ? oldest_dirty(c) : 0;
 	pthread_mutex_unlock(&c->flush_lock);
+	if (low && c->ops->durable_below)
+		c->ops->durable_below(c->ctx, low);
 	return ret;
+}
+
+void cache_set_snapshot(struct cache *c, uint64_t batch)
+{
+	atomic_store(&c->snap_floor, batch);
 }
 
 /* An inserting thread found only dirty rows to evict in its shard. */
 static int make_clean(struct cache *c, uint32_t si)
 {
-	struct pick p = { -1, 0, 0, 256 };
+	struct pick p = { -1, 0, 256 };
 	pthread_mutex_lock(&c->flush_lock);
 	int ret = writeback_rounds(c, si, si + 1, &p);
 	pthread_mutex_unlock(&c->flush_lock);
 	return ret;
+}
+
+/* Lowest batch id among dirty rows and preserved versions (UINT64_MAX when
+ * none): every write of an earlier batch is in the layer below. */
+static uint64_t oldest_dirty(struct cache *c)
+{
+	uint64_t low = UINT64_MAX;
+	pthread_mutex_lock(&c->pres_lock);
+	for (struct pres *p = c->pres; p; p = p->next)
+		if (p->batch < low)
+			low = p->batch;
+	pthread_mutex_unlock(&c->pres_lock);
+	for (uint32_t si = 0; si < c->nshards; si++) {
+		struct shard *sh = &c->sh[si];
+		pthread_mutex_lock(&sh->lock);
+		if (sh->ndirty)
+			for (uint32_t i = 0; i < sh->hwm; i++) {
+				struct centry *e = &sh->e[i];
+				if ((e->flags & (F_VALID | F_DIRTY)) == (F_VALID | F_DIRTY) &&
+				    full_batch(c, e->batch) < low)
+					low = full_batch(c, e->batch);
+			}
+		pthread_mutex_unlock(&sh->lock);
+	}
+	return low;
 }
 
 static void *flusher_main(void *arg)
@@ -577,11 +707,16 @@ static void *flusher_main(void *arg)
 		if (c->stop)
 			break;
 		pthread_mutex_unlock(&c->wake_lock);
-		/* rows dirty for dirty_age/2 or more go now: none waits past dirty_age */
-		struct pick p = { -1, now_ms(c) - (c->dirty_age_ms - period), 1, 0 };
+		/* rows dirtied before this round began go now: none waits past
+		 * two rounds, i.e. dirty_age_ms */
+		struct pick p = { -1, 1, 0 };
 		pthread_mutex_lock(&c->flush_lock);
-		writeback_rounds(c, 0, c->nshards, &p);
+		int r = writeback_rounds(c, 0, c->nshards, &p);
+		atomic_fetch_add(&c->round, 1);
+		uint64_t low = r ? 0 : oldest_dirty(c);
 		pthread_mutex_unlock(&c->flush_lock);
+		if (low && c->ops->durable_below)
+			c->ops->durable_below(c->ctx, low);
 		pthread_mutex_lock(&c->wake_lock);
 	}
 	pthread_mutex_unlock(&c->wake_lock);
@@ -610,6 +745,7 @@ struct cache *cache_create(const struct cache_conf *conf, const struct cache_ops
 	pthread_mutex_init(&c->flush_lock, NULL);
 	pthread_mutex_init(&c->ts_lock, NULL);
 	pthread_mutex_init(&c->wake_lock, NULL);
+	pthread_mutex_init(&c->pres_lock, NULL);
 	pthread_cond_init(&c->wake, NULL);
 	c->ts = calloc(CACHE_MAX_TABLES, sizeof(*c->ts));
 	if (!c->ts)
@@ -669,6 +805,11 @@ void cache_destroy(struct cache *c)
 	pthread_mutex_destroy(&c->flush_lock);
 	pthread_mutex_destroy(&c->ts_lock);
 	pthread_mutex_destroy(&c->wake_lock);
+	for (struct pres *p = c->pres, *nx; p; p = nx) {
+		nx = p->next;
+		free(p);
+	}
+	pthread_mutex_destroy(&c->pres_lock);
 	pthread_cond_destroy(&c->wake);
 	free(c);
 }
@@ -751,8 +892,42 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 	return 0;
 }
 
+/* The entry holds a snapshot's version (dirty, batch at or below the newest
+ * snapshot) and this write starts a later one: copy the old bytes out first,
+ * so the snapshot gets them at write-back.  Shard lock held.  -ENOSPC when no
+ * room can be promised for the extra version. */
+static int preserve(struct cache *c, struct shard *sh, struct centry *e, uint64_t batch)
+{
+	uint64_t floor = atomic_load(&c->snap_floor);
+	if (!(e->flags & F_DIRTY) || (e->flags & F_BUSY) || batch <= floor ||
+	    full_batch(c, e->batch) > floor)
+		return 0; /* busy: the write-back in flight already took these bytes */
+	uint32_t rs = sh->ar[e->cls].rs;
+	struct pres *p = malloc(sizeof(*p) + rs);
+	if (!p)
+		return -ENOMEM;
+	if (c->ops->reserve) {
+		int r = c->ops->reserve(c->ctx, e->table, rs, 1);
+		if (r) {
+			free(p);
+			return r;
+		}
+	}
+	p->row = e_row(e);
+	p->batch = full_batch(c, e->batch);
+	p->table = e->table;
+	p->rs = rs;
+	memcpy(p->data, e_data(sh, e), rs);
+	pthread_mutex_lock(&c->pres_lock);
+	p->next = c->pres;
+	c->pres = p;
+	c->npres++;
+	pthread_mutex_unlock(&c->pres_lock);
+	return 0;
+}
+
 int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
-		const void *data)
+		const void *data, uint64_t batch)
 {
 	uint64_t h = hash(table, row);
 	uint32_t si;
@@ -762,19 +937,23 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 
 	if (table >= CACHE_MAX_TABLES || (uint64_t)off + len > rs)
 		return -EINVAL;
+	if (batch > atomic_load_explicit(&c->last_batch, memory_order_relaxed))
+		atomic_store(&c->last_batch, batch);
 	for (int attempt = 0;; attempt++) {
 		pthread_mutex_lock(&sh->lock);
 		uint32_t idx = lookup(sh, table, row, h);
 		if (idx != NIL) {
 			struct centry *e = &sh->e[idx];
 			int r = may_dirty(c, sh, e);
+			if (!r)
+				r = preserve(c, sh, e, batch);
 			if (r) {
 				pthread_mutex_unlock(&sh->lock);
 				return r;
 			}
 			memcpy(e_data(sh, e) + off, data, len);
 			e->flags |= F_REF;
-			mark_dirty(c, sh, e);
+			mark_dirty(c, sh, e, batch);
 			sh->hits++;
 			pthread_mutex_unlock(&sh->lock);
 			TS_ADD(t, hits, 1);
@@ -818,7 +997,7 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 			memcpy(e_data(sh, e), base, rs);
 			if (!stored)
 				e->flags |= F_NEW; /* reserved above */
-			mark_dirty(c, sh, e);
+			mark_dirty(c, sh, e, batch);
 			sh->misses++;
 			pthread_mutex_unlock(&sh->lock);
 			TS_ADD(t, misses, 1);
@@ -837,7 +1016,7 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 		}
 		/* nothing evictable: write through, invalidating racing fills */
 		atomic_fetch_add(&t->gen, 1);
-		struct cache_wb wb = { row, base };
+		struct cache_wb wb = { row, base, batch };
 		int r = c->ops->writeback(c->ctx, table, &wb, 1);
 		atomic_fetch_add(&t->gen, 1);
 		free(base);
@@ -856,6 +1035,7 @@ void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)
 	if (table >= CACHE_MAX_TABLES)
 		return;
 	pthread_mutex_lock(&c->flush_lock); /* no row is busy now */
+	drain_preserved(c); /* snapshots' versions are never dropped */
 	atomic_fetch_add(&tst(c, table)->gen, 1);
 	for (uint32_t si = 0; si < c->nshards; si++) {
 		struct shard *sh = &c->sh[si];

@@ -49,11 +49,12 @@ int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t 
 		if (ret)
 			return ret;
 		prepaid = n;
+		uint64_t batch = store_batch_get(fs->st);
 		for (size_t done = 0; done < len && !ret;) {
 			uint64_t pos = off + done;
 			uint32_t in = (uint32_t)(pos % rs);
 			size_t take = rs - in < len - done ? rs - in : len - done;
-			ret = cache_write(fs->cache, id, rs, pos / rs, in, (uint32_t)take, data + done);
+			ret = cache_write(fs->cache, id, rs, pos / rs, in, (uint32_t)take, data + done, batch);
 			done += take;
 		}
 		if (prepaid)
@@ -72,7 +73,7 @@ int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t 
 		uint64_t pos = off + done;
 		uint32_t in = (uint32_t)(pos % rs);
 		size_t take = rs - in < len - done ? rs - in : len - done;
-		ops[k] = (struct store_rowop){ pos / rs, in, (uint32_t)take, data + done };
+		ops[k] = (struct store_rowop){ pos / rs, in, (uint32_t)take, data + done, 0 };
 		done += take;
 	}
 	ret = store_rows_write(fs->st, id, ops, k, off + len);
@@ -124,7 +125,7 @@ static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, 
 	if (!ops)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
-		ops[i] = (struct store_rowop){ rows[i].row, 0, a.row_size, rows[i].data };
+		ops[i] = (struct store_rowop){ rows[i].row, 0, a.row_size, rows[i].data, rows[i].batch };
 	ret = store_rows_write(fs->st, table, ops, n, 0);
 	free(ops);
 	return ret;
@@ -141,4 +142,21 @@ static int cb_reserve(void *ctx, uint32_t table, uint32_t row_size, int delta)
 	return store_space_reserve(fs->st, row_size, delta);
 }
 
-const struct cache_ops embfs_cache_ops = { cb_fetch, cb_writeback, cb_reserve };
+/* Snapshots whose batch is below every row still only in DRAM are whole in
+ * the pool: from now on they survive a crash. */
+static void cb_durable_below(void *ctx, uint64_t batch)
+{
+	struct embfs *fs = ctx;
+	uint32_t cur = 0;
+	struct store_snap sn;
+	while (store_snap_next(fs->st, &cur, &sn) == 1)
+		if (!sn.durable && sn.batch < batch)
+			store_snap_set_durable(fs->st, sn.idx);
+}
+
+const struct cache_ops embfs_cache_ops = {
+	.fetch = cb_fetch,
+	.writeback = cb_writeback,
+	.reserve = cb_reserve,
+	.durable_below = cb_durable_below,
+};

@@ -176,7 +176,7 @@ static int slot_find(struct store *s, uint32_t *id)
 		if (!s->sb->cat_chunks[c]) {
 			volatile int ret = 0;
 			TX_BEGIN(s->pop) {
-				PMEMoid o = pmemobj_tx_zalloc(EMB_CAT_PER_CHUNK * sizeof(struct emb_table), 0);
+				PMEMoid o = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
 				pmemobj_tx_add_range_direct(&s->sb->cat_chunks[c], 8);
 				s->sb->cat_chunks[c] = o.off;
 			} TX_ONABORT {
@@ -329,7 +329,10 @@ int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_
 		goto out;
 	}
 	struct emb_table *t = st->t;
-	if (t->nrows) {
+	pthread_rwlock_rdlock(&s->snap_lock);
+	int held = snap_refs(s, st);
+	pthread_rwlock_unlock(&s->snap_lock);
+	if (t->nrows || held) {
 		ret = -EBUSY;
 		goto out;
 	}
@@ -411,45 +414,11 @@ out:
 	return ret;
 }
 
-struct rowlist {
-	uint64_t *v;
-	size_t n, cap;
-};
-
-static int push_key(void *arg, uint64_t key, uint64_t val)
+/* Free a table's index and catalog slot; its rows must be gone.
+ * commit_lock held. */
+int catalog_free_locked(struct store *s, struct stable *st)
 {
-	struct rowlist *r = arg;
-	(void)val;
-	if (r->n == r->cap) {
-		size_t nc = r->cap ? r->cap * 2 : 1024;
-		uint64_t *p = realloc(r->v, nc * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		r->v = p;
-		r->cap = nc;
-	}
-	r->v[r->n++] = key;
-	return 0;
-}
-
-/* Delete every row of an orphan, its index, then its slot.  commit_lock held. */
-static int release_locked(struct store *s, struct stable *st)
-{
-	struct rowlist r = { 0 };
-	int ret = index_walk(s, st, push_key, &r);
-	if (!ret && r.n) {
-		struct store_rowop *ops = calloc(r.n, sizeof(*ops));
-		if (!ops)
-			ret = -ENOMEM;
-		for (size_t i = 0; ops && i < r.n; i++)
-			ops[i].row = r.v[i];
-		if (ops)
-			ret = commit_locked(s, st, ops, r.n, 0);
-		free(ops);
-	}
-	free(r.v);
-	if (!ret)
-		ret = index_destroy(s, st);
+	volatile int ret = index_destroy(s, st);
 	if (ret)
 		return ret;
 	TX_BEGIN(s->pop) {
@@ -458,7 +427,33 @@ static int release_locked(struct store *s, struct stable *st)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
-	return ret;
+	if (ret)
+		return ret;
+	pthread_rwlock_wrlock(&s->cat_lock);
+	stable_free(s, st);
+	pthread_rwlock_unlock(&s->cat_lock);
+	return 0;
+}
+
+/* An unlinked table nobody has open: keep only what live snapshots hold (a
+ * zombie), or free it whole.  commit_lock held. */
+static int release_locked(struct store *s, struct stable *st)
+{
+	volatile int ret = 0;
+	if (!(st->t->flags & EMB_T_ZOMBIE)) {
+		TX_BEGIN(s->pop) {
+			pmemobj_tx_add_range_direct(&st->t->flags, 4);
+			st->t->flags |= EMB_T_ZOMBIE;
+		} TX_ONABORT {
+			ret = pm_tx_errno();
+		} TX_END
+		if (ret)
+			return ret;
+	}
+	ret = reclaim_table(s, st);
+	if (ret == 0)
+		ret = catalog_free_locked(s, st);
+	return ret < 0 ? ret : 0;
 }
 
 int store_table_release(struct store *s, uint32_t id)
@@ -466,14 +461,8 @@ int store_table_release(struct store *s, uint32_t id)
 	pthread_mutex_lock(&s->commit_lock);
 	struct stable *st = tab_get(s, id);
 	int ret = 0;
-	if (st && (st->t->flags & EMB_T_ORPHAN)) {
+	if (st && (st->t->flags & EMB_T_ORPHAN))
 		ret = release_locked(s, st);
-		if (!ret) {
-			pthread_rwlock_wrlock(&s->cat_lock);
-			stable_free(s, st);
-			pthread_rwlock_unlock(&s->cat_lock);
-		}
-	}
 	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
 }
@@ -537,8 +526,6 @@ int catalog_recover(struct store *s)
 			continue;
 		if (st->t->flags & EMB_T_ORPHAN) {
 			ret = release_locked(s, st);
-			if (!ret)
-				stable_free(s, st);
 		} else if (st->t->trim_from != EMB_NONE) {
 			ret = trim_locked(s, st);
 		}

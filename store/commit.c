@@ -29,10 +29,16 @@
 
 struct uop {
 	uint64_t row;
+	uint64_t batch;
 	uint64_t old_off, new_off;
+	uint64_t prev;  /* prev link of the new version */
 	struct ipos pos;
 	int found;   /* row is in the index */
+	int live;    /* ... and its newest version is not a tombstone */
 	int del;     /* final state of the row is deleted */
+	int tomb;    /* the delete writes a tombstone (older versions are needed) */
+	int retain;  /* the replaced version stays, for a snapshot */
+	int skip;    /* nothing to do */
 	int claimed; /* pos is a claimed free slot */
 };
 
@@ -51,7 +57,7 @@ static uint32_t *umap_slot(struct umap *m, const struct uop *u, uint64_t row)
 	}
 }
 
-static uint64_t journal_csum(const struct emb_journal *j, uint64_t count)
+uint64_t journal_csum(const struct emb_journal *j, uint64_t count)
 {
 	XXH64_state_t *x = XXH64_createState();
 	XXH64_reset(x, 0);
@@ -67,6 +73,35 @@ static int journal_valid(const struct emb_journal *j)
 	return j->count > 0 && j->count <= EMB_JOURNAL_CAP && journal_csum(j, j->count) == j->csum;
 }
 
+/* Decide what happens to each row: a new version replaces the newest one,
+ * which is kept (chained) if a live snapshot needs it and freed otherwise; a
+ * delete removes the row, or writes a tombstone when older versions must
+ * stay reachable. */
+static void plan(struct store *s, struct uop *u)
+{
+	struct emb_version *v = S_PTR(s, u->old_off);
+	u->live = v && !ver_tomb(v);
+	u->retain = u->tomb = u->skip = 0;
+	u->prev = 0;
+	if (v && u->batch < v->batch)
+		u->batch = v->batch; /* batches never go back along a chain */
+	int need = v && snap_needed(s, v->batch, u->batch);
+	if (u->del) {
+		if (!u->live) {
+			u->skip = 1; /* a hole already, for the live view */
+		} else if (need || v->prev) {
+			u->tomb = 1;
+			u->retain = need;
+			u->prev = need ? u->old_off : v->prev;
+		}
+		return;
+	}
+	if (v) {
+		u->retain = need;
+		u->prev = need ? u->old_off : v->prev;
+	}
+}
+
 /* Look every row up and claim index slots for new rows; splits restart it. */
 static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		   struct claims *c)
@@ -78,6 +113,7 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 			u[i].old_off = index_get(s, st, u[i].row, &u[i].pos);
 			u[i].found = u[i].old_off != 0;
 			u[i].claimed = 0;
+			plan(s, &u[i]);
 			if (!u[i].found && !u[i].del) {
 				ret = index_claim(s, st, c, u[i].row, &u[i].pos);
 				u[i].claimed = 1;
@@ -86,6 +122,12 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		if (ret != -EAGAIN)
 			return ret;
 	}
+}
+
+/* A version is written (new row version or tombstone). */
+static inline int writes(const struct uop *u)
+{
+	return !u->skip && (!u->del || u->tomb);
 }
 
 /* Apply up to EMB_JOURNAL_CAP ops as one commit.  commit_lock held. */
@@ -97,6 +139,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	struct umap m = { 16, NULL };
 	struct uop *u = calloc(n ? n : 1, sizeof(*u));
 	struct claims *c = NULL;
+	uint64_t cur_batch;
 	uint32_t cls;
 	size_t nu = 0;
 	int ret;
@@ -105,13 +148,16 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		m.cap <<= 1;
 	m.e = calloc(m.cap, sizeof(*m.e));
 	if (!u || !m.e) {
-		ret = -ENOMEM;
-		goto out;
+		free(m.e);
+		free(u);
+		return -ENOMEM;
 	}
+	pthread_rwlock_rdlock(&s->snap_lock); /* the set of live snapshots stays put */
+	cur_batch = ld64(&s->sb->batch);
 	for (size_t i = 0; i < n; i++) {
 		if (ops[i].data && ((uint64_t)ops[i].off + ops[i].len > rs)) {
 			ret = -EINVAL;
-			goto out;
+			goto out_snap;
 		}
 		uint32_t *e = umap_slot(&m, u, ops[i].row);
 		if (!*e) {
@@ -119,42 +165,42 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 			*e = (uint32_t)++nu;
 		}
 		u[*e - 1].del = ops[i].data == NULL;
+		u[*e - 1].batch = ops[i].batch ? ops[i].batch : cur_batch;
 	}
 	ret = slab_class_for(s, rs, &cls);
 	if (ret)
-		goto out;
+		goto out_snap;
 	c = claims_new(nu);
 	if (!c) {
 		ret = -ENOMEM;
-		goto out;
+		goto out_snap;
 	}
 	ret = prepass(s, st, u, nu, c);
 	if (ret)
-		goto out;
+		goto out_snap;
 
 	/* A1: take slots; nothing in PMem has changed yet */
 	for (size_t i = 0; i < nu; i++) {
-		if (u[i].del)
+		if (!writes(&u[i]))
 			continue;
 		ret = slab_alloc(s, cls, &u[i].new_off);
 		if (ret) {
 			while (i-- > 0)
 				if (u[i].new_off)
 					slab_unreserve(s, u[i].new_off);
-			goto out;
+			goto out_snap;
 		}
 	}
 
 	/* A2: intents */
 	struct emb_journal *j = s->jr;
 	uint64_t nrec = 0;
-	for (size_t i = 0; i < nu; i++) {
-		if (u[i].del && !u[i].found)
-			continue;
-		j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id, 0 };
-	}
+	for (size_t i = 0; i < nu; i++)
+		if (!u[i].skip)
+			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id, 0 };
 	j->seq++;
 	j->count = nrec;
+	j->kind = EMB_J_COMMIT;
 	j->table = st->id;
 	j->nrows_before = t->nrows;
 	j->size_hint = size_hint;
@@ -163,16 +209,15 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	pm_barrier(s);
 
 	/* A3: new versions, copy-on-write */
-	uint64_t batch = ld64(&s->sb->batch);
 	for (size_t i = 0; i < nu; i++) {
-		if (u[i].del)
+		if (!writes(&u[i]))
 			continue;
 		struct emb_version *v = S_PTR(s, u[i].new_off);
 		v->row = u[i].row;
-		v->batch = batch;
-		v->prev = 0;
-		v->table = st->id;
-		if (u[i].found)
+		v->batch = u[i].batch;
+		v->prev = u[i].prev;
+		v->table = st->id | (u[i].tomb ? EMB_VER_TOMB : 0);
+		if (u[i].live)
 			memcpy(v + 1, (struct emb_version *)S_PTR(s, u[i].old_off) + 1, rs);
 		else
 			memset(v + 1, 0, rs);
@@ -188,10 +233,10 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 			memset(d, 0, rs);
 	}
 	for (size_t i = 0; i < nu; i++) {
-		if (u[i].del)
+		if (!writes(&u[i]))
 			continue;
 		struct emb_version *v = S_PTR(s, u[i].new_off);
-		v->csum = XXH32(v + 1, rs, 0);
+		v->csum = u[i].tomb ? 0 : XXH32(v + 1, rs, 0);
 		pm_flush(s, v, sizeof(*v) + rs);
 		slab_mark(s, u[i].new_off);
 		if (u[i].claimed)
@@ -205,19 +250,17 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	uint64_t now = now_ns();
 	pthread_rwlock_wrlock(&st->lock);
 	for (size_t i = 0; i < nu; i++) {
-		if (u[i].del) {
-			if (u[i].found) {
-				index_unpublish(s, &u[i].pos);
-				drows--;
-				changed = 1;
-			}
-		} else if (u[i].found) {
+		if (u[i].skip)
+			continue;
+		if (u[i].del && !u[i].tomb)
+			index_unpublish(s, &u[i].pos);
+		else if (u[i].found)
 			index_set_val(s, &u[i].pos, u[i].new_off);
-		} else {
+		else
 			index_publish(s, &u[i].pos);
-			drows++;
-			changed = 1;
-		}
+		int live_new = !u[i].del;
+		drows += live_new - u[i].live;
+		changed |= live_new != u[i].live;
 	}
 	if (drows)
 		st64(&t->nrows, t->nrows + (uint64_t)drows);
@@ -230,19 +273,24 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	pm_flush(s, t, 128);
 	pm_barrier(s);
 
-	/* C: free what was replaced */
+	/* C: free what was replaced and is not kept for a snapshot */
 	for (size_t i = 0; i < nu; i++) {
-		if (u[i].old_off)
+		if (u[i].skip)
+			continue;
+		if (u[i].old_off && !u[i].retain)
 			slab_free(s, u[i].old_off);
-		if (u[i].del && u[i].found)
+		if (u[i].del && !u[i].tomb)
 			index_ovf_dec(s, &u[i].pos);
+		if (u[i].retain)
+			snap_charge(s, (struct emb_version *)S_PTR(s, u[i].old_off), u[i].batch, cls);
 	}
 	st64(&j->count, 0);
 	pm_flush(s, j, 64);
 	pm_barrier(s);
 	atomic_fetch_add_explicit(&s->n_commits, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->n_rows_written, nu, memory_order_relaxed);
-out:
+out_snap:
+	pthread_rwlock_unlock(&s->snap_lock);
 	claims_free(c);
 	free(m.e);
 	free(u);
@@ -282,6 +330,12 @@ int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops
 	return ret;
 }
 
+static int live_ver(struct store *s, uint64_t off)
+{
+	struct emb_version *v = S_PTR(s, off);
+	return v && !ver_tomb(v);
+}
+
 /* Replay the journal after a crash (see the top of this file). */
 int commit_recover(struct store *s)
 {
@@ -289,28 +343,32 @@ int commit_recover(struct store *s)
 	if (j->count == 0)
 		return 0;
 	s->recovered = 1;
-	if (journal_valid(j)) {
+	if (journal_valid(j) && j->kind == EMB_J_RECLAIM) {
+		int ret = reclaim_recover(s, j);
+		if (ret)
+			return ret;
+	} else if (journal_valid(j)) {
 		struct stable *st = tab_get(s, j->table);
 		if (!st)
 			return -EIO;
-		uint64_t nrows = j->nrows_before;
+		int64_t nrows = (int64_t)j->nrows_before;
 		int any = 0;
 		for (uint64_t i = 0; i < j->count; i++) {
 			struct emb_jrec *r = &j->rec[i];
 			uint64_t cur = index_get(s, st, r->row, NULL);
 			int done = r->new_off ? cur == r->new_off : cur != r->old_off;
 			if (done) {
+				struct emb_version *nv = S_PTR(s, r->new_off);
 				any = 1;
-				nrows += !r->old_off;
-				nrows -= !r->new_off;
-				if (r->old_off)
+				nrows += live_ver(s, r->new_off) - live_ver(s, r->old_off);
+				if (r->old_off && !(nv && nv->prev == r->old_off))
 					slab_free(s, r->old_off);
 			} else if (r->new_off) {
 				slab_free(s, r->new_off);
 			}
 		}
 		/* the row count and size were published after the rows: redo them */
-		st64(&st->t->nrows, nrows);
+		st64(&st->t->nrows, (uint64_t)nrows);
 		if (any)
 			max64(&st->t->size, j->size_hint);
 		pm_flush(s, st->t, 128);
@@ -356,7 +414,7 @@ int trim_locked(struct store *s, struct stable *st)
 		return 0;
 	if (lim % rs && index_get(s, st, lim / rs, NULL)) {
 		static const char zeros[EMB_ROW_MAX];
-		struct store_rowop op = { lim / rs, (uint32_t)(lim % rs), (uint32_t)(rs - lim % rs), zeros };
+		struct store_rowop op = { lim / rs, (uint32_t)(lim % rs), (uint32_t)(rs - lim % rs), zeros, 0 };
 		ret = commit_locked(s, st, &op, 1, 0);
 		if (ret)
 			return ret;

@@ -15,23 +15,33 @@ struct walk {
 	uint64_t count;
 };
 
+/* Every version of a row's chain: right row and table, checksum, batches
+ * strictly decreasing. */
 static int check_entry(void *arg, uint64_t key, uint64_t val)
 {
 	struct walk *w = arg;
 	struct emb_version *v = S_PTR(w->s, val);
-	w->count++;
-	if (!v || v->row != key || v->table != w->st->id ||
-	    v->csum != XXH32(v + 1, w->st->t->row_size, 0))
-		w->r->bad_versions++;
-	if (w->n == w->cap) {
-		size_t nc = w->cap ? 2 * w->cap : 4096;
-		uint64_t *p = realloc(w->refs, nc * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		w->refs = p;
-		w->cap = nc;
+	w->count += v && !ver_tomb(v);
+	uint64_t newer = UINT64_MAX;
+	for (int depth = 0; v; depth++) {
+		if (v->row != key || (v->table & ~EMB_VER_TOMB) != w->st->id || v->batch >= newer ||
+		    depth > (int)EMB_MAX_SNAPS + 1 ||
+		    (!ver_tomb(v) && v->csum != XXH32(v + 1, w->st->t->row_size, 0))) {
+			w->r->bad_versions++;
+			break;
+		}
+		if (w->n == w->cap) {
+			size_t nc = w->cap ? 2 * w->cap : 4096;
+			uint64_t *p = realloc(w->refs, nc * sizeof(*p));
+			if (!p)
+				return -ENOMEM;
+			w->refs = p;
+			w->cap = nc;
+		}
+		w->refs[w->n++] = S_OFF(w->s, v);
+		newer = v->batch;
+		v = S_PTR(w->s, v->prev);
 	}
-	w->refs[w->n++] = val;
 	return 0;
 }
 
@@ -67,7 +77,7 @@ int store_fsck(struct store *s, struct store_fsck *r)
 		w.st = st;
 		w.count = 0;
 		ret = index_walk(s, st, check_entry, &w);
-		if (w.count != st->t->nrows)
+		if (w.count != st->t->nrows && !(st->t->flags & EMB_T_ZOMBIE))
 			r->bad_counts++;
 		r->rows += w.count;
 	}

@@ -53,8 +53,8 @@ static int super_check(PMEMobjpool *pop, char *err, size_t n)
 			    sb->layout_version, EMB_LAYOUT_VERSION);
 	if (super_csum(sb) != sb->static_csum)
 		return fail(err, n, -EIO, "embfs superblock is corrupt (checksum mismatch)");
-	if (!sb->journal_off)
-		return fail(err, n, -EIO, "embfs superblock is corrupt (no journal)");
+	if (!sb->journal_off || !sb->snaps_off)
+		return fail(err, n, -EIO, "embfs superblock is corrupt (no journal or snapshot table)");
 	return 0;
 }
 
@@ -225,8 +225,10 @@ int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, siz
 		sb->static_csum = super_csum(sb);
 		sb->clean = 1;
 		sb->batch = 1;
-		PMEMoid j = pmemobj_tx_zalloc(sizeof(struct emb_journal), 0);
+		PMEMoid j = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
 		sb->journal_off = j.off;
+		PMEMoid sn = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
+		sb->snaps_off = sn.off;
 	} TX_ONABORT {
 		ret = fail(err, n, pm_tx_errno(), "%s: cannot initialise the pool: %s", path,
 			   pmemobj_errormsg());
@@ -272,6 +274,8 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	pthread_mutex_init(&s->space_lock, NULL);
 
 	ret = catalog_load(s);
+	if (!ret)
+		ret = snap_load(s);
 	if (ret) {
 		fail(err, n, ret, "%s: catalog is damaged: %s", path, strerror(-ret));
 		goto fail;
@@ -279,6 +283,8 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	if (!s->sb->clean)
 		s->recovered = 1;
 	ret = commit_recover(s);
+	if (!ret)
+		ret = snap_recover(s);
 	if (!ret)
 		ret = catalog_recover(s);
 	if (ret) {
@@ -332,6 +338,8 @@ int store_row_read(struct store *s, uint32_t id, uint64_t row, void *buf)
 	uint32_t rs = st->t->row_size;
 	pthread_rwlock_rdlock(&st->lock);
 	uint64_t off = index_get(s, st, row, NULL);
+	if (off && ver_tomb(S_PTR(s, off)))
+		off = 0;
 	if (off)
 		memcpy(buf, (struct emb_version *)S_PTR(s, off) + 1, rs);
 	pthread_rwlock_unlock(&st->lock);
@@ -348,8 +356,9 @@ int store_row_exists(struct store *s, uint32_t id, uint64_t row)
 		return -ENOENT;
 	pthread_rwlock_rdlock(&st->lock);
 	uint64_t off = index_get(s, st, row, NULL);
+	int live = off && !ver_tomb(S_PTR(s, off));
 	pthread_rwlock_unlock(&st->lock);
-	return off != 0;
+	return live;
 }
 
 int store_table_extend(struct store *s, uint32_t id, uint64_t size)
@@ -372,14 +381,17 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 struct keyvec {
+	struct store *s;
 	uint64_t *v;
 	size_t n, cap;
 };
 
+/* Rows of the live view: tombstones are holes. */
 static int keyvec_push(void *arg, uint64_t key, uint64_t val)
 {
 	struct keyvec *k = arg;
-	(void)val;
+	if (ver_tomb(S_PTR(k->s, val)))
+		return 0;
 	if (k->n == k->cap) {
 		size_t nc = k->cap ? 2 * k->cap : 1024;
 		uint64_t *p = realloc(k->v, nc * sizeof(*p));
@@ -402,7 +414,7 @@ static int seek_prepare(struct store *s, struct stable *st, uint64_t from, size_
 	uint64_t mod = st->mod;
 	int ret = 0;
 	if (!st->seek_keys || st->seek_mod != mod) {
-		struct keyvec k = { 0 };
+		struct keyvec k = { .s = s };
 		ret = index_walk(s, st, keyvec_push, &k);
 		if (!ret) {
 			qsort(k.v, k.n, sizeof(*k.v), cmp_u64);
@@ -510,6 +522,9 @@ void store_stats_get(struct store *s, struct store_stats *st)
 	heap_used = heap_used_fn(s);
 	uint64_t cap = heap_capacity(s);
 	st->slabs = nslabs;
+	pthread_rwlock_rdlock(&s->snap_lock);
+	st->snapshots = s->n_live;
+	pthread_rwlock_unlock(&s->snap_lock);
 	st->used_bytes = heap_used > free_slots ? heap_used - free_slots : 0;
 	st->free_bytes = (heap_used < cap ? cap - heap_used : 0) + free_slots;
 	st->commits = atomic_load(&s->n_commits);

@@ -42,6 +42,9 @@ struct stable {
 	size_t seek_n;
 	uint64_t seek_mod;
 	struct stable *name_next; /* name hash chain; protected by cat_lock */
+	uint64_t *snap_keys;   /* rows visible in snapshot snap_keys_gen, sorted; protected by seek_lock */
+	size_t snap_n;
+	uint64_t snap_keys_gen;
 };
 
 struct store {
@@ -63,6 +66,12 @@ struct store {
 	struct sclass cls[EMB_MAX_CLASSES]; /* protected by space_lock */
 	struct sslab **by_addr;      /* all loaded slabs sorted by start; protected by space_lock */
 	size_t nby_addr, cap_by_addr;
+
+	struct emb_snaps *snaps;
+	pthread_rwlock_t snap_lock;  /* the live snapshot set below; commits hold it shared */
+	uint64_t live_batch[EMB_MAX_SNAPS]; /* batches of live (not dropping) snapshots, sorted */
+	uint32_t live_idx[EMB_MAX_SNAPS];   /* their record index, same order */
+	uint32_t n_live;
 
 	_Atomic uint64_t n_commits, n_barriers, n_rows_written, n_rows_read;
 };
@@ -144,16 +153,38 @@ void index_ovf_dec(struct store *s, const struct ipos *pos);
 int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, uint64_t), void *arg);
 int index_destroy(struct store *s, struct stable *st);
 
+static inline int ver_tomb(const struct emb_version *v)
+{
+	return (v->table & EMB_VER_TOMB) != 0;
+}
+
+/* snap.c */
+int snap_load(struct store *s);
+int snap_recover(struct store *s);
+/* A version of batch b_old, replaced by one of batch b_new: does a live
+ * snapshot still see it?  snap_lock held (shared). */
+int snap_needed(struct store *s, uint64_t b_old, uint64_t b_new);
+/* Account a version kept for snapshots (space only one snapshot holds). */
+void snap_charge(struct store *s, const struct emb_version *v, uint64_t b_new, uint32_t cls);
+/* Free what no live snapshot (and, for a linked table, the live view) needs
+ * of one table's version chains.  commit_lock held. */
+int reclaim_table(struct store *s, struct stable *st);
+int reclaim_recover(struct store *s, struct emb_journal *j);
+/* Live snapshots that hold this table (id, gen). */
+int snap_refs(struct store *s, const struct stable *st);
+
 /* commit.c */
 int commit_locked(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
 		  uint64_t size_hint);
 int commit_recover(struct store *s);
 int trim_locked(struct store *s, struct stable *st);
+uint64_t journal_csum(const struct emb_journal *j, uint64_t count);
 
 /* catalog.c */
 struct stable *tab_get(struct store *s, uint32_t id);
 int catalog_load(struct store *s);
 void catalog_unload(struct store *s);
 int catalog_recover(struct store *s);
+int catalog_free_locked(struct store *s, struct stable *st);
 
 #endif

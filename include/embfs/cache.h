@@ -15,7 +15,8 @@
  *   per-size-class arenas of 64 KiB chunks, with no per-row allocator header.
  * - Write-back: cache_write() leaves the row dirty.  Dirty rows are written
  *   back when evicted, by cache_flush() (fsync, unmount), and by a background
- *   flusher once they have been dirty for dirty_age_ms.  Only one write-back
+ *   flusher at most dirty_age_ms after they became dirty (a round every
+ *   dirty_age_ms / 2 takes the rows dirtied before it began).  Only one write-back
  *   runs at a time (flush_lock), so cache_flush() returning 0 means every row
  *   dirty when it was called is durable.
  * - Pinned rows are never evicted.  When a shard has nothing it may evict, the
@@ -41,6 +42,7 @@ struct cache; /* valid until cache_destroy() */
 struct cache_wb {
 	uint64_t row;
 	const void *data; /* row_size bytes, valid during the writeback call */
+	uint64_t batch;   /* batch id of the write that produced these bytes */
 };
 
 struct cache_ops {
@@ -54,6 +56,9 @@ struct cache_ops {
 	 * changes).  delta < 0: such rows were written back or dropped.  Called
 	 * with a shard lock held: must not call into the cache. */
 	int (*reserve)(void *ctx, uint32_t table, uint32_t row_size, int delta);
+	/* Optional: every write of a batch below `batch` is now in the layer
+	 * below (called after write-back rounds, with no lock held). */
+	void (*durable_below)(void *ctx, uint64_t batch);
 };
 
 struct cache_conf {
@@ -71,8 +76,16 @@ void cache_destroy(struct cache *c);
 /* Bytes [off, off+len) of a row of row_size bytes. */
 int cache_read(struct cache *c, uint32_t table, uint32_t row_size, uint64_t row, uint32_t off,
 	       uint32_t len, void *buf);
+/* batch: the batch id the write belongs to (stamped on the version it
+ * becomes).  Batches: a dirty row remembers the batch of its latest write.
+ * When cache_set_snapshot(B) has been called and a dirty row of batch <= B
+ * is written in a later batch, its bytes are first copied aside and written
+ * back as a version of its own batch, before the newer bytes (the snapshot
+ * keeps them; nothing is written back at snapshot time). */
 int cache_write(struct cache *c, uint32_t table, uint32_t row_size, uint64_t row, uint32_t off,
-		uint32_t len, const void *data);
+		uint32_t len, const void *data, uint64_t batch);
+/* The newest snapshot closed batch `batch`. */
+void cache_set_snapshot(struct cache *c, uint64_t batch);
 
 /* Write back every dirty row of table (table < 0: of all tables). */
 int cache_flush(struct cache *c, int64_t table);

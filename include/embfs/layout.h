@@ -9,6 +9,9 @@
  *     journal_off   -> emb_journal                          group-commit intent log
  *     classes[]     -> singly linked emb_slab lists         row versions
  *   emb_table.dir_off -> emb_dir -> emb_seg[] -> emb_bucket  persistent row index
+ *     emb_bucket slot -> emb_version -> prev -> ...       newest version first
+ *   snaps_off     -> emb_snaps                             snapshot records
+ *     emb_snap.tables_off -> emb_snap_table[]              catalog as of the snapshot
  *
  * All offsets are PMEMoid offsets inside this pool (0 = none).  All fields are
  * fixed width and little endian (the only supported host order).  A change to
@@ -30,7 +33,12 @@
 #define EMB_CAT_CHUNKS 256u /* at most 65536 tables */
 #define EMB_MAX_CLASSES 64u
 #define EMB_ROW_MAX 65536u /* largest row in bytes */
-#define EMB_JOURNAL_CAP 8192u /* row updates per group commit */
+#define EMB_JOURNAL_CAP 8184u /* row updates per group commit: the journal fills one chunk */
+/* libpmemobj serves allocations of at most this size from runs of small
+ * objects, larger ones from whole 256 KiB chunks; metadata objects are sized
+ * to exactly one chunk (runs of big objects waste chunks on small pools). */
+#define EMB_CHUNK_ALLOC (256u * 1024 - 64)
+#define EMB_MAX_SNAPS 256u
 
 /* Row index geometry (PetPS-style 256-byte buckets, extendible hashing). */
 #define EMB_BUCKET_SLOTS 14u
@@ -76,13 +84,16 @@ struct emb_super {
 		uint64_t nslabs;
 		uint64_t reserved;
 	} classes[EMB_MAX_CLASSES];
-	uint8_t reserved1[256];
+	uint64_t snaps_off;   /* emb_snaps */
+	uint64_t snap_seq;    /* generation counter for snapshot records */
+	uint8_t reserved1[240];
 };
 #define EMB_SUPER_STATIC_LEN offsetof(struct emb_super, static_csum)
 
 /* One table (a file at the mount's root). */
 #define EMB_T_USED 1u   /* slot holds a table */
 #define EMB_T_ORPHAN 2u /* unlinked; rows freed at last close or at mount */
+#define EMB_T_ZOMBIE 4u /* unlinked and closed, rows kept for live snapshots */
 struct emb_table {
 	uint64_t gen;       /* inode generation, unique per pool */
 	uint32_t flags;
@@ -107,14 +118,17 @@ struct emb_table {
 
 /*
  * A stored row version.  Versions live in fixed-size slots of slabs; the index
- * points at the header.  batch is the batch id the version was written in,
- * prev links to the previous version still needed by a snapshot (0 = none).
+ * points at the newest.  batch is the batch id the version was written in,
+ * prev links to the next older version a snapshot still needs (0 = none), so
+ * a chain's batches strictly decrease.  A tombstone (EMB_VER_TOMB in table)
+ * records a delete while an older version is still needed.
  */
+#define EMB_VER_TOMB 0x80000000u
 struct emb_version {
 	uint64_t row;
 	uint64_t batch;
 	uint64_t prev;
-	uint32_t table;  /* catalog slot */
+	uint32_t table;  /* catalog slot, | EMB_VER_TOMB */
 	uint32_t csum;   /* XXH32 of the row bytes */
 	/* row bytes follow */
 };
@@ -176,7 +190,7 @@ struct emb_journal {
 	uint64_t count;        /* records valid when csum matches */
 	uint64_t seq;
 	uint32_t table;        /* one commit updates one table */
-	uint32_t reserved;
+	uint32_t kind;         /* EMB_J_COMMIT or EMB_J_RECLAIM */
 	uint64_t nrows_before; /* the table's row count before the commit */
 	uint64_t size_hint;    /* the file size the commit extends to */
 	uint64_t csum;         /* XXH64 of the fields above and the records */
@@ -184,6 +198,40 @@ struct emb_journal {
 	struct emb_jrec rec[EMB_JOURNAL_CAP];
 };
 
+#define EMB_J_COMMIT 0u
+#define EMB_J_RECLAIM 1u /* records name versions unlinked from their chains: free if unreachable */
+
+/* Snapshots: the catalog as of the snapshot, and the batch it closes. */
+struct emb_snap_table {
+	uint32_t id, dim, row_size, dtype;
+	uint64_t gen, size, nrows;
+	uint32_t mode, uid, gid, reserved;
+	uint64_t mtime_ns, ctime_ns;
+	char name[EMB_NAME_MAX + 1];
+};
+#define EMB_S_USED 1u
+#define EMB_S_DURABLE 2u   /* every row it holds is in the pool */
+#define EMB_S_DROPPING 4u  /* rmdir in progress: finished at mount */
+struct emb_snap {
+	uint64_t gen;
+	uint64_t batch;        /* holds the newest version of each row with batch <= this */
+	uint32_t flags;
+	uint32_t ntables;
+	uint64_t created_ns;
+	uint64_t tables_off;   /* emb_snap_table[ntables] */
+	uint64_t excl_bytes;   /* space only this snapshot holds (recomputed at rmdir) */
+	char name[EMB_NAME_MAX + 1];
+	uint8_t reserved[16];
+};
+struct emb_snaps {
+	struct emb_snap s[EMB_MAX_SNAPS];
+};
+
+_Static_assert(sizeof(struct emb_journal) <= EMB_CHUNK_ALLOC, "journal fits a chunk");
+_Static_assert(sizeof(struct emb_snaps) <= EMB_CHUNK_ALLOC, "snapshot table fits a chunk");
+_Static_assert(EMB_CAT_PER_CHUNK * sizeof(struct emb_table) <= EMB_CHUNK_ALLOC, "catalog chunk");
+_Static_assert(sizeof(struct emb_snap_table) == 328, "snapshot table record");
+_Static_assert(sizeof(struct emb_snap) == 320, "snapshot record");
 _Static_assert(sizeof(struct emb_version) == 32, "version header");
 _Static_assert(sizeof(struct emb_bucket) == 256, "bucket is 256 bytes");
 _Static_assert(offsetof(struct emb_bucket, slot[2]) == 64, "two slots in line 0");

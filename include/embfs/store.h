@@ -117,6 +117,7 @@ struct store_rowop {
 	uint32_t off;
 	uint32_t len;
 	const void *data;
+	uint64_t batch;  /* batch id the bytes were written in; 0 = the current one */
 };
 
 /* Apply ops as one group commit.  size_hint: the file size becomes
@@ -135,6 +136,49 @@ int store_row_hole(struct store *s, uint32_t id, uint64_t from, uint64_t *hole);
  * to find a slot and index room at write-back (see store/slab.c). */
 int store_space_reserve(struct store *s, uint32_t row_size, int64_t rows);
 
+/* ---- batches and snapshots ------------------------------------------
+ *
+ * Every row version carries the batch id it was written in.  A snapshot
+ * records the current batch id B and advances it to B + 1: it holds, for each
+ * table that existed then, the newest version of each row with batch <= B.
+ * Commits keep (chain) a replaced version while a live snapshot needs it;
+ * store_snap_drop() frees what only the dropped snapshot held.  A snapshot
+ * is created O(tables): the catalog is copied, no row is.
+ */
+uint64_t store_batch_get(struct store *s);
+/* -EINVAL if b is below the current batch (batches never go back). */
+int store_batch_set(struct store *s, uint64_t b);
+
+struct store_snap {
+	uint32_t idx;          /* record slot, stable while the snapshot lives */
+	uint64_t gen;
+	uint64_t batch;
+	uint64_t created_ns;
+	uint64_t excl_bytes;
+	uint32_t ntables;
+	int durable;
+	char name[EMB_NAME_MAX + 1];
+};
+/* durable: every row the snapshot holds is already in the pool (else it is
+ * dropped at the next mount unless store_snap_set_durable() is called). */
+int store_snap_create(struct store *s, const char *name, int durable, struct store_snap *out);
+int store_snap_set_durable(struct store *s, uint32_t idx);
+int store_snap_drop(struct store *s, const char *name);
+int store_snap_lookup(struct store *s, const char *name, struct store_snap *out);
+int store_snap_get(struct store *s, uint32_t idx, struct store_snap *out);
+/* Iterate: *cursor from 0; 1 with out filled, 0 at the end. */
+int store_snap_next(struct store *s, uint32_t *cursor, struct store_snap *out);
+
+/* Tables inside a snapshot, by their id (catalog slot, as when taken). */
+int store_snap_table_lookup(struct store *s, uint32_t idx, const char *name, uint32_t *id);
+int store_snap_table_getattr(struct store *s, uint32_t idx, uint32_t id, struct store_attr *a);
+int store_snap_table_next(struct store *s, uint32_t idx, uint32_t *cursor, struct store_attr *a);
+int store_snap_row_read(struct store *s, uint32_t idx, uint32_t id, uint64_t row, void *buf);
+int store_snap_row_next(struct store *s, uint32_t idx, uint32_t id, uint64_t from, uint64_t *found);
+int store_snap_row_hole(struct store *s, uint32_t idx, uint32_t id, uint64_t from, uint64_t *hole);
+/* Live snapshots holding table id (geometry cannot change while > 0). */
+int store_table_snaps(struct store *s, uint32_t id);
+
 /* ---- pool status ------------------------------------------------------ */
 
 struct store_stats {
@@ -148,6 +192,7 @@ struct store_stats {
 	uint64_t rows_written;
 	uint64_t rows_read;
 	uint64_t slabs;
+	uint64_t snapshots;
 	int is_pmem;
 	int recovered;          /* mount found an unclean shutdown */
 	char label[EMB_LABEL_MAX + 1];

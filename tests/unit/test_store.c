@@ -89,7 +89,7 @@ static void test_rows(void)
 	uint64_t ids[] = { 0, 1, 77, 1ull << 40, (uint64_t)(INT64_MAX / 256) };
 	for (size_t i = 0; i < 5; i++) {
 		fill(row, 256, ids[i], 1);
-		struct store_rowop op = { ids[i], 0, 256, row };
+		struct store_rowop op = { ids[i], 0, 256, row, 0 };
 		OK(store_rows_write(s, id, &op, 1, (ids[i] + 1) * 256));
 	}
 	for (size_t i = 0; i < 5; i++) {
@@ -104,7 +104,7 @@ static void test_rows(void)
 	/* partial update keeps the other bytes; duplicates in one batch: last wins */
 	uint8_t patch[10];
 	memset(patch, 0xAB, 10);
-	struct store_rowop ops[3] = { { 77, 100, 10, patch }, { 77, 0, 0, NULL }, { 77, 5, 10, patch } };
+	struct store_rowop ops[3] = { { 77, 100, 10, patch, 0 }, { 77, 0, 0, NULL, 0 }, { 77, 5, 10, patch, 0 } };
 	OK(store_rows_write(s, id, ops, 1, 0));
 	fill(row, 256, 77, 1);
 	memset(row + 100, 0xAB, 10);
@@ -155,7 +155,7 @@ static void test_many(void)
 		for (int i = 0; i < B; i++) {
 			uint64_t rid = (base + (uint64_t)i) * 0x9E3779B97F4A7C15ull >> 20; /* scattered */
 			fill(data[i], 64, rid, 2);
-			ops[i] = (struct store_rowop){ rid, 0, 64, data[i] };
+			ops[i] = (struct store_rowop){ rid, 0, 64, data[i], 0 };
 		}
 		OK(store_rows_write(s, id, ops, B, 0));
 	}
@@ -199,7 +199,7 @@ static void test_enospc(void)
 	for (int round = 0; round < 100000 && !ret; round++) {
 		for (int i = 0; i < B; i++) {
 			fill(data[i], 1024, written + (uint64_t)i, 3);
-			ops[i] = (struct store_rowop){ written + (uint64_t)i, 0, 1024, data[i] };
+			ops[i] = (struct store_rowop){ written + (uint64_t)i, 0, 1024, data[i], 0 };
 		}
 		ret = store_rows_write(s, id, ops, B, 0);
 		if (!ret)
@@ -218,10 +218,10 @@ static void test_enospc(void)
 	fsck_clean(s);
 	/* deleting rows makes room again */
 	for (int i = 0; i < B; i++)
-		ops[i] = (struct store_rowop){ (uint64_t)i, 0, 0, NULL };
+		ops[i] = (struct store_rowop){ (uint64_t)i, 0, 0, NULL, 0 };
 	OK(store_rows_write(s, id, ops, B, 0));
 	for (int i = 0; i < B / 2; i++)
-		ops[i] = (struct store_rowop){ written + (uint64_t)i, 0, 1024, data[i] };
+		ops[i] = (struct store_rowop){ written + (uint64_t)i, 0, 1024, data[i], 0 };
 	OK(store_rows_write(s, id, ops, B / 2, 0));
 	s = reopen(s);
 	fsck_clean(s);
@@ -252,7 +252,7 @@ static void test_crash(void)
 					uint64_t rid = (uint64_t)rand() % 20000;
 					fill(data[i], 128, rid, gen);
 					int del = rand() % 10 == 0;
-					ops[i] = (struct store_rowop){ rid, 0, 128, del ? NULL : data[i] };
+					ops[i] = (struct store_rowop){ rid, 0, 128, del ? NULL : data[i], 0 };
 				}
 				if (store_rows_write(s, id, ops, 256, 0))
 					_exit(3);
