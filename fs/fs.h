@@ -12,7 +12,12 @@
 #define INO_ROOT FUSE_ROOT_ID
 #define INO_CTL 2        /* .embfs */
 #define INO_STATS 3      /* .embfs/stats */
+#define INO_SNAPS 4      /* .snapshots */
+#define INO_BATCHID 5    /* .embfs/batch: the current batch id */
+/* 6..15: more control files */
 #define INO_TABLE0 16    /* table id i is inode INO_TABLE0 + i */
+#define INO_SNAP0 (1ull << 20)  /* snapshot record idx is directory INO_SNAP0 + idx */
+#define INO_SNAPT0 (1ull << 32) /* table id in snapshot idx: INO_SNAPT0 + (idx << 16) + id */
 
 struct embfs_conf {
 	char *pool;

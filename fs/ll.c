@@ -797,10 +797,10 @@ static int punch(struct embfs *fs, uint32_t id, const struct store_attr *a, uint
 				break;
 		}
 		if (lo == rstart && hi == rstart + rs)
-			ops[n++] = (struct store_rowop){ found, 0, 0, NULL };
+			ops[n++] = (struct store_rowop){ found, 0, 0, NULL, 0 };
 		else
 			ops[n++] = (struct store_rowop){ found, (uint32_t)(lo - rstart),
-							 (uint32_t)(hi - lo), zeros };
+							 (uint32_t)(hi - lo), zeros, 0 };
 		ret = 0;
 		r = found + 1;
 	}
