@@ -125,6 +125,7 @@ static void stable_free(struct store *s, struct stable *st)
 	__atomic_store_n(&s->tab[st->id], NULL, __ATOMIC_RELEASE);
 	index_unload(st);
 	free(st->seek_keys);
+	free(st->snap_keys);
 	pthread_rwlock_destroy(&st->lock);
 	pthread_mutex_destroy(&st->seek_lock);
 	free(st);
@@ -450,7 +451,9 @@ static int release_locked(struct store *s, struct stable *st)
 		if (ret)
 			return ret;
 	}
-	ret = reclaim_table(s, st);
+	if (s->n_live) /* rows only snapshots hold now count as theirs */
+		return snap_reclaim_all(s);
+	ret = reclaim_table(s, st, 0);
 	if (ret == 0)
 		ret = catalog_free_locked(s, st);
 	return ret < 0 ? ret : 0;

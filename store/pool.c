@@ -95,6 +95,8 @@ int store_check(const char *path, char *err, size_t n)
 	PMEMobjpool *pop = pmemobj_open(path, EMB_LAYOUT);
 	int e = errno;
 	pmemobj_ctl_set(NULL, "copy_on_write.at_open", &zero);
+	if (!pop && (e == EAGAIN || e == EWOULDBLOCK))
+		return fail(err, n, -EBUSY, "%s: pool is in use (another embfs has it open)", path);
 	if (!pop) {
 		char msg[256];
 		return fail(err, n, e == EINVAL ? -EINVAL : -e,
@@ -514,6 +516,8 @@ void store_stats_get(struct store *s, struct store_stats *st)
 		struct stable *t = s->tab[i];
 		if (!t)
 			continue;
+		if (t->t->flags & EMB_T_ZOMBIE)
+			continue; /* its rows are only the snapshots' */
 		st->tables += !(t->t->flags & EMB_T_ORPHAN);
 		st->rows += ld64(&t->t->nrows);
 	}

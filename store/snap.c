@@ -152,6 +152,7 @@ struct reclaim {
 	size_t nlinks, caplinks;
 	uint64_t remaining;   /* rows left in the index */
 	uint32_t slot;
+	int count;            /* add kept versions to their only holder's excl_bytes */
 };
 
 #define GROW(arr, n, cap)                                                        \
@@ -248,7 +249,7 @@ static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
 		size_t h = holders(rc->refb, rc->nref, v->batch, nv->batch, &only);
 		keep[i] = h > 0;
 		older_kept |= keep[i];
-		if (h == 1) {
+		if (h == 1 && rc->count) {
 			struct emb_snap *r = rec(s, rc->refi[only]);
 			st64(&r->excl_bytes, r->excl_bytes + rc->slot);
 		}
@@ -260,7 +261,7 @@ static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
 		keep[0] = !ver_tomb(v0) || older_kept; /* a tombstone hides older versions */
 	else
 		keep[0] = h0 > 0;
-	if (!rc->live && h0 == 1) {
+	if (!rc->live && h0 == 1 && rc->count) {
 		struct emb_snap *r = rec(s, rc->refi[only]);
 		st64(&r->excl_bytes, r->excl_bytes + rc->slot);
 	}
@@ -332,8 +333,9 @@ static int kv_push(void *arg, uint64_t key, uint64_t val)
 	return 0;
 }
 
-/* Returns the rows left in the table's index, or -errno.  commit_lock held. */
-int reclaim_table(struct store *s, struct stable *st)
+/* Returns the rows left in the table's index, or -errno.  count: also add
+ * what each snapshot alone holds to its excl_bytes.  commit_lock held. */
+int reclaim_table(struct store *s, struct stable *st, int count)
 {
 	uint64_t refb[EMB_MAX_SNAPS];
 	uint32_t refi[EMB_MAX_SNAPS];
@@ -351,7 +353,8 @@ int reclaim_table(struct store *s, struct stable *st)
 	if (ret)
 		return ret;
 	struct reclaim rc = { .s = s, .st = st, .refb = refb, .refi = refi, .nref = nref,
-			      .live = !(st->t->flags & EMB_T_ZOMBIE), .slot = s->cls[cls].slot_size };
+			      .live = !(st->t->flags & EMB_T_ZOMBIE), .slot = s->cls[cls].slot_size,
+			      .count = count };
 	struct kv all = { 0 };
 	ret = index_walk(s, st, kv_push, &all);
 	for (size_t i = 0; !ret && i < all.n; i++)
@@ -531,26 +534,34 @@ int store_snap_set_durable(struct store *s, uint32_t idx)
 	return 0;
 }
 
-/* Free what the snapshots left need not keep; then the record.
- * commit_lock held; the record is already marked dropping. */
-static int drop_locked(struct store *s, uint32_t idx)
+/* Walk every table: free what the live snapshots need not keep, free
+ * zombie tables left empty, and recount each snapshot's excl_bytes.
+ * commit_lock held. */
+int snap_reclaim_all(struct store *s)
 {
-	volatile int ret = 0;
-	struct emb_snap *r = rec(s, idx);
+	int ret = 0;
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS; i++)
 		if (rec_live(rec(s, i)))
-			st64(&rec(s, i)->excl_bytes, 0); /* recounted by the walk */
+			st64(&rec(s, i)->excl_bytes, 0);
 	for (uint32_t i = 0; i < EMB_NTABLES && ret >= 0; i++) {
 		struct stable *st = tab_get(s, i);
 		if (!st)
 			continue;
-		ret = reclaim_table(s, st);
+		ret = reclaim_table(s, st, 1);
 		if (ret == 0 && (st->t->flags & EMB_T_ZOMBIE))
 			ret = catalog_free_locked(s, st);
 	}
-	if (ret < 0)
+	return ret < 0 ? ret : 0;
+}
+
+/* Free what the snapshots left need not keep; then the record.
+ * commit_lock held; the record is already marked dropping. */
+static int drop_locked(struct store *s, uint32_t idx)
+{
+	struct emb_snap *r = rec(s, idx);
+	volatile int ret = snap_reclaim_all(s);
+	if (ret)
 		return ret;
-	ret = 0;
 	TX_BEGIN(s->pop) {
 		if (r->tables_off)
 			pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->tables_off)));

@@ -168,7 +168,8 @@ int snap_needed(struct store *s, uint64_t b_old, uint64_t b_new);
 void snap_charge(struct store *s, const struct emb_version *v, uint64_t b_new, uint32_t cls);
 /* Free what no live snapshot (and, for a linked table, the live view) needs
  * of one table's version chains.  commit_lock held. */
-int reclaim_table(struct store *s, struct stable *st);
+int reclaim_table(struct store *s, struct stable *st, int count);
+int snap_reclaim_all(struct store *s);
 int reclaim_recover(struct store *s, struct emb_journal *j);
 /* Live snapshots that hold this table (id, gen). */
 int snap_refs(struct store *s, const struct stable *st);

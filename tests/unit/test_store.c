@@ -282,6 +282,157 @@ static void test_crash(void)
 	}
 }
 
+static void rowat(struct store *s, uint32_t id, uint64_t row, uint64_t gen)
+{
+	uint8_t d[64];
+	fill(d, 64, row, gen);
+	struct store_rowop op = { row, 0, 64, d, 0 };
+	OK(store_rows_write(s, id, &op, 1, (row + 1) * 64));
+}
+
+static void expect_snap(struct store *s, uint32_t idx, uint32_t id, uint64_t row, uint64_t gen)
+{
+	uint8_t got[64], want[64];
+	int r = store_snap_row_read(s, idx, id, row, got);
+	if (gen == 0) {
+		CHECK(r == 0);
+		return;
+	}
+	fill(want, 64, row, gen);
+	CHECK(r == 1 && !memcmp(got, want, 64));
+}
+
+/* Versions kept for snapshots, tombstones, zombies, drops; fsck clean throughout. */
+static void test_snap(void)
+{
+	struct store *s = fresh(64 << 20);
+	uint32_t id;
+	struct store_snap s1, s2;
+	OK(store_table_create(s, "t", 0644, 0, 0, 16, EMB_DT_F32, &id));
+	for (uint64_t r = 0; r < 100; r++)
+		rowat(s, id, r, 1);
+	OK(store_snap_create(s, "s1", 1, &s1));
+	CHECK(store_snap_create(s, "s1", 1, NULL) == -EEXIST);
+	CHECK(store_batch_get(s) == s1.batch + 1);
+	CHECK(store_batch_set(s, s1.batch) == -EINVAL);
+	OK(store_batch_set(s, s1.batch + 5));
+	for (uint64_t r = 0; r < 50; r++)
+		rowat(s, id, r, 2); /* rows 0..49 now gen 2, s1 keeps gen 1 */
+	rowat(s, id, 0, 3);     /* same batch again: gen 2 is not kept */
+	struct store_rowop del = { 60, 0, 0, NULL, 0 };
+	OK(store_rows_write(s, id, &del, 1, 0)); /* a tombstone */
+	OK(store_table_truncate(s, id, 90 * 64)); /* rows 90..99 tombstoned */
+	OK(store_snap_create(s, "s2", 1, &s2));
+	rowat(s, id, 1, 4);
+	fsck_clean(s);
+	expect_snap(s, s1.idx, id, 0, 1);
+	expect_snap(s, s1.idx, id, 1, 1);
+	expect_snap(s, s1.idx, id, 60, 1);
+	expect_snap(s, s1.idx, id, 95, 1);
+	expect_snap(s, s2.idx, id, 0, 3);
+	expect_snap(s, s2.idx, id, 1, 2);
+	expect_snap(s, s2.idx, id, 60, 0);
+	expect_snap(s, s2.idx, id, 95, 0);
+	uint8_t buf[64];
+	CHECK(store_row_read(s, id, 60, buf) == 0 && store_row_read(s, id, 95, buf) == 0);
+	struct store_attr a;
+	OK(store_table_getattr(s, id, &a));
+	CHECK(a.nrows == 89);
+	OK(store_snap_table_getattr(s, s1.idx, id, &a));
+	CHECK(a.size == 100 * 64 && a.nrows == 100);
+	uint64_t r;
+	CHECK(store_snap_row_next(s, s2.idx, id, 60, &r) == 1 && r == 61);
+	CHECK(store_snap_row_hole(s, s1.idx, id, 0, &r) == 0 && r == 100);
+	CHECK(store_table_set_geometry(s, id, 8, EMB_DT_F32) == -EBUSY);
+
+	/* unlink: the table lives on for the snapshots (a zombie) */
+	OK(store_table_unlink(s, "t"));
+	OK(store_table_release(s, id));
+	expect_snap(s, s1.idx, id, 42, 1);
+	expect_snap(s, s2.idx, id, 42, 2);
+	fsck_clean(s);
+	s = reopen(s);
+	expect_snap(s, s1.idx, id, 99, 1);
+	struct store_stats st0, st1, st2;
+	store_stats_get(s, &st0);
+	OK(store_snap_drop(s, "s1"));
+	CHECK(store_snap_lookup(s, "s1", &s1) == -ENOENT);
+	expect_snap(s, s2.idx, id, 1, 2);
+	expect_snap(s, s2.idx, id, 0, 3);
+	fsck_clean(s);
+	store_stats_get(s, &st1);
+	OK(store_snap_drop(s, "s2"));
+	store_stats_get(s, &st2);
+	CHECK(st1.free_bytes >= st0.free_bytes && st2.free_bytes > st1.free_bytes);
+	CHECK(store_table_getattr(s, id, &a) == -ENOENT); /* the zombie is gone */
+	fsck_clean(s);
+	store_close(s);
+}
+
+/* SIGKILL while commits, snapshots and drops interleave. */
+static void test_snap_crash(void)
+{
+	struct store *s = fresh(64 << 20);
+	uint32_t id;
+	OK(store_table_create(s, "c", 0644, 0, 0, 16, EMB_DT_F32, &id));
+	store_close(s);
+	for (int round = 0; round < 10; round++) {
+		int pfd[2];
+		CHECK(pipe(pfd) == 0);
+		pid_t pid = fork();
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			if (store_open(path, &s, err, sizeof(err)))
+				_exit(2);
+			static uint8_t data[128][64];
+			struct store_rowop ops[128];
+			char name[32];
+			for (uint64_t gen = 0;; gen++) {
+				for (int i = 0; i < 128; i++) {
+					uint64_t rid = (uint64_t)rand() % 3000;
+					fill(data[i], 64, rid, gen);
+					ops[i] = (struct store_rowop){ rid, 0, 64, rand() % 8 ? data[i] : NULL, 0 };
+				}
+				if (store_rows_write(s, id, ops, 128, 0))
+					_exit(3);
+				snprintf(name, sizeof(name), "r%d-%llu", round, (unsigned long long)gen);
+				if (gen % 3 == 0 && store_snap_create(s, name, rand() % 2, NULL))
+					_exit(4);
+				uint32_t cur = 0;
+				struct store_snap sn;
+				int k = 0;
+				while (store_snap_next(s, &cur, &sn) == 1)
+					k++;
+				if (k > 6 && store_snap_next(s, &(uint32_t){ 0 }, &sn) == 1 &&
+				    store_snap_drop(s, sn.name))
+					_exit(5);
+				if (gen == 0 && write(pfd[1], "x", 1) != 1)
+					_exit(6);
+			}
+		}
+		char x;
+		close(pfd[1]);
+		CHECK(read(pfd[0], &x, 1) == 1);
+		close(pfd[0]);
+		struct timespec ts = { 0, (long)(5 + rand() % 80) * 1000000L };
+		nanosleep(&ts, NULL);
+		kill(pid, SIGKILL);
+		int st;
+		waitpid(pid, &st, 0);
+		CHECK(WIFSIGNALED(st));
+		if (store_open(path, &s, err, sizeof(err))) {
+			fprintf(stderr, "reopen after crash: %s\n", err);
+			exit(1);
+		}
+		fsck_clean(s);
+		uint32_t cur = 0;
+		struct store_snap sn;
+		while (store_snap_next(s, &cur, &sn) == 1)
+			CHECK(sn.durable); /* not durable at the crash: dropped at mount */
+		store_close(s);
+	}
+}
+
 int main(void)
 {
 	snprintf(path, sizeof(path), "%s/embfs-unit-%d.pool",
@@ -294,6 +445,10 @@ int main(void)
 	printf("enospc ok\n");
 	test_crash();
 	printf("crash ok\n");
+	test_snap();
+	printf("snapshots ok\n");
+	test_snap_crash();
+	printf("snapshot crash ok\n");
 	unlink(path);
 	return 0;
 }
