@@ -26,8 +26,9 @@ PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs
 UNIT := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 BENCH := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
+EXAMPLES := $(BUILD)/examples/train
 
-all: $(PROGS) $(UNIT) $(BENCH) $(TOOLS)
+all: $(PROGS) $(UNIT) $(BENCH) $(TOOLS) $(EXAMPLES)
 
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -53,7 +54,16 @@ $(BUILD)/tools/%: tests/tools/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm
 
+# missrate drives the real cache library over a fake store
+$(BUILD)/bench/missrate: tests/bench/missrate.c $(BUILD)/libcache.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcache.a $(LDFLAGS) -pthread -lm
+
 $(BUILD)/bench/%: tests/bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm
+
+$(BUILD)/examples/%: examples/%.c include/embfs/batch.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm
 
@@ -62,6 +72,13 @@ deps:
 
 test: deps all
 	@sh tests/run.sh
+
+# README "Batched rows": train on a fresh pool, serve from the tables, unmount
+example-train: deps all
+	@sh examples/run.sh c
+
+example-python: deps all
+	@sh examples/run.sh python
 
 demo: deps all
 	@sh examples/demo.sh
@@ -77,4 +94,4 @@ install: $(PROGS)
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all deps test demo bench install clean
+.PHONY: all deps test demo bench install clean example-train example-python

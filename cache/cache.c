@@ -424,41 +424,110 @@ static int stage_add(struct stage *s, uint32_t shard, uint32_t idx, struct centr
 	return 0;
 }
 
-static int cmp_staged(const void *a, const void *b)
+/* One version to write back: a staged dirty row or a preserved copy. */
+struct wbitem {
+	uint32_t table;
+	uint32_t rank;     /* 0 for a row's oldest pending version, 1 for the next... */
+	uint64_t row, batch;
+	const char *data;
+	size_t staged;     /* index into the stage, or SIZE_MAX */
+	struct pres *p;    /* or the preserved copy */
+	int done;
+};
+
+static int cmp_item_row(const void *a, const void *b)
 {
-	const struct staged *x = a, *y = b;
+	const struct wbitem *x = a, *y = b;
 	if (x->table != y->table)
 		return x->table < y->table ? -1 : 1;
-	return x->row < y->row ? -1 : x->row > y->row;
+	if (x->row != y->row)
+		return x->row < y->row ? -1 : 1;
+	return x->batch < y->batch ? -1 : x->batch > y->batch;
 }
 
-/* Write the staged rows back (grouped by table) and settle their flags.
- * flush_lock held; no shard lock held. */
+static int cmp_item_rank(const void *a, const void *b)
+{
+	const struct wbitem *x = a, *y = b;
+	if (x->rank != y->rank)
+		return x->rank < y->rank ? -1 : 1;
+	return x->table < y->table ? -1 : x->table > y->table;
+}
+
+static void pres_putback(struct cache *c, struct pres *p)
+{
+	pthread_mutex_lock(&c->pres_lock);
+	p->next = c->pres;
+	c->pres = p;
+	c->npres++;
+	pthread_mutex_unlock(&c->pres_lock);
+}
+
+/*
+ * Write back the staged rows and every preserved copy made so far, then
+ * settle their flags.  A row may have several pending versions (preserved
+ * copies for snapshots, then its current bytes): they reach the store in
+ * batch order, one commit per rank, so a snapshot's version is never written
+ * after a newer one.  Copies preserved after this call are newer than the
+ * staged bytes of their row (or the row was not staged), so they can wait
+ * for the next round.  flush_lock held; no shard lock held.
+ */
 static int stage_commit(struct cache *c, struct stage *s)
 {
-	int ret = 0;
-	if (s->n == 0)
+	pthread_mutex_lock(&c->pres_lock);
+	struct pres *plist = c->pres;
+	size_t np = c->npres;
+	c->pres = NULL;
+	c->npres = 0;
+	pthread_mutex_unlock(&c->pres_lock);
+	size_t n = s->n + np;
+	if (n == 0)
 		return 0;
-	qsort(s->v, s->n, sizeof(*s->v), cmp_staged);
-	struct cache_wb *wb = malloc(s->n * sizeof(*wb));
-	int *ok = calloc(s->n, sizeof(*ok));
-	if (!wb || !ok) {
+	int ret = 0;
+	struct wbitem *it = malloc(n * sizeof(*it));
+	struct cache_wb *wb = malloc(n * sizeof(*wb));
+	int *ok = calloc(s->n ? s->n : 1, sizeof(*ok));
+	if (!it || !wb || !ok) {
 		ret = -ENOMEM;
-	} else {
-		for (size_t i = 0; i < s->n;) {
-			size_t j = i;
-			while (j < s->n && s->v[j].table == s->v[i].table) {
-				wb[j - i] = (struct cache_wb){ s->v[j].row, s->buf + s->v[j].off, s->v[j].batch };
-				j++;
-			}
-			int r = c->ops->writeback(c->ctx, s->v[i].table, wb, j - i);
-			for (size_t k = i; k < j; k++)
-				ok[k] = r == 0;
-			if (r && !ret)
-				ret = r;
-			i = j;
+		for (struct pres *p = plist, *nx; p; p = nx) {
+			nx = p->next;
+			pres_putback(c, p);
+		}
+		goto settle;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < s->n; i++)
+		it[k++] = (struct wbitem){ s->v[i].table, 0, s->v[i].row, s->v[i].batch,
+					   s->buf + s->v[i].off, i, NULL, 0 };
+	for (struct pres *p = plist; p; p = p->next)
+		it[k++] = (struct wbitem){ p->table, 0, p->row, p->batch, p->data, SIZE_MAX, p, 0 };
+	qsort(it, n, sizeof(*it), cmp_item_row);
+	for (size_t i = 1; i < n; i++)
+		if (it[i].table == it[i - 1].table && it[i].row == it[i - 1].row)
+			it[i].rank = it[i - 1].rank + 1;
+	qsort(it, n, sizeof(*it), cmp_item_rank);
+	for (size_t i = 0; i < n && !ret;) {
+		size_t j = i;
+		while (j < n && it[j].rank == it[i].rank && it[j].table == it[i].table) {
+			wb[j - i] = (struct cache_wb){ it[j].row, it[j].data, it[j].batch };
+			j++;
+		}
+		ret = c->ops->writeback(c->ctx, it[i].table, wb, j - i);
+		for (size_t m = i; m < j; m++)
+			it[m].done = ret == 0;
+		i = j;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (it[i].staged != SIZE_MAX) {
+			ok[it[i].staged] = it[i].done;
+		} else if (it[i].done) {
+			if (c->ops->reserve)
+				c->ops->reserve(c->ctx, it[i].p->table, it[i].p->rs, -1);
+			free(it[i].p);
+		} else {
+			pres_putback(c, it[i].p); /* tried again, oldest first, next round */
 		}
 	}
+settle:
 	for (size_t i = 0; i < s->n; i++) {
 		struct shard *sh = &c->sh[s->v[i].shard];
 		pthread_mutex_lock(&sh->lock);
@@ -486,6 +555,7 @@ static int stage_commit(struct cache *c, struct stage *s)
 		}
 		pthread_mutex_unlock(&sh->lock);
 	}
+	free(it);
 	free(wb);
 	free(ok);
 	s->n = 0;
@@ -519,88 +589,19 @@ static int picks(struct cache *c, struct shard *sh, struct centry *e, const stru
 	return 1;
 }
 
-static int cmp_pres(const void *a, const void *b)
-{
-	const struct pres *x = *(struct pres *const *)a, *y = *(struct pres *const *)b;
-	if (x->table != y->table)
-		return x->table < y->table ? -1 : 1;
-	if (x->batch != y->batch)
-		return x->batch < y->batch ? -1 : 1;
-	return x->row < y->row ? -1 : x->row > y->row;
-}
-
-/* Write back the preserved snapshot versions, oldest batch first, one call
- * per (table, batch), before any newer version of their rows.  flush_lock held. */
+/* Write back the preserved copies alone.  flush_lock held. */
 static int drain_preserved(struct cache *c)
 {
-	pthread_mutex_lock(&c->pres_lock);
-	struct pres *list = c->pres;
-	size_t n = c->npres;
-	c->pres = NULL;
-	c->npres = 0;
-	pthread_mutex_unlock(&c->pres_lock);
-	if (!n)
-		return 0;
-	struct pres **v = malloc(n * sizeof(*v));
-	struct cache_wb *wb = malloc(n * sizeof(*wb));
-	int ret = 0;
-	if (!v || !wb) {
-		ret = -ENOMEM;
-	} else {
-		size_t k = 0;
-		for (struct pres *p = list; p; p = p->next)
-			v[k++] = p;
-		qsort(v, n, sizeof(*v), cmp_pres);
-		size_t i = 0;
-		while (i < n) {
-			size_t j = i;
-			while (j < n && v[j]->table == v[i]->table && v[j]->batch == v[i]->batch) {
-				wb[j - i] = (struct cache_wb){ v[j]->row, v[j]->data, v[j]->batch };
-				j++;
-			}
-			ret = c->ops->writeback(c->ctx, v[i]->table, wb, j - i);
-			if (ret)
-				break;
-			for (size_t k2 = i; k2 < j; k2++) {
-				if (c->ops->reserve)
-					c->ops->reserve(c->ctx, v[k2]->table, v[k2]->rs, -1);
-				free(v[k2]);
-			}
-			i = j;
-		}
-		if (ret) { /* keep the rest, in order, for the next round */
-			pthread_mutex_lock(&c->pres_lock);
-			for (size_t k2 = n; k2-- > i;) {
-				v[k2]->next = c->pres;
-				c->pres = v[k2];
-				c->npres++;
-			}
-			pthread_mutex_unlock(&c->pres_lock);
-		}
-	}
-	if (!v) { /* could not even sort: put the list back whole */
-		pthread_mutex_lock(&c->pres_lock);
-		for (struct pres *p = list, *nx; p; p = nx) {
-			nx = p->next;
-			p->next = c->pres;
-			c->pres = p;
-			c->npres++;
-		}
-		pthread_mutex_unlock(&c->pres_lock);
-	}
-	free(v);
-	free(wb);
-	return ret;
+	struct stage none = { 0 };
+	return stage_commit(c, &none);
 }
 
 /* Write back the dirty rows `p` picks from the shards [s0, s1).  flush_lock held. */
 static int writeback_rounds(struct cache *c, uint32_t s0, uint32_t s1, const struct pick *p)
 {
 	struct stage st = { 0 };
-	int ret = drain_preserved(c);
+	int ret = 0;
 	size_t taken = 0;
-	if (ret)
-		return ret;
 	for (uint32_t si = s0; si < s1; si++) {
 		struct shard *sh = &c->sh[si];
 		pthread_mutex_lock(&sh->lock);
@@ -732,9 +733,10 @@ struct cache *cache_create(const struct cache_conf *conf, const struct cache_ops
 	uint32_t ns = conf->shards ? conf->shards : NSHARDS;
 	if (ns > NSHARDS || (ns & (ns - 1)))
 		return NULL;
-	struct cache *c = calloc(1, sizeof(*c));
-	if (!c)
+	struct cache *c; /* shards are cache-line aligned */
+	if (posix_memalign((void **)&c, 64, sizeof(*c)))
 		return NULL;
+	memset(c, 0, sizeof(*c));
 	c->nshards = ns;
 	c->shard_shift = 64 - (uint32_t)__builtin_ctz(ns);
 	c->ops = ops;
@@ -827,8 +829,10 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 	uint32_t si;
 	struct shard *sh = shard_of(c, h, &si);
 	struct tstat *t = tst(c, table);
+	char sbuf[4096]; /* a miss's row, without a malloc for the usual sizes */
 	char *tmp = NULL;
 	int ret = 0;
+#define TMP_FREE() do { if (tmp != sbuf) free(tmp); } while (0)
 
 	if (table >= CACHE_MAX_TABLES || (uint64_t)off + len > rs)
 		return -EINVAL;
@@ -846,25 +850,25 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 			pthread_mutex_unlock(&sh->lock);
 			TS_ADD(t, hits, !tmp);
 			TS_ADD(t, misses, !!tmp);
-			free(tmp);
+			TMP_FREE();
 			return 0;
 		}
 		if (tmp)
 			break;
 		pthread_mutex_unlock(&sh->lock);
 		uint64_t gen = atomic_load(&t->gen);
-		tmp = malloc(rs);
+		tmp = rs <= sizeof(sbuf) ? sbuf : malloc(rs);
 		if (!tmp)
 			return -ENOMEM;
 		ret = c->ops->fetch(c->ctx, table, row, tmp);
 		if (ret < 0) {
-			free(tmp);
+			TMP_FREE();
 			return ret;
 		}
 		if (ret == 0 || atomic_load(&t->gen) != gen) {
 			/* holes are not cached; a fill that raced a drop is not either */
 			memcpy(buf, tmp + off, len);
-			free(tmp);
+			TMP_FREE();
 			pthread_mutex_lock(&sh->lock);
 			sh->misses++;
 			pthread_mutex_unlock(&sh->lock);
@@ -888,8 +892,9 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 			make_clean(c, si); /* next miss finds room */
 	}
 	memcpy(buf, tmp + off, len);
-	free(tmp);
+	TMP_FREE();
 	return 0;
+#undef TMP_FREE
 }
 
 /* The entry holds a snapshot's version (dirty, batch at or below the newest
@@ -899,9 +904,10 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 static int preserve(struct cache *c, struct shard *sh, struct centry *e, uint64_t batch)
 {
 	uint64_t floor = atomic_load(&c->snap_floor);
-	if (!(e->flags & F_DIRTY) || (e->flags & F_BUSY) || batch <= floor ||
-	    full_batch(c, e->batch) > floor)
-		return 0; /* busy: the write-back in flight already took these bytes */
+	if (!(e->flags & F_DIRTY) || batch <= floor || full_batch(c, e->batch) > floor)
+		return 0;
+	if ((e->flags & F_BUSY) && !(e->flags & F_REDIRTY))
+		return 0; /* the write-back in flight took exactly these bytes */
 	uint32_t rs = sh->ar[e->cls].rs;
 	struct pres *p = malloc(sizeof(*p) + rs);
 	if (!p)
@@ -1028,6 +1034,181 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 		TS_ADD(t, misses, 1);
 		return r;
 	}
+}
+
+/* ---- many rows at once (the batch path) -------------------------------
+ * Rows are grouped by shard (a stable counting sort, so duplicates keep their
+ * request order); each shard is locked once for all its rows, and their
+ * lookups are pipelined: the bucket PF_BUCKET rows ahead, the entry
+ * PF_ENTRY ahead, the row bytes PF_DATA ahead, so the memory latency of many
+ * lookups overlaps.  Rows not cached go through cache_read()/cache_write(). */
+#define PF_BUCKET 12
+#define PF_ENTRY 8
+#define PF_DATA 4
+
+struct rowgroup {
+	uint64_t *h;
+	uint32_t *ord, *miss, *si;
+	uint32_t start[CACHE_MAX_SHARDS + 1];
+	size_t nmiss;
+};
+
+static void rowgroup_free(struct rowgroup *g)
+{
+	free(g->h);
+	free(g->ord);
+	free(g->miss);
+	free(g->si);
+}
+
+static int rowgroup_make(struct cache *c, uint32_t table, const uint64_t *rows, size_t n,
+			 struct rowgroup *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->h = malloc(n * sizeof(*g->h));
+	g->ord = malloc(n * sizeof(*g->ord));
+	g->miss = malloc(n * sizeof(*g->miss));
+	g->si = malloc(n * sizeof(*g->si));
+	if (!g->h || !g->ord || !g->miss || !g->si) {
+		rowgroup_free(g);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		g->h[i] = hash(table, rows[i]);
+		shard_of(c, g->h[i], &g->si[i]);
+		g->start[g->si[i] + 1]++;
+	}
+	for (uint32_t s = 0; s < c->nshards; s++)
+		g->start[s + 1] += g->start[s];
+	uint32_t fill[CACHE_MAX_SHARDS];
+	memcpy(fill, g->start, sizeof(fill));
+	for (size_t i = 0; i < n; i++)
+		g->ord[fill[g->si[i]]++] = (uint32_t)i;
+	return 0;
+}
+
+static inline void prefetch_entry(struct shard *sh, uint32_t idx)
+{
+	const char *p = (const char *)&sh->e[idx];
+	__builtin_prefetch(p);
+	__builtin_prefetch(p + sizeof(struct centry) - 1);
+}
+
+/* The rows ord[0..k) of one shard: copied into out (src == NULL) or written
+ * from src as cache_write() does on a hit.  Shard lock held.  Rows not cached
+ * go to g->miss.  0 or -errno (a write stops at the first error). */
+static int walk_shard(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs,
+		      const uint64_t *rows, struct rowgroup *g, const uint32_t *ord, size_t k,
+		      char *out, const char *src, uint64_t batch, size_t *hits)
+{
+	uint32_t mask = sh->nbucket - 1, lines = rs < 1024 ? rs : 1024;
+	const uint64_t *h = g->h;
+	for (size_t j = 0; j < k + PF_BUCKET; j++) {
+		if (j < k)
+			__builtin_prefetch(&sh->bucket[h[ord[j]] & mask]);
+		if (j >= PF_BUCKET - PF_ENTRY && j - (PF_BUCKET - PF_ENTRY) < k) {
+			uint32_t b = sh->bucket[h[ord[j - (PF_BUCKET - PF_ENTRY)]] & mask];
+			if (b != NIL)
+				prefetch_entry(sh, b);
+		}
+		if (j >= PF_BUCKET - PF_DATA && j - (PF_BUCKET - PF_DATA) < k) {
+			uint32_t p = ord[j - (PF_BUCKET - PF_DATA)];
+			uint32_t b = sh->bucket[h[p] & mask];
+			if (b != NIL && sh->e[b].row_lo == (uint32_t)rows[p]) {
+				const char *d = e_data(sh, &sh->e[b]);
+				for (uint32_t o = 0; o < lines; o += 64)
+					__builtin_prefetch(d + o);
+			} else if (b != NIL && sh->e[b].hnext != NIL) {
+				prefetch_entry(sh, sh->e[b].hnext);
+			}
+		}
+		if (j < PF_BUCKET)
+			continue;
+		uint32_t p = ord[j - PF_BUCKET];
+		uint32_t idx = lookup(sh, table, rows[p], h[p]);
+		if (idx == NIL) {
+			g->miss[g->nmiss++] = p;
+			continue;
+		}
+		struct centry *e = &sh->e[idx];
+		if (src) {
+			int r = may_dirty(c, sh, e);
+			if (!r)
+				r = preserve(c, sh, e, batch);
+			if (r)
+				return r;
+			memcpy(e_data(sh, e), src + (size_t)p * rs, rs);
+			mark_dirty(c, sh, e, batch);
+			sh->hits++;
+		} else {
+			memcpy(out + (size_t)p * rs, e_data(sh, e), rs);
+			sh->hits++;
+		}
+		e->flags |= F_REF;
+		(*hits)++;
+	}
+	return 0;
+}
+
+static int walk_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows,
+		     struct rowgroup *g, char *out, const char *src, uint64_t batch)
+{
+	size_t hits = 0;
+	int ret = 0;
+	for (uint32_t s = 0; s < c->nshards && !ret; s++) {
+		size_t k = g->start[s + 1] - g->start[s];
+		if (!k)
+			continue;
+		struct shard *sh = &c->sh[s];
+		pthread_mutex_lock(&sh->lock);
+		ret = walk_shard(c, sh, table, rs, rows, g, g->ord + g->start[s], k, out, src, batch, &hits);
+		pthread_mutex_unlock(&sh->lock);
+	}
+	TS_ADD(tst(c, table), hits, hits);
+	return ret;
+}
+
+int cache_read_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows, size_t n,
+		    void *buf)
+{
+	char *out = buf;
+	struct rowgroup g;
+	int ret = 0;
+	if (table >= CACHE_MAX_TABLES || n > UINT32_MAX)
+		return -EINVAL;
+	if (rowgroup_make(c, table, rows, n, &g)) {
+		for (size_t i = 0; i < n && !ret; i++) /* one at a time, then */
+			ret = cache_read(c, table, rs, rows[i], 0, rs, out + i * rs);
+		return ret;
+	}
+	walk_rows(c, table, rs, rows, &g, out, NULL, 0);
+	for (size_t i = 0; i < g.nmiss && !ret; i++)
+		ret = cache_read(c, table, rs, rows[g.miss[i]], 0, rs, out + (size_t)g.miss[i] * rs);
+	rowgroup_free(&g);
+	return ret;
+}
+
+int cache_write_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows, size_t n,
+		     const void *data, uint64_t batch)
+{
+	const char *src = data;
+	struct rowgroup g;
+	int ret = 0;
+	if (table >= CACHE_MAX_TABLES || n > UINT32_MAX)
+		return -EINVAL;
+	if (rowgroup_make(c, table, rows, n, &g)) {
+		for (size_t i = 0; i < n && !ret; i++)
+			ret = cache_write(c, table, rs, rows[i], 0, rs, src + i * rs, batch);
+		return ret;
+	}
+	if (batch > atomic_load_explicit(&c->last_batch, memory_order_relaxed))
+		atomic_store(&c->last_batch, batch);
+	ret = walk_rows(c, table, rs, rows, &g, NULL, src, batch);
+	/* a row's occurrences all hit or all miss: misses keep their order */
+	for (size_t i = 0; i < g.nmiss && !ret; i++)
+		ret = cache_write(c, table, rs, rows[g.miss[i]], 0, rs, src + (size_t)g.miss[i] * rs, batch);
+	rowgroup_free(&g);
+	return ret;
 }
 
 void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)

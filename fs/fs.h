@@ -4,7 +4,9 @@
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include "embfs/cache.h"
 #include "embfs/store.h"
@@ -13,8 +15,9 @@
 #define INO_CTL 2        /* .embfs */
 #define INO_STATS 3      /* .embfs/stats */
 #define INO_SNAPS 4      /* .snapshots */
-#define INO_BATCHID 5    /* .embfs/batch: the current batch id */
-/* 6..15: more control files */
+#define INO_BATCHID 5    /* .embfs/batch: the current batch id, and batched rows (batch.c) */
+#define INO_ROWS 6       /* .embfs/rows: batched gather/scatter (batch.c) */
+/* 7..15: more control files */
 #define INO_TABLE0 16    /* table id i is inode INO_TABLE0 + i */
 #define INO_SNAP0 (1ull << 20)  /* snapshot record idx is directory INO_SNAP0 + idx */
 #define INO_SNAPT0 (1ull << 32) /* table id in snapshot idx: INO_SNAPT0 + (idx << 16) + id */
@@ -39,7 +42,13 @@ struct embfs {
 	struct embfs_conf conf;
 	uint32_t def_dim, def_dtype;
 	_Atomic uint64_t *nlookup;  /* kernel references per table id */
-	_Atomic uint64_t n_read, n_write, n_read_bytes, n_write_bytes, n_fsync;
+	_Atomic uint64_t n_read, n_write, n_read_bytes, n_write_bytes, n_fsync, n_snaps;
+	struct batch *batch;        /* batch.c: .embfs/batch threads and counters */
+	/* Writes into the cache hold it shared from reading the batch id until
+	 * their rows are in the cache; taking a snapshot holds it exclusive while
+	 * it advances the batch id and tells the cache, so no write straddles a
+	 * snapshot (see rows_batch_begin). */
+	pthread_rwlock_t snap_rw;
 };
 
 extern const struct fuse_lowlevel_ops embfs_ops;
@@ -47,6 +56,9 @@ extern const struct fuse_lowlevel_ops embfs_ops;
 /* rows.c: byte ranges of a table <-> rows, through the cache when there is one. */
 int rows_read(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, char *buf);
 int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data);
+/* Around writes into the cache: the batch id to stamp them with. */
+uint64_t rows_batch_begin(struct embfs *fs);
+void rows_batch_end(struct embfs *fs);
 /* Make the store see every cached write of table id (id < 0: all). */
 int rows_sync(struct embfs *fs, int64_t id);
 /* Before/after a change made in the store directly (truncate, punch,
@@ -56,9 +68,54 @@ int rows_before_change(struct embfs *fs, uint32_t id);
 void rows_after_change(struct embfs *fs, uint32_t id, uint64_t from, uint64_t to);
 /* Stored rows including written rows not yet in the store. */
 uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows);
+/* For writes of many rows (batch.c): room the caller reserved with
+ * store_space_reserve() pays for this thread's cache writes until
+ * rows_prepaid_end(), which returns what is left of it. */
+void rows_prepaid_begin(int64_t rows);
+int64_t rows_prepaid_end(void);
 extern const struct cache_ops embfs_cache_ops;
+
+/* ll.c helpers shared with snap.c */
+struct fs_dirbuf {
+	char *p;
+	size_t size, cap;
+};
+int fs_dir_add(fuse_req_t req, struct fs_dirbuf *b, const char *name, fuse_ino_t ino, mode_t mode,
+	       off_t next);
+void fs_table_stat(struct embfs *fs, const struct store_attr *a, struct stat *st, int snap);
+
+/* snap.c: the .snapshots tree (every other change there gives EROFS). */
+int snapfs_owns(fuse_ino_t ino);
+int snapfs_is_table(fuse_ino_t ino);
+int snapfs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st);
+int snapfs_table_attr(struct embfs *fs, fuse_ino_t ino, struct store_attr *a);
+void snapfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
+void snapfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
+void snapfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+void snapfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+void snapfs_fsyncdir(fuse_req_t req, fuse_ino_t ino);
+void snapfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void snapfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
+void snapfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence);
+
+/* ctl.c: .embfs/batch, the current batch id as text */
+void ctl_batch_read(fuse_req_t req, size_t size, off_t off);
+void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off);
 
 /* stats.c: render .embfs/stats into a malloc'd buffer. */
 char *embfs_stats_render(struct embfs *fs, size_t *len);
+
+/* batch.c: all of .embfs/batch (README "Batched rows"): binary requests
+ * (many rows per round trip) and the batch id as text (a write of "N\n"
+ * sets it through store_batch_set; a read with no gather response gives it).
+ * batch_init at INIT (starts the prefetch and page-cache notifier threads),
+ * batch_destroy at DESTROY; the others reply to the request. */
+int batch_init(struct embfs *fs);
+void batch_destroy(struct embfs *fs);
+void batch_open(fuse_req_t req, struct fuse_file_info *fi);
+void batch_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
+void batch_write(fuse_req_t req, const char *data, size_t size, off_t off, struct fuse_file_info *fi);
+void batch_release(fuse_req_t req, struct fuse_file_info *fi);
+void batch_stats(struct embfs *fs, FILE *f);
 
 #endif

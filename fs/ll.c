@@ -45,7 +45,8 @@ static void ns_to_ts(uint64_t ns, struct timespec *ts)
 	ts->tv_nsec = (long)(ns % 1000000000ull);
 }
 
-static void table_stat(struct embfs *fs, const struct store_attr *a, struct stat *st)
+/* snap: the attributes are a snapshot's (no cached rows to add). */
+void fs_table_stat(struct embfs *fs, const struct store_attr *a, struct stat *st, int snap)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = INO_TABLE0 + a->id;
@@ -55,7 +56,8 @@ static void table_stat(struct embfs *fs, const struct store_attr *a, struct stat
 	st->st_gid = a->gid;
 	st->st_size = (off_t)a->size;
 	st->st_blksize = 65536;
-	st->st_blocks = (blkcnt_t)((rows_count(fs, a->id, a->nrows) * a->row_size + 511) / 512);
+	uint64_t rows = snap ? a->nrows : rows_count(fs, a->id, a->nrows);
+	st->st_blocks = (blkcnt_t)((rows * a->row_size + 511) / 512);
 	ns_to_ts(a->atime_ns, &st->st_atim);
 	ns_to_ts(a->mtime_ns, &st->st_mtim);
 	ns_to_ts(a->ctime_ns, &st->st_ctim);
@@ -64,6 +66,8 @@ static void table_stat(struct embfs *fs, const struct store_attr *a, struct stat
 static int do_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st)
 {
 	uint32_t id;
+	if (snapfs_owns(ino))
+		return snapfs_stat(fs, ino, st);
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
 	switch (ino) {
@@ -79,6 +83,14 @@ static int do_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st)
 		st->st_mode = S_IFREG | 0444;
 		st->st_nlink = 1;
 		return 0;
+	case INO_ROWS: /* anyone may use it: batch.c checks access to the target table */
+		st->st_mode = S_IFREG | 0666;
+		st->st_nlink = 1;
+		return 0;
+	case INO_BATCHID: /* the batch id: set by the trainer (root or the mount's owner) */
+		st->st_mode = S_IFREG | 0644;
+		st->st_nlink = 1;
+		return 0;
 	}
 	if (!ino_table(ino, &id))
 		return -ENOENT;
@@ -86,13 +98,13 @@ static int do_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st)
 	int ret = store_table_getattr(fs->st, id, &a);
 	if (ret)
 		return ret;
-	table_stat(fs, &a, st);
+	fs_table_stat(fs, &a, st, 0);
 	return 0;
 }
 
 static int reserved_name(const char *name)
 {
-	return !strcmp(name, ".embfs");
+	return !strcmp(name, ".embfs") || !strcmp(name, ".snapshots");
 }
 
 /* Reply to lookup/create with an entry, counting the kernel's reference. */
@@ -103,7 +115,7 @@ static void fill_entry(struct embfs *fs, const struct store_attr *a, struct fuse
 	e->generation = a->gen;
 	e->attr_timeout = TIMEOUT;
 	e->entry_timeout = TIMEOUT;
-	table_stat(fs, a, &e->attr);
+	fs_table_stat(fs, a, &e->attr, 0);
 	atomic_fetch_add(&fs->nlookup[a->id], 1);
 }
 
@@ -124,7 +136,13 @@ static int truncate_table(struct embfs *fs, uint32_t id, uint64_t size)
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	struct embfs *fs = userdata;
+	int ret = batch_init(fs);
+	if (ret)
+		fprintf(stderr, "embfs: .embfs/batch disabled: %s\n", strerror(-ret));
+	/* 1 MiB WRITEs (libfuse then asks for max_pages = 256): a 4096-row
+	 * batch of 256-byte rows moves in one or two requests each way */
+	conn->max_write = 1u << 20;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 	/* every change to a table's bytes comes through this kernel, so its page
 	 * cache stays valid when mtime moves; changes the daemon makes itself
@@ -137,6 +155,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 static void op_destroy(void *userdata)
 {
 	struct embfs *fs = userdata;
+	batch_destroy(fs);
 	int ret = rows_sync(fs, -1);
 	if (ret)
 		fprintf(stderr, "embfs: writing back cached rows at unmount: %s\n", strerror(-ret));
@@ -149,13 +168,22 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	memset(&e, 0, sizeof(e));
 	e.attr_timeout = e.entry_timeout = TIMEOUT;
 	if (parent == INO_CTL) {
-		if (strcmp(name, "stats")) {
+		if (!strcmp(name, "stats"))
+			e.ino = INO_STATS;
+		else if (!strcmp(name, "rows"))
+			e.ino = INO_ROWS;
+		else if (!strcmp(name, "batch"))
+			e.ino = INO_BATCHID;
+		else {
 			fuse_reply_err(req, ENOENT);
 			return;
 		}
-		e.ino = INO_STATS;
 		do_stat(fs, e.ino, &e.attr);
 		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (snapfs_owns(parent)) {
+		snapfs_lookup(req, parent, name);
 		return;
 	}
 	if (parent != INO_ROOT) {
@@ -163,7 +191,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	if (reserved_name(name)) {
-		e.ino = INO_CTL;
+		e.ino = strcmp(name, ".snapshots") ? INO_CTL : INO_SNAPS;
 		do_stat(fs, e.ino, &e.attr);
 		fuse_reply_entry(req, &e);
 		return;
@@ -190,6 +218,12 @@ static void forget_one(struct embfs *fs, fuse_ino_t ino, uint64_t n)
 	struct store_attr a;
 	if (atomic_fetch_sub(&fs->nlookup[id], n) == n && store_table_getattr(fs->st, id, &a) == 0 &&
 	    a.orphan) {
+		/* rows written before a snapshot belong to it even when the table
+		 * is gone from the live tree: write them back, do not drop them */
+		struct store_stats ss;
+		store_stats_get(fs->st, &ss);
+		if (ss.snapshots)
+			rows_before_change(fs, id);
 		rows_after_change(fs, id, 0, UINT64_MAX);
 		int ret = store_table_release(fs->st, id);
 		if (ret)
@@ -233,8 +267,12 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	uint32_t id;
 	int ret = 0;
 	(void)fi;
+	if (snapfs_owns(ino)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
 	if (!ino_table(ino, &id)) {
-		fuse_reply_err(req, ino == INO_STATS || ino == INO_ROOT || ino == INO_CTL ? EPERM : ENOENT);
+		fuse_reply_err(req, ino < INO_TABLE0 ? EPERM : ENOENT);
 		return;
 	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
@@ -297,6 +335,10 @@ static void create_table(fuse_req_t req, fuse_ino_t parent, const char *name, mo
 			 struct fuse_file_info *fi)
 {
 	struct embfs *fs = FS(req);
+	if (snapfs_owns(parent)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
 	if (parent != INO_ROOT) {
 		fuse_reply_err(req, parent == INO_CTL ? EACCES : ENOTDIR);
 		return;
@@ -347,13 +389,19 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	(void)name;
 	(void)mode;
-	fuse_reply_err(req, parent == INO_ROOT ? EPERM : ENOTDIR);
+	if (snapfs_owns(parent))
+		snapfs_mkdir(req, parent, name); /* .snapshots/NAME: take a snapshot */
+	else
+		fuse_reply_err(req, parent == INO_ROOT ? EPERM : ENOTDIR);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	if (snapfs_owns(parent)) {
+		fuse_reply_err(req, parent == INO_SNAPS ? EISDIR : EROFS);
+		return;
+	}
 	if (parent != INO_ROOT) {
 		fuse_reply_err(req, parent == INO_CTL ? EPERM : ENOTDIR);
 		return;
@@ -367,7 +415,9 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	if (parent == INO_ROOT && reserved_name(name))
+	if (snapfs_owns(parent))
+		snapfs_rmdir(req, parent, name); /* .snapshots/NAME: drop it */
+	else if (parent == INO_ROOT && reserved_name(name))
 		fuse_reply_err(req, EPERM);
 	else
 		fuse_reply_err(req, parent == INO_ROOT ? ENOTDIR : ENOENT);
@@ -377,6 +427,10 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		      const char *newname, unsigned int flags)
 {
 	struct embfs *fs = FS(req);
+	if (snapfs_owns(parent) || snapfs_owns(newparent)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
 	if (parent != INO_ROOT || newparent != INO_ROOT) {
 		fuse_reply_err(req, EXDEV);
 		return;
@@ -417,6 +471,19 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct embfs *fs = FS(req);
 	uint32_t id;
+	if (snapfs_owns(ino)) {
+		snapfs_open(req, ino, fi);
+		return;
+	}
+	if (ino == INO_ROWS) {
+		batch_open(req, fi);
+		return;
+	}
+	if (ino == INO_BATCHID) {
+		fi->direct_io = 1;
+		fuse_reply_open(req, fi);
+		return;
+	}
 	if (ino == INO_STATS) {
 		if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 			fuse_reply_err(req, EACCES);
@@ -461,6 +528,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	if (ino == INO_ROWS) {
+		batch_release(req, fi);
+		return;
+	}
 	if (ino == INO_STATS)
 		free((void *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
@@ -470,6 +541,18 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 {
 	struct embfs *fs = FS(req);
 	uint32_t id;
+	if (snapfs_owns(ino)) {
+		snapfs_read(req, ino, size, off);
+		return;
+	}
+	if (ino == INO_ROWS) {
+		batch_read(req, size, off, fi);
+		return;
+	}
+	if (ino == INO_BATCHID) {
+		ctl_batch_read(req, size, off);
+		return;
+	}
 	if (ino == INO_STATS) {
 		struct { size_t len; char data[]; } *snap = (void *)(uintptr_t)fi->fh;
 		if ((size_t)off >= snap->len)
@@ -516,6 +599,18 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 	struct embfs *fs = FS(req);
 	uint32_t id;
 	(void)fi;
+	if (snapfs_owns(ino)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (ino == INO_ROWS) {
+		batch_write(req, data, size, off, fi);
+		return;
+	}
+	if (ino == INO_BATCHID) {
+		ctl_batch_write(req, data, size, off);
+		return;
+	}
 	if (!ino_table(ino, &id)) {
 		fuse_reply_err(req, EBADF);
 		return;
@@ -560,22 +655,20 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	(void)ino;
 	(void)datasync;
 	(void)fi;
+	if (snapfs_owns(ino)) {
+		snapfs_fsyncdir(req, ino);
+		return;
+	}
 	/* fsync of a directory (the mount's root) writes back every table:
 	 * the kernel delivers syncfs(2) to virtiofs only, so this is the
 	 * whole-pool sync point */
 	fuse_reply_err(req, -rows_sync(FS(req), -1));
 }
 
-struct dirbuf {
-	char *p;
-	size_t size, cap;
-};
-
-static int dir_add(fuse_req_t req, struct dirbuf *b, const char *name, fuse_ino_t ino, mode_t mode,
-		   off_t next)
+int fs_dir_add(fuse_req_t req, struct fs_dirbuf *b, const char *name, fuse_ino_t ino, mode_t mode,
+	       off_t next)
 {
 	struct stat st;
 	memset(&st, 0, sizeof(st));
@@ -595,18 +688,26 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct embfs *fs = FS(req);
 	(void)fi;
-	struct dirbuf b = { malloc(size), 0, size };
+	if (snapfs_owns(ino)) {
+		snapfs_readdir(req, ino, size, off);
+		return;
+	}
+	struct fs_dirbuf b = { malloc(size), 0, size };
 	if (!b.p) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
 	if (ino == INO_CTL) {
-		if (off < 1 && !dir_add(req, &b, ".", INO_CTL, S_IFDIR, 1))
+		if (off < 1 && !fs_dir_add(req, &b, ".", INO_CTL, S_IFDIR, 1))
 			goto done;
-		if (off < 2 && !dir_add(req, &b, "..", INO_ROOT, S_IFDIR, 2))
+		if (off < 2 && !fs_dir_add(req, &b, "..", INO_ROOT, S_IFDIR, 2))
 			goto done;
-		if (off < 3)
-			dir_add(req, &b, "stats", INO_STATS, S_IFREG, 3);
+		if (off < 3 && !fs_dir_add(req, &b, "stats", INO_STATS, S_IFREG, 3))
+			goto done;
+		if (off < 4 && !fs_dir_add(req, &b, "batch", INO_BATCHID, S_IFREG, 4))
+			goto done;
+		if (off < 5)
+			fs_dir_add(req, &b, "rows", INO_ROWS, S_IFREG, 5);
 		goto done;
 	}
 	if (ino != INO_ROOT) {
@@ -614,16 +715,18 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	if (off < 1 && !dir_add(req, &b, ".", INO_ROOT, S_IFDIR, 1))
+	if (off < 1 && !fs_dir_add(req, &b, ".", INO_ROOT, S_IFDIR, 1))
 		goto done;
-	if (off < 2 && !dir_add(req, &b, "..", INO_ROOT, S_IFDIR, 2))
+	if (off < 2 && !fs_dir_add(req, &b, "..", INO_ROOT, S_IFDIR, 2))
 		goto done;
-	if (off < 3 && !dir_add(req, &b, ".embfs", INO_CTL, S_IFDIR, 3))
+	if (off < 3 && !fs_dir_add(req, &b, ".embfs", INO_CTL, S_IFDIR, 3))
+		goto done;
+	if (off < 4 && !fs_dir_add(req, &b, ".snapshots", INO_SNAPS, S_IFDIR, 4))
 		goto done;
 	uint32_t cur = off > 16 ? (uint32_t)(off - 16) : 0;
 	struct store_attr a;
 	while (store_table_next(fs->st, &cur, &a) == 1)
-		if (!dir_add(req, &b, a.name, INO_TABLE0 + a.id, S_IFREG, 16 + (off_t)cur))
+		if (!fs_dir_add(req, &b, a.name, INO_TABLE0 + a.id, S_IFREG, 16 + (off_t)cur))
 			break;
 done:
 	fuse_reply_buf(req, b.p, b.size);
@@ -666,11 +769,13 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	uint32_t id;
 	struct store_attr a;
 	char val[32];
-	if (!ino_table(ino, &id)) {
-		fuse_reply_err(req, ENODATA);
-		return;
-	}
-	int ret = store_table_getattr(FS(req)->st, id, &a);
+	int ret;
+	if (snapfs_is_table(ino))
+		ret = snapfs_table_attr(FS(req), ino, &a);
+	else if (ino_table(ino, &id))
+		ret = store_table_getattr(FS(req)->st, id, &a);
+	else
+		ret = -ENODATA;
 	if (!ret)
 		ret = xa_value(&a, name, val, sizeof(val));
 	if (ret < 0)
@@ -687,7 +792,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	static const char list[] = XA_DIM "\0" XA_DTYPE "\0" XA_ROWSZ;
 	uint32_t id;
-	size_t len = ino_table(ino, &id) ? sizeof(list) : 0;
+	size_t len = ino_table(ino, &id) || snapfs_is_table(ino) ? sizeof(list) : 0;
 	if (size == 0)
 		fuse_reply_xattr(req, len);
 	else if (size < len)
@@ -704,7 +809,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	struct store_attr a;
 	char v[32];
 	if (!ino_table(ino, &id)) {
-		fuse_reply_err(req, ENOTSUP);
+		fuse_reply_err(req, snapfs_owns(ino) ? EROFS : ENOTSUP);
 		return;
 	}
 	int known = !strcmp(name, XA_DIM) || !strcmp(name, XA_DTYPE) || !strcmp(name, XA_ROWSZ);
@@ -760,7 +865,10 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	uint32_t id;
 	int known = !strcmp(name, XA_DIM) || !strcmp(name, XA_DTYPE) || !strcmp(name, XA_ROWSZ);
-	fuse_reply_err(req, ino_table(ino, &id) && known ? EPERM : ENODATA);
+	if (snapfs_owns(ino))
+		fuse_reply_err(req, EROFS);
+	else
+		fuse_reply_err(req, ino_table(ino, &id) && known ? EPERM : ENODATA);
 }
 
 /* Punch a hole: whole rows are deleted, partly covered stored rows get the
@@ -818,7 +926,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	struct store_attr a;
 	(void)fi;
 	if (!ino_table(ino, &id)) {
-		fuse_reply_err(req, ENODEV);
+		fuse_reply_err(req, snapfs_owns(ino) ? EROFS : ENODEV);
 		return;
 	}
 	if (mode != (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)) {
@@ -848,6 +956,10 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, stru
 	uint32_t id;
 	struct store_attr a;
 	(void)fi;
+	if (snapfs_is_table(ino)) {
+		snapfs_lseek(req, ino, off, whence);
+		return;
+	}
 	if (!ino_table(ino, &id) || (whence != SEEK_DATA && whence != SEEK_HOLE)) {
 		fuse_reply_err(req, EINVAL);
 		return;

@@ -71,6 +71,7 @@ int main(int argc, char **argv)
 
 	memset(&fs, 0, sizeof(fs));
 	memset(&cl, 0, sizeof(cl));
+	pthread_rwlock_init(&fs.snap_rw, NULL);
 	fs.conf.dim = 64;
 	fs.conf.dirty_age_ms = 5000;
 	if (fuse_opt_parse(&args, &fs.conf, embfs_opts, opt_proc) == -1)

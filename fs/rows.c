@@ -5,6 +5,7 @@
  * callbacks at the bottom of this file.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,29 @@ int rows_read(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t l
  * is refused whole (ENOSPC) or taken whole, never cut after some rows. */
 static __thread int64_t prepaid;
 
+void rows_prepaid_begin(int64_t rows)
+{
+	prepaid = rows;
+}
+
+int64_t rows_prepaid_end(void)
+{
+	int64_t left = prepaid;
+	prepaid = 0;
+	return left;
+}
+
+uint64_t rows_batch_begin(struct embfs *fs)
+{
+	pthread_rwlock_rdlock(&fs->snap_rw);
+	return store_batch_get(fs->st);
+}
+
+void rows_batch_end(struct embfs *fs)
+{
+	pthread_rwlock_unlock(&fs->snap_rw);
+}
+
 int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
 {
 	int ret = 0;
@@ -49,7 +73,7 @@ int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t 
 		if (ret)
 			return ret;
 		prepaid = n;
-		uint64_t batch = store_batch_get(fs->st);
+		uint64_t batch = rows_batch_begin(fs);
 		for (size_t done = 0; done < len && !ret;) {
 			uint64_t pos = off + done;
 			uint32_t in = (uint32_t)(pos % rs);
@@ -57,6 +81,7 @@ int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t 
 			ret = cache_write(fs->cache, id, rs, pos / rs, in, (uint32_t)take, data + done, batch);
 			done += take;
 		}
+		rows_batch_end(fs);
 		if (prepaid)
 			store_space_reserve(fs->st, rs, -prepaid);
 		prepaid = 0;
@@ -128,6 +153,8 @@ static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, 
 		ops[i] = (struct store_rowop){ rows[i].row, 0, a.row_size, rows[i].data, rows[i].batch };
 	ret = store_rows_write(fs->st, table, ops, n, 0);
 	free(ops);
+	if (ret)
+		fprintf(stderr, "embfs: writing back %zu rows of table %u: %s\n", n, table, strerror(-ret));
 	return ret;
 }
 

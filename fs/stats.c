@@ -39,6 +39,7 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 	fprintf(f, "fs.write_calls %llu\n", (unsigned long long)atomic_load(&fs->n_write));
 	fprintf(f, "fs.write_bytes %llu\n", (unsigned long long)atomic_load(&fs->n_write_bytes));
 	fprintf(f, "fs.fsync_calls %llu\n", (unsigned long long)atomic_load(&fs->n_fsync));
+	batch_stats(fs, f);
 	if (fs->cache) {
 		fprintf(f, "cache.budget_bytes %llu\n", (unsigned long long)cs.budget);
 		fprintf(f, "cache.bytes %llu\n", (unsigned long long)cs.bytes);
@@ -52,6 +53,14 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 		fprintf(f, "cache.bypasses %llu\n", (unsigned long long)cs.bypasses);
 		fprintf(f, "cache.pinned %llu\n", (unsigned long long)cs.pinned);
 	}
+	fprintf(f, "batch %llu\n", (unsigned long long)store_batch_get(fs->st));
+	fprintf(f, "snapshots %llu\n", (unsigned long long)s.snapshots);
+	uint32_t sc = 0;
+	struct store_snap sn;
+	while (store_snap_next(fs->st, &sc, &sn) == 1)
+		fprintf(f, "snapshot.%s batch=%llu durable=%d tables=%u excl_bytes=%llu\n", sn.name,
+			(unsigned long long)sn.batch, sn.durable, sn.ntables,
+			(unsigned long long)sn.excl_bytes);
 	uint32_t cur = 0;
 	struct store_attr a;
 	while (store_table_next(fs->st, &cur, &a) == 1) {

@@ -301,6 +301,8 @@ int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t k
 		pthread_rwlock_wrlock(&st->lock);
 		ret = index_create(s, st);
 		pthread_rwlock_unlock(&st->lock);
+		if (ret == -ENOSPC && slab_resv_release(s) == 0)
+			ret = 0; /* room held back for this: the next try fits */
 		return ret ? ret : -EAGAIN;
 	}
 	uint64_t h = index_hash(s, key);
@@ -331,6 +333,8 @@ int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t k
 	pthread_rwlock_wrlock(&st->lock);
 	ret = index_split(s, st, di);
 	pthread_rwlock_unlock(&st->lock);
+	if (ret == -ENOSPC && slab_resv_release(s) == 0)
+		ret = 0; /* room held back for this: the next try fits */
 	return ret ? ret : -EAGAIN;
 }
 

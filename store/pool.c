@@ -53,7 +53,7 @@ static int super_check(PMEMobjpool *pop, char *err, size_t n)
 			    sb->layout_version, EMB_LAYOUT_VERSION);
 	if (super_csum(sb) != sb->static_csum)
 		return fail(err, n, -EIO, "embfs superblock is corrupt (checksum mismatch)");
-	if (!sb->journal_off || !sb->snaps_off)
+	if (!sb->journal_off || !sb->snaps_off || !sb->resv_off)
 		return fail(err, n, -EIO, "embfs superblock is corrupt (no journal or snapshot table)");
 	return 0;
 }
@@ -231,6 +231,8 @@ int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, siz
 		sb->journal_off = j.off;
 		PMEMoid sn = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
 		sb->snaps_off = sn.off;
+		PMEMoid rv = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
+		sb->resv_off = rv.off;
 	} TX_ONABORT {
 		ret = fail(err, n, pm_tx_errno(), "%s: cannot initialise the pool: %s", path,
 			   pmemobj_errormsg());
@@ -529,6 +531,11 @@ void store_stats_get(struct store *s, struct store_stats *st)
 	pthread_rwlock_rdlock(&s->snap_lock);
 	st->snapshots = s->n_live;
 	pthread_rwlock_unlock(&s->snap_lock);
+	st->used_bytes = heap_used > free_slots ? heap_used - free_slots : 0;
+	/* chunks held back for index growth are free space the index will take */
+	const struct emb_resv *rv = S_PTR(s, s->sb->resv_off);
+	uint64_t held = ld64(&rv->n) * (EMB_CHUNK_ALLOC + 64);
+	heap_used = heap_used > held ? heap_used - held : 0;
 	st->used_bytes = heap_used > free_slots ? heap_used - free_slots : 0;
 	st->free_bytes = (heap_used < cap ? cap - heap_used : 0) + free_slots;
 	st->commits = atomic_load(&s->n_commits);

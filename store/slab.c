@@ -10,9 +10,10 @@
  * them (store_space_reserve).  A promise is an exact count of free slots of
  * the row's class, taken from loaded slabs, growing the class by a slab if
  * needed; every class keeps COW_HEADROOM unpromised slots for copy-on-write
- * of updates.  A slab is grown for a promise only if room for the promised
- * rows' index growth stays allocatable afterwards (probed in the same
- * transaction).  So write-back of promised rows does not run out of space.
+ * of updates.  Index growth is held back too: the pool keeps whole free
+ * chunks in reserve (emb_resv) in proportion to the rows promised, and an
+ * index split that finds the heap full gives one back and retries.  So
+ * write-back of promised rows does not run out of space.
  *
  * Locking: space_lock protects the DRAM state here (classes, slabs, bitmap
  * copies, promises); the public functions take it.  PMem bitmap words are
@@ -178,10 +179,53 @@ static int class_load(struct store *s, uint32_t cls)
 	return 0;
 }
 
-/* Allocate a new slab and link it at the head of the class, atomically.
- * keep: index segments that must stay allocatable afterwards (probed in the
- * same transaction, then freed). */
-static int slab_grow(struct store *s, uint32_t cls, uint64_t keep)
+/* Hold back heap for index growth: whole chunks, so that a block given back
+ * serves whatever a split allocates (segments, a doubled directory, the
+ * transaction's log).  space_lock held. */
+static int resv_grow(struct store *s, uint64_t want)
+{
+	struct emb_resv *r = S_PTR(s, s->sb->resv_off);
+	if (want > EMB_RESV_MAX)
+		want = EMB_RESV_MAX;
+	while (r->n < want) {
+		volatile int ret = 0;
+		TX_BEGIN(s->pop) {
+			PMEMoid o = pmemobj_tx_alloc(EMB_CHUNK_ALLOC, 0);
+			pmemobj_tx_add_range_direct(&r->block[r->n], 8);
+			pmemobj_tx_add_range_direct(&r->n, 8);
+			r->block[r->n++] = o.off;
+		} TX_ONABORT {
+			ret = pm_tx_errno();
+		} TX_END
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* Index splits found the heap full: give one held-back block back. */
+int slab_resv_release(struct store *s)
+{
+	struct emb_resv *volatile r = S_PTR(s, s->sb->resv_off);
+	volatile int ret = 0;
+	pthread_mutex_lock(&s->space_lock);
+	if (!r->n) {
+		ret = -ENOSPC;
+	} else {
+		TX_BEGIN(s->pop) {
+			pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->block[r->n - 1])));
+			pmemobj_tx_add_range_direct(&r->n, 8);
+			r->n--;
+		} TX_ONABORT {
+			ret = pm_tx_errno();
+		} TX_END
+	}
+	pthread_mutex_unlock(&s->space_lock);
+	return ret;
+}
+
+/* Allocate a new slab and link it at the head of the class, atomically. */
+static int slab_grow(struct store *s, uint32_t cls)
 {
 	struct emb_class *pc = &s->sb->classes[cls];
 	struct emb_slab *volatile h = NULL;
@@ -190,11 +234,6 @@ static int slab_grow(struct store *s, uint32_t cls, uint64_t keep)
 	slab_geometry(ss, &alloc, &n);
 
 	TX_BEGIN(s->pop) {
-		PMEMoid probe[64];
-		for (uint64_t i = 0; i < keep && i < 64; i++)
-			probe[i] = pmemobj_tx_alloc(sizeof(struct emb_seg) + 64, 0);
-		for (uint64_t i = 0; i < keep && i < 64; i++)
-			pmemobj_tx_free(probe[i]);
 		PMEMoid o = pmemobj_tx_zalloc(alloc, 0);
 		char *raw = pmemobj_direct(o);
 		h = (struct emb_slab *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
@@ -243,7 +282,7 @@ static int alloc_locked(struct store *s, uint32_t cls, uint64_t *off)
 		}
 		sl->nfree = 0; /* only tail bits past nslots were clear */
 	}
-	ret = slab_grow(s, cls, 0);
+	ret = slab_grow(s, cls);
 	if (ret)
 		return ret;
 	c->cursor = c->n - 1;
@@ -390,17 +429,18 @@ int slab_promise(struct store *s, uint32_t row_size, int64_t n)
 		goto out;
 	}
 	while (c->nfree < c->promised + (uint64_t)n + cow_headroom(c->slot_size)) {
-		/* index growth of every promised row must stay allocatable */
-		uint64_t promised_rows = 0;
-		for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++)
-			promised_rows += s->cls[i].promised;
-		/* a split needs two new segments before it frees one; ~2000
-		 * new rows fill a segment's free slots */
-		ret = slab_grow(s, cls, 2 + (promised_rows + (uint64_t)n) / 2000);
+		ret = slab_grow(s, cls);
 		if (ret)
 			goto out;
 	}
-	c->promised += (uint64_t)n;
+	/* index room: a chunk holds 3 segments, a segment takes ~1800 new rows
+	 * before it splits; two chunks spare for a split in flight */
+	uint64_t rows = (uint64_t)n;
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++)
+		rows += s->cls[i].promised;
+	ret = resv_grow(s, 2 + rows / 5400);
+	if (!ret)
+		c->promised += (uint64_t)n;
 out:
 	pthread_mutex_unlock(&s->space_lock);
 	return ret;

@@ -123,6 +123,7 @@ void slab_release_all(struct store *s);
 int slab_load_all(struct store *s);
 /* n > 0: promise n slots of row_size's class (see slab.c); n < 0: release. */
 int slab_promise(struct store *s, uint32_t row_size, int64_t n);
+int slab_resv_release(struct store *s);
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
 
 /* index.c */

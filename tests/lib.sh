@@ -19,6 +19,7 @@ is_mounted() { awk -v m="$1" '$2 == m { f = 1 } END { exit !f }' /proc/mounts; }
 
 cleanup() {
 	rc=$?
+	[ $rc -ne 0 ] && [ -s "$T/daemon.log" ] && { echo "daemon log (last lines):" >&2; tail -5 "$T/daemon.log" >&2; }
 	for m in $MOUNTS; do
 		is_mounted "$m" && { fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null; }
 	done

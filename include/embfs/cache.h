@@ -76,6 +76,18 @@ void cache_destroy(struct cache *c);
 /* Bytes [off, off+len) of a row of row_size bytes. */
 int cache_read(struct cache *c, uint32_t table, uint32_t row_size, uint64_t row, uint32_t off,
 	       uint32_t len, void *buf);
+/* Whole rows rows[0..n) into buf (row i at buf + i * row_size), as n
+ * cache_read() calls, but each shard is locked once for all its rows and their
+ * lookups are pipelined with prefetches (a batch gather's cost is memory
+ * latency).  Duplicates are fine. */
+int cache_read_rows(struct cache *c, uint32_t table, uint32_t row_size, const uint64_t *rows, size_t n,
+		    void *buf);
+/* Whole rows from data (row i at data + i * row_size) to rows[0..n), as n
+ * cache_write() calls in order (the last of duplicates wins), grouped by
+ * shard like cache_read_rows().  Each row is written whole or not at all; on
+ * an error some rows may be written and others not. */
+int cache_write_rows(struct cache *c, uint32_t table, uint32_t row_size, const uint64_t *rows,
+		     size_t n, const void *data, uint64_t batch);
 /* batch: the batch id the write belongs to (stamped on the version it
  * becomes).  Batches: a dirty row remembers the batch of its latest write.
  * When cache_set_snapshot(B) has been called and a dirty row of batch <= B

@@ -86,7 +86,8 @@ struct emb_super {
 	} classes[EMB_MAX_CLASSES];
 	uint64_t snaps_off;   /* emb_snaps */
 	uint64_t snap_seq;    /* generation counter for snapshot records */
-	uint8_t reserved1[240];
+	uint64_t resv_off;    /* emb_resv: heap held back for index growth */
+	uint8_t reserved1[232];
 };
 #define EMB_SUPER_STATIC_LEN offsetof(struct emb_super, static_csum)
 
@@ -201,6 +202,14 @@ struct emb_journal {
 #define EMB_J_COMMIT 0u
 #define EMB_J_RECLAIM 1u /* records name versions unlinked from their chains: free if unreachable */
 
+/* Index room promised to rows a write-back cache holds: segment-sized blocks
+ * allocated ahead and given back one by one when a split finds the heap full. */
+#define EMB_RESV_MAX 32000u
+struct emb_resv {
+	uint64_t n;
+	uint64_t block[EMB_RESV_MAX];
+};
+
 /* Snapshots: the catalog as of the snapshot, and the batch it closes. */
 struct emb_snap_table {
 	uint32_t id, dim, row_size, dtype;
@@ -229,6 +238,7 @@ struct emb_snaps {
 
 _Static_assert(sizeof(struct emb_journal) <= EMB_CHUNK_ALLOC, "journal fits a chunk");
 _Static_assert(sizeof(struct emb_snaps) <= EMB_CHUNK_ALLOC, "snapshot table fits a chunk");
+_Static_assert(sizeof(struct emb_resv) <= EMB_CHUNK_ALLOC, "reserve table fits a chunk");
 _Static_assert(EMB_CAT_PER_CHUNK * sizeof(struct emb_table) <= EMB_CHUNK_ALLOC, "catalog chunk");
 _Static_assert(sizeof(struct emb_snap_table) == 328, "snapshot table record");
 _Static_assert(sizeof(struct emb_snap) == 320, "snapshot record");

@@ -3,7 +3,7 @@
  * that knows nothing of embfs reads an embedding table.
  *
  *   rowbench [-r ROWSIZE] [-n ROWS] [-o read|write|rmw] [-t THREADS]
- *            [-d SECONDS | -c OPS] [-s SEED] [-z THETA] [-D] [-F] FILE
+ *            [-d SECONDS | -c OPS] [-s SEED] [-z THETA] [-D] [-F] [-S N] FILE
  *   rowbench -Z [-n ROWS] [-z THETA] [-s SEED]      check the Zipf sampler
  *
  * Every call moves one row: pread/pwrite(fd, buf, ROWSIZE, row * ROWSIZE);
@@ -22,6 +22,11 @@
  * so timing costs under 2% even of a 0.6 us kernel pread.
  *   -D  open with O_DIRECT (on FUSE: bypass the kernel page cache)
  *   -F  posix_fadvise(DONTNEED) the file before the run (start cold)
+ *   -S N  (write, rmw) durable writes: each thread fsyncs after every N of its
+ *         rows and once more at the end for the rows since its last fsync;
+ *         fsync time counts in rows_per_s.  Adds fsyncs= and fsync_ms= (mean
+ *         per fsync) to the output.  The timed latency samples never include
+ *         an fsync unless N is not a multiple of 16 (LAT_EVERY).
  * Exit 0 on success, 1 on a failed call or bad arguments.
  */
 #include <errno.h>
@@ -51,6 +56,7 @@ struct conf {
 	uint64_t seed;
 	double theta;
 	int direct, fadv_cold;
+	uint64_t sync_every; /* fsync after this many rows per thread; 0 = never */
 };
 
 struct worker {
@@ -64,6 +70,7 @@ struct worker {
 	uint64_t done;
 	double t_start, t_end;
 	int err;
+	uint64_t fsyncs, fsync_ns;
 	uint32_t hist[HIST_N];
 };
 
@@ -263,6 +270,20 @@ static double hist_pct(const uint64_t *h, uint64_t total, double pct)
 
 /* ---- the timed loop ---- */
 
+/* -S: make this thread's writes durable; -1 (w->err set) on failure */
+static int sync_now(struct worker *w)
+{
+	uint64_t t = now_ns();
+	if (fsync(w->fd)) {
+		w->err = errno;
+		fprintf(stderr, "rowbench: fsync: %s\n", strerror(errno));
+		return -1;
+	}
+	w->fsync_ns += now_ns() - t;
+	w->fsyncs++;
+	return 0;
+}
+
 static void *worker_run(void *arg)
 {
 	struct worker *w = arg;
@@ -280,7 +301,7 @@ static void *worker_run(void *arg)
 		uint64_t v = rng_next(&r);
 		memcpy((char *)buf + i, &v, c->row_size - i < 8 ? c->row_size - i : 8);
 	}
-	uint64_t deadline_ns = 0, i = 0, ts = 0;
+	uint64_t deadline_ns = 0, i = 0, ts = 0, unsynced = 0;
 	pthread_barrier_wait(w->go);
 	uint64_t t0 = now_ns(), t = t0;
 	if (!w->quota)
@@ -309,6 +330,11 @@ static void *worker_run(void *arg)
 			break;
 		}
 		i++;
+		if (c->sync_every && ++unsynced == c->sync_every) {
+			if (sync_now(w))
+				break;
+			unsynced = 0;
+		}
 		if (sample) {
 			t = now_ns();
 			w->hist[hist_idx(t - ts)]++;
@@ -318,6 +344,8 @@ static void *worker_run(void *arg)
 		if (w->quota && i >= w->quota)
 			break;
 	}
+	if (unsynced && !w->err)
+		sync_now(w);
 	t = now_ns();
 	w->done = i;
 	w->t_start = t0 * 1e-9;
@@ -329,10 +357,11 @@ static void *worker_run(void *arg)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: rowbench [-r ROWSIZE] [-n ROWS] [-o read|write|rmw] [-t THREADS]\n"
-		   "                [-d SECONDS | -c OPS] [-s SEED] [-z THETA] [-D] [-F] FILE\n"
+		   "                [-d SECONDS | -c OPS] [-s SEED] [-z THETA] [-D] [-F] [-S N] FILE\n"
 		   "       rowbench -Z [-n ROWS] [-z THETA] [-s SEED]   (check the Zipf sampler)\n"
 		   "  defaults: -r 256 -n 4000000 -o read -t 1 -d 3 -s 1 -z 0.99\n"
-		   "  -D open O_DIRECT   -F drop the file's page cache first (start cold)\n");
+		   "  -D open O_DIRECT   -F drop the file's page cache first (start cold)\n"
+		   "  -S N  fsync after every N rows written (per thread) and at the end\n");
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -409,7 +438,7 @@ int main(int argc, char **argv)
 			  .seed = 1, .theta = 0.99 };
 	uint64_t v;
 	int opt, check = 0;
-	while ((opt = getopt(argc, argv, "r:n:o:t:d:c:s:z:DFZh")) != -1) {
+	while ((opt = getopt(argc, argv, "r:n:o:t:d:c:s:z:S:DFZh")) != -1) {
 		switch (opt) {
 		case 'r':
 			if (parse_u64(optarg, &v) || v == 0 || v > (1u << 20))
@@ -453,6 +482,10 @@ int main(int argc, char **argv)
 			if (!(c.theta > 0) || c.theta > 10)
 				goto bad;
 			break;
+		case 'S':
+			if (parse_u64(optarg, &c.sync_every) || c.sync_every == 0)
+				goto bad;
+			break;
 		case 'D': c.direct = 1; break;
 		case 'F': c.fadv_cold = 1; break;
 		case 'Z': check = 1; break;
@@ -465,6 +498,10 @@ int main(int argc, char **argv)
 	if (optind != argc - 1)
 		goto bad;
 	c.path = argv[optind];
+	if (c.sync_every && !c.write && !c.rmw) {
+		fprintf(stderr, "rowbench: -S needs -o write or -o rmw\n");
+		goto bad;
+	}
 
 	int flags = (c.write ? O_WRONLY : c.rmw ? O_RDWR : O_RDONLY) | (c.direct ? O_DIRECT : 0);
 	int fd = open(c.path, flags);
@@ -507,7 +544,7 @@ int main(int argc, char **argv)
 		}
 	}
 	pthread_barrier_wait(&go);
-	uint64_t total = 0;
+	uint64_t total = 0, fsyncs = 0, fsync_ns = 0;
 	static uint64_t hist[HIST_N];
 	double t_min = 1e300, t_max = 0;
 	int err = 0;
@@ -515,6 +552,8 @@ int main(int argc, char **argv)
 		pthread_join(w[t].tid, NULL);
 		err |= w[t].err;
 		total += w[t].done;
+		fsyncs += w[t].fsyncs;
+		fsync_ns += w[t].fsync_ns;
 		if (w[t].t_start < t_min)
 			t_min = w[t].t_start;
 		if (w[t].t_end > t_max)
@@ -536,6 +575,9 @@ int main(int argc, char **argv)
 		sampled += hist[i];
 	printf(" p50_us=%.2f p99_us=%.2f", hist_pct(hist, sampled, 50) / 1e3,
 	       hist_pct(hist, sampled, 99) / 1e3);
+	if (c.sync_every)
+		printf(" sync_every=%llu fsyncs=%llu fsync_ms=%.3f", (unsigned long long)c.sync_every,
+		       (unsigned long long)fsyncs, fsyncs ? fsync_ns / 1e6 / (double)fsyncs : 0.0);
 	printf(" gen_s=%.2f\n", tg);
 	for (int t = 0; t < c.threads; t++)
 		free(w[t].ids);

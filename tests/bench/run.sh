@@ -8,14 +8,33 @@
 # from other work on the machine hits both alike; the tables give medians.
 #
 # Sections are functions (section_*); each adds rows to the summary with
-# `result`.  To add one (cache hit path, batched gather, snapshots, spill):
-# write section_NAME using run_set (or rowbench + result) and call it
-# between section_rowio and section_teardown at the end of this file.
+# `result`.  To add one (batched gather, snapshots, spill): write
+# section_NAME using run_set or run_ab (or rowbench + result) and call it
+# from the list at the end of this file.
+#   setup     pool on /dev/shm, mount (default row cache), populate, verify
+#   rowio     per-row pread/pwrite through the mount vs the /dev/shm file
+#   hit       the hit path: reads served by the kernel page cache, and with
+#             O_DIRECT by the daemon's DRAM row cache (both vs /dev/shm)
+#   batch     training batches of 4096 Zipf ids through .embfs/rows vs
+#             per-row pread on the mount and on /dev/shm, 1 and 2 clients;
+#             then each batch written back too (build/bench/gatherbench)
+#   teardown  clean unmount of the main mount
+#   cache1    row cache at 1% of the table vs cache_size=0, two daemons on
+#             copies of the pool, O_DIRECT read/write/rmw
+#   durable   pool as a plain file on the root disk (msync, no PMem):
+#             writes with an fsync every SYNC_EVERY rows vs a file on disk
+#   missrate  in-process miss-rate curve of the cache library (CLOCK) vs an
+#             exact LRU (build/bench/missrate), Zipf and uniform ids
 #
 # Environment: ROWS (4000000), RUNS (3), SECS (3 per run), SEED (1),
 #   POOL_SIZE (2G), THREADS ("1 2"), BENCH_OUT (copy of the summary;
 #   default build/bench/last-run.txt; every run's rowbench line goes to
-#   BENCH_OUT.runs), BUILD (build dir).
+#   BENCH_OUT.runs), BUILD (build dir), WARM_SECS (2: untimed O_DIRECT
+#   reads that fill a row cache before O_DIRECT runs), DISK_DIR (/var/tmp),
+#   DISK_ROWS (1000000), DISK_POOL_SIZE (512M), SYNC_EVERY (4096),
+#   MR_ACCESSES (5 x ROWS), MR_WARMUP (ROWS + ROWS/4), MR_UNIFORM_ACCESSES
+#   (ROWS + ROWS/4), MR_UNIFORM_WARMUP (ROWS / 2), MR_ONE_SHARD (0; 1: also
+#   CLOCK with one shard), CACHE1_RUNS (5), CACHE1_SECS (2).
 # Exit 0 done, 1 failure, 77 skipped (no FUSE, no room on /dev/shm).
 set -u
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,6 +42,7 @@ BUILD=${BUILD:-$TOP/build}
 EMBFS=$BUILD/embfs
 MKFS=$BUILD/mkfs.embfs
 ROWBENCH=$BUILD/bench/rowbench
+MISSRATE=$BUILD/bench/missrate
 ROWS=${ROWS:-4000000}
 ROW_SIZE=256          # table geometry below: 64 x f32
 TABLE=bench
@@ -32,15 +52,31 @@ SEED=${SEED:-1}
 POOL_SIZE=${POOL_SIZE:-2G} # a row costs ~288 B in the pool plus ~25 B of index
 THREADS=${THREADS:-"1 2"}
 BENCH_OUT=${BENCH_OUT:-$BUILD/bench/last-run.txt}
+WARM_SECS=${WARM_SECS:-2}
+CACHE1_RUNS=${CACHE1_RUNS:-5}
+CACHE1_SECS=${CACHE1_SECS:-2}
+ROW_COST=$((ROW_SIZE + 32)) # bytes per cached row: CACHE_ROW_OVERHEAD = 32
+DISK_DIR=${DISK_DIR:-/var/tmp}
+DISK_ROWS=${DISK_ROWS:-1000000}
+DISK_POOL_SIZE=${DISK_POOL_SIZE:-512M}
+SYNC_EVERY=${SYNC_EVERY:-4096}
+MR_ACCESSES=${MR_ACCESSES:-$((ROWS * 5))}
+MR_WARMUP=${MR_WARMUP:-$((ROWS + ROWS / 4))}
+MR_UNIFORM_ACCESSES=${MR_UNIFORM_ACCESSES:-$((ROWS + ROWS / 4))}
+MR_UNIFORM_WARMUP=${MR_UNIFORM_WARMUP:-$((ROWS / 2))}
+MR_ONE_SHARD=${MR_ONE_SHARD:-0}
 
 # /dev/shm stands in for PMem.  PMEM_IS_PMEM_FORCE=1 makes libpmemobj treat
 # the pool as PMem and persist with cache-line flushes instead of msync, as
 # it would on real PMem (on a plain file on disk it would msync instead).
+# Section durable unsets it for its pool on the root disk.
 export PMEM_IS_PMEM_FORCE=1
 
-W=""        # work dir on /dev/shm: pool, baseline file, mount point, logs
-PID=""      # the daemon this script started
+W=""        # work dir on /dev/shm: pool, baseline file, mount points, logs
+DW=""       # work dir on DISK_DIR (section durable)
+PID=""      # the daemon serving MNT
 MNT=""
+DAEMONS=""  # "pid:mountpoint" of every daemon this script started and has not stopped
 T_START=$(date +%s.%N)
 
 fail() { echo "bench: FAIL: $*" >&2; exit 1; }
@@ -61,33 +97,90 @@ wait_gone() {
 	return 0
 }
 
-# stop_daemon: unmount and stop the daemon we started (by PID), bounded
-stop_daemon() {
-	if [ -n "$MNT" ] && is_mounted "$MNT"; then
-		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT" 2>/dev/null
+forget() { DAEMONS=$(echo "$DAEMONS" | tr ' ' '\n' | grep -v "^$1:" | tr '\n' ' '); }
+
+# mount_pool POOL MNT OPTS PMEM: start the daemon in the foreground (in the
+# background), with -o OPTS unless OPTS is empty, PMEM_IS_PMEM_FORCE=1 if
+# PMEM is 1 and unset otherwise; wait (bounded) until MNT is mounted and
+# answers.  Sets DPID.
+mount_pool() {
+	mp_pool=$1; mp_mnt=$2; mp_opts=$3; mp_pm=$4
+	set -- -f
+	[ -n "$mp_opts" ] && set -- "$@" -o "$mp_opts"
+	if [ "$mp_pm" = 1 ]; then
+		PMEM_IS_PMEM_FORCE=1 "$EMBFS" "$@" "$mp_pool" "$mp_mnt" >>"$W/daemon.log" 2>&1 &
+	else
+		env -u PMEM_IS_PMEM_FORCE "$EMBFS" "$@" "$mp_pool" "$mp_mnt" >>"$W/daemon.log" 2>&1 &
 	fi
-	if [ -n "$PID" ]; then
-		if ! wait_gone "$PID" 30; then
-			echo "bench: daemon $PID still running after unmount; SIGTERM" >&2
-			kill "$PID" 2>/dev/null
-			wait_gone "$PID" 10 || kill -9 "$PID" 2>/dev/null
-		fi
-		wait "$PID" 2>/dev/null
-		PID=""
-	fi
+	DPID=$!
+	DAEMONS="$DAEMONS $DPID:$mp_mnt"
+	i=0
+	until is_mounted "$mp_mnt"; do
+		kill -0 "$DPID" 2>/dev/null || fail "embfs exited before mounting $mp_mnt"
+		i=$((i + 1))
+		[ $i -gt 1000 ] && fail "mount of $mp_mnt not ready after 20 s"
+		sleep 0.02
+	done
+	stat "$mp_mnt/.embfs/stats" >/dev/null || fail "mount $mp_mnt does not answer"
 }
+
+# umount_pool PID MNT: clean unmount (the daemon writes every cached row
+# back), then the daemon must exit with status 0 (bounded wait)
+umount_pool() {
+	fusermount3 -u "$2" || fail "unmount $2"
+	wait_gone "$1" 60 || fail "daemon $1 did not exit after unmount of $2"
+	wait "$1"
+	st=$?
+	forget "$1"
+	[ "$st" = 0 ] || fail "embfs ($2) exited with status $st"
+}
+
+# stop_one PID MNT: unmount (lazily if busy) and stop a daemon, bounded
+stop_one() {
+	if is_mounted "$2"; then
+		fusermount3 -u "$2" 2>/dev/null || fusermount3 -uz "$2" 2>/dev/null
+	fi
+	if ! wait_gone "$1" 30; then
+		echo "bench: daemon $1 still running after unmount; SIGTERM" >&2
+		kill "$1" 2>/dev/null
+		wait_gone "$1" 10 || kill -9 "$1" 2>/dev/null
+	fi
+	wait "$1" 2>/dev/null
+	forget "$1"
+}
+
+# stop_daemon: unmount and stop every daemon we started (by PID), bounded
+stop_daemon() {
+	for d in $DAEMONS; do
+		stop_one "${d%%:*}" "${d#*:}"
+	done
+	PID=""
+}
+
+# still_mounted DIR: 0 if a mount point under DIR is still mounted
+still_mounted() { awk -v d="$1/" 'index($2, d) == 1 { f = 1 } END { exit !f }' /proc/mounts; }
 
 cleanup() {
 	rc=$?
 	stop_daemon
+	if [ -n "$DW" ] && [ -d "$DW" ]; then
+		if still_mounted "$DW"; then
+			echo "bench: a mount under $DW is still there; leaving $DW" >&2
+		else
+			rm -f "$DW/pool" "$DW/base.emb"
+			rmdir "$DW/mnt" 2>/dev/null
+			rmdir "$DW" 2>/dev/null
+		fi
+	fi
 	if [ -n "$W" ] && [ -d "$W" ]; then
-		if [ -n "$MNT" ] && is_mounted "$MNT"; then
-			echo "bench: $MNT still mounted; leaving $W" >&2
+		if still_mounted "$W"; then
+			echo "bench: a mount under $W is still there; leaving $W" >&2
 		else
 			[ $rc -ne 0 ] && [ -s "$W/daemon.log" ] && { echo "daemon log:" >&2; tail -20 "$W/daemon.log" >&2; }
 			[ -s "$W/runs.log" ] && cp "$W/runs.log" "$BENCH_OUT.runs" 2>/dev/null
-			rm -f "$W/pool" "$W/base.emb" "$W/daemon.log" "$W/summary" "$W/runs.log"
-			[ -n "$MNT" ] && rmdir "$MNT" 2>/dev/null
+			rm -f "$W/pool" "$W/pool0" "$W/base.emb" "$W/daemon.log" "$W/summary" "$W/runs.log" \
+				"$W/mr.zipf" "$W/mr.uniform"
+			rmdir "$W/mnt" "$W/mnt0" 2>/dev/null
 			rmdir "$W" 2>/dev/null
 		fi
 	fi
@@ -96,17 +189,18 @@ cleanup() {
 
 # ---- results ----
 
-# result SECTION LABEL MOUNT_RPS SHM_RPS P50_MOUNT P50_SHM NOTE ("-" = none)
+# result SECTION LABEL MOUNT_RPS BASE_RPS P50_MOUNT P50_BASE NOTE ("-" = none);
+# the base is the /dev/shm file unless the section says otherwise
 result() {
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$W/summary"
 }
 
 summary() {
 	awk -F'\t' '
-	function m(x) { return x == "-" ? "-" : sprintf("%.3f", x / 1e6) }
+	function m(x) { return x == "-" ? "-" : sprintf(x < 1e4 ? "%.5f" : x < 1e5 ? "%.4f" : "%.3f", x / 1e6) }
 	BEGIN {
 		printf "%-8s %-30s %10s %10s %7s %9s %9s  %s\n", "section", "configuration",
-		       "mount M/s", "shm M/s", "ratio", "p50 mnt", "p50 shm", "note"
+		       "mount M/s", "base M/s", "ratio", "p50 mnt", "p50 base", "note"
 	}
 	{
 		r = ($3 != "-" && $4 != "-" && $4 > 0) ? sprintf("%.3f", $3 / $4) : "-"
@@ -118,10 +212,24 @@ summary() {
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 field() { echo "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k { print $2 }'; }
 stat_field() { awk -v k="$1" '$1 == k { print $2 }' "$MNT/.embfs/stats"; }
+stat_of() { awk -v k="$2" '$1 == k { print $2 }' "$1/.embfs/stats"; }
+med() { echo "$@" | tr ' ' '\n' | grep -v '^$' | median; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b <= 0) print "-"; else printf "%.3f", a / b }'; }
+# pct PART TOTAL: PART as a percentage of TOTAL, or "-"
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f%%", 100 * a / b; else print "-" }'; }
+# meets RATIO MIN: "met" or "MISSED"
+meets() { awk -v r="$1" -v m="$2" 'BEGIN { print (r != "-" && r + 0 >= m + 0) ? "met" : "MISSED" }'; }
+# target MIN: append "target >= MINx: met|MISSED" to the note of the last result
+target() {
+	t_r=$(ratio "$LAST_MNT" "$LAST_SHM")
+	sed -i "\$ s/\$/; target >= ${1}x: $(meets "$t_r" "$1")/" "$W/summary"
+}
+count() { awk -v x="$1" 'BEGIN { if (x >= 1e6) printf "%.1fM", x / 1e6; else if (x >= 1e3) printf "%.0fK", x / 1e3; else print x }'; }
 mrows() { awk -v x="$1" 'BEGIN { if (x == "-") print "-"; else printf "%.3fM", x / 1e6 }'; }
 
 # rowbench FILE RUN ARGS...: one run (run RUN draws its own ids, the same on
-# the mount and on the baseline); prints its output line, fails on error
+# the mount and on the baseline); prints its output line, fails on error.
+# ARGS may override -n (a later -n wins).
 rowbench() {
 	f=$1; seed=$((SEED * 1000 + $2)); shift 2
 	out=$("$ROWBENCH" -r "$ROW_SIZE" -n "$ROWS" -d "$SECS" -s "$seed" "$@" "$f") ||
@@ -139,6 +247,7 @@ run_set() {
 	sec=$1; label=$2; with_shm=$3; ref=$4; shift 4
 	mv=""; sv=""; mp=""; sp=""; ops=0
 	r0=$(stat_field fs.read_calls); w0=$(stat_field fs.write_calls)
+	h0=$(stat_field cache.hits); m0=$(stat_field cache.misses)
 	n=1
 	while [ $n -le "$RUNS" ]; do
 		o=$(rowbench "$MNT/$TABLE.emb" "$n" "$@") || exit 1
@@ -156,6 +265,10 @@ run_set() {
 	r1=$(stat_field fs.read_calls); w1=$(stat_field fs.write_calls)
 	note=$(awk -v r="$((r1 - r0))" -v w="$((w1 - w0))" -v n="$ops" \
 		'BEGIN { if (n > 0) printf "daemon rd/wr per row %.3f/%.3f", r / n, w / n; else print "-" }')
+	if [ -n "$h0" ]; then # rows the daemon's row cache was asked for, and hits among them
+		h1=$(stat_field cache.hits); m1=$(stat_field cache.misses)
+		[ $((h1 - h0 + m1 - m0)) -gt 0 ] && note="$note, row cache: $(count $((h1 - h0 + m1 - m0))) rows, hit $(pct $((h1 - h0)) $((h1 - h0 + m1 - m0)))"
+	fi
 	mmed=$(echo $mv | tr ' ' '\n' | median)
 	smed=$ref
 	spm="-"
@@ -165,13 +278,51 @@ run_set() {
 	fi
 	result "$sec" "$label" "$mmed" "$smed" "$(echo $mp | tr ' ' '\n' | median)" "$spm" "$note"
 	LAST_SHM=$smed
+	LAST_MNT=$mmed
+}
+
+# run_ab LABEL NAME_A FILE_A NAME_B FILE_B ARGS...: RUNS runs of rowbench
+# ARGS on FILE_A and, interleaved, on FILE_B (none if FILE_B is "-").  Sets
+# the medians A_MED A_P50 A_FS B_MED B_P50 B_FS (rows/s, p50 us, mean fsync
+# ms; "-" if none), A_OPS (rows moved on A) and A_WINS (runs in which A
+# moved more rows per second than the B run next to it).  Records no result.
+run_ab() {
+	label=$1; na=$2; fa=$3; nb=$4; fb=$5; shift 5
+	av=""; ap=""; af=""; bv=""; bp=""; bf=""; A_OPS=0; A_WINS=0
+	n=1
+	while [ $n -le "$RUNS" ]; do
+		o=$(rowbench "$fa" "$n" "$@") || exit 1
+		av="$av $(field "$o" rows_per_s)"; ap="$ap $(field "$o" p50_us)"; af="$af $(field "$o" fsync_ms)"
+		A_OPS=$((A_OPS + $(field "$o" ops)))
+		line="  $label run $n/$RUNS: $na $(mrows "$(field "$o" rows_per_s)") p50 $(field "$o" p50_us)us p99 $(field "$o" p99_us)us"
+		[ -n "$(field "$o" fsync_ms)" ] && line="$line fsync $(field "$o" fsync_ms)ms"
+		if [ "$fb" != - ]; then
+			ra=$(echo "$av" | awk '{ print $NF }')
+			o=$(rowbench "$fb" "$n" "$@") || exit 1
+			bv="$bv $(field "$o" rows_per_s)"; bp="$bp $(field "$o" p50_us)"; bf="$bf $(field "$o" fsync_ms)"
+			A_WINS=$((A_WINS + $(awk -v a="$ra" -v b="$(field "$o" rows_per_s)" 'BEGIN { print (a + 0 > b + 0) }')))
+			line="$line | $nb $(mrows "$(field "$o" rows_per_s)") p50 $(field "$o" p50_us)us p99 $(field "$o" p99_us)us"
+			[ -n "$(field "$o" fsync_ms)" ] && line="$line fsync $(field "$o" fsync_ms)ms"
+		fi
+		say "$line"
+		n=$((n + 1))
+	done
+	A_MED=$(med $av); A_P50=$(med $ap); A_FS=$(med $af)
+	B_MED=$(med $bv); B_P50=$(med $bp); B_FS=$(med $bf)
+}
+
+# warm ROWS FILE: untimed O_DIRECT Zipf reads for WARM_SECS s (ids of their
+# own seed), so that a row cache holds the hot rows before timed runs
+warm() {
+	"$ROWBENCH" -r "$ROW_SIZE" -n "$1" -d "$WARM_SECS" -s "$((SEED * 1000 + 999))" -o read -D "$2" >/dev/null ||
+		fail "warm-up reads of $2"
 }
 
 # ---- sections ----
 
 # setup: pool on /dev/shm, daemon, table filled with ROWS rows, baseline file
 section_setup() {
-	for p in "$EMBFS" "$MKFS" "$ROWBENCH"; do
+	for p in "$EMBFS" "$MKFS" "$ROWBENCH" "$MISSRATE"; do
 		[ -x "$p" ] || fail "$p not built (run make)"
 	done
 	[ -c /dev/fuse ] || skip "no /dev/fuse"
@@ -194,19 +345,13 @@ section_setup() {
 	say "baseline: $W/base.emb, $ROWS rows of $ROW_SIZE B from /dev/urandom ($(since "$t") s)"
 
 	"$MKFS" -f -s "$POOL_SIZE" -t "$TABLE:64:f32" "$W/pool" >/dev/null || fail "mkfs.embfs"
-	"$EMBFS" -f "$W/pool" "$MNT" >>"$W/daemon.log" 2>&1 &
-	PID=$!
-	i=0
-	until is_mounted "$MNT"; do
-		kill -0 "$PID" 2>/dev/null || fail "embfs exited before mounting"
-		i=$((i + 1))
-		[ $i -gt 1000 ] && fail "mount not ready after 20 s"
-		sleep 0.02
-	done
-	stat "$MNT/.embfs/stats" >/dev/null || fail "mount does not answer"
+	mount_pool "$W/pool" "$MNT" "" 1 # the daemon's default row cache
+	PID=$DPID
 	[ "$(getfattr --only-values -n user.embfs.row_size "$MNT/$TABLE.emb" 2>/dev/null || echo "$ROW_SIZE")" = "$ROW_SIZE" ] ||
 		fail "table row size is not $ROW_SIZE"
-	say "mounted $W/pool ($POOL_SIZE, media $(stat_field pool.media)) on $MNT, daemon pid $PID"
+	cb=$(stat_field cache.budget_bytes)
+	say "mounted $W/pool ($POOL_SIZE, media $(stat_field pool.media)) on $MNT, daemon pid $PID," \
+		"row cache $([ -n "$cb" ] && echo "$((cb >> 20)) MiB" || echo none)"
 
 	# populate with large sequential writes, made durable by the final fsync
 	t=$(now)
@@ -253,26 +398,280 @@ section_rowio() {
 	run_set rowio "rmw   1thr (pread+pwrite)" 1 - -o rmw -t 1
 }
 
+# hit: the hit path.  Per-row pread of Zipf rows that are all in DRAM:
+# (a) buffered: the kernel page cache answers (keep_cache), the daemon is not
+# asked (rowio measured it: its row is copied here); (b) O_DIRECT: every
+# pread is a FUSE round trip that the daemon's row cache answers.  Both
+# against the /dev/shm file read through its page cache.
+section_hit() {
+	say ""
+	budget=$(stat_field cache.budget_bytes)
+	if [ -z "$budget" ]; then
+		say "hit: the mount has no row cache; skipped"
+		result hit "no row cache" - - - - "skipped"
+		return
+	fi
+	say "hit: per-row pread of Zipf(0.99) rows over $ROWS, 1 thread, $RUNS x $SECS s; row cache $((budget >> 20)) MiB" \
+		"(daemon default) = $((budget / ROW_COST)) rows: holds the hot set"
+	# (a) is rowio's "read  1thr warm cache": copied, not run again
+	pc=$(awk -F'\t' -v OFS='\t' '$1 == "rowio" && $2 == "read  1thr warm cache" { $1 = "hit"; $2 = "read 1thr page cache (kernel)";
+		$7 = "= rowio read 1thr warm cache: the kernel answers, the daemon is not asked"; print; exit }' "$W/summary")
+	if [ -n "$pc" ]; then
+		printf '%s\n' "$pc" >>"$W/summary"
+		LAST_MNT=$(echo "$pc" | cut -f3); LAST_SHM=$(echo "$pc" | cut -f4)
+		target 0.5
+		say "  page cache (kernel): see rowio read  1thr warm cache"
+	fi
+	ref=${SHM_READ_1:--}
+	t=$(now)
+	warm "$ROWS" "$MNT/$TABLE.emb"
+	say "  warm-up: $WARM_SECS s of O_DIRECT Zipf reads (ids of another seed) fill the row cache: $(since "$t") s"
+	run_set hit "read 1thr O_DIRECT (row cache)" 0 "$ref" -o read -t 1 -D
+	target 0.5
+}
+
+# batch: a trainer's access, batch by batch (build/bench/gatherbench): B
+# Zipf(0.99) ids per batch (duplicates kept), their rows read through
+# .embfs/rows (one GATHER request + one read), with one pread per row on
+# the mount, and with one pread per row on the /dev/shm file; RUNS runs
+# interleaved, THREADS clients (own fds).  Then the same with the batch
+# written back after each read (SCATTER / one pwrite per row).  The main
+# mount's default row cache (1 GiB) holds the hot set.  Notes: FUSE requests
+# per batch on .embfs/rows (from .embfs/stats), batched vs per-row pread on
+# the mount, 2 threads vs 1.  Targets: batched >= 2x per-row pread on
+# /dev/shm; 2 threads faster than 1.
+section_batch() {
+	gb=$BUILD/bench/gatherbench
+	bsz=${BATCH_IDS:-4096}
+	[ -x "$gb" ] || fail "$gb not built (run make)"
+	say ""
+	say "batch: batches of $bsz Zipf(0.99) ids over $ROWS rows, $RUNS x $SECS s per configuration;" \
+		"row cache $(($(stat_field cache.budget_bytes) >> 20)) MiB"
+	for wr in 0 1; do
+		if [ $wr = 0 ]; then kind=gather; wflag=""; else kind="gather+scatter"; wflag=-w; fi
+		for t in $THREADS; do
+			bv=""; pv=""; sv=""; bp=""; pp=""; sp=""; nb=0
+			q0=$(stat_field batch.write_requests); d0=$(stat_field batch.read_requests)
+			n=1
+			while [ $n -le "$RUNS" ]; do
+				seed=$((SEED * 1000 + n))
+				line="  $kind ${t}thr run $n/$RUNS:"
+				for m in batch mount shm; do
+					case $m in
+					batch) o=$("$gb" -m batch $wflag -t "$t" -b "$bsz" -n "$ROWS" -d "$SECS" -s "$seed" "$MNT/$TABLE.emb") ;;
+					mount) o=$("$gb" -m pread $wflag -t "$t" -b "$bsz" -n "$ROWS" -d "$SECS" -s "$seed" "$MNT/$TABLE.emb") ;;
+					shm) o=$("$gb" -m pread $wflag -t "$t" -b "$bsz" -n "$ROWS" -d "$SECS" -s "$seed" "$W/base.emb") ;;
+					esac || fail "gatherbench $m $kind ${t}thr"
+					echo "$o" >>"$W/runs.log"
+					r=$(field "$o" rows_per_s); p=$(field "$o" p50_batch_us)
+					case $m in
+					batch) bv="$bv $r"; bp="$bp $p"; nb=$((nb + $(field "$o" batches))) ;;
+					mount) pv="$pv $r"; pp="$pp $p" ;;
+					shm) sv="$sv $r"; sp="$sp $p" ;;
+					esac
+					line="$line $m $(mrows "$r")"
+				done
+				say "$line"
+				n=$((n + 1))
+			done
+			q1=$(stat_field batch.write_requests); d1=$(stat_field batch.read_requests)
+			rt=$(awk -v w="$((q1 - q0))" -v r="$((d1 - d0))" -v n="$nb" \
+				'BEGIN { if (n > 0) printf "%.2f WRITE + %.2f READ requests per batch", w / n, r / n; else print "-" }')
+			bm=$(med $bv); pm=$(med $pv); sm=$(med $sv)
+			eval "B_${wr}_$t=\$bm"
+			vs1=""
+			if [ "$t" != 1 ]; then
+				eval "r1=\$(ratio \$bm \$B_${wr}_1)"
+				vs1="; ${t}thr/1thr $r1 (target > 1: $(awk -v r="$r1" 'BEGIN { print (r != "-" && r + 0 > 1) ? "met" : "MISSED" }'))"
+			fi
+			result batch "$kind ${t}thr .embfs/rows" "$bm" "$sm" "$(med $bp)" "$(med $sp)" \
+				"p50 per batch; $rt; vs pread on the mount $(ratio "$bm" "$pm")$vs1"
+			LAST_MNT=$bm; LAST_SHM=$sm
+			target 2
+			result batch "$kind ${t}thr pread on mount" "$pm" "$sm" "$(med $pp)" "$(med $sp)" \
+				"p50 per batch of $bsz; one FUSE round trip per row not in the page cache"
+		done
+	done
+}
+
 # teardown: clean unmount (flushes everything), timed
 section_teardown() {
 	t=$(now)
-	fusermount3 -u "$MNT" || fail "unmount"
-	wait_gone "$PID" 60 || fail "daemon did not exit after unmount"
-	wait "$PID" || fail "embfs exited with status $?"
+	umount_pool "$PID" "$MNT"
 	PID=""
 	say ""
 	say "clean unmount: $(since "$t") s"
 }
 
+# cache1: the row cache at 1% of the table against none (cache_size=0), the
+# same pool twice (a copy for the second daemon), both mounted at once so
+# that the runs interleave and the cache stays warm between them.
+section_cache1() {
+	say ""
+	c1=$((ROWS * ROW_COST / 100))
+	say "cache1: row cache of 1% of the table (cache_size=$c1 = $((c1 / ROW_COST)) rows, 64 shards) vs cache_size=0;" \
+		"per-row O_DIRECT pread/pwrite, Zipf(0.99), 1 thread, $CACHE1_RUNS x $CACHE1_SECS s; pools on /dev/shm"
+	need_kb=$(du -k "$W/pool" | awk '{ print $1 + 262144 }')
+	avail_kb=$(df -Pk "$W" | awk 'NR == 2 { print $4 }')
+	if [ "${avail_kb:-0}" -lt "$need_kb" ]; then
+		say "  /dev/shm has $((avail_kb >> 10)) MiB free, the pool copy needs ~$((need_kb >> 10)); skipped"
+		result cache1 "skipped" - - - - "no room for a pool copy on /dev/shm"
+		return
+	fi
+	t=$(now)
+	cp --sparse=always "$W/pool" "$W/pool0" || fail "copy of the pool"
+	say "  copied the pool for the cache_size=0 daemon: $(since "$t") s"
+	mount_pool "$W/pool" "$MNT" "cache_size=$c1" 1
+	PID=$DPID
+	MNT0=$W/mnt0
+	mkdir "$MNT0" || fail "mkdir $MNT0"
+	mount_pool "$W/pool0" "$MNT0" "cache_size=0" 1
+	PID0=$DPID
+	[ "$(stat_field cache.budget_bytes)" = "$c1" ] || fail "row cache is $(stat_field cache.budget_bytes) B, want $c1"
+	[ -z "$(stat_of "$MNT0" cache.budget_bytes)" ] || fail "cache_size=0 mount has a row cache"
+	t=$(now)
+	warm "$ROWS" "$MNT/$TABLE.emb"
+	warm "$ROWS" "$MNT0/$TABLE.emb"
+	say "  warm-up: $WARM_SECS s of O_DIRECT Zipf reads on each mount: $(since "$t") s"
+	# more, shorter pairs than elsewhere: the two sides differ by little, so
+	# bursts of other work on the machine must hit both alike
+	runs_save=$RUNS; secs_save=$SECS
+	RUNS=$CACHE1_RUNS; SECS=$CACHE1_SECS
+	for op in read write rmw; do
+		h0=$(stat_field cache.hits); m0=$(stat_field cache.misses); b0=$(stat_field cache.bypasses)
+		run_ab "$op" "cache 1%" "$MNT/$TABLE.emb" "cache 0" "$MNT0/$TABLE.emb" -o "$op" -t 1 -D
+		h1=$(stat_field cache.hits); m1=$(stat_field cache.misses); b1=$(stat_field cache.bypasses)
+		r=$(ratio "$A_MED" "$B_MED")
+		verdict=$(awk -v r="$r" 'BEGIN { print (r != "-" && r + 0 >= 1) ? "not slower" : "cache SLOWER" }')
+		result cache1 "$op 1thr O_DIRECT 1% vs 0" "$A_MED" "$B_MED" "$A_P50" "$B_P50" \
+			"base = cache_size=0 mount; row cache hit $(pct $((h1 - h0)) $((h1 - h0 + m1 - m0))), bypasses $((b1 - b0)); cache faster in $A_WINS/$RUNS pairs; $verdict"
+	done
+	RUNS=$runs_save; SECS=$secs_save
+	t=$(now)
+	umount_pool "$PID" "$MNT"
+	PID=""
+	say "  clean unmount of the cached mount (writes back its dirty rows): $(since "$t") s"
+	umount_pool "$PID0" "$MNT0"
+	rm -f "$W/pool0"
+	rmdir "$MNT0"
+}
+
+# durable: the default set-up, a pool that is a plain file on the root disk
+# (libpmemobj persists by msync), row writes made durable by an fsync every
+# SYNC_EVERY rows (group commit), against the same writes and fsyncs on a
+# file on the same disk; then the same through cache_size=0 for contrast.
+section_durable() {
+	say ""
+	bytes=$((DISK_ROWS * ROW_SIZE))
+	say "durable: pool as a plain file on the root disk ($DISK_DIR, no PMEM_IS_PMEM_FORCE), $DISK_ROWS rows;" \
+		"Zipf(0.99) pwrite, fsync every $SYNC_EVERY rows, 1 thread, $RUNS x $SECS s"
+	avail_mb=$(df -Pm "$DISK_DIR" | awk 'NR == 2 { print $4 }')
+	need_mb=$((bytes / 1048576 + 1024 + 512)) # baseline + pool (<= 1 GiB by default) + slack
+	if [ "${avail_mb:-0}" -lt "$need_mb" ]; then
+		say "  $DISK_DIR has $avail_mb MiB free, need ~$need_mb; skipped"
+		result durable "skipped" - - - - "no room in $DISK_DIR"
+		return
+	fi
+	DW=$(mktemp -d "$DISK_DIR/embfs-bench.XXXXXX") || fail "mktemp in $DISK_DIR"
+	mkdir "$DW/mnt"
+	t=$(now)
+	dd if=/dev/urandom of="$DW/base.emb" bs=1M count=$((bytes / 1048576)) conv=fsync status=none || fail "disk baseline"
+	rest=$((bytes % 1048576))
+	[ $rest -gt 0 ] && { head -c $rest /dev/urandom >>"$DW/base.emb" || fail "disk baseline tail"; }
+	sync "$DW/base.emb" 2>/dev/null
+	say "  baseline: $DW/base.emb, $DISK_ROWS rows from /dev/urandom, fsynced ($(since "$t") s)"
+	env -u PMEM_IS_PMEM_FORCE "$MKFS" -f -s "$DISK_POOL_SIZE" -t "$TABLE:64:f32" "$DW/pool" >/dev/null ||
+		fail "mkfs.embfs on disk"
+	mount_pool "$DW/pool" "$DW/mnt" "" 0
+	PID=$DPID
+	MNT=$DW/mnt
+	[ "$(stat_field pool.media)" = file-msync ] || fail "disk pool media is $(stat_field pool.media), want file-msync"
+	cb=$(stat_field cache.budget_bytes)
+	t=$(now)
+	dd if="$DW/base.emb" of="$MNT/$TABLE.emb" bs=1M conv=notrunc,fsync status=none || fail "disk populate"
+	ps=$(since "$t")
+	[ "$(stat_field rows)" = "$DISK_ROWS" ] || fail "disk pool holds $(stat_field rows) rows, want $DISK_ROWS"
+	say "  populate: dd bs=1M + fsync through the mount (row cache $((cb >> 20)) MiB, default): $ps s"
+	result durable "populate dd bs=1M+fsync" "$(awk -v s="$ps" -v n="$DISK_ROWS" 'BEGIN { printf "%.0f", n / s }')" - - - \
+		"$ps s for $DISK_ROWS rows, pool on disk"
+	c0=$(stat_field store.commits); f0=$(stat_field fs.fsync_calls); b0=$(stat_field store.persist_barriers)
+	run_ab "write+fsync" "mount" "$MNT/$TABLE.emb" "disk file" "$DW/base.emb" -n "$DISK_ROWS" -o write -t 1 -S "$SYNC_EVERY"
+	c1=$(stat_field store.commits); f1=$(stat_field fs.fsync_calls); b1=$(stat_field store.persist_barriers)
+	base=$B_MED
+	per_f=$(awk -v c=$((c1 - c0)) -v b=$((b1 - b0)) -v f=$((f1 - f0)) 'BEGIN { if (f) printf "%.1f commits, %.1f msyncs", c / f, b / f; else print "-" }')
+	result durable "write 1thr fsync/$SYNC_EVERY, cache" "$A_MED" "$B_MED" "$A_P50" "$B_P50" \
+		"base = file on disk; fsync ${A_FS}ms vs ${B_FS}ms; per fsync $per_f; target >= 0.1x: $(meets "$(ratio "$A_MED" "$B_MED")" 0.1)"
+	t=$(now)
+	umount_pool "$PID" "$MNT"
+	PID=""
+	say "  clean unmount: $(since "$t") s"
+	# contrast: no row cache, every pwrite a commit (an msync of the pool)
+	mount_pool "$DW/pool" "$DW/mnt" "cache_size=0" 0
+	PID=$DPID
+	run_ab "write+fsync, cache_size=0" "mount" "$MNT/$TABLE.emb" - - -n "$DISK_ROWS" -o write -t 1 -S "$SYNC_EVERY"
+	result durable "write 1thr fsync/$SYNC_EVERY, no cache" "$A_MED" "$base" "$A_P50" - \
+		"base = file on disk (runs above); cache_size=0: a commit per row"
+	umount_pool "$PID" "$MNT"
+	PID=""
+	MNT=$W/mnt
+	rm -f "$DW/pool" "$DW/base.emb"
+	rmdir "$DW/mnt" "$DW"
+	DW=""
+}
+
+# missrate: miss rate of the cache library (CLOCK, 64 shards as in the daemon)
+# against an exact LRU of the same number of rows, in process (no FUSE)
+section_missrate() {
+	say ""
+	a=$("$ROWBENCH" -Z -n "$ROWS" | grep 'rank 1..6')
+	b=$("$MISSRATE" -P -n "$ROWS")
+	[ "$a" = "$b" ] || fail "missrate and rowbench map ranks to rows differently"
+	one=""
+	[ "$MR_ONE_SHARD" = 1 ] && one=-1
+	say "missrate: cache library over a fake store vs exact LRU, $ROWS rows x $ROW_SIZE B, 64 shards$([ -n "$one" ] && echo " (and 1 for Zipf)");" \
+		"Zipf(0.99): $MR_WARMUP warm-up + $MR_ACCESSES counted accesses, uniform: $MR_UNIFORM_WARMUP + $MR_UNIFORM_ACCESSES"
+	t=$(now)
+	"$MISSRATE" -n "$ROWS" -r "$ROW_SIZE" -s "$SEED" -d zipf -a "$MR_ACCESSES" -w "$MR_WARMUP" $one >"$W/mr.zipf" ||
+		fail "missrate zipf"
+	"$MISSRATE" -n "$ROWS" -r "$ROW_SIZE" -s "$SEED" -d uniform -a "$MR_UNIFORM_ACCESSES" -w "$MR_UNIFORM_WARMUP" \
+		>"$W/mr.uniform" || fail "missrate uniform"
+	grep -v '^missrate dist=' "$W/mr.zipf" | sed 's/^/  /'
+	grep -v '^missrate dist=' "$W/mr.uniform" | grep -v '^ids ' | grep -v '^missrate:' | sed 's/^/  /'
+	say "  ($(since "$t") s)"
+	cat "$W/mr.zipf" "$W/mr.uniform" | grep '^missrate dist=' >>"$W/runs.log"
+	# one summary row per size: both streams in the note
+	grep '^missrate dist=zipf' "$W/mr.zipf" | while read -r line; do
+		p=$(field "$line" pct)
+		u=$(grep "^missrate dist=uniform pct=$p " "$W/mr.uniform")
+		fl=""
+		[ "$(field "$line" flag)" = 1 ] && fl=" CLOCK > LRU + 2 pts!"
+		result missrate "size $p% ($(field "$line" rows) rows)" - - - - \
+			"miss% CLOCK/LRU: zipf $(field "$line" clock)/$(field "$line" lru) ($(field "$line" diff)${one:+; 1-shard CLOCK $(field "$line" clock1)})$fl, uniform $(field "$u" clock)/$(field "$u" lru)"
+	done
+}
+
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
+# section NAME: run section_NAME and say how long it took
+section() {
+	s_t=$(now)
+	"section_$1"
+	say "($1: $(since "$s_t") s)"
+}
+
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
-section_setup
-section_rowio
-section_teardown
+section setup
+section rowio
+section hit
+section batch
+section teardown
+section cache1
+section durable
+section missrate
 
 say ""
-say "summary (medians of $RUNS runs; M rows/s; ratio = mount / shm):"
+say "summary (medians of $RUNS runs; M rows/s; ratio = mount / base; base = the sparse file on /dev/shm"
+say "unless the note says otherwise; miss rates in %):"
 summary | tee "$BENCH_OUT"
 say "total bench time: $(since "$T_START") s"

@@ -34,6 +34,8 @@ struct fake {
 	_Atomic long fetches, probes, writebacks, wb_calls;
 	_Atomic long reserved;
 	long reserve_limit; /* -1: unlimited */
+	uint64_t batch_of[NROWS]; /* batch of the last version written back */
+	long versions;
 	int fail_writeback;
 };
 
@@ -67,6 +69,9 @@ static int f_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, s
 	pthread_mutex_lock(&f->lock);
 	for (size_t i = 0; i < n; i++) {
 		CHECK(rows[i].row < NROWS);
+		CHECK(rows[i].batch >= f->batch_of[rows[i].row]); /* never back in batch order */
+		f->batch_of[rows[i].row] = rows[i].batch;
+		f->versions++;
 		memcpy(f->rows[rows[i].row], rows[i].data, RS);
 		f->stored[rows[i].row] = 1;
 	}
@@ -280,6 +285,36 @@ static void test_reserve(void)
 	cache_destroy(c);
 }
 
+/* A row dirty when a snapshot is taken keeps its bytes for the snapshot:
+ * written again in a later batch, the old bytes are written back first, as
+ * a version of their own batch. */
+static void test_preserve(void)
+{
+	reset();
+	struct cache *c = mk(100, 1, 0);
+	uint8_t w[RS];
+	memset(w, 1, RS);
+	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 5) == 0);
+	cache_set_snapshot(c, 5); /* a snapshot closes batch 5 */
+	memset(w, 2, RS);
+	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 6) == 0);
+	CHECK(F.reserved == 1); /* room promised for the extra version */
+	memset(w, 3, RS);
+	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 6) == 0); /* same batch: nothing more kept */
+	cache_set_snapshot(c, 6);
+	memset(w, 4, RS);
+	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 7) == 0);
+	CHECK(cache_flush(c, 0) == 0);
+	CHECK(F.versions == 3 && F.batch_of[8] == 7 && F.rows[8][0] == 4);
+	CHECK(F.reserved == 0);
+	/* clean rows need no copy: the store keeps the old version itself */
+	memset(w, 5, RS);
+	cache_set_snapshot(c, 7);
+	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 8) == 0);
+	CHECK(cache_flush(c, 0) == 0 && F.versions == 4);
+	cache_destroy(c);
+}
+
 /* The flusher writes rows back once they are dirty_age_ms old. */
 static void test_age(void)
 {
@@ -404,6 +439,8 @@ int main(void)
 	printf("pin ok\n");
 	test_reserve();
 	printf("reserve ok\n");
+	test_preserve();
+	printf("preserve ok\n");
 	test_age();
 	printf("age ok\n");
 	test_overhead();

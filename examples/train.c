@@ -1,0 +1,411 @@
+/*
+ * train: a small click model whose embedding tables live on embfs (the C
+ * twin of train.py; see README "Batched rows").
+ *
+ *   build/examples/train MNT [BATCHES [EVERY]]       (defaults 1000, 100)
+ *
+ * Synthetic data: users and items drawn Zipf(0.99); a click happens with
+ * probability sigmoid(6 * cos(true_user, true_item)) for hidden true vectors.
+ * The model scores a pair by the dot product of their embeddings.
+ * MNT/user.emb and MNT/item.emb hold one row per id: 16 float weights and a
+ * row-wise Adagrad accumulator (dim 17, f32), created if missing.
+ *
+ * Each step: gather the batch's unique user and item rows through
+ * MNT/.embfs/rows, announce the next batch's ids (PREFETCH), compute the
+ * logistic loss and gradients, scatter the updated rows.  Rows never written
+ * are holes and read as zeros: they get a small random start on first use.
+ * Every EVERY steps: print the loss, write the step number to .embfs/batch
+ * (the batch id) and, if MNT/.snapshots exists, mkdir .snapshots/step-N.
+ * Only ordinary file calls; the request layout is include/embfs/batch.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "embfs/batch.h"
+
+#define DIM 16           /* weights per row; a row holds DIM + 1 floats */
+#define ROW (DIM + 1)
+#define NUSERS 20000
+#define NITEMS 5000
+#define BATCH 1024
+#define LR 0.1f
+
+struct table {
+	const char *name;
+	char path[4096];
+	uint64_t ino;
+};
+
+static void die(const char *what, const char *arg)
+{
+	fprintf(stderr, "train: %s %s: %s\n", what, arg, strerror(errno));
+	exit(1);
+}
+
+/* ---- random numbers and data ------------------------------------------ */
+
+static uint64_t rng_state = 1;
+
+static uint64_t rnd(void)
+{
+	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+static double unit(void)
+{
+	return (double)(rnd() >> 11) * 0x1.0p-53;
+}
+
+static float gauss(void)
+{
+	return (float)(sqrt(-2 * log(unit() + 1e-300)) * cos(2 * M_PI * unit()));
+}
+
+/* Zipf(theta) over [0, n) by inverse CDF */
+struct zipf {
+	double *cdf;
+	uint32_t n;
+};
+
+static void zipf_init(struct zipf *z, uint32_t n, double theta)
+{
+	z->n = n;
+	z->cdf = malloc(n * sizeof(double));
+	double s = 0;
+	for (uint32_t k = 0; k < n; k++)
+		z->cdf[k] = s += pow(k + 1.0, -theta);
+	for (uint32_t k = 0; k < n; k++)
+		z->cdf[k] /= s;
+}
+
+static uint32_t zipf_draw(const struct zipf *z)
+{
+	double u = unit();
+	uint32_t lo = 0, hi = z->n - 1;
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+		if (z->cdf[mid] < u)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static void unit_vectors(float *v, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		double norm = 0;
+		for (int d = 0; d < DIM; d++) {
+			v[i * DIM + d] = gauss();
+			norm += (double)v[i * DIM + d] * v[i * DIM + d];
+		}
+		for (int d = 0; d < DIM; d++)
+			v[i * DIM + d] /= (float)sqrt(norm);
+	}
+}
+
+struct batch {
+	uint32_t u[BATCH], i[BATCH];
+	float y[BATCH];
+};
+
+static void make_batch(struct batch *b, const struct zipf *zu, const struct zipf *zi, const float *tu,
+		       const float *ti)
+{
+	for (int k = 0; k < BATCH; k++) {
+		b->u[k] = zipf_draw(zu);
+		b->i[k] = zipf_draw(zi);
+		float dot = 0;
+		for (int d = 0; d < DIM; d++)
+			dot += tu[b->u[k] * DIM + d] * ti[b->i[k] * DIM + d];
+		b->y[k] = unit() < 1 / (1 + exp(-6.0 * dot)) ? 1.0f : 0.0f;
+	}
+}
+
+/* unique ids of ids[0..n) into uniq (sorted), pos[k] = index of ids[k] in uniq */
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static uint32_t unique(const uint32_t *ids, uint32_t n, uint64_t *uniq, uint32_t *pos)
+{
+	for (uint32_t k = 0; k < n; k++)
+		uniq[k] = ids[k];
+	qsort(uniq, n, sizeof(*uniq), cmp_u64);
+	uint32_t m = 0;
+	for (uint32_t k = 0; k < n; k++)
+		if (!m || uniq[m - 1] != uniq[k])
+			uniq[m++] = uniq[k];
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t lo = 0, hi = m - 1;
+		while (lo < hi) {
+			uint32_t mid = (lo + hi) / 2;
+			if (uniq[mid] < ids[k])
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		pos[k] = lo;
+	}
+	return m;
+}
+
+/* ---- embfs: tables and the batch file --------------------------------- */
+
+static void table_open(struct table *t, const char *mnt, const char *name)
+{
+	char v[32];
+	struct stat st;
+	t->name = name;
+	snprintf(t->path, sizeof(t->path), "%s/%s", mnt, name);
+	if (stat(t->path, &st)) {
+		int fd = open(t->path, O_CREAT | O_RDWR, 0644);
+		if (fd < 0)
+			die("create", t->path);
+		close(fd);
+		if (setxattr(t->path, "user.embfs.dim", "17", 2, 0) ||
+		    setxattr(t->path, "user.embfs.dtype", "f32", 3, 0))
+			die("setxattr", t->path);
+		printf("created %s (dim %d, f32)\n", t->path, ROW);
+		if (stat(t->path, &st))
+			die("stat", t->path);
+	}
+	ssize_t n = getxattr(t->path, "user.embfs.dim", v, sizeof(v) - 1);
+	if (n <= 0)
+		die("getxattr user.embfs.dim of", t->path);
+	v[n] = 0;
+	if (atoi(v) != ROW) {
+		fprintf(stderr, "train: %s has dim %s; this example needs %d x f32\n", t->path, v, ROW);
+		exit(1);
+	}
+	t->ino = st.st_ino;
+}
+
+/* Write a whole request at offset 0: the kernel may take it in pieces, and a
+ * short write means "send the rest", which then fails with the error. */
+static void send_req(int fd, struct iovec *iov, int n)
+{
+	size_t total = 0, done = 0;
+	for (int k = 0; k < n; k++)
+		total += iov[k].iov_len;
+	while (done < total) {
+		ssize_t w = pwritev(fd, iov, n, (off_t)done);
+		if (w < 0)
+			die("batch request to", ".embfs/rows");
+		done += (size_t)w;
+		while (n && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+}
+
+static void request(int fd, uint32_t op, const struct table *t, const uint64_t *ids, uint32_t n,
+		    const float *rows)
+{
+	size_t rlen = op == EMBFS_BATCH_SCATTER ? (size_t)n * ROW * sizeof(float) : 0;
+	struct embfs_batch_hdr h = { .op = op, .table_ino = t->ino, .count = n,
+				     .total_len = sizeof(h) + 8ull * n + rlen };
+	memcpy(h.magic, EMBFS_BATCH_MAGIC, 4);
+	struct iovec iov[3] = { { &h, sizeof(h) }, { (void *)ids, 8ull * n }, { (void *)rows, rlen } };
+	send_req(fd, iov, rlen ? 3 : 2);
+}
+
+static void gather(int fd, const struct table *t, const uint64_t *ids, uint32_t n, float *rows)
+{
+	request(fd, EMBFS_BATCH_GATHER, t, ids, n, NULL);
+	size_t need = (size_t)n * ROW * sizeof(float), got = 0;
+	while (got < need) {
+		ssize_t r = pread(fd, (char *)rows + got, need - got, (off_t)got);
+		if (r <= 0)
+			die("gather response from", ".embfs/rows");
+		got += (size_t)r;
+	}
+}
+
+static const char *set_batch_id(const char *mnt, int step)
+{
+	static char msg[128];
+	char path[4096], num[32];
+	snprintf(path, sizeof(path), "%s/.embfs/batch", mnt);
+	int fd = open(path, O_WRONLY);
+	if (fd < 0)
+		return "no .embfs/batch: batch id not set";
+	int len = snprintf(num, sizeof(num), "%d\n", step);
+	if (pwrite(fd, num, (size_t)len, 0) == len)
+		snprintf(msg, sizeof(msg), "batch id %d", step);
+	else
+		snprintf(msg, sizeof(msg), "batch id not set (%s)", strerror(errno));
+	close(fd);
+	return msg;
+}
+
+static const char *snapshot(const char *mnt, int step)
+{
+	static char msg[160];
+	char path[4096];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/.snapshots", mnt);
+	if (stat(path, &st) || !S_ISDIR(st.st_mode))
+		return "no .snapshots: no snapshot taken";
+	snprintf(path, sizeof(path), "%s/.snapshots/step-%d", mnt, step);
+	if (mkdir(path, 0755))
+		snprintf(msg, sizeof(msg), "snapshot step-%d failed (%s)", step, strerror(errno));
+	else
+		snprintf(msg, sizeof(msg), "snapshot .snapshots/step-%d", step);
+	return msg;
+}
+
+/* ---- training --------------------------------------------------------- */
+
+/* holes read as zeros: a row on first use gets a small random start */
+static void init_fresh(float *rows, uint32_t m)
+{
+	for (uint32_t k = 0; k < m; k++) {
+		int zero = 1;
+		for (int d = 0; d < ROW && zero; d++)
+			zero = rows[k * ROW + d] == 0;
+		for (int d = 0; zero && d < DIM; d++)
+			rows[k * ROW + d] = 0.1f * gauss();
+	}
+}
+
+/* row-wise Adagrad: column DIM accumulates the mean squared gradient */
+static void adagrad(float *rows, const float *grad, uint32_t m)
+{
+	for (uint32_t k = 0; k < m; k++) {
+		float g2 = 0;
+		for (int d = 0; d < DIM; d++)
+			g2 += grad[k * DIM + d] * grad[k * DIM + d];
+		rows[k * ROW + DIM] += g2 / DIM;
+		float scale = LR / sqrtf(rows[k * ROW + DIM] + 1e-6f);
+		for (int d = 0; d < DIM; d++)
+			rows[k * ROW + d] -= scale * grad[k * DIM + d];
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || argc > 4) {
+		fprintf(stderr, "usage: train MNT [BATCHES [EVERY]]\n");
+		return 2;
+	}
+	const char *mnt = argv[1];
+	int batches = argc > 2 ? atoi(argv[2]) : 1000, every = argc > 3 ? atoi(argv[3]) : 100;
+	if (batches < 1 || every < 1) {
+		fprintf(stderr, "train: BATCHES and EVERY must be positive\n");
+		return 2;
+	}
+	struct table users, items;
+	table_open(&users, mnt, "user.emb");
+	table_open(&items, mnt, "item.emb");
+	char bpath[4096];
+	snprintf(bpath, sizeof(bpath), "%s/.embfs/rows", mnt);
+	int bfd = open(bpath, O_RDWR);
+	if (bfd < 0)
+		die("open", bpath);
+
+	float *tu = malloc(sizeof(float) * NUSERS * DIM), *ti = malloc(sizeof(float) * NITEMS * DIM);
+	struct zipf zu, zi;
+	unit_vectors(tu, NUSERS);
+	unit_vectors(ti, NITEMS);
+	zipf_init(&zu, NUSERS, 0.99);
+	zipf_init(&zi, NITEMS, 0.99);
+	static struct batch cur, next;
+	static uint64_t uu[BATCH], iu[BATCH];
+	static uint32_t up[BATCH], ip[BATCH];
+	static float U[BATCH * ROW], I[BATCH * ROW], gu[BATCH * DIM], gi[BATCH * DIM];
+	printf("training on %s: %d batches of %d clicks, %d users x %d items, Zipf(0.99), dim %d, "
+	       "row-wise Adagrad lr %.2f\n", mnt, batches, BATCH, NUSERS, NITEMS, DIM, LR);
+
+	make_batch(&next, &zu, &zi, tu, ti);
+	uint32_t nu = unique(next.u, BATCH, uu, up), ni = unique(next.i, BATCH, iu, ip);
+	request(bfd, EMBFS_BATCH_PREFETCH, &users, uu, nu, NULL);
+	request(bfd, EMBFS_BATCH_PREFETCH, &items, iu, ni, NULL);
+	double loss_sum = 0, first = -1, last = 0;
+	uint64_t moved = 0;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int step = 1; step <= batches; step++) {
+		cur = next;
+		nu = unique(cur.u, BATCH, uu, up);
+		ni = unique(cur.i, BATCH, iu, ip);
+		gather(bfd, &users, uu, nu, U);
+		gather(bfd, &items, iu, ni, I);
+		/* look ahead: the daemon pins the next batch's rows meanwhile */
+		make_batch(&next, &zu, &zi, tu, ti);
+		static uint64_t nuu[BATCH], niu[BATCH];
+		static uint32_t scratch[BATCH];
+		uint32_t nnu = unique(next.u, BATCH, nuu, scratch), nni = unique(next.i, BATCH, niu, scratch);
+		request(bfd, EMBFS_BATCH_PREFETCH, &users, nuu, nnu, NULL);
+		request(bfd, EMBFS_BATCH_PREFETCH, &items, niu, nni, NULL);
+
+		init_fresh(U, nu);
+		init_fresh(I, ni);
+		memset(gu, 0, sizeof(float) * nu * DIM);
+		memset(gi, 0, sizeof(float) * ni * DIM);
+		double loss = 0;
+		for (int k = 0; k < BATCH; k++) {
+			const float *u = &U[up[k] * ROW], *v = &I[ip[k] * ROW];
+			float s = 0;
+			for (int d = 0; d < DIM; d++)
+				s += u[d] * v[d];
+			double p = 1 / (1 + exp(-(double)s));
+			loss -= cur.y[k] ? log(p + 1e-7) : log(1 - p + 1e-7);
+			float g = (float)(p - cur.y[k]);
+			for (int d = 0; d < DIM; d++) {
+				gu[up[k] * DIM + d] += g * v[d];
+				gi[ip[k] * DIM + d] += g * u[d];
+			}
+		}
+		loss /= BATCH;
+		adagrad(U, gu, nu);
+		adagrad(I, gi, ni);
+		request(bfd, EMBFS_BATCH_SCATTER, &users, uu, nu, U);
+		request(bfd, EMBFS_BATCH_SCATTER, &items, iu, ni, I);
+		moved += 2ull * (nu + ni);
+		loss_sum += loss;
+		if (step % every == 0) {
+			double avg = loss_sum / every;
+			if (first < 0)
+				first = avg;
+			last = avg;
+			loss_sum = 0;
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			double el = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+			printf("step %5d  loss %.4f  (%.0f rows/s gathered+scattered)  ", step, avg, moved / el);
+			printf("%s; ", set_batch_id(mnt, step));
+			printf("%s\n", snapshot(mnt, step));
+			fflush(stdout);
+		}
+	}
+	close(bfd);
+	if (first < 0) {
+		printf("fewer than EVERY batches: no loss printed\n");
+		return 0;
+	}
+	printf("loss %.4f -> %.4f over %d batches (%s)\n", first, last, batches,
+	       last < first ? "decreased" : "DID NOT DECREASE");
+	return last < first ? 0 : 1;
+}

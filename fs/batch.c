@@ -1,0 +1,848 @@
+/*
+ * .embfs/rows: gather, scatter and prefetch many rows of one table per FUSE
+ * round trip.  Wire format in include/embfs/batch.h; what users see in
+ * README "Batched rows".
+ *
+ * Each open file description (fi->fh) has a struct bfd: the request being
+ * received, the gather response, and the rows this fd prefetched.  A request
+ * arrives in one or more WRITEs at increasing offsets (the kernel cuts a big
+ * write into max_write pieces).  It is checked as soon as its header, then
+ * its ids, are in (so a bad request fails on the first piece, and the write
+ * syscall returns the errno instead of a short count), and it runs when its
+ * last byte is in:
+ *  - SCATTER runs in that WRITE: one cache_write per row (each row atomic,
+ *    the batch as a whole not), the table size raised as by pwrite, then the
+ *    table's kernel page cache invalidated by the notifier thread (libfuse
+ *    warns that a notify from a request thread can deadlock).
+ *  - GATHER rows are copied at the first READ of the response.  The kernel
+ *    holds the inode lock of .embfs/rows across each direct-io WRITE
+ *    (parallel direct writes need libfuse >= 3.15), so work done in the WRITE
+ *    would serialize all clients; READs run in parallel.
+ *  - PREFETCH hands the ids to the prefetch thread, which pins the rows in
+ *    the cache; a later GATHER on the same fd unpins the ones it reads,
+ *    RELEASE the rest.  Nothing ever waits for the prefetch thread.
+ * Lock order: bfd.lock, then bfd.pf_lock, then cache shard locks;
+ * batch.lock is taken alone.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "embfs/batch.h"
+#include "fs.h"
+
+#define HDR ((uint64_t)sizeof(struct embfs_batch_hdr))
+#define MAX_TOTAL (HDR + 8ull * EMBFS_BATCH_MAX_COUNT + EMBFS_BATCH_MAX_BYTES)
+#define PF_MAX_PER_FD (4u * EMBFS_BATCH_MAX_COUNT) /* rows pending or pinned per fd */
+#define INVAL_CHUNK 64
+
+/* What a request's table inode resolves to. */
+struct btarget {
+	uint64_t ino;
+	uint32_t id;       /* table id (catalog slot) */
+	uint64_t gen;
+	uint32_t row_size;
+	uint32_t mode, uid, gid;
+	int writable;      /* SCATTER allowed */
+	int cached;        /* rows live in fs->cache under id: PREFETCH can pin them */
+	/* whole rows ids[0..n) into buf, packed: 0 or -errno; holes read as zeros */
+	int (*read_rows)(struct embfs *fs, const struct btarget *t, const uint64_t *ids, uint32_t n,
+			 char *buf);
+};
+
+enum { PF_PENDING = 1, PF_PINNED = 2 };
+
+struct pfent {
+	uint64_t row;
+	uint32_t table;
+	uint32_t state; /* 0: empty slot */
+};
+
+/* Rows one fd announced: open addressing, linear probing, backward-shift delete. */
+struct pfmap {
+	struct pfent *e;
+	uint32_t cap, n;
+};
+
+enum { S_IDLE, S_RECV, S_GATHER, S_RESP, S_FAILED };
+
+struct bfd {
+	pthread_mutex_t lock; /* one request at a time; protects everything down to pf_lock */
+	int state;
+	int err;              /* S_FAILED: what the last request failed with */
+	char *req;            /* request bytes; ids in host order once checked */
+	uint64_t req_cap, got;
+	struct embfs_batch_hdr h; /* host order, valid once hdr_ok */
+	int hdr_ok, ids_ok;
+	struct btarget t;
+	int64_t promised;     /* rows of room reserved for the scatter in flight */
+	char *resp;
+	uint64_t resp_cap, resp_len;
+	uint64_t *unpin;      /* a gather's rows to unpin after reading them */
+	uint32_t unpin_cap;
+
+	pthread_mutex_t pf_lock; /* protects pf and closing */
+	struct pfmap pf;
+	int closing;
+	_Atomic int refs;     /* the open file, plus one per queued prefetch job */
+};
+
+struct pfjob {
+	struct pfjob *next;
+	struct bfd *f;
+	uint32_t table, row_size;
+	size_t n;
+	uint64_t rows[];
+};
+
+struct batch {
+	struct embfs *fs;
+	pthread_mutex_t lock; /* protects the queues and stop */
+	pthread_cond_t pf_wake, inval_wake;
+	struct pfjob *head, *tail;
+	uint64_t *inval;      /* table inodes whose page cache must go */
+	size_t ninval, inval_cap;
+	_Atomic int stop;     /* set under lock; the prefetch thread also polls it */
+	pthread_t pf_thread, inval_thread;
+	_Atomic uint64_t writes, reads, gathers, gather_rows, scatters, scatter_rows, prefetches, errors;
+	_Atomic uint64_t pf_rows, pf_pinned, pf_consumed, pf_late, pf_released, pf_failed, pf_skipped;
+	_Atomic uint64_t pf_held, invals;
+};
+
+#define INC(b, f, v) atomic_fetch_add_explicit(&(b)->f, (uint64_t)(v), memory_order_relaxed)
+#define DEC(b, f, v) atomic_fetch_sub_explicit(&(b)->f, (uint64_t)(v), memory_order_relaxed)
+
+static inline struct bfd *FH(struct fuse_file_info *fi)
+{
+	return (struct bfd *)(uintptr_t)fi->fh;
+}
+
+/* ---- targets ---------------------------------------------------------- */
+
+static int live_read_rows(struct embfs *fs, const struct btarget *t, const uint64_t *ids, uint32_t n,
+			  char *buf)
+{
+	if (fs->cache)
+		return cache_read_rows(fs->cache, t->id, t->row_size, ids, n, buf);
+	for (uint32_t i = 0; i < n; i++) {
+		int r = store_row_read(fs->st, t->id, ids[i], buf + (size_t)i * t->row_size);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/*
+ * THE place that maps a request's table inode to rows: -EINVAL unless ino is
+ * a table.  Live tables only (ino = INO_TABLE0 + table id, as in ll.c).
+ * Snapshot tables go here too: writable = 0 (SCATTER gets EROFS), read_rows
+ * through the snapshot's reader, cached = 0 unless their rows are cached.
+ */
+static int resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
+{
+	struct store_attr a;
+	if (ino < INO_TABLE0 || ino - INO_TABLE0 >= (uint64_t)EMB_CAT_PER_CHUNK * EMB_CAT_CHUNKS)
+		return -EINVAL;
+	if (store_table_getattr(fs->st, (uint32_t)(ino - INO_TABLE0), &a))
+		return -EINVAL;
+	*t = (struct btarget){ .ino = ino, .id = a.id, .gen = a.gen, .row_size = a.row_size,
+			       .mode = a.mode, .uid = a.uid, .gid = a.gid, .writable = 1,
+			       .cached = fs->cache != NULL, .read_rows = live_read_rows };
+	return 0;
+}
+
+/* The caller's access to the target, judged as the kernel does with
+ * default_permissions: root passes, then owner, group or other bits. */
+static int may_access(fuse_req_t req, const struct btarget *t, int write)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	unsigned bit = write ? 2 : 4;
+	if (c->uid == 0)
+		return 0;
+	if (c->uid == t->uid)
+		return (t->mode >> 6) & bit ? 0 : -EACCES;
+	int in_group = c->gid == t->gid;
+	if (!in_group && ((t->mode >> 3) & bit) != (t->mode & bit)) {
+		gid_t small[64], *g = small;
+		int n = fuse_req_getgroups(req, 64, g);
+		if (n > 64 && (g = malloc((size_t)n * sizeof(*g))) != NULL)
+			n = fuse_req_getgroups(req, n, g);
+		for (int i = 0; g && i < n; i++)
+			in_group |= g[i] == t->gid;
+		if (g != small)
+			free(g);
+	}
+	return ((in_group ? t->mode >> 3 : t->mode) & bit) ? 0 : -EACCES;
+}
+
+/* ---- prefetch map ----------------------------------------------------- */
+
+static uint32_t pf_hash(uint32_t table, uint64_t row)
+{
+	uint64_t h = (row ^ ((uint64_t)table << 40)) * 0x9E3779B97F4A7C15ull;
+	return (uint32_t)(h >> 32);
+}
+
+static struct pfent *pf_find(struct pfmap *m, uint32_t table, uint64_t row)
+{
+	if (!m->n)
+		return NULL;
+	for (uint32_t i = pf_hash(table, row) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+		struct pfent *e = &m->e[i];
+		if (!e->state)
+			return NULL;
+		if (e->row == row && e->table == table)
+			return e;
+	}
+}
+
+/* 1 added (pending), 0 already there, -ENOMEM. */
+static int pf_add(struct pfmap *m, uint32_t table, uint64_t row)
+{
+	if ((m->n + 1) * 2 > m->cap) {
+		uint32_t nc = m->cap ? m->cap * 2 : 1024;
+		struct pfent *ne = calloc(nc, sizeof(*ne));
+		if (!ne)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < m->cap; i++) {
+			if (!m->e[i].state)
+				continue;
+			uint32_t j = pf_hash(m->e[i].table, m->e[i].row) & (nc - 1);
+			while (ne[j].state)
+				j = (j + 1) & (nc - 1);
+			ne[j] = m->e[i];
+		}
+		free(m->e);
+		m->e = ne;
+		m->cap = nc;
+	}
+	uint32_t i = pf_hash(table, row) & (m->cap - 1);
+	for (; m->e[i].state; i = (i + 1) & (m->cap - 1))
+		if (m->e[i].row == row && m->e[i].table == table)
+			return 0;
+	m->e[i] = (struct pfent){ row, table, PF_PENDING };
+	m->n++;
+	return 1;
+}
+
+static void pf_del(struct pfmap *m, struct pfent *e)
+{
+	uint32_t mask = m->cap - 1, i = (uint32_t)(e - m->e), j = i;
+	e->state = 0;
+	m->n--;
+	for (;;) {
+		j = (j + 1) & mask;
+		if (!m->e[j].state)
+			return;
+		uint32_t k = pf_hash(m->e[j].table, m->e[j].row) & mask;
+		/* the entry at j may fill the hole at i unless its home is in (i, j] */
+		if (j > i ? (k <= i || k > j) : (k <= i && k > j)) {
+			m->e[i] = m->e[j];
+			m->e[j].state = 0;
+			i = j;
+		}
+	}
+}
+
+static void bfd_put(struct bfd *f)
+{
+	if (atomic_fetch_sub(&f->refs, 1) != 1)
+		return;
+	free(f->req);
+	free(f->resp);
+	free(f->unpin);
+	free(f->pf.e);
+	pthread_mutex_destroy(&f->lock);
+	pthread_mutex_destroy(&f->pf_lock);
+	free(f);
+}
+
+/* ---- background threads ----------------------------------------------- */
+
+/* Pin the rows of one PREFETCH that are still wanted. */
+static void pf_run(struct batch *b, struct pfjob *j)
+{
+	struct bfd *f = j->f;
+	struct cache *c = b->fs->cache;
+	size_t i = 0;
+	for (; i < j->n && !b->stop; i++) {
+		uint64_t row = j->rows[i];
+		pthread_mutex_lock(&f->pf_lock);
+		struct pfent *e = f->closing ? NULL : pf_find(&f->pf, j->table, row);
+		int want = e && e->state == PF_PENDING, closing = f->closing;
+		pthread_mutex_unlock(&f->pf_lock);
+		if (closing)
+			break;
+		if (!want)
+			continue; /* a gather got there first */
+		int r = cache_pin(c, j->table, j->row_size, row), undo = 0;
+		pthread_mutex_lock(&f->pf_lock);
+		e = f->closing ? NULL : pf_find(&f->pf, j->table, row);
+		if (e && e->state == PF_PENDING && r == 0) {
+			e->state = PF_PINNED;
+			INC(b, pf_pinned, 1);
+			INC(b, pf_held, 1);
+		} else {
+			if (e && e->state == PF_PENDING)
+				pf_del(&f->pf, e);
+			undo = r == 0;
+			if (r)
+				INC(b, pf_failed, 1);
+		}
+		pthread_mutex_unlock(&f->pf_lock);
+		if (undo)
+			cache_unpin(c, j->table, row);
+	}
+	INC(b, pf_skipped, j->n - i); /* the fd was closed (or the daemon stops) first */
+}
+
+static void *pf_main(void *arg)
+{
+	struct batch *b = arg;
+	pthread_mutex_lock(&b->lock);
+	for (;;) {
+		while (!b->head && !b->stop)
+			pthread_cond_wait(&b->pf_wake, &b->lock);
+		struct pfjob *j = b->head;
+		if (!j)
+			break;
+		b->head = j->next;
+		if (!b->head)
+			b->tail = NULL;
+		pthread_mutex_unlock(&b->lock);
+		pf_run(b, j);
+		bfd_put(j->f);
+		free(j);
+		pthread_mutex_lock(&b->lock);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return NULL;
+}
+
+/* Drop the table's kernel page cache (and attributes) after a scatter. */
+static void inval_queue(struct batch *b, uint64_t ino)
+{
+	pthread_mutex_lock(&b->lock);
+	for (size_t i = 0; i < b->ninval; i++)
+		if (b->inval[i] == ino)
+			goto out;
+	if (b->ninval == b->inval_cap) {
+		size_t nc = b->inval_cap ? 2 * b->inval_cap : 16;
+		uint64_t *p = realloc(b->inval, nc * sizeof(*p));
+		if (!p)
+			goto out; /* attributes time out anyway; pages stay stale: logged */
+		b->inval = p;
+		b->inval_cap = nc;
+	}
+	b->inval[b->ninval++] = ino;
+	pthread_cond_signal(&b->inval_wake);
+out:
+	pthread_mutex_unlock(&b->lock);
+}
+
+static void *inval_main(void *arg)
+{
+	struct batch *b = arg;
+	uint64_t todo[INVAL_CHUNK];
+	pthread_mutex_lock(&b->lock);
+	for (;;) {
+		while (!b->ninval && !b->stop)
+			pthread_cond_wait(&b->inval_wake, &b->lock);
+		if (!b->ninval)
+			break;
+		size_t n = b->ninval < INVAL_CHUNK ? b->ninval : INVAL_CHUNK;
+		memcpy(todo, b->inval + b->ninval - n, n * sizeof(*todo));
+		b->ninval -= n;
+		pthread_mutex_unlock(&b->lock);
+		for (size_t i = 0; i < n; i++) {
+			/* -ENOENT: the kernel holds no inode, so no pages either */
+			fuse_lowlevel_notify_inval_inode(b->fs->se, (fuse_ino_t)todo[i], 0, 0);
+			INC(b, invals, 1);
+		}
+		pthread_mutex_lock(&b->lock);
+	}
+	pthread_mutex_unlock(&b->lock);
+	return NULL;
+}
+
+int batch_init(struct embfs *fs)
+{
+	struct batch *b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->fs = fs;
+	pthread_mutex_init(&b->lock, NULL);
+	pthread_cond_init(&b->pf_wake, NULL);
+	pthread_cond_init(&b->inval_wake, NULL);
+	int ret = -pthread_create(&b->pf_thread, NULL, pf_main, b);
+	if (ret)
+		goto out_free;
+	ret = -pthread_create(&b->inval_thread, NULL, inval_main, b);
+	if (ret)
+		goto out_pf;
+	fs->batch = b;
+	return 0;
+out_pf:
+	pthread_mutex_lock(&b->lock);
+	b->stop = 1;
+	pthread_cond_broadcast(&b->pf_wake);
+	pthread_mutex_unlock(&b->lock);
+	pthread_join(b->pf_thread, NULL);
+out_free:
+	pthread_cond_destroy(&b->inval_wake);
+	pthread_cond_destroy(&b->pf_wake);
+	pthread_mutex_destroy(&b->lock);
+	free(b);
+	return ret;
+}
+
+/* At unmount: queued prefetches are dropped, queued invalidations sent. */
+void batch_destroy(struct embfs *fs)
+{
+	struct batch *b = fs->batch;
+	if (!b)
+		return;
+	pthread_mutex_lock(&b->lock);
+	b->stop = 1;
+	pthread_cond_broadcast(&b->pf_wake);
+	pthread_cond_broadcast(&b->inval_wake);
+	pthread_mutex_unlock(&b->lock);
+	pthread_join(b->pf_thread, NULL);
+	pthread_join(b->inval_thread, NULL);
+	fs->batch = NULL;
+	free(b->inval);
+	pthread_cond_destroy(&b->inval_wake);
+	pthread_cond_destroy(&b->pf_wake);
+	pthread_mutex_destroy(&b->lock);
+	free(b);
+}
+
+/* ---- requests --------------------------------------------------------- */
+
+/* Forget the request in flight (and the room it reserved) and the response. */
+static void reset(struct embfs *fs, struct bfd *f)
+{
+	if (f->promised)
+		store_space_reserve(fs->st, f->t.row_size, -f->promised);
+	f->promised = 0;
+	f->state = S_IDLE;
+	f->err = 0;
+	f->got = 0;
+	f->hdr_ok = f->ids_ok = 0;
+	f->resp_len = 0;
+}
+
+static int fail(struct embfs *fs, struct bfd *f, int err)
+{
+	reset(fs, f);
+	f->state = S_FAILED;
+	f->err = err;
+	INC(fs->batch, errors, 1);
+	return err;
+}
+
+static int grow(char **p, uint64_t *cap, uint64_t need)
+{
+	if (need <= *cap)
+		return 0;
+	char *n = realloc(*p, need);
+	if (!n)
+		return -ENOMEM;
+	*p = n;
+	*cap = need;
+	return 0;
+}
+
+/* Check what has arrived of the request: the header once it is in, the ids
+ * once they are; a SCATTER then reserves room for its rows (like a pwrite
+ * of as many rows: a full pool refuses it whole, before any row changes). */
+static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
+{
+	if (!f->hdr_ok && f->got >= HDR) {
+		struct embfs_batch_hdr *h = &f->h;
+		memcpy(h, f->req, HDR);
+		h->op = le32toh(h->op);
+		h->table_ino = le64toh(h->table_ino);
+		h->count = le32toh(h->count);
+		h->flags = le32toh(h->flags);
+		h->total_len = le64toh(h->total_len);
+		if (memcmp(h->magic, EMBFS_BATCH_MAGIC, 4) || h->op < EMBFS_BATCH_GATHER ||
+		    h->op > EMBFS_BATCH_PREFETCH || h->flags || h->count == 0 ||
+		    h->count > EMBFS_BATCH_MAX_COUNT)
+			return -EINVAL;
+		int ret = resolve(fs, h->table_ino, &f->t);
+		if (ret)
+			return ret;
+		int scatter = h->op == EMBFS_BATCH_SCATTER;
+		ret = may_access(req, &f->t, scatter);
+		if (ret)
+			return ret;
+		if (scatter && !f->t.writable)
+			return -EROFS;
+		uint64_t rows = (uint64_t)h->count * f->t.row_size;
+		if (rows > EMBFS_BATCH_MAX_BYTES)
+			return -EINVAL;
+		if (h->total_len != HDR + 8ull * h->count + (scatter ? rows : 0))
+			return -EINVAL;
+		if (f->got > h->total_len)
+			return -EINVAL;
+		ret = grow(&f->req, &f->req_cap, h->total_len);
+		if (ret)
+			return ret;
+		f->hdr_ok = 1;
+	}
+	if (f->hdr_ok && !f->ids_ok && f->got >= HDR + 8ull * f->h.count) {
+		uint64_t *ids = (uint64_t *)(f->req + HDR);
+		uint64_t max = (uint64_t)LLONG_MAX / f->t.row_size - 1; /* whole row within off_t */
+		for (uint32_t i = 0; i < f->h.count; i++) {
+			ids[i] = le64toh(ids[i]);
+			if (ids[i] > max)
+				return -EINVAL;
+		}
+		f->ids_ok = 1;
+		if (f->h.op == EMBFS_BATCH_SCATTER && fs->cache) {
+			int ret = store_space_reserve(fs->st, f->t.row_size, f->h.count);
+			if (ret)
+				return ret;
+			f->promised = f->h.count;
+		}
+	}
+	return 0;
+}
+
+struct idpos {
+	uint64_t row;
+	uint32_t pos;
+};
+
+static int cmp_idpos(const void *a, const void *b)
+{
+	const struct idpos *x = a, *y = b;
+	if (x->row != y->row)
+		return x->row < y->row ? -1 : 1;
+	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Without a cache: one group commit of the rows, the last of duplicates winning. */
+static int scatter_store(struct embfs *fs, const struct btarget *t, const uint64_t *ids,
+			 const char *rows, uint32_t n, uint64_t end)
+{
+	struct idpos *v = malloc(n * sizeof(*v));
+	struct store_rowop *ops = malloc(n * sizeof(*ops));
+	int ret = -ENOMEM;
+	if (v && ops) {
+		for (uint32_t i = 0; i < n; i++)
+			v[i] = (struct idpos){ ids[i], i };
+		qsort(v, n, sizeof(*v), cmp_idpos);
+		size_t k = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			if (i + 1 < n && v[i + 1].row == v[i].row)
+				continue;
+			ops[k++] = (struct store_rowop){ .row = v[i].row, .off = 0, .len = t->row_size,
+							 .data = rows + (size_t)v[i].pos * t->row_size };
+		}
+		ret = store_rows_write(fs->st, t->id, ops, k, end);
+	}
+	free(v);
+	free(ops);
+	return ret;
+}
+
+static int scatter(struct embfs *fs, struct bfd *f)
+{
+	const struct btarget *t = &f->t;
+	uint32_t n = f->h.count, rs = t->row_size;
+	const uint64_t *ids = (const uint64_t *)(f->req + HDR);
+	const char *rows = f->req + HDR + 8ull * n;
+	struct btarget now;
+	if (resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs)
+		return -ESTALE; /* the table went away or changed geometry meanwhile */
+	uint64_t end = 0;
+	for (uint32_t i = 0; i < n; i++)
+		end = (ids[i] + 1) * rs > end ? (ids[i] + 1) * rs : end;
+	int ret;
+	if (fs->cache) {
+		/* as rows_write(): the batch id when the write starts stamps its rows */
+		uint64_t batch = rows_batch_begin(fs);
+		rows_prepaid_begin(f->promised);
+		ret = cache_write_rows(fs->cache, t->id, rs, ids, n, rows, batch);
+		rows_batch_end(fs);
+		int64_t left = rows_prepaid_end();
+		if (left)
+			store_space_reserve(fs->st, rs, -left);
+		f->promised = 0;
+		/* after an error some rows may be written: the size covers them all
+		 * (rows not written read as holes, as in any sparse file) */
+		int r = store_table_extend(fs->st, t->id, end);
+		ret = ret ? ret : r;
+	} else {
+		ret = scatter_store(fs, t, ids, rows, n, end);
+	}
+	if (!ret)
+		INC(fs->batch, scatter_rows, n);
+	inval_queue(fs->batch, t->ino); /* also after an error: some rows may have changed */
+	return ret;
+}
+
+static void prefetch(struct embfs *fs, struct bfd *f)
+{
+	struct batch *b = fs->batch;
+	uint32_t n = f->h.count;
+	const uint64_t *ids = (const uint64_t *)(f->req + HDR);
+	INC(b, pf_rows, n);
+	struct pfjob *j = f->t.cached ? malloc(sizeof(*j) + n * sizeof(uint64_t)) : NULL;
+	if (!j) {
+		INC(b, pf_skipped, n);
+		return;
+	}
+	size_t k = 0;
+	uint32_t i = 0;
+	pthread_mutex_lock(&f->pf_lock);
+	for (; i < n && f->pf.n < PF_MAX_PER_FD; i++) {
+		int r = pf_add(&f->pf, f->t.id, ids[i]);
+		if (r < 0)
+			break;
+		if (r == 1)
+			j->rows[k++] = ids[i];
+	}
+	pthread_mutex_unlock(&f->pf_lock);
+	INC(b, pf_skipped, n - i);
+	if (!k) {
+		free(j);
+		return;
+	}
+	j->next = NULL;
+	j->f = f;
+	j->table = f->t.id;
+	j->row_size = f->t.row_size;
+	j->n = k;
+	atomic_fetch_add(&f->refs, 1);
+	pthread_mutex_lock(&b->lock);
+	if (b->tail)
+		b->tail->next = j;
+	else
+		b->head = j;
+	b->tail = j;
+	pthread_cond_signal(&b->pf_wake);
+	pthread_mutex_unlock(&b->lock);
+}
+
+/* Copy a gather's rows into the response; rows this fd prefetched are
+ * consumed (unpinned once read). */
+static int gather(struct embfs *fs, struct bfd *f)
+{
+	struct batch *b = fs->batch;
+	const struct btarget *t = &f->t;
+	uint32_t n = f->h.count, rs = t->row_size;
+	const uint64_t *ids = (const uint64_t *)(f->req + HDR);
+	struct btarget now;
+	if (resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs)
+		return -ESTALE;
+	int ret = grow(&f->resp, &f->resp_cap, (uint64_t)n * rs);
+	if (ret)
+		return ret;
+	uint32_t nun = 0;
+	pthread_mutex_lock(&f->pf_lock);
+	if (f->pf.n && f->unpin_cap < n) {
+		uint64_t *p = realloc(f->unpin, n * sizeof(*p));
+		if (p) {
+			f->unpin = p;
+			f->unpin_cap = n;
+		}
+	}
+	for (uint32_t i = 0; i < n && f->pf.n && f->unpin_cap >= n; i++) {
+		struct pfent *e = pf_find(&f->pf, t->id, ids[i]);
+		if (!e)
+			continue;
+		if (e->state == PF_PINNED)
+			f->unpin[nun++] = ids[i];
+		else
+			INC(b, pf_late, 1);
+		pf_del(&f->pf, e);
+	}
+	pthread_mutex_unlock(&f->pf_lock);
+	ret = t->read_rows(fs, t, ids, n, f->resp);
+	for (uint32_t i = 0; i < nun; i++)
+		cache_unpin(fs->cache, t->id, f->unpin[i]);
+	if (nun) {
+		INC(b, pf_consumed, nun);
+		DEC(b, pf_held, nun);
+	}
+	if (ret)
+		return ret;
+	f->resp_len = (uint64_t)n * rs;
+	INC(b, gathers, 1);
+	INC(b, gather_rows, n);
+	return 0;
+}
+
+/* Take one WRITE piece; run the request if it is complete. */
+static int take(struct embfs *fs, fuse_req_t req, struct bfd *f, const char *data, size_t size,
+		off_t off)
+{
+	if (off == 0) {
+		reset(fs, f);
+		f->state = S_RECV;
+	} else if (f->state == S_FAILED) {
+		/* the rest of a write that came back short: it gets the error */
+		int err = f->err;
+		reset(fs, f);
+		return err;
+	} else if (f->state != S_RECV) {
+		return fail(fs, f, -EINVAL);
+	}
+	if (off < 0 || (uint64_t)off != f->got || size > MAX_TOTAL - f->got ||
+	    (f->hdr_ok && size > f->h.total_len - f->got))
+		return fail(fs, f, -EINVAL);
+	int ret = grow(&f->req, &f->req_cap, f->got + size);
+	if (ret)
+		return fail(fs, f, ret);
+	memcpy(f->req + f->got, data, size);
+	f->got += size;
+	ret = check(fs, req, f);
+	if (ret)
+		return fail(fs, f, ret);
+	if (!f->hdr_ok || f->got < f->h.total_len)
+		return 0;
+	switch (f->h.op) {
+	case EMBFS_BATCH_GATHER:
+		f->state = S_GATHER; /* rows are copied at the first read */
+		return 0;
+	case EMBFS_BATCH_SCATTER:
+		ret = scatter(fs, f);
+		if (ret)
+			return fail(fs, f, ret);
+		INC(fs->batch, scatters, 1);
+		break;
+	default:
+		prefetch(fs, f);
+		INC(fs->batch, prefetches, 1);
+		break;
+	}
+	f->state = S_IDLE;
+	return 0;
+}
+
+/* ---- FUSE entry points (ll.c dispatches .embfs/rows here) ------------ */
+
+void batch_open(fuse_req_t req, struct fuse_file_info *fi)
+{
+	struct embfs *fs = fuse_req_userdata(req);
+	struct bfd *f = fs->batch ? calloc(1, sizeof(*f)) : NULL;
+	if (!f) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_mutex_init(&f->pf_lock, NULL);
+	atomic_init(&f->refs, 1);
+	fi->fh = (uintptr_t)f;
+	fi->direct_io = 1; /* requests and responses bypass the page cache */
+	fi->keep_cache = 0;
+	if (fuse_reply_open(req, fi))
+		bfd_put(f); /* no release will come */
+}
+
+void batch_write(fuse_req_t req, const char *data, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct embfs *fs = fuse_req_userdata(req);
+	struct bfd *f = FH(fi);
+	INC(fs->batch, writes, 1);
+	pthread_mutex_lock(&f->lock);
+	int ret = take(fs, req, f, data, size, off);
+	pthread_mutex_unlock(&f->lock);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_write(req, size);
+}
+
+void batch_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct embfs *fs = fuse_req_userdata(req);
+	struct bfd *f = FH(fi);
+	INC(fs->batch, reads, 1);
+	pthread_mutex_lock(&f->lock);
+	if (f->state == S_GATHER) {
+		int ret = gather(fs, f);
+		if (ret)
+			fail(fs, f, ret);
+		else
+			f->state = S_RESP;
+	}
+	/* replied under the lock: a new request on this fd may not reuse resp yet */
+	if (f->state == S_RESP) {
+		uint64_t o = off < 0 ? UINT64_MAX : (uint64_t)off;
+		if (o >= f->resp_len)
+			fuse_reply_buf(req, NULL, 0);
+		else
+			fuse_reply_buf(req, f->resp + o, size < f->resp_len - o ? size : f->resp_len - o);
+	} else if (f->state == S_FAILED) {
+		fuse_reply_err(req, -f->err);
+	} else if (f->state == S_RECV) {
+		fuse_reply_err(req, EINVAL); /* a request is half written */
+	} else {
+		fuse_reply_err(req, EINVAL); /* no gather to read */
+	}
+	pthread_mutex_unlock(&f->lock);
+}
+
+void batch_release(fuse_req_t req, struct fuse_file_info *fi)
+{
+	struct embfs *fs = fuse_req_userdata(req);
+	struct batch *b = fs->batch;
+	struct bfd *f = FH(fi);
+	pthread_mutex_lock(&f->lock);
+	reset(fs, f);
+	pthread_mutex_unlock(&f->lock);
+	uint64_t n = 0;
+	pthread_mutex_lock(&f->pf_lock);
+	f->closing = 1;
+	for (uint32_t i = 0; i < f->pf.cap; i++) {
+		struct pfent *e = &f->pf.e[i];
+		if (e->state == PF_PINNED) {
+			cache_unpin(fs->cache, e->table, e->row);
+			n++;
+		}
+		e->state = 0;
+	}
+	f->pf.n = 0;
+	pthread_mutex_unlock(&f->pf_lock);
+	if (b && n) {
+		INC(b, pf_released, n);
+		DEC(b, pf_held, n);
+	}
+	bfd_put(f);
+	fuse_reply_err(req, 0);
+}
+
+void batch_stats(struct embfs *fs, FILE *f)
+{
+	struct batch *b = fs->batch;
+	if (!b)
+		return;
+#define P(name, field) fprintf(f, name " %llu\n", (unsigned long long)atomic_load(&b->field))
+	P("batch.write_requests", writes);
+	P("batch.read_requests", reads);
+	P("batch.gathers", gathers);
+	P("batch.gather_rows", gather_rows);
+	P("batch.scatters", scatters);
+	P("batch.scatter_rows", scatter_rows);
+	P("batch.prefetches", prefetches);
+	P("batch.errors", errors);
+	P("batch.page_cache_invalidations", invals);
+	P("prefetch.rows", pf_rows);
+	P("prefetch.pinned", pf_pinned);
+	P("prefetch.consumed", pf_consumed);
+	P("prefetch.late", pf_late);
+	P("prefetch.released", pf_released);
+	P("prefetch.failed", pf_failed);
+	P("prefetch.skipped", pf_skipped);
+	P("prefetch.pins_held", pf_held);
+#undef P
+}

@@ -1,0 +1,473 @@
+/*
+ * gatherbench: a trainer's row access, batch by batch: B Zipf ids per batch,
+ * their rows read (and with -w written back), through MNT/.embfs/rows or
+ * with one pread/pwrite per row.
+ *
+ *   gatherbench -m batch|pread [-w] [-r ROWSIZE] [-n ROWS] [-b BATCH] [-t THREADS]
+ *               [-d SECONDS] [-s SEED] [-z THETA] [-B BATCHFILE] FILE
+ *
+ * -m batch: per batch one GATHER request (pwrite of header + ids at offset 0)
+ *   and one pread of the B rows from the batch file; with -w then a SCATTER
+ *   of the same rows (one byte changed), written with pwritev so the rows go
+ *   straight from the gather buffer.  FILE is the table (for its st_ino); the
+ *   batch file is dirname(FILE)/.embfs/rows unless -B names it.
+ * -m pread: per batch B preads of one row at row * ROWSIZE of FILE; with -w
+ *   each row is then written back with pwrite (read-modify-write).  Works on
+ *   any file (the mount's table, or a sparse file on /dev/shm as baseline).
+ * Ids: Zipf(THETA) over ROWS ranks by rejection-inversion, rank -> row by the
+ * same fixed bijection as rowbench (so the hot rows are the same); each
+ * thread (own fds) draws 2^20 ids from its own stream before the clock
+ * starts and cycles through them, duplicates within a batch kept.
+ *
+ * Output, one line:
+ *   gatherbench mode=batch threads=1 batch=4096 write=0 ... batches=N rows_per_s=X
+ *               p50_batch_us=Y p99_batch_us=Z
+ * (rows_per_s counts ids gathered; a gathered-and-scattered row counts once.)
+ * Exit 0 on success, 1 on a failed call or bad arguments.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "embfs/batch.h"
+
+#define RING_BITS 20
+#define HIST_SUB 32
+#define HIST_N (64 * HIST_SUB)
+
+struct conf {
+	const char *path, *batch_path;
+	uint32_t row_size, batch;
+	uint64_t rows, seed, ino;
+	int batched, write, threads;
+	double secs, theta;
+};
+
+struct worker {
+	pthread_t tid;
+	const struct conf *c;
+	uint64_t *ids;
+	uint64_t seed;
+	pthread_barrier_t *go;
+	uint64_t batches;
+	double t_start, t_end;
+	int err;
+	uint32_t hist[HIST_N];
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- ids: the generator and rank -> row map of rowbench.c ---- */
+
+struct rng {
+	uint64_t s[4];
+};
+
+static uint64_t splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+static void rng_seed(struct rng *r, uint64_t seed)
+{
+	for (int i = 0; i < 4; i++)
+		r->s[i] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t rng_next(struct rng *r)
+{
+	uint64_t *s = r->s;
+	uint64_t res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return res;
+}
+
+static double rng_unit(struct rng *r)
+{
+	return (double)(rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+struct zipf {
+	double n, theta, hx1, hn, s;
+};
+
+static double helper1(double x)
+{
+	return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x));
+}
+
+static double helper2(double x)
+{
+	return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x * (1.0 / 3) * (1 + 0.25 * x));
+}
+
+static double zipf_H(const struct zipf *z, double x)
+{
+	double lx = log(x);
+	return helper2((1 - z->theta) * lx) * lx;
+}
+
+static double zipf_h(const struct zipf *z, double x)
+{
+	return exp(-z->theta * log(x));
+}
+
+static double zipf_Hinv(const struct zipf *z, double x)
+{
+	double t = x * (1 - z->theta);
+	if (t < -1)
+		t = -1;
+	return exp(helper1(t) * x);
+}
+
+static void zipf_init(struct zipf *z, uint64_t n, double theta)
+{
+	z->n = (double)n;
+	z->theta = theta;
+	z->hx1 = zipf_H(z, 1.5) - 1;
+	z->hn = zipf_H(z, z->n + 0.5);
+	z->s = 2 - zipf_Hinv(z, zipf_H(z, 2.5) - zipf_h(z, 2));
+}
+
+static uint64_t zipf_next(const struct zipf *z, struct rng *r)
+{
+	for (;;) {
+		double u = z->hn + rng_unit(r) * (z->hx1 - z->hn);
+		double x = zipf_Hinv(z, u);
+		double k = floor(x + 0.5);
+		if (k < 1)
+			k = 1;
+		else if (k > z->n)
+			k = z->n;
+		if (k - x <= z->s || u >= zipf_H(z, k + 0.5) - zipf_h(z, k))
+			return (uint64_t)k;
+	}
+}
+
+struct perm {
+	uint64_t n, mask;
+	int bits;
+};
+
+static void perm_init(struct perm *p, uint64_t n)
+{
+	p->bits = 1;
+	while (p->bits < 64 && (1ull << p->bits) < n)
+		p->bits++;
+	p->mask = p->bits == 64 ? ~0ull : (1ull << p->bits) - 1;
+	p->n = n;
+}
+
+static uint64_t perm_mix(const struct perm *p, uint64_t x)
+{
+	static const uint64_t k[4][2] = {
+		{ 0x9E3779B97F4A7C15ull, 0xBF58476D1CE4E5B9ull },
+		{ 0x94D049BB133111EBull, 0xD6E8FEB86659FD93ull },
+		{ 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull },
+		{ 0x27D4EB2F165667C5ull, 0xFF51AFD7ED558CCDull },
+	};
+	int h = p->bits / 2 > 0 ? p->bits / 2 : 1;
+	for (int i = 0; i < 4; i++) {
+		x = ((x + k[i][0]) * k[i][1]) & p->mask;
+		x ^= x >> h;
+	}
+	return x;
+}
+
+static uint64_t perm_row(const struct perm *p, uint64_t rank0)
+{
+	uint64_t x = rank0;
+	do
+		x = perm_mix(p, x);
+	while (x >= p->n);
+	return x;
+}
+
+/* ---- batch latency histogram (log-linear) ---- */
+
+static inline unsigned hist_idx(uint64_t v)
+{
+	if (v < HIST_SUB)
+		return (unsigned)v;
+	int e = 63 - __builtin_clzll(v);
+	return (unsigned)((e - 4) * HIST_SUB + ((v >> (e - 5)) & (HIST_SUB - 1)));
+}
+
+static double hist_val(unsigned i)
+{
+	if (i < HIST_SUB)
+		return i;
+	int e = (int)(i / HIST_SUB) + 4;
+	uint64_t lo = (1ull << e) | ((uint64_t)(i % HIST_SUB) << (e - 5));
+	return (double)lo + (double)(1ull << (e - 5)) / 2;
+}
+
+static double hist_pct(const uint64_t *h, uint64_t total, double pct)
+{
+	uint64_t want = (uint64_t)ceil(total * pct / 100.0), acc = 0;
+	if (want == 0)
+		want = 1;
+	for (unsigned i = 0; i < HIST_N; i++) {
+		acc += h[i];
+		if (acc >= want)
+			return hist_val(i);
+	}
+	return 0;
+}
+
+/* ---- one batch ---- */
+
+static int full_pwritev(int fd, struct iovec *iov, int n, size_t len)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t w = pwritev(fd, iov, n, (off_t)done);
+		if (w <= 0)
+			return -1;
+		done += (size_t)w;
+		while (n && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+static int full_pread(int fd, char *buf, size_t len)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t r = pread(fd, buf + done, len - done, (off_t)done);
+		if (r <= 0)
+			return -1;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+/* req: header + ids (B ids at req + 32); rows: B rows, page aligned */
+static int batch_one(const struct conf *c, int bfd, char *req, char *rows)
+{
+	struct embfs_batch_hdr *h = (struct embfs_batch_hdr *)req;
+	size_t idlen = 8ull * c->batch, rlen = (size_t)c->batch * c->row_size;
+	h->op = EMBFS_BATCH_GATHER;
+	h->total_len = sizeof(*h) + idlen;
+	struct iovec iov[2] = { { req, sizeof(*h) + idlen }, { rows, rlen } };
+	if (full_pwritev(bfd, iov, 1, sizeof(*h) + idlen) || full_pread(bfd, rows, rlen))
+		return -1;
+	if (!c->write)
+		return 0;
+	for (uint32_t i = 0; i < c->batch; i++)
+		rows[(size_t)i * c->row_size]++;
+	h->op = EMBFS_BATCH_SCATTER;
+	h->total_len = sizeof(*h) + idlen + rlen;
+	iov[0] = (struct iovec){ req, sizeof(*h) + idlen };
+	iov[1] = (struct iovec){ rows, rlen };
+	return full_pwritev(bfd, iov, 2, sizeof(*h) + idlen + rlen);
+}
+
+static int pread_one(const struct conf *c, int fd, const uint64_t *ids, char *row)
+{
+	for (uint32_t i = 0; i < c->batch; i++) {
+		off_t off = (off_t)(ids[i] * c->row_size);
+		if (pread(fd, row, c->row_size, off) != (ssize_t)c->row_size)
+			return -1;
+		if (c->write) {
+			row[0]++;
+			if (pwrite(fd, row, c->row_size, off) != (ssize_t)c->row_size)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+static void *worker_run(void *arg)
+{
+	struct worker *w = arg;
+	const struct conf *c = w->c;
+	const uint64_t ring = 1ull << RING_BITS;
+	size_t idlen = 8ull * c->batch, rlen = (size_t)c->batch * c->row_size;
+	char *req = NULL, *rows = NULL;
+	int fd = open(c->batched ? c->batch_path : c->path, c->write || c->batched ? O_RDWR : O_RDONLY);
+	if (fd < 0 || posix_memalign((void **)&req, 4096, sizeof(struct embfs_batch_hdr) + idlen) ||
+	    posix_memalign((void **)&rows, 4096, rlen)) {
+		w->err = errno ? errno : ENOMEM;
+		fprintf(stderr, "gatherbench: open %s: %s\n", c->batched ? c->batch_path : c->path,
+			strerror(w->err));
+		pthread_barrier_wait(w->go);
+		return NULL;
+	}
+	struct embfs_batch_hdr *h = (struct embfs_batch_hdr *)req;
+	memset(h, 0, sizeof(*h));
+	memcpy(h->magic, EMBFS_BATCH_MAGIC, 4);
+	h->table_ino = c->ino;
+	h->count = c->batch;
+	uint64_t *ids = (uint64_t *)(req + sizeof(*h));
+	uint64_t pos = 0, b = 0;
+	pthread_barrier_wait(w->go);
+	uint64_t t0 = now_ns(), t = t0, deadline = t0 + (uint64_t)(c->secs * 1e9);
+	while (t < deadline) {
+		for (uint32_t i = 0; i < c->batch; i++)
+			ids[i] = w->ids[(pos + i) & (ring - 1)];
+		pos += c->batch;
+		int r = c->batched ? batch_one(c, fd, req, rows) : pread_one(c, fd, ids, rows);
+		if (r) {
+			w->err = errno ? errno : EIO;
+			fprintf(stderr, "gatherbench: batch %llu: %s\n", (unsigned long long)b, strerror(w->err));
+			break;
+		}
+		uint64_t t1 = now_ns();
+		w->hist[hist_idx(t1 - t)]++;
+		t = t1;
+		b++;
+	}
+	w->batches = b;
+	w->t_start = t0 * 1e-9;
+	w->t_end = t * 1e-9;
+	close(fd);
+	free(req);
+	free(rows);
+	return NULL;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: gatherbench -m batch|pread [-w] [-r ROWSIZE] [-n ROWS] [-b BATCH] [-t THREADS]\n"
+		   "                   [-d SECONDS] [-s SEED] [-z THETA] [-B BATCHFILE] FILE\n"
+		   "  defaults: -r 256 -n 4000000 -b 4096 -t 1 -d 3 -s 1 -z 0.99\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct conf c = { .row_size = 256, .batch = 4096, .rows = 4000000, .seed = 1, .threads = 1,
+			  .secs = 3, .theta = 0.99, .batched = -1 };
+	static char bpath[PATH_MAX];
+	int opt;
+	while ((opt = getopt(argc, argv, "m:wr:n:b:t:d:s:z:B:h")) != -1) {
+		switch (opt) {
+		case 'm':
+			c.batched = !strcmp(optarg, "batch") ? 1 : !strcmp(optarg, "pread") ? 0 : -1;
+			if (c.batched < 0)
+				goto bad;
+			break;
+		case 'w': c.write = 1; break;
+		case 'r': c.row_size = (uint32_t)atoi(optarg); break;
+		case 'n': c.rows = strtoull(optarg, NULL, 10); break;
+		case 'b': c.batch = (uint32_t)atoi(optarg); break;
+		case 't': c.threads = atoi(optarg); break;
+		case 'd': c.secs = strtod(optarg, NULL); break;
+		case 's': c.seed = strtoull(optarg, NULL, 10); break;
+		case 'z': c.theta = strtod(optarg, NULL); break;
+		case 'B': c.batch_path = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: goto bad;
+		}
+	}
+	if (c.batched < 0 || optind != argc - 1 || !c.row_size || !c.rows || !c.batch ||
+	    c.batch > EMBFS_BATCH_MAX_COUNT || c.threads < 1 || c.threads > 64 || !(c.secs > 0) ||
+	    !(c.theta > 0))
+		goto bad;
+	c.path = argv[optind];
+	struct stat st;
+	if (stat(c.path, &st)) {
+		fprintf(stderr, "gatherbench: %s: %s\n", c.path, strerror(errno));
+		return 1;
+	}
+	c.ino = st.st_ino;
+	if (!c.batch_path) {
+		const char *slash = strrchr(c.path, '/');
+		snprintf(bpath, sizeof(bpath), "%.*s/.embfs/rows", slash ? (int)(slash - c.path) : 1,
+			 slash ? c.path : ".");
+		c.batch_path = bpath;
+	}
+
+	struct zipf z;
+	struct perm pm;
+	zipf_init(&z, c.rows, c.theta);
+	perm_init(&pm, c.rows);
+	struct worker *w = calloc((size_t)c.threads, sizeof(*w));
+	pthread_barrier_t go;
+	if (!w || pthread_barrier_init(&go, NULL, (unsigned)c.threads + 1))
+		return 1;
+	const size_t ring = (size_t)1 << RING_BITS;
+	for (int t = 0; t < c.threads; t++) {
+		struct rng r;
+		w[t].c = &c;
+		w[t].go = &go;
+		w[t].seed = c.seed * 1000003 + (uint64_t)t;
+		w[t].ids = malloc(ring * sizeof(uint64_t));
+		if (!w[t].ids)
+			return 1;
+		rng_seed(&r, w[t].seed);
+		for (size_t i = 0; i < ring; i++)
+			w[t].ids[i] = perm_row(&pm, zipf_next(&z, &r) - 1);
+	}
+	for (int t = 0; t < c.threads; t++)
+		if (pthread_create(&w[t].tid, NULL, worker_run, &w[t]))
+			return 1;
+	pthread_barrier_wait(&go);
+	static uint64_t hist[HIST_N];
+	uint64_t batches = 0;
+	double t_min = 1e300, t_max = 0;
+	int err = 0;
+	for (int t = 0; t < c.threads; t++) {
+		pthread_join(w[t].tid, NULL);
+		err |= w[t].err;
+		batches += w[t].batches;
+		t_min = w[t].t_start < t_min ? w[t].t_start : t_min;
+		t_max = w[t].t_end > t_max ? w[t].t_end : t_max;
+		for (unsigned i = 0; i < HIST_N; i++)
+			hist[i] += w[t].hist[i];
+		free(w[t].ids);
+	}
+	free(w);
+	if (err)
+		return 1;
+	double el = t_max - t_min;
+	printf("gatherbench mode=%s threads=%d batch=%u write=%d row_size=%u rows=%llu theta=%.2f "
+	       "batches=%llu secs=%.3f rows_per_s=%.0f p50_batch_us=%.1f p99_batch_us=%.1f\n",
+	       c.batched ? "batch" : "pread", c.threads, c.batch, c.write, c.row_size,
+	       (unsigned long long)c.rows, c.theta, (unsigned long long)batches, el,
+	       el > 0 ? (double)batches * c.batch / el : 0.0, hist_pct(hist, batches, 50) / 1e3,
+	       hist_pct(hist, batches, 99) / 1e3);
+	return 0;
+bad:
+	usage(stderr);
+	return 1;
+}

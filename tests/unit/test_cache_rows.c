@@ -1,0 +1,258 @@
+/*
+ * Unit tests of cache_read_rows() and cache_write_rows() (the batch path)
+ * against a fake store: they must give exactly what the same cache_read() /
+ * cache_write() calls in order would, with duplicates (the last write wins),
+ * holes, rows not cached, a cache far smaller than a batch (evictions and
+ * bypasses), reservations that balance, and several threads at once.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "embfs/cache.h"
+
+#define CHECK(c)                                                                          \
+	do {                                                                              \
+		if (!(c)) {                                                               \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
+			exit(1);                                                          \
+		}                                                                         \
+	} while (0)
+
+#define RS 128
+#define NROWS 50000
+
+/* The fake store: table 3 only; even rows stored, odd rows holes. */
+static struct {
+	pthread_mutex_t lock;
+	uint8_t rows[NROWS][RS];
+	uint8_t stored[NROWS];
+	_Atomic long reserved;
+} F;
+
+static int f_fetch(void *ctx, uint32_t table, uint64_t row, void *buf)
+{
+	(void)ctx;
+	CHECK(table == 3 && row < NROWS);
+	pthread_mutex_lock(&F.lock);
+	int st = F.stored[row];
+	if (buf && st)
+		memcpy(buf, F.rows[row], RS);
+	else if (buf)
+		memset(buf, 0, RS);
+	pthread_mutex_unlock(&F.lock);
+	return st;
+}
+
+static int f_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n)
+{
+	(void)ctx;
+	CHECK(table == 3);
+	pthread_mutex_lock(&F.lock);
+	for (size_t i = 0; i < n; i++) {
+		memcpy(F.rows[rows[i].row], rows[i].data, RS);
+		F.stored[rows[i].row] = 1;
+	}
+	pthread_mutex_unlock(&F.lock);
+	return 0;
+}
+
+static int f_reserve(void *ctx, uint32_t table, uint32_t rs, int delta)
+{
+	(void)ctx;
+	(void)table;
+	CHECK(rs == RS);
+	F.reserved += delta;
+	return 0;
+}
+
+static const struct cache_ops OPS = { .fetch = f_fetch, .writeback = f_writeback, .reserve = f_reserve };
+
+static uint8_t shadow[NROWS][RS]; /* what every row must read as */
+
+static void reset(void)
+{
+	memset(&F, 0, sizeof(F));
+	pthread_mutex_init(&F.lock, NULL);
+	for (int r = 0; r < NROWS; r++) {
+		F.stored[r] = !(r & 1);
+		memset(F.rows[r], F.stored[r] ? (uint8_t)(r * 7 + 1) : 0, RS);
+		memcpy(shadow[r], F.rows[r], RS);
+	}
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+/* ids in [lo, lo + span): skewed (a third repeat a small hot set) */
+static void ids_fill(uint64_t *ids, size_t n, uint64_t *seed, uint64_t lo, uint64_t span)
+{
+	for (size_t i = 0; i < n; i++)
+		ids[i] = lo + (rnd(seed) % 3 == 0 ? rnd(seed) % 64 : rnd(seed) % span);
+}
+
+static void check_read(struct cache *c, const uint64_t *ids, size_t n)
+{
+	uint8_t *buf = malloc(n * RS);
+	CHECK(buf && cache_read_rows(c, 3, RS, ids, n, buf) == 0);
+	for (size_t i = 0; i < n; i++)
+		CHECK(!memcmp(buf + i * RS, shadow[ids[i]], RS));
+	free(buf);
+}
+
+/* rows with distinct contents per (id, position, salt), applied to the shadow in order */
+static void do_write(struct cache *c, const uint64_t *ids, size_t n, uint64_t salt, uint64_t batch)
+{
+	uint8_t *buf = malloc(n * RS);
+	CHECK(buf);
+	for (size_t i = 0; i < n; i++) {
+		memset(buf + i * RS, (int)((ids[i] + i + salt) & 0xff), RS);
+		memcpy(buf + i * RS, &i, sizeof(i));
+	}
+	CHECK(cache_write_rows(c, 3, RS, ids, n, buf, batch) == 0);
+	for (size_t i = 0; i < n; i++)
+		memcpy(shadow[ids[i]], buf + i * RS, RS);
+	free(buf);
+}
+
+static void check_store_after_flush(struct cache *c)
+{
+	CHECK(cache_flush(c, -1) == 0);
+	for (int r = 0; r < NROWS; r++)
+		CHECK(!memcmp(F.rows[r], shadow[r], RS));
+	CHECK(F.reserved == 0);
+}
+
+/* big cache: rows end up cached; read and write batches against the shadow */
+static void test_big(uint32_t shards)
+{
+	reset();
+	struct cache_conf cc = { (uint64_t)NROWS * (RS + CACHE_ROW_OVERHEAD), 0, shards };
+	struct cache *c = cache_create(&cc, &OPS, NULL);
+	CHECK(c);
+	uint64_t seed = shards, ids[4096];
+	for (int round = 0; round < 20; round++) {
+		ids_fill(ids, 4096, &seed, 0, NROWS);
+		check_read(c, ids, 4096);
+		ids_fill(ids, 4096, &seed, 0, NROWS);
+		do_write(c, ids, 4096, (uint64_t)round, 1);
+		check_read(c, ids, 4096);
+		/* the same rows one at a time agree */
+		uint8_t one[RS];
+		for (int i = 0; i < 64; i++) {
+			CHECK(cache_read(c, 3, RS, ids[i], 0, RS, one) == 0);
+			CHECK(!memcmp(one, shadow[ids[i]], RS));
+		}
+	}
+	struct cache_stats st;
+	cache_stats_get(c, 3, &st);
+	CHECK(st.hits > 0 && st.misses > 0);
+	check_store_after_flush(c);
+	cache_destroy(c);
+}
+
+/* a cache of 64 rows against batches of 4096: evictions, write-backs, bypasses */
+static void test_small(void)
+{
+	reset();
+	struct cache_conf cc = { 64 * (RS + CACHE_ROW_OVERHEAD), 0, 4 };
+	struct cache *c = cache_create(&cc, &OPS, NULL);
+	CHECK(c);
+	uint64_t seed = 99, ids[4096];
+	for (int round = 0; round < 10; round++) {
+		ids_fill(ids, 4096, &seed, 0, 5000);
+		do_write(c, ids, 4096, 1000 + (uint64_t)round, 1);
+		ids_fill(ids, 4096, &seed, 0, 5000);
+		check_read(c, ids, 4096);
+	}
+	check_store_after_flush(c);
+	cache_destroy(c);
+}
+
+/* one row many times in one batch: the last occurrence wins, cached or not */
+static void test_dups(void)
+{
+	reset();
+	struct cache_conf cc = { 1000 * (RS + CACHE_ROW_OVERHEAD), 0, 0 };
+	struct cache *c = cache_create(&cc, &OPS, NULL);
+	CHECK(c);
+	uint64_t ids[8] = { 5, 6, 5, 5, 6, 7, 8, 5 };
+	do_write(c, ids, 8, 1, 1);   /* 5, 6 not cached yet */
+	check_read(c, ids, 8);
+	do_write(c, ids, 8, 2, 1);   /* now cached */
+	check_read(c, ids, 8);
+	uint64_t one = 6;
+	check_read(c, &one, 1);
+	check_store_after_flush(c);
+	cache_destroy(c);
+}
+
+struct worker {
+	struct cache *c;
+	uint64_t lo;
+	int err;
+};
+
+/* each thread writes and reads its own range; reads of the shared hot rows
+ * (64 ids below its range start are another thread's) are not checked */
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t seed = w->lo, ids[2048];
+	uint8_t *buf = malloc(2048 * RS);
+	for (int round = 0; round < 50 && buf; round++) {
+		ids_fill(ids, 2048, &seed, w->lo, 10000);
+		for (size_t i = 0; i < 2048; i++)
+			memset(buf + i * RS, (int)((ids[i] + (uint64_t)round) & 0xff), RS);
+		if (cache_write_rows(w->c, 3, RS, ids, 2048, buf, 1))
+			w->err = 1;
+		for (size_t i = 0; i < 2048; i++)
+			memcpy(shadow[ids[i]], buf + i * RS, RS);
+		if (cache_read_rows(w->c, 3, RS, ids, 2048, buf))
+			w->err = 1;
+		for (size_t i = 0; i < 2048; i++)
+			if (memcmp(buf + i * RS, shadow[ids[i]], RS))
+				w->err = 1;
+	}
+	free(buf);
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	reset();
+	struct cache_conf cc = { 8000 * (RS + CACHE_ROW_OVERHEAD), 5, 8 }; /* flusher every few ms */
+	struct cache *c = cache_create(&cc, &OPS, NULL);
+	CHECK(c);
+	struct worker w[4];
+	pthread_t t[4];
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){ c, (uint64_t)i * 12000, 0 };
+		CHECK(pthread_create(&t[i], NULL, work, &w[i]) == 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		CHECK(!w[i].err);
+	}
+	check_store_after_flush(c);
+	cache_destroy(c);
+}
+
+int main(void)
+{
+	test_big(0);
+	test_big(1);
+	test_small();
+	test_dups();
+	test_threads();
+	printf("test_cache_rows: ok\n");
+	return 0;
+}
