@@ -49,6 +49,7 @@ struct btarget {
 	uint32_t row_size;
 	uint32_t mode, uid, gid;
 	int writable;      /* SCATTER allowed */
+	uint32_t snap;     /* snapshot record idx + 1; 0 = the live table */
 	int cached;        /* rows live in fs->cache under id: PREFETCH can pin them */
 	/* whole rows ids[0..n) into buf, packed: 0 or -errno; holes read as zeros */
 	int (*read_rows)(struct embfs *fs, const struct btarget *t, const uint64_t *ids, uint32_t n,
@@ -143,9 +144,34 @@ static int live_read_rows(struct embfs *fs, const struct btarget *t, const uint6
  * Snapshot tables go here too: writable = 0 (SCATTER gets EROFS), read_rows
  * through the snapshot's reader, cached = 0 unless their rows are cached.
  */
+/* Rows of a table inside a snapshot: read-only, straight from the store. */
+static int snap_read_rows(struct embfs *fs, const struct btarget *t, const uint64_t *ids, uint32_t n,
+			  char *buf)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int ret = store_snap_row_read(fs->st, t->snap - 1, t->id, ids[i], buf + (size_t)i * t->row_size);
+		if (ret < 0)
+			return ret == -ENOENT ? -ESTALE : ret;
+	}
+	return 0;
+}
+
 static int resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
 {
 	struct store_attr a;
+	if (snapfs_is_table(ino)) {
+		uint32_t idx = (uint32_t)((ino - INO_SNAPT0) >> 16), id = (uint32_t)((ino - INO_SNAPT0) & 0xffff);
+		struct store_snap sn;
+		if (store_snap_table_getattr(fs->st, idx, id, &a) || store_snap_get(fs->st, idx, &sn))
+			return -EINVAL;
+		int ret = snapfs_ensure_durable(fs, idx);
+		if (ret)
+			return ret;
+		*t = (struct btarget){ .ino = ino, .id = a.id, .gen = sn.gen, .row_size = a.row_size,
+				       .mode = a.mode & ~0222u, .uid = a.uid, .gid = a.gid, .writable = 0,
+				       .snap = idx + 1, .cached = 0, .read_rows = snap_read_rows };
+		return 0;
+	}
 	if (ino < INO_TABLE0 || ino - INO_TABLE0 >= (uint64_t)EMB_CAT_PER_CHUNK * EMB_CAT_CHUNKS)
 		return -EINVAL;
 	if (store_table_getattr(fs->st, (uint32_t)(ino - INO_TABLE0), &a))

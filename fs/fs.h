@@ -97,6 +97,7 @@ void snapfs_fsyncdir(fuse_req_t req, fuse_ino_t ino);
 void snapfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void snapfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
 void snapfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence);
+int snapfs_ensure_durable(struct embfs *fs, uint32_t idx);
 
 /* ctl.c: .embfs/batch, the current batch id as text */
 void ctl_batch_read(fuse_req_t req, size_t size, off_t off);

@@ -202,7 +202,7 @@ void snapfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 }
 
 /* Make snapshot idx durable now: write every cached row back. */
-static int make_durable(struct embfs *fs, uint32_t idx)
+int snapfs_ensure_durable(struct embfs *fs, uint32_t idx)
 {
 	struct store_snap sn;
 	int ret = store_snap_get(fs->st, idx, &sn);
@@ -220,7 +220,7 @@ void snapfs_fsyncdir(fuse_req_t req, fuse_ino_t ino)
 	uint32_t idx;
 	int ret = rows_sync(fs, -1);
 	if (!ret && dir_idx(ino, &idx))
-		ret = make_durable(fs, idx);
+		ret = snapfs_ensure_durable(fs, idx);
 	if (!ret && ino == INO_SNAPS) {
 		uint32_t cur = 0;
 		struct store_snap sn;
@@ -242,7 +242,7 @@ void snapfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	int ret = make_durable(fs, idx);
+	int ret = snapfs_ensure_durable(fs, idx);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;

@@ -65,6 +65,9 @@ MR_WARMUP=${MR_WARMUP:-$((ROWS + ROWS / 4))}
 MR_UNIFORM_ACCESSES=${MR_UNIFORM_ACCESSES:-$((ROWS + ROWS / 4))}
 MR_UNIFORM_WARMUP=${MR_UNIFORM_WARMUP:-$((ROWS / 2))}
 MR_ONE_SHARD=${MR_ONE_SHARD:-0}
+SNAP_BATCHES=${SNAP_BATCHES:-40}   # training batches of 4096 rows per run (snap section)
+SNAP_EVERY=${SNAP_EVERY:-5}        # a snapshot every this many batches
+SNAP_BIG_ROWS=${SNAP_BIG_ROWS:-8000000}
 
 # /dev/shm stands in for PMem.  PMEM_IS_PMEM_FORCE=1 makes libpmemobj treat
 # the pool as PMem and persist with cache-line flushes instead of msync, as
@@ -495,6 +498,67 @@ section_batch() {
 }
 
 # teardown: clean unmount (flushes everything), timed
+# snap: snapshot costs on the populated table.  A training-like loop (a
+# Zipf batch of 4096 rows read with pread, changed, written back with
+# pwrite) with a snapshot every SNAP_EVERY batches against none, runs
+# interleaved; mkdir latency; pool space held per row changed since.
+section_snap() {
+	SB="$BUILD/bench/snapbench"
+	[ -x "$SB" ] || fail "$SB not built"
+	say ""
+	say "snap: training loop, $SNAP_BATCHES batches of 4096 Zipf rows (pread + pwrite each), snapshot every $SNAP_EVERY batches vs none"
+	tn=""; ts=""
+	for r in $(seq 1 "$RUNS"); do
+		o=$("$SB" train "$MNT" "$TABLE.emb" "$ROWS" "$SNAP_BATCHES" 0 "$r") || fail "snapbench train"
+		echo "snap none: $o" >>"$W/runs.log"
+		tn="$tn $(echo "$o" | awk '{ print $3 }')"
+		o=$("$SB" train "$MNT" "$TABLE.emb" "$ROWS" "$SNAP_BATCHES" "$SNAP_EVERY" "$r") || fail "snapbench train"
+		echo "snap every $SNAP_EVERY: $o" >>"$W/runs.log"
+		ts="$ts $(echo "$o" | awk '{ print $3 }')"
+		say "  run $r: none $(echo "$tn" | awk '{ print $NF }') rows/s, with snapshots $(echo "$ts" | awk '{ print $NF }') rows/s ($o)"
+	done
+	mn=$(med $tn); ms=$(med $ts)
+	ov=$(awk -v a="$ms" -v b="$mn" 'BEGIN { printf "%.1f", 100 * (1 - a / b) }')
+	result snap "train 1thr, snapshot every $SNAP_EVERY batches" "$ms" "$mn" - - "base = no snapshots; throughput overhead ${ov}% (target < 3%)"
+	lat=$("$SB" mkdir "$MNT" 9) || fail "snapbench mkdir"
+	say "  mkdir with $ROWS rows stored: $lat"
+	result snap "mkdir latency, $ROWS rows" - - - - "$lat"
+	for k in 1000 10000 100000; do
+		o=$("$SB" space "$MNT" "$TABLE.emb" "$ROWS" "$k") || fail "snapbench space"
+		say "  $o"
+		result snap "space held after $k rows changed" - - - - "$(echo "$o" | cut -d' ' -f2-)"
+	done
+}
+
+# snapscale: mkdir latency with 1M and then SNAP_BIG_ROWS stored rows, on a
+# pool of its own (O(1) in table size: it must not grow with the rows)
+section_snapscale() {
+	SB="$BUILD/bench/snapbench"
+	say ""
+	big_mb=$((SNAP_BIG_ROWS * 330 / 1048576 + 512))
+	avail_mb=$(df -Pm /dev/shm | awk 'NR == 2 { print $4 }')
+	if [ "${avail_mb:-0}" -lt "$big_mb" ]; then
+		say "snapscale: skipped, /dev/shm has ${avail_mb} MiB free, need ~$big_mb"
+		return 0
+	fi
+	"$MKFS" -f -s "${big_mb}M" "$W/snappool" >/dev/null || fail "mkfs.embfs snappool"
+	mkdir -p "$W/snapmnt"
+	mount_pool "$W/snappool" "$W/snapmnt" "" 1
+	spid=$DPID
+	dd if=/dev/urandom of="$W/snapmnt/t.emb" bs=1M count=$((1000000 * 256 / 1048576)) conv=fsync status=none || fail "populate 1M"
+	l1=$("$SB" mkdir "$W/snapmnt" 9) || fail "snapbench mkdir"
+	say "snapscale: mkdir with $(stat_of "$W/snapmnt" rows) rows: $l1"
+	result snap "mkdir latency, $(stat_of "$W/snapmnt" rows) rows" - - - - "$l1"
+	t=$(now)
+	dd if=/dev/zero bs=1M count=$(((SNAP_BIG_ROWS - 1000000) * 256 / 1048576)) status=none |
+		tr '\0' 'x' | dd of="$W/snapmnt/t.emb" bs=1M oflag=append conv=notrunc,fsync status=none || fail "populate big"
+	l8=$("$SB" mkdir "$W/snapmnt" 9) || fail "snapbench mkdir"
+	say "snapscale: mkdir with $(stat_of "$W/snapmnt" rows) rows: $l8 (populated in $(since "$t") s)"
+	result snap "mkdir latency, $(stat_of "$W/snapmnt" rows) rows" - - - - "$l8"
+	umount_pool "$spid" "$W/snapmnt"
+	rm -f "$W/snappool"
+}
+
 section_teardown() {
 	t=$(now)
 	umount_pool "$PID" "$MNT"
@@ -665,7 +729,9 @@ section setup
 section rowio
 section hit
 section batch
+section snap
 section teardown
+section snapscale
 section cache1
 section durable
 section missrate

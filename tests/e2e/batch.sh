@@ -110,6 +110,20 @@ else
 fi
 unmount_pool "$M"
 
+say "snapshot tables: gathers read the snapshot as taken; scatters get EROFS"
+mount_pool "$T/pool" "$M"
+chmod 644 "$M/t.emb"
+mkdir "$M/.snapshots/g1" || fail "mkdir snapshot"
+cp "$M/t.emb" "$T/t.before"
+"$BT" scatter-check "$M/t.emb" 4096 9 60000 || fail "scatter after the snapshot"
+cmp -s "$M/t.emb" "$T/t.before" && fail "the scatter changed nothing"
+cmp "$M/.snapshots/g1/t.emb" "$T/t.before" || fail "the snapshot changed"
+BATCH_FILE="$M/.embfs/rows" "$BT" gather-check "$M/.snapshots/g1/t.emb" 4096 10 60000 ||
+	fail "gather from a snapshot table"
+expect "scatter into a snapshot table" \
+	"$(BATCH_FILE="$M/.embfs/rows" "$BT" access "$M/.snapshots/g1/t.emb" scatter)" EROFS
+unmount_pool "$M"
+
 say "a full pool refuses a scatter whole (ENOSPC), nothing changes"
 mkpool "$T/small" -s 16M -t t.emb:64
 mount_pool "$T/small" "$M" $OPTS
