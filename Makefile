@@ -2,7 +2,9 @@
 CC ?= cc
 PKGS := fuse3 libpmemobj libpmem liburing libxxhash
 PREFIX ?= /usr/local
-BUILD ?= build
+# a sanitizer build lives in its own tree (build-address, ...), so switching
+# never mixes objects built with different flags
+BUILD ?= build$(if $(SANITIZER),-$(SANITIZER))
 
 CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 -Wall -Wextra -Iinclude -D_GNU_SOURCE -pthread
@@ -71,20 +73,20 @@ deps:
 	@sh tests/deps.sh
 
 test: deps all
-	@sh tests/run.sh
+	@BUILD=$(abspath $(BUILD)) sh tests/run.sh
 
 # README "Batched rows": train on a fresh pool, serve from the tables, unmount
 example-train: deps all
-	@sh examples/run.sh c
+	@BUILD=$(abspath $(BUILD)) sh examples/run.sh c
 
 example-python: deps all
-	@sh examples/run.sh python
+	@BUILD=$(abspath $(BUILD)) sh examples/run.sh python
 
 demo: deps all
-	@sh examples/demo.sh
+	@BUILD=$(abspath $(BUILD)) sh examples/demo.sh
 
 bench: deps all
-	@sh tests/bench/run.sh
+	@BUILD=$(abspath $(BUILD)) sh tests/bench/run.sh
 
 install: $(PROGS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin

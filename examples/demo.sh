@@ -3,7 +3,7 @@
 # read rows with ordinary tools, show geometry and stats, unmount.
 set -e
 TOP=$(cd "$(dirname "$0")/.." && pwd)
-B=$TOP/build
+B=${BUILD:-$TOP/build}
 D=$(mktemp -d /tmp/embfs-demo.XXXXXX)
 POOL=$D/pool.embfs MNT=$D/mnt PID=
 cleanup() {
