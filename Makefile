@@ -9,7 +9,7 @@ BUILD ?= build$(if $(SANITIZER),-$(SANITIZER))
 CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 -Wall -Wextra -Iinclude -D_GNU_SOURCE -pthread
 ifneq ($(SANITIZER),)
-CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer
+CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZER)
 endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -73,7 +73,7 @@ deps:
 	@sh tests/deps.sh
 
 test: deps all
-	@BUILD=$(abspath $(BUILD)) sh tests/run.sh
+	@BUILD=$(abspath $(BUILD)) LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 sh tests/run.sh
 
 # README "Batched rows": train on a fresh pool, serve from the tables, unmount
 example-train: deps all

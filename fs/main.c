@@ -75,7 +75,7 @@ int main(int argc, char **argv)
 	fs.conf.dim = 64;
 	fs.conf.dirty_age_ms = 5000;
 	if (fuse_opt_parse(&args, &fs.conf, embfs_opts, opt_proc) == -1)
-		return 1;
+		goto out_args;
 	if (fs.conf.show_help) {
 		usage(argv[0]);
 		ret = 0;

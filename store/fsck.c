@@ -82,7 +82,8 @@ int store_fsck(struct store *s, struct store_fsck *r)
 		r->rows += w.count;
 	}
 	if (!ret) {
-		qsort(w.refs, w.n, sizeof(*w.refs), cmp_u64);
+		if (w.n)
+			qsort(w.refs, w.n, sizeof(*w.refs), cmp_u64);
 		for (size_t i = 1; i < w.n; i++)
 			if (w.refs[i] == w.refs[i - 1])
 				r->double_refs++;

@@ -421,7 +421,8 @@ static int seek_prepare(struct store *s, struct stable *st, uint64_t from, size_
 		struct keyvec k = { .s = s };
 		ret = index_walk(s, st, keyvec_push, &k);
 		if (!ret) {
-			qsort(k.v, k.n, sizeof(*k.v), cmp_u64);
+			if (k.n)
+				qsort(k.v, k.n, sizeof(*k.v), cmp_u64);
 			free(st->seek_keys);
 			st->seek_keys = k.v;
 			st->seek_n = k.n;

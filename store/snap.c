@@ -834,7 +834,8 @@ static int snap_keys(struct store *s, uint32_t idx, uint32_t id, struct stable *
 		pthread_mutex_unlock(&st->seek_lock);
 		return ret;
 	}
-	qsort(all.k, n, 8, cmp_u64);
+	if (n)
+		qsort(all.k, n, 8, cmp_u64);
 	free(st->snap_keys);
 	st->snap_keys = all.k;
 	st->snap_n = n;

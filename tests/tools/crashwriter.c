@@ -205,11 +205,15 @@ static int do_write(const struct conf *c, const char *table, const char *logpath
 	printf("crashwriter: wrote batches %" PRIu64 "..%" PRIu64 " (%" PRIu64 " rows)\n", b0, b - 1, rows);
 	close(fd);
 	close(lfd);
+	free(runs);
+	free(buf);
 	return 0;
 stopped:
 	printf("crashwriter: stopped in batch %" PRIu64 " after batches %" PRIu64 "..%" PRIu64
 	       " (%" PRIu64 " rows)\n", b, b0, b - 1, rows);
 	close(lfd);
+	free(runs);
+	free(buf);
 	return 3;
 }
 

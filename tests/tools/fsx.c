@@ -244,7 +244,8 @@ static void full_compare(const char *why)
 		ext_push(&re, me.v[i].a, me.v[i].b);
 	for (size_t i = 0; i < se.n; i++)
 		ext_push(&re, se.v[i].a, se.v[i].b);
-	qsort(re.v, re.n, sizeof(*re.v), ext_cmp);
+	if (re.n)
+		qsort(re.v, re.n, sizeof(*re.v), ext_cmp);
 	size_t k = 0;
 	for (size_t i = 0; i < re.n; i++) {
 		if (k && re.v[i].a <= re.v[k - 1].b) {
