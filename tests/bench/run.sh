@@ -729,16 +729,11 @@ section() {
 }
 
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
-section setup
-section rowio
-section hit
-section batch
-section snap
-section teardown
-section snapscale
-section cache1
-section durable
-section missrate
+# SECTIONS="setup snap teardown" runs a subset (setup first, teardown after
+# the sections that use its mount)
+for s_name in ${SECTIONS:-setup rowio hit batch snap teardown snapscale cache1 durable missrate}; do
+	section "$s_name"
+done
 
 say ""
 say "summary (medians of $RUNS runs; M rows/s; ratio = mount / base; base = the sparse file on /dev/shm"
