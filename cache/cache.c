@@ -25,7 +25,8 @@ enum {
 	F_REF = 4,   /* CLOCK reference bit */
 	F_BUSY = 8,  /* being written back (flush_lock holder) */
 	F_REDIRTY = 16, /* written again while busy */
-	F_NEW = 32,  /* not stored below (a hole there) */
+	F_NEW = 32,  /* not stored below (a hole there) when it became dirty */
+	F_STORED = 64, /* ... but a preserved older version of it is now: not counted as new */
 };
 
 /* 28 bytes: with 2–4 bytes of bucket, at most CACHE_ROW_OVERHEAD per row. */
@@ -253,7 +254,8 @@ static void remove_entry(struct cache *c, struct shard *sh, uint32_t idx)
 		sh->ndirty--;
 		TS_SUB(t, dirty, 1);
 		if (e->flags & F_NEW) {
-			TS_SUB(t, new_dirty, 1);
+			if (!(e->flags & F_STORED))
+				TS_SUB(t, new_dirty, 1);
 			if (c->ops->reserve)
 				c->ops->reserve(c->ctx, e->table, rs, -1);
 		}
@@ -462,6 +464,25 @@ static void pres_putback(struct cache *c, struct pres *p)
 	pthread_mutex_unlock(&c->pres_lock);
 }
 
+/* A preserved version of (table, row) reached the store: if the row's entry
+ * still counts as new (a hole below), it no longer is one for the counters.
+ * Its promise stays with it: its own write-back still needs a slot. */
+static void stored_below(struct cache *c, uint32_t table, uint64_t row)
+{
+	uint64_t h = hash(table, row);
+	struct shard *sh = &c->sh[c->shard_shift == 64 ? 0 : (uint32_t)(h >> c->shard_shift)];
+	pthread_mutex_lock(&sh->lock);
+	uint32_t idx = lookup(sh, table, row, h);
+	if (idx != NIL) {
+		struct centry *e = &sh->e[idx];
+		if ((e->flags & (F_DIRTY | F_NEW)) == (F_DIRTY | F_NEW) && !(e->flags & F_STORED)) {
+			e->flags |= F_STORED;
+			TS_SUB(tst(c, table), new_dirty, 1);
+		}
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
+
 /*
  * Write back the staged rows and every preserved copy made so far, then
  * settle their flags.  A row may have several pending versions (preserved
@@ -522,6 +543,7 @@ static int stage_commit(struct cache *c, struct stage *s)
 		} else if (it[i].done) {
 			if (c->ops->reserve)
 				c->ops->reserve(c->ctx, it[i].p->table, it[i].p->rs, -1);
+			stored_below(c, it[i].p->table, it[i].p->row);
 			free(it[i].p);
 		} else {
 			pres_putback(c, it[i].p); /* tried again, oldest first, next round */
@@ -538,8 +560,9 @@ settle:
 			sh->writebacks++;
 			TS_ADD(t, writebacks, 1);
 			if (e->flags & F_NEW) {
-				e->flags &= (uint8_t)~F_NEW;
-				TS_SUB(t, new_dirty, 1);
+				if (!(e->flags & F_STORED))
+					TS_SUB(t, new_dirty, 1);
+				e->flags &= (uint8_t)~(F_NEW | F_STORED);
 				if (c->ops->reserve)
 					c->ops->reserve(c->ctx, e->table, sh->ar[e->cls].rs, -1);
 			}

@@ -307,11 +307,29 @@ static void test_preserve(void)
 	CHECK(cache_flush(c, 0) == 0);
 	CHECK(F.versions == 3 && F.batch_of[8] == 7 && F.rows[8][0] == 4);
 	CHECK(F.reserved == 0);
-	/* clean rows need no copy: the store keeps the old version itself */
-	memset(w, 5, RS);
+	/* a row that was a hole below stops counting as new once a preserved
+	 * version of it is written back, even before its own write-back */
+	struct cache_stats st;
+	memset(w, 6, RS);
+	CHECK(cache_write(c, 0, RS, 9, 0, RS, w, 7) == 0); /* row 9: a hole below */
 	cache_set_snapshot(c, 7);
-	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 8) == 0);
-	CHECK(cache_flush(c, 0) == 0 && F.versions == 4);
+	memset(w, 7, RS);
+	CHECK(cache_write(c, 0, RS, 9, 0, RS, w, 8) == 0);
+	cache_stats_get(c, 0, &st);
+	CHECK(st.new_dirty == 1 && st.dirty == 1);
+	cache_drop(c, 0, 1000, 1001); /* writes the preserved versions back first */
+	CHECK(F.stored[9] && F.rows[9][0] == 6);
+	cache_stats_get(c, 0, &st);
+	CHECK(st.new_dirty == 0 && st.dirty == 1);
+	CHECK(cache_flush(c, 0) == 0 && F.rows[9][0] == 7 && F.reserved == 0);
+	cache_stats_get(c, 0, &st);
+	CHECK(st.new_dirty == 0 && st.dirty == 0);
+	/* clean rows need no copy: the store keeps the old version itself */
+	long v0 = F.versions;
+	memset(w, 5, RS);
+	cache_set_snapshot(c, 8);
+	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 9) == 0);
+	CHECK(cache_flush(c, 0) == 0 && F.versions == v0 + 1);
 	cache_destroy(c);
 }
 
