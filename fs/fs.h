@@ -15,7 +15,7 @@
 #define INO_CTL 2        /* .embfs */
 #define INO_STATS 3      /* .embfs/stats */
 #define INO_SNAPS 4      /* .snapshots */
-#define INO_BATCHID 5    /* .embfs/batch: the current batch id, and batched rows (batch.c) */
+#define INO_BATCHID 5    /* .embfs/batch: the current batch id (ctl.c) */
 #define INO_ROWS 6       /* .embfs/rows: batched gather/scatter (batch.c) */
 /* 7..15: more control files */
 #define INO_TABLE0 16    /* table id i is inode INO_TABLE0 + i */
@@ -43,7 +43,7 @@ struct embfs {
 	uint32_t def_dim, def_dtype;
 	_Atomic uint64_t *nlookup;  /* kernel references per table id */
 	_Atomic uint64_t n_read, n_write, n_read_bytes, n_write_bytes, n_fsync, n_snaps;
-	struct batch *batch;        /* batch.c: .embfs/batch threads and counters */
+	struct batch *batch;        /* batch.c: .embfs/rows threads and counters */
 	/* Writes into the cache hold it shared from reading the batch id until
 	 * their rows are in the cache; taking a snapshot holds it exclusive while
 	 * it advances the batch id and tells the cache, so no write straddles a
@@ -106,9 +106,8 @@ void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off);
 /* stats.c: render .embfs/stats into a malloc'd buffer. */
 char *embfs_stats_render(struct embfs *fs, size_t *len);
 
-/* batch.c: all of .embfs/batch (README "Batched rows"): binary requests
- * (many rows per round trip) and the batch id as text (a write of "N\n"
- * sets it through store_batch_set; a read with no gather response gives it).
+/* batch.c: .embfs/rows (README "Batched rows"): binary requests, many rows
+ * of one table per round trip (the batch id is ctl.c's .embfs/batch).
  * batch_init at INIT (starts the prefetch and page-cache notifier threads),
  * batch_destroy at DESTROY; the others reply to the request. */
 int batch_init(struct embfs *fs);

@@ -139,7 +139,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	struct embfs *fs = userdata;
 	int ret = batch_init(fs);
 	if (ret)
-		fprintf(stderr, "embfs: .embfs/batch disabled: %s\n", strerror(-ret));
+		fprintf(stderr, "embfs: .embfs/rows disabled: %s\n", strerror(-ret));
 	/* 1 MiB WRITEs (libfuse then asks for max_pages = 256): a 4096-row
 	 * batch of 256-byte rows moves in one or two requests each way */
 	conn->max_write = 1u << 20;
