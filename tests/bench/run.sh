@@ -182,8 +182,8 @@ cleanup() {
 			[ $rc -ne 0 ] && [ -s "$W/daemon.log" ] && { echo "daemon log:" >&2; tail -20 "$W/daemon.log" >&2; }
 			[ -s "$W/runs.log" ] && cp "$W/runs.log" "$BENCH_OUT.runs" 2>/dev/null
 			rm -f "$W/pool" "$W/pool0" "$W/base.emb" "$W/daemon.log" "$W/summary" "$W/runs.log" \
-				"$W/mr.zipf" "$W/mr.uniform"
-			rmdir "$W/mnt" "$W/mnt0" 2>/dev/null
+				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool"
+			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" 2>/dev/null
 			rmdir "$W" 2>/dev/null
 		fi
 	fi
