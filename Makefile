@@ -57,11 +57,11 @@ $(BUILD)/tools/%: tests/tools/%.c
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm
 
 # missrate drives the real cache library over a fake store
-$(BUILD)/bench/missrate: tests/bench/missrate.c tests/bench/ids.h $(BUILD)/libcache.a $(HDRS)
+$(BUILD)/bench/missrate: tests/bench/missrate.c tests/bench/bench.h $(BUILD)/libcache.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcache.a $(LDFLAGS) -pthread -lm
 
-$(BUILD)/bench/%: tests/bench/%.c tests/bench/ids.h
+$(BUILD)/bench/%: tests/bench/%.c tests/bench/bench.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm
 

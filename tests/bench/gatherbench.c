@@ -42,11 +42,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
+
 #include "embfs/batch.h"
 
 #define RING_BITS 20
-#define HIST_SUB 32
-#define HIST_N (64 * HIST_SUB)
 
 struct conf {
 	const char *path, *batch_path;
@@ -75,41 +75,7 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- ids: the generator and rank -> row map of rowbench.c ---- */
-
-#include "ids.h"
-
-/* ---- batch latency histogram (log-linear) ---- */
-
-static inline unsigned hist_idx(uint64_t v)
-{
-	if (v < HIST_SUB)
-		return (unsigned)v;
-	int e = 63 - __builtin_clzll(v);
-	return (unsigned)((e - 4) * HIST_SUB + ((v >> (e - 5)) & (HIST_SUB - 1)));
-}
-
-static double hist_val(unsigned i)
-{
-	if (i < HIST_SUB)
-		return i;
-	int e = (int)(i / HIST_SUB) + 4;
-	uint64_t lo = (1ull << e) | ((uint64_t)(i % HIST_SUB) << (e - 5));
-	return (double)lo + (double)(1ull << (e - 5)) / 2;
-}
-
-static double hist_pct(const uint64_t *h, uint64_t total, double pct)
-{
-	uint64_t want = (uint64_t)ceil(total * pct / 100.0), acc = 0;
-	if (want == 0)
-		want = 1;
-	for (unsigned i = 0; i < HIST_N; i++) {
-		acc += h[i];
-		if (acc >= want)
-			return hist_val(i);
-	}
-	return 0;
-}
+/* ids, Zipf sampler and latency histogram: bench.h, shared with rowbench.c */
 
 /* ---- one batch ---- */
 

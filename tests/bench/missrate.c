@@ -37,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
+
 #include "embfs/cache.h"
 
 #define NIL UINT32_MAX
@@ -54,7 +56,6 @@ static double now(void)
 /* ---- ids: rng, Zipf and rank -> row exactly as in rowbench.c (keep in sync;
  * run.sh compares `rowbench -Z` and `missrate -P` on rank 1..6 -> rows) ---- */
 
-#include "ids.h"
 
 /* ---- exact LRU: hash map row -> node, doubly linked list, most recent at head ---- */
 
@@ -275,16 +276,6 @@ static void usage(FILE *f)
 		   "  -d  which id streams (both)   -1  also run CLOCK with one shard\n");
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-')
-		return -1;
-	*out = v;
-	return 0;
-}
 
 int main(int argc, char **argv)
 {

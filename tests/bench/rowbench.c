@@ -40,10 +40,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
+
 #define RING_BITS 20
 #define LAT_EVERY 16 /* time one call in 16: two clock reads per 16 calls */
-#define HIST_SUB 32 /* sub-buckets per power of two */
-#define HIST_N (64 * HIST_SUB)
 
 struct conf {
 	const char *path;
@@ -90,40 +90,9 @@ static uint64_t now_ns(void)
 
 /* ---- random numbers: splitmix64 seeds xoshiro256** ---- */
 
-#include "ids.h"
-
-/* ---- latency histogram: log-linear, HIST_SUB buckets per power of two ---- */
-
-static inline unsigned hist_idx(uint64_t v)
-{
-	if (v < HIST_SUB)
-		return (unsigned)v;
-	int e = 63 - __builtin_clzll(v); /* >= 5 */
-	return (unsigned)((e - 4) * HIST_SUB + ((v >> (e - 5)) & (HIST_SUB - 1)));
-}
 
 /* middle of bucket i, in ns */
-static double hist_val(unsigned i)
-{
-	if (i < HIST_SUB)
-		return i;
-	int e = (int)(i / HIST_SUB) + 4;
-	uint64_t lo = (1ull << e) | ((uint64_t)(i % HIST_SUB) << (e - 5));
-	return (double)lo + (double)(1ull << (e - 5)) / 2;
-}
 
-static double hist_pct(const uint64_t *h, uint64_t total, double pct)
-{
-	uint64_t want = (uint64_t)ceil(total * pct / 100.0), acc = 0;
-	if (want == 0)
-		want = 1;
-	for (unsigned i = 0; i < HIST_N; i++) {
-		acc += h[i];
-		if (acc >= want)
-			return hist_val(i);
-	}
-	return 0;
-}
 
 /* ---- the timed loop ---- */
 
@@ -221,16 +190,6 @@ static void usage(FILE *f)
 		   "  -S N  fsync after every N rows written (per thread) and at the end\n");
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-')
-		return -1;
-	*out = v;
-	return 0;
-}
 
 /* -Z: sample 10M ids and compare the top ranks with the exact pmf */
 static int zipf_check(const struct conf *c)

@@ -2,13 +2,16 @@
  * Row ids for the benchmarks, shared so that every program draws the same
  * stream: a xoshiro256** generator, a Zipf(theta) sampler over ranks 1..n by
  * rejection-inversion (W. Hormann, G. Derflinger), and a fixed permutation
- * of [0, n) that spreads the hot ranks over the table (rank -> row).
+ * of [0, n) that spreads the hot ranks over the table (rank -> row); a
+ * latency histogram and option parsing.
  */
-#ifndef EMBFS_BENCH_IDS_H
-#define EMBFS_BENCH_IDS_H
+#ifndef EMBFS_BENCH_H
+#define EMBFS_BENCH_H
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 struct rng {
 	uint64_t s[4];
@@ -153,6 +156,54 @@ static inline uint64_t perm_row(const struct perm *p, uint64_t rank0)
 		x = perm_mix(p, x);
 	while (x >= p->n);
 	return x;
+}
+
+/* ---- latency histogram: 32 sub-buckets per power of two ---- */
+
+#define HIST_SUB 32 /* sub-buckets per power of two */
+#define HIST_N (64 * HIST_SUB)
+
+static inline unsigned hist_idx(uint64_t v)
+{
+	if (v < HIST_SUB)
+		return (unsigned)v;
+	int e = 63 - __builtin_clzll(v); /* >= 5 */
+	return (unsigned)((e - 4) * HIST_SUB + ((v >> (e - 5)) & (HIST_SUB - 1)));
+}
+
+static inline double hist_val(unsigned i)
+{
+	if (i < HIST_SUB)
+		return i;
+	int e = (int)(i / HIST_SUB) + 4;
+	uint64_t lo = (1ull << e) | ((uint64_t)(i % HIST_SUB) << (e - 5));
+	return (double)lo + (double)(1ull << (e - 5)) / 2;
+}
+
+static inline double hist_pct(const uint64_t *h, uint64_t total, double pct)
+{
+	uint64_t want = (uint64_t)ceil(total * pct / 100.0), acc = 0;
+	if (want == 0)
+		want = 1;
+	for (unsigned i = 0; i < HIST_N; i++) {
+		acc += h[i];
+		if (acc >= want)
+			return hist_val(i);
+	}
+	return 0;
+}
+
+/* ---- options ---- */
+
+static inline int parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-')
+		return -1;
+	*out = v;
+	return 0;
 }
 
 #endif
