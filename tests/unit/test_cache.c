@@ -14,14 +14,8 @@
 #include <time.h>
 
 #include "embfs/cache.h"
+#include "helpers.h"
 
-#define CHECK(c)                                                                          \
-	do {                                                                              \
-		if (!(c)) {                                                               \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-			exit(1);                                                          \
-		}                                                                         \
-	} while (0)
 
 #define RS 256
 #define NROWS 20000

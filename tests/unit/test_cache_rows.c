@@ -13,14 +13,8 @@
 #include <string.h>
 
 #include "embfs/cache.h"
+#include "helpers.h"
 
-#define CHECK(c)                                                                          \
-	do {                                                                              \
-		if (!(c)) {                                                               \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-			exit(1);                                                          \
-		}                                                                         \
-	} while (0)
 
 #define RS 128
 #define NROWS 50000

@@ -14,22 +14,8 @@
 #include <unistd.h>
 
 #include "embfs/store.h"
+#include "helpers.h"
 
-#define CHECK(c)                                                                   \
-	do {                                                                       \
-		if (!(c)) {                                                        \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-			exit(1);                                                   \
-		}                                                                  \
-	} while (0)
-#define OK(e)                                                                      \
-	do {                                                                       \
-		int r_ = (e);                                                      \
-		if (r_ < 0) {                                                      \
-			fprintf(stderr, "%s:%d: %s = %s\n", __FILE__, __LINE__, #e, strerror(-r_)); \
-			exit(1);                                                   \
-		}                                                                  \
-	} while (0)
 
 static char path[256];
 static char err[512];
