@@ -550,13 +550,13 @@ section_snapscale() {
 	mount_pool "$W/snappool" "$W/snapmnt" "" 1
 	spid=$DPID
 	dd if=/dev/urandom of="$W/snapmnt/t.emb" bs=1M count=$((1000000 * 256 / 1048576)) conv=fsync status=none || fail "populate 1M"
-	l1=$("$SB" mkdir "$W/snapmnt" 9) || fail "snapbench mkdir"
+	l1=$("$SB" mkdir "$W/snapmnt" 25) || fail "snapbench mkdir"
 	say "snapscale: mkdir with $(stat_of "$W/snapmnt" rows) rows: $l1"
 	result snap "mkdir latency, $(stat_of "$W/snapmnt" rows) rows" - - - - "$l1"
 	t=$(now)
 	dd if=/dev/zero bs=1M count=$(((SNAP_BIG_ROWS - 1000000) * 256 / 1048576)) status=none |
 		tr '\0' 'x' | dd of="$W/snapmnt/t.emb" bs=1M oflag=append conv=notrunc,fsync status=none || fail "populate big"
-	l8=$("$SB" mkdir "$W/snapmnt" 9) || fail "snapbench mkdir"
+	l8=$("$SB" mkdir "$W/snapmnt" 25) || fail "snapbench mkdir"
 	say "snapscale: mkdir with $(stat_of "$W/snapmnt" rows) rows: $l8 (populated in $(since "$t") s)"
 	result snap "mkdir latency, $(stat_of "$W/snapmnt" rows) rows" - - - - "$l8"
 	umount_pool "$spid" "$W/snapmnt"
