@@ -81,4 +81,16 @@ unmount_pool "$M"
 mount_pool "$T/pool" "$M" $OPTS
 "$FSX" -q -C "$M/mid.emb" "$T/mid.emb.shadow" >/dev/null || fail "mid.emb differs after third remount"
 unmount_pool "$M"
+
+say "a 1 MiB cache against 64 MiB of rows: evictions and write-backs all the time"
+mount_pool "$T/pool" "$M" $OPTS -o cache_size=1M,dirty_age_ms=20
+"$FSX" -q -n 3000 -s 51 -m 64M -l 512K -c 1000 "$M/big.emb" "$T/big.emb.shadow" ||
+	fail "fsx on a 64 MiB working set through a 1 MiB cache (reproduce: fsx -n 3000 -s 51 -m 64M -l 512K -c 1000)"
+ev=$(stat_field "$M" cache.evictions)
+[ "${ev:-0}" -gt 10000 ] || fail "expected many evictions through a 1 MiB cache, got ${ev:-none}"
+say "  $ev evictions, $(stat_field "$M" cache.writebacks) write-backs"
+unmount_pool "$M"
+mount_pool "$T/pool" "$M" $OPTS
+"$FSX" -q -C "$M/big.emb" "$T/big.emb.shadow" >/dev/null || fail "big.emb differs after remount"
+unmount_pool "$M"
 exit 0
