@@ -381,26 +381,14 @@ int commit_recover(struct store *s)
 
 struct collect {
 	uint64_t from;
-	uint64_t *v;
-	size_t n, cap;
+	struct u64vec keys;
 };
 
 static int collect_from(void *arg, uint64_t key, uint64_t val)
 {
 	struct collect *c = arg;
 	(void)val;
-	if (key < c->from)
-		return 0;
-	if (c->n == c->cap) {
-		size_t nc = c->cap ? c->cap * 2 : 1024;
-		uint64_t *p = realloc(c->v, nc * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		c->v = p;
-		c->cap = nc;
-	}
-	c->v[c->n++] = key;
-	return 0;
+	return key < c->from ? 0 : u64vec_push(&c->keys, key);
 }
 
 /* Drop every row at or past t->trim_from bytes: zero the tail of a partial
@@ -419,19 +407,19 @@ int trim_locked(struct store *s, struct stable *st)
 		if (ret)
 			return ret;
 	}
-	struct collect c = { (lim + rs - 1) / rs, NULL, 0, 0 };
+	struct collect c = { (lim + rs - 1) / rs, { 0 } };
 	ret = index_walk(s, st, collect_from, &c);
-	if (!ret && c.n) {
-		struct store_rowop *ops = calloc(c.n, sizeof(*ops));
+	if (!ret && c.keys.n) {
+		struct store_rowop *ops = calloc(c.keys.n, sizeof(*ops));
 		if (!ops)
 			ret = -ENOMEM;
-		for (size_t i = 0; ops && i < c.n; i++)
-			ops[i].row = c.v[i];
+		for (size_t i = 0; ops && i < c.keys.n; i++)
+			ops[i].row = c.keys.v[i];
 		if (ops)
-			ret = commit_locked(s, st, ops, c.n, 0);
+			ret = commit_locked(s, st, ops, c.keys.n, 0);
 		free(ops);
 	}
-	free(c.v);
+	free(c.keys.v);
 	if (ret)
 		return ret;
 	st64(&t->trim_from, EMB_NONE);

@@ -10,8 +10,7 @@ struct walk {
 	struct store *s;
 	struct stable *st;
 	struct store_fsck *r;
-	uint64_t *refs;
-	size_t n, cap;
+	struct u64vec refs;
 	uint64_t count;
 };
 
@@ -30,38 +29,18 @@ static int check_entry(void *arg, uint64_t key, uint64_t val)
 			w->r->bad_versions++;
 			break;
 		}
-		if (w->n == w->cap) {
-			size_t nc = w->cap ? 2 * w->cap : 4096;
-			uint64_t *p = realloc(w->refs, nc * sizeof(*p));
-			if (!p)
-				return -ENOMEM;
-			w->refs = p;
-			w->cap = nc;
-		}
-		w->refs[w->n++] = S_OFF(w->s, v);
+		if (u64vec_push(&w->refs, S_OFF(w->s, v)))
+			return -ENOMEM;
 		newer = v->batch;
 		v = S_PTR(w->s, v->prev);
 	}
 	return 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
+static int referenced(const struct u64vec *refs, uint64_t off)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
-static int referenced(const uint64_t *v, size_t n, uint64_t off)
-{
-	size_t lo = 0, hi = n;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (v[mid] < off)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < n && v[lo] == off;
+	size_t i = u64_lower_bound(refs->v, refs->n, off);
+	return i < refs->n && refs->v[i] == off;
 }
 
 int store_fsck(struct store *s, struct store_fsck *r)
@@ -82,10 +61,9 @@ int store_fsck(struct store *s, struct store_fsck *r)
 		r->rows += w.count;
 	}
 	if (!ret) {
-		if (w.n)
-			qsort(w.refs, w.n, sizeof(*w.refs), cmp_u64);
-		for (size_t i = 1; i < w.n; i++)
-			if (w.refs[i] == w.refs[i - 1])
+		u64_sort(w.refs.v, w.refs.n);
+		for (size_t i = 1; i < w.refs.n; i++)
+			if (w.refs.v[i] == w.refs.v[i - 1])
 				r->double_refs++;
 		for (uint32_t c = 0; c < EMB_MAX_CLASSES; c++) {
 			struct emb_class *pc = &s->sb->classes[c];
@@ -94,7 +72,7 @@ int store_fsck(struct store *s, struct store_fsck *r)
 				uint64_t start = off + h->data_off;
 				for (uint32_t k = 0; k < h->nslots; k++) {
 					int set = !!(h->bitmap[k / 64] & (1ull << (k % 64)));
-					int ref = referenced(w.refs, w.n, start + (uint64_t)k * h->slot_size);
+					int ref = referenced(&w.refs, start + (uint64_t)k * h->slot_size);
 					if (set && !ref)
 						r->leaked_slots++;
 					if (ref && !set)
@@ -105,6 +83,6 @@ int store_fsck(struct store *s, struct store_fsck *r)
 		}
 	}
 	pthread_mutex_unlock(&s->commit_lock);
-	free(w.refs);
+	free(w.refs.v);
 	return ret;
 }

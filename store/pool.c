@@ -378,34 +378,16 @@ int store_table_extend(struct store *s, uint32_t id, uint64_t size)
 	return 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 struct keyvec {
 	struct store *s;
-	uint64_t *v;
-	size_t n, cap;
+	struct u64vec keys;
 };
 
 /* Rows of the live view: tombstones are holes. */
 static int keyvec_push(void *arg, uint64_t key, uint64_t val)
 {
 	struct keyvec *k = arg;
-	if (ver_tomb(S_PTR(k->s, val)))
-		return 0;
-	if (k->n == k->cap) {
-		size_t nc = k->cap ? 2 * k->cap : 1024;
-		uint64_t *p = realloc(k->v, nc * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		k->v = p;
-		k->cap = nc;
-	}
-	k->v[k->n++] = key;
-	return 0;
+	return ver_tomb(S_PTR(k->s, val)) ? 0 : u64vec_push(&k->keys, key);
 }
 
 /* SEEK_DATA/SEEK_HOLE: the index is a hash, so a sorted copy of the row ids
@@ -421,14 +403,13 @@ static int seek_prepare(struct store *s, struct stable *st, uint64_t from, size_
 		struct keyvec k = { .s = s };
 		ret = index_walk(s, st, keyvec_push, &k);
 		if (!ret) {
-			if (k.n)
-				qsort(k.v, k.n, sizeof(*k.v), cmp_u64);
+			u64_sort(k.keys.v, k.keys.n);
 			free(st->seek_keys);
-			st->seek_keys = k.v;
-			st->seek_n = k.n;
+			st->seek_keys = k.keys.v;
+			st->seek_n = k.keys.n;
 			st->seek_mod = mod;
 		} else {
-			free(k.v);
+			free(k.keys.v);
 		}
 	}
 	pthread_rwlock_unlock(&st->lock);
@@ -436,15 +417,7 @@ static int seek_prepare(struct store *s, struct stable *st, uint64_t from, size_
 		pthread_mutex_unlock(&st->seek_lock);
 		return ret;
 	}
-	size_t lo = 0, hi = st->seek_n;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (st->seek_keys[mid] < from)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	*pos = lo;
+	*pos = u64_lower_bound(st->seek_keys, st->seek_n, from);
 	return 0;
 }
 

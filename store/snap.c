@@ -67,22 +67,9 @@ int snap_load(struct store *s)
 	return 0;
 }
 
-static size_t first_ge(const uint64_t *b, size_t n, uint64_t x)
-{
-	size_t lo = 0, hi = n;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (b[mid] < x)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
 int snap_needed(struct store *s, uint64_t b_old, uint64_t b_new)
 {
-	size_t i = first_ge(s->live_batch, s->n_live, b_old);
+	size_t i = u64_lower_bound(s->live_batch, s->n_live, b_old);
 	return i < s->n_live && s->live_batch[i] < b_new;
 }
 
@@ -90,7 +77,7 @@ int snap_needed(struct store *s, uint64_t b_old, uint64_t b_new)
  * the one when there is exactly one. */
 static size_t holders(const uint64_t *b, size_t n, uint64_t lo, uint64_t hi, size_t *only)
 {
-	size_t i = first_ge(b, n, lo), k = 0;
+	size_t i = u64_lower_bound(b, n, lo), k = 0;
 	*only = i;
 	while (i + k < n && b[i + k] < hi)
 		k++;
@@ -308,29 +295,15 @@ static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
 	return 0;
 }
 
+/* Every (row, newest version) of an index. */
 struct kv {
-	uint64_t *k, *v;
-	size_t n, cap;
+	struct u64vec k, v;
 };
 
 static int kv_push(void *arg, uint64_t key, uint64_t val)
 {
 	struct kv *a = arg;
-	if (a->n == a->cap) {
-		size_t nc = a->cap ? 2 * a->cap : 1024;
-		uint64_t *k = realloc(a->k, nc * 8);
-		if (!k)
-			return -ENOMEM;
-		a->k = k;
-		uint64_t *v = realloc(a->v, nc * 8);
-		if (!v)
-			return -ENOMEM;
-		a->v = v;
-		a->cap = nc;
-	}
-	a->k[a->n] = key;
-	a->v[a->n++] = val;
-	return 0;
+	return u64vec_push(&a->k, key) ? -ENOMEM : u64vec_push(&a->v, val);
 }
 
 /* Returns the rows left in the table's index, or -errno.  count: also add
@@ -357,12 +330,12 @@ int reclaim_table(struct store *s, struct stable *st, int count)
 			      .count = count };
 	struct kv all = { 0 };
 	ret = index_walk(s, st, kv_push, &all);
-	for (size_t i = 0; !ret && i < all.n; i++)
-		ret = reclaim_row(&rc, all.k[i], all.v[i]);
+	for (size_t i = 0; !ret && i < all.k.n; i++)
+		ret = reclaim_row(&rc, all.k.v[i], all.v.v[i]);
 	if (!ret)
 		ret = reclaim_apply(&rc);
-	free(all.k);
-	free(all.v);
+	free(all.k.v);
+	free(all.v.v);
 	free(rc.ch);
 	free(rc.frees);
 	free(rc.links);
@@ -389,10 +362,10 @@ int reclaim_recover(struct store *s, struct emb_journal *j)
 	uint64_t n = 0;
 	struct kv all = { 0 };
 	int ret = index_walk(s, st, kv_push, &all);
-	for (size_t i = 0; !ret && i < all.n; i++)
-		n += !ver_tomb(S_PTR(s, all.v[i]));
-	free(all.k);
-	free(all.v);
+	for (size_t i = 0; !ret && i < all.k.n; i++)
+		n += !ver_tomb(S_PTR(s, all.v.v[i]));
+	free(all.k.v);
+	free(all.v.v);
 	if (ret)
 		return ret;
 	st64(&st->t->nrows, n);
@@ -797,12 +770,6 @@ int store_snap_row_read(struct store *s, uint32_t idx, uint32_t id, uint64_t row
 	return v != NULL;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 /* Sorted rows a snapshot sees, cached per table; seek_lock held on success. */
 static int snap_keys(struct store *s, uint32_t idx, uint32_t id, struct stable **stp)
 {
@@ -824,20 +791,19 @@ static int snap_keys(struct store *s, uint32_t idx, uint32_t id, struct stable *
 	pthread_rwlock_rdlock(&st->lock);
 	ret = index_walk(s, st, kv_push, &all);
 	size_t n = 0;
-	for (size_t i = 0; !ret && i < all.n; i++)
-		if (visible(s, st, all.k[i], b))
-			all.k[n++] = all.k[i];
+	for (size_t i = 0; !ret && i < all.k.n; i++)
+		if (visible(s, st, all.k.v[i], b))
+			all.k.v[n++] = all.k.v[i];
 	pthread_rwlock_unlock(&st->lock);
-	free(all.v);
+	free(all.v.v);
 	if (ret) {
-		free(all.k);
+		free(all.k.v);
 		pthread_mutex_unlock(&st->seek_lock);
 		return ret;
 	}
-	if (n)
-		qsort(all.k, n, 8, cmp_u64);
+	u64_sort(all.k.v, n);
 	free(st->snap_keys);
-	st->snap_keys = all.k;
+	st->snap_keys = all.k.v;
 	st->snap_n = n;
 	st->snap_keys_gen = info.gen;
 	*stp = st;
@@ -850,7 +816,7 @@ int store_snap_row_next(struct store *s, uint32_t idx, uint32_t id, uint64_t fro
 	int ret = snap_keys(s, idx, id, &st);
 	if (ret)
 		return ret;
-	size_t i = first_ge(st->snap_keys, st->snap_n, from);
+	size_t i = u64_lower_bound(st->snap_keys, st->snap_n, from);
 	if (i < st->snap_n) {
 		*found = st->snap_keys[i];
 		ret = 1;
@@ -865,7 +831,7 @@ int store_snap_row_hole(struct store *s, uint32_t idx, uint32_t id, uint64_t fro
 	int ret = snap_keys(s, idx, id, &st);
 	if (ret)
 		return ret;
-	size_t i = first_ge(st->snap_keys, st->snap_n, from);
+	size_t i = u64_lower_bound(st->snap_keys, st->snap_n, from);
 	uint64_t r = from;
 	while (i < st->snap_n && st->snap_keys[i] == r) {
 		i++;

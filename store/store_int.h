@@ -2,7 +2,9 @@
 #ifndef EMBFS_STORE_INT_H
 #define EMBFS_STORE_INT_H
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <libpmemobj.h>
 
@@ -105,6 +107,53 @@ static inline void max64(uint64_t *p, uint64_t v)
 }
 
 uint64_t now_ns(void);
+
+/* A growable array of uint64_t (row ids, offsets): zero-initialise, push,
+ * free(v). */
+struct u64vec {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static inline int u64vec_push(struct u64vec *a, uint64_t x)
+{
+	if (a->n == a->cap) {
+		size_t nc = a->cap ? 2 * a->cap : 1024;
+		uint64_t *p = realloc(a->v, nc * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		a->v = p;
+		a->cap = nc;
+	}
+	a->v[a->n++] = x;
+	return 0;
+}
+
+static inline int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static inline void u64_sort(uint64_t *v, size_t n)
+{
+	if (n)
+		qsort(v, n, sizeof(*v), u64_cmp);
+}
+
+/* Index of the first element >= x in sorted v[0..n) (n if none). */
+static inline size_t u64_lower_bound(const uint64_t *v, size_t n, uint64_t x)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (v[mid] < x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
 
 /* pm.c: persistence.  flush records a range; barrier makes every flushed
  * range (on PMem) or every store to the mapping (otherwise) durable. */
