@@ -220,9 +220,7 @@ static void forget_one(struct embfs *fs, fuse_ino_t ino, uint64_t n)
 	    a.orphan) {
 		/* rows written before a snapshot belong to it even when the table
 		 * is gone from the live tree: write them back, do not drop them */
-		struct store_stats ss;
-		store_stats_get(fs->st, &ss);
-		if (ss.snapshots)
+		if (store_table_snaps(fs->st, id) > 0)
 			rows_before_change(fs, id);
 		rows_after_change(fs, id, 0, UINT64_MAX);
 		int ret = store_table_release(fs->st, id);
