@@ -214,6 +214,61 @@ static void test_enospc(void)
 	store_close(s);
 }
 
+/* Run writer(s, table, round, ready_fd) in a child on the pool at path:
+ * it commits in a loop and writes one byte to ready_fd after its first
+ * commit.  SIGKILL it at a random point after that (on purpose), then
+ * reopen the pool (recovery) and return it. */
+typedef void (*writer_fn)(struct store *s, uint32_t id, int round, int ready_fd);
+
+static struct store *kill_midway(writer_fn writer, uint32_t id, int round, int max_ms)
+{
+	struct store *s;
+	int pfd[2];
+	CHECK(pipe(pfd) == 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		if (store_open(path, &s, err, sizeof(err)))
+			_exit(2);
+		writer(s, id, round, pfd[1]); /* does not return */
+		_exit(3);
+	}
+	char x;
+	close(pfd[1]);
+	CHECK(read(pfd[0], &x, 1) == 1); /* the writer has committed once */
+	close(pfd[0]);
+	struct timespec ts = { 0, (long)(5 + rand() % max_ms) * 1000000L };
+	nanosleep(&ts, NULL); /* a random point in the writer's life, on purpose */
+	kill(pid, SIGKILL);
+	int st;
+	waitpid(pid, &st, 0);
+	CHECK(WIFSIGNALED(st));
+	if (store_open(path, &s, err, sizeof(err))) {
+		fprintf(stderr, "reopen after crash: %s\n", err);
+		exit(1);
+	}
+	return s;
+}
+
+static void crash_writer(struct store *s, uint32_t id, int round, int ready_fd)
+{
+	static uint8_t data[256][128];
+	struct store_rowop ops[256];
+	(void)round;
+	for (uint64_t gen = 0;; gen++) {
+		for (int i = 0; i < 256; i++) {
+			uint64_t rid = (uint64_t)rand() % 20000;
+			fill(data[i], 128, rid, gen);
+			int del = rand() % 10 == 0;
+			ops[i] = (struct store_rowop){ rid, 0, 128, del ? NULL : data[i], 0 };
+		}
+		if (store_rows_write(s, id, ops, 256, 0))
+			_exit(3);
+		if (gen == 0 && write(ready_fd, "x", 1) != 1)
+			_exit(4);
+	}
+}
+
 /* A child commits random batches until SIGKILLed; recovery must leave every
  * row whole and every slot accounted for. */
 static void test_crash(void)
@@ -224,42 +279,7 @@ static void test_crash(void)
 	store_close(s);
 	srand((unsigned)time(NULL));
 	for (int round = 0; round < 12; round++) {
-		int pfd[2];
-		CHECK(pipe(pfd) == 0);
-		pid_t pid = fork();
-		CHECK(pid >= 0);
-		if (pid == 0) {
-			if (store_open(path, &s, err, sizeof(err)))
-				_exit(2);
-			static uint8_t data[256][128];
-			struct store_rowop ops[256];
-			for (uint64_t gen = 0;; gen++) {
-				for (int i = 0; i < 256; i++) {
-					uint64_t rid = (uint64_t)rand() % 20000;
-					fill(data[i], 128, rid, gen);
-					int del = rand() % 10 == 0;
-					ops[i] = (struct store_rowop){ rid, 0, 128, del ? NULL : data[i], 0 };
-				}
-				if (store_rows_write(s, id, ops, 256, 0))
-					_exit(3);
-				if (gen == 0 && write(pfd[1], "x", 1) != 1)
-					_exit(4);
-			}
-		}
-		char x;
-		close(pfd[1]);
-		CHECK(read(pfd[0], &x, 1) == 1); /* the writer has committed once */
-		close(pfd[0]);
-		struct timespec ts = { 0, (long)(5 + rand() % 60) * 1000000L };
-		nanosleep(&ts, NULL); /* a random point in the writer's life, on purpose */
-		kill(pid, SIGKILL);
-		int st;
-		waitpid(pid, &st, 0);
-		CHECK(WIFSIGNALED(st));
-		if (store_open(path, &s, err, sizeof(err))) {
-			fprintf(stderr, "reopen after crash: %s\n", err);
-			exit(1);
-		}
+		s = kill_midway(crash_writer, id, round, 60);
 		struct store_stats ss;
 		store_stats_get(s, &ss);
 		CHECK(ss.recovered);
@@ -355,6 +375,35 @@ static void test_snap(void)
 	store_close(s);
 }
 
+/* Commits, snapshots (durable or not) and drops interleaved. */
+static void snap_crash_writer(struct store *s, uint32_t id, int round, int ready_fd)
+{
+	static uint8_t data[128][64];
+	struct store_rowop ops[128];
+	char name[32];
+	for (uint64_t gen = 0;; gen++) {
+		for (int i = 0; i < 128; i++) {
+			uint64_t rid = (uint64_t)rand() % 3000;
+			fill(data[i], 64, rid, gen);
+			ops[i] = (struct store_rowop){ rid, 0, 64, rand() % 8 ? data[i] : NULL, 0 };
+		}
+		if (store_rows_write(s, id, ops, 128, 0))
+			_exit(3);
+		snprintf(name, sizeof(name), "r%d-%llu", round, (unsigned long long)gen);
+		if (gen % 3 == 0 && store_snap_create(s, name, rand() % 2, NULL))
+			_exit(4);
+		uint32_t cur = 0;
+		struct store_snap sn;
+		int k = 0;
+		while (store_snap_next(s, &cur, &sn) == 1)
+			k++;
+		if (k > 6 && store_snap_next(s, &(uint32_t){ 0 }, &sn) == 1 && store_snap_drop(s, sn.name))
+			_exit(5);
+		if (gen == 0 && write(ready_fd, "x", 1) != 1)
+			_exit(6);
+	}
+}
+
 /* SIGKILL while commits, snapshots and drops interleave. */
 static void test_snap_crash(void)
 {
@@ -363,53 +412,7 @@ static void test_snap_crash(void)
 	OK(store_table_create(s, "c", 0644, 0, 0, 16, EMB_DT_F32, &id));
 	store_close(s);
 	for (int round = 0; round < 10; round++) {
-		int pfd[2];
-		CHECK(pipe(pfd) == 0);
-		pid_t pid = fork();
-		CHECK(pid >= 0);
-		if (pid == 0) {
-			if (store_open(path, &s, err, sizeof(err)))
-				_exit(2);
-			static uint8_t data[128][64];
-			struct store_rowop ops[128];
-			char name[32];
-			for (uint64_t gen = 0;; gen++) {
-				for (int i = 0; i < 128; i++) {
-					uint64_t rid = (uint64_t)rand() % 3000;
-					fill(data[i], 64, rid, gen);
-					ops[i] = (struct store_rowop){ rid, 0, 64, rand() % 8 ? data[i] : NULL, 0 };
-				}
-				if (store_rows_write(s, id, ops, 128, 0))
-					_exit(3);
-				snprintf(name, sizeof(name), "r%d-%llu", round, (unsigned long long)gen);
-				if (gen % 3 == 0 && store_snap_create(s, name, rand() % 2, NULL))
-					_exit(4);
-				uint32_t cur = 0;
-				struct store_snap sn;
-				int k = 0;
-				while (store_snap_next(s, &cur, &sn) == 1)
-					k++;
-				if (k > 6 && store_snap_next(s, &(uint32_t){ 0 }, &sn) == 1 &&
-				    store_snap_drop(s, sn.name))
-					_exit(5);
-				if (gen == 0 && write(pfd[1], "x", 1) != 1)
-					_exit(6);
-			}
-		}
-		char x;
-		close(pfd[1]);
-		CHECK(read(pfd[0], &x, 1) == 1);
-		close(pfd[0]);
-		struct timespec ts = { 0, (long)(5 + rand() % 80) * 1000000L };
-		nanosleep(&ts, NULL);
-		kill(pid, SIGKILL);
-		int st;
-		waitpid(pid, &st, 0);
-		CHECK(WIFSIGNALED(st));
-		if (store_open(path, &s, err, sizeof(err))) {
-			fprintf(stderr, "reopen after crash: %s\n", err);
-			exit(1);
-		}
+		s = kill_midway(snap_crash_writer, id, round, 80);
 		fsck_clean(s);
 		uint32_t cur = 0;
 		struct store_snap sn;
