@@ -13,7 +13,7 @@ CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=
 LDFLAGS += -fsanitize=$(SANITIZER)
 endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-STORE_LIBS = $(shell pkg-config --libs libpmemobj libpmem libxxhash 2>/dev/null) -pthread
+STORE_LIBS = $(shell pkg-config --libs libpmemobj libpmem liburing libxxhash 2>/dev/null) -pthread
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null)
 
 STORE_SRC := $(wildcard store/*.c)

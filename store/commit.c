@@ -40,6 +40,8 @@ struct uop {
 	int retain;  /* the replaced version stays, for a snapshot */
 	int skip;    /* nothing to do */
 	int claimed; /* pos is a claimed free slot */
+	int full;    /* an op writes the whole row: the old bytes are not needed */
+	char *old;   /* the old bytes of a spilled row that is partly rewritten */
 };
 
 struct umap {
@@ -166,6 +168,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		}
 		u[*e - 1].del = ops[i].data == NULL;
 		u[*e - 1].batch = ops[i].batch ? ops[i].batch : cur_batch;
+		u[*e - 1].full |= ops[i].data && ops[i].off == 0 && ops[i].len == rs;
 	}
 	ret = slab_class_for(s, rs, &cls);
 	if (ret)
@@ -178,6 +181,19 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	ret = prepass(s, st, u, nu, c);
 	if (ret)
 		goto out_snap;
+	/* a partial update of a spilled row needs its bytes from the device */
+	for (size_t i = 0; i < nu; i++) {
+		struct emb_version *ov = S_PTR(s, u[i].old_off);
+		if (!u[i].live || u[i].full || u[i].del || !ver_stub(ov))
+			continue;
+		if (!(u[i].old = malloc(rs))) {
+			ret = -ENOMEM;
+			goto out_snap;
+		}
+		ret = ver_bytes_locked(s, st, ov, u[i].old);
+		if (ret)
+			goto out_snap;
+	}
 
 	/* A1: take slots; nothing in PMem has changed yet */
 	for (size_t i = 0; i < nu; i++) {
@@ -217,8 +233,11 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		v->batch = u[i].batch;
 		v->prev = u[i].prev;
 		v->table = st->id | (u[i].tomb ? EMB_VER_TOMB : 0);
-		if (u[i].live)
-			memcpy(v + 1, (struct emb_version *)S_PTR(s, u[i].old_off) + 1, rs);
+		struct emb_version *ov = S_PTR(s, u[i].old_off);
+		if (u[i].old)
+			memcpy(v + 1, u[i].old, rs);
+		else if (u[i].live && !ver_stub(ov))
+			memcpy(v + 1, ov + 1, rs);
 		else
 			memset(v + 1, 0, rs);
 	}
@@ -278,11 +297,13 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		if (u[i].skip)
 			continue;
 		if (u[i].old_off && !u[i].retain)
-			slab_free(s, u[i].old_off);
+			ver_free(s, u[i].old_off);
 		if (u[i].del && !u[i].tomb)
 			index_ovf_dec(s, &u[i].pos);
 		if (u[i].retain)
 			snap_charge(s, (struct emb_version *)S_PTR(s, u[i].old_off), u[i].batch, cls);
+		if (s->sp)
+			spill_note_write(s, st->id, u[i].row);
 	}
 	st64(&j->count, 0);
 	pm_flush(s, j, 64);
@@ -291,6 +312,8 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	atomic_fetch_add_explicit(&s->n_rows_written, nu, memory_order_relaxed);
 out_snap:
 	pthread_rwlock_unlock(&s->snap_lock);
+	for (size_t i = 0; i < nu; i++)
+		free(u[i].old);
 	claims_free(c);
 	free(m.e);
 	free(u);
@@ -324,10 +347,14 @@ int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops
 	struct stable *st = tab_get(s, id);
 	if (!st)
 		return -ENOENT;
-	pthread_mutex_lock(&s->commit_lock);
-	int ret = commit_locked(s, st, ops, n, size_hint);
-	pthread_mutex_unlock(&s->commit_lock);
-	return ret;
+	for (;;) {
+		pthread_mutex_lock(&s->commit_lock);
+		int ret = commit_locked(s, st, ops, n, size_hint);
+		pthread_mutex_unlock(&s->commit_lock);
+		/* rows keep to their share of PMem: wait for the mover to spill some */
+		if (ret != -ENOSPC || !s->sp || spill_wait_room(s) != 0)
+			return ret;
+	}
 }
 
 static int live_ver(struct store *s, uint64_t off)
@@ -347,6 +374,10 @@ int commit_recover(struct store *s)
 		int ret = reclaim_recover(s, j);
 		if (ret)
 			return ret;
+	} else if (journal_valid(j) && j->kind == EMB_J_RELINK) {
+		int ret = relink_recover(s, j);
+		if (ret)
+			return ret;
 	} else if (journal_valid(j)) {
 		struct stable *st = tab_get(s, j->table);
 		if (!st)
@@ -362,9 +393,9 @@ int commit_recover(struct store *s)
 				any = 1;
 				nrows += live_ver(s, r->new_off) - live_ver(s, r->old_off);
 				if (r->old_off && !(nv && nv->prev == r->old_off))
-					slab_free(s, r->old_off);
+					ver_free(s, r->old_off);
 			} else if (r->new_off) {
-				slab_free(s, r->new_off);
+				ver_free(s, r->new_off);
 			}
 		}
 		/* the row count and size were published after the rows: redo them */

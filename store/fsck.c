@@ -12,7 +12,31 @@ struct walk {
 	struct store_fsck *r;
 	struct u64vec refs;
 	uint64_t count;
+	struct emb_spill *pm;
+	uint64_t *live;   /* per segment, from the stubs */
+	struct u64vec stubs; /* of the current table, to read back */
 };
+
+/* A stub must point into a written part of a used segment, at a record that
+ * reads back (when the device is attached). */
+static void check_stub(struct walk *w, struct emb_version *v)
+{
+	struct store *s = w->s;
+	uint64_t loc = ((struct emb_stub *)v)->loc;
+	struct emb_spill *pm = w->pm;
+	uint32_t rs = w->st->t->row_size;
+	uint32_t rsz = (uint32_t)((sizeof(struct emb_srec) + rs + 15) & ~15u);
+	w->r->stubs++;
+	uint64_t k = pm && loc >= EMB_SPILL_HDR ? (loc - EMB_SPILL_HDR) / pm->seg_size : UINT64_MAX;
+	if (!pm || k >= pm->nsegs || pm->seg[k].state == EMB_SEG_FREE ||
+	    loc + rsz > EMB_SPILL_HDR + k * pm->seg_size + pm->seg[k].fill) {
+		w->r->bad_stubs++;
+		return;
+	}
+	w->live[k] += rsz;
+	if (s->sp && u64vec_push(&w->stubs, S_OFF(s, v)))
+		w->r->bad_stubs++; /* no memory to check it */
+}
 
 /* Every version of a row's chain: right row and table, checksum, batches
  * strictly decreasing. */
@@ -23,14 +47,16 @@ static int check_entry(void *arg, uint64_t key, uint64_t val)
 	w->count += v && !ver_tomb(v);
 	uint64_t newer = UINT64_MAX;
 	for (int depth = 0; v; depth++) {
-		if (v->row != key || (v->table & ~EMB_VER_TOMB) != w->st->id || v->batch >= newer ||
+		if (v->row != key || ver_table(v) != w->st->id || v->batch >= newer ||
 		    depth > (int)EMB_MAX_SNAPS + 1 ||
-		    (!ver_tomb(v) && v->csum != XXH32(v + 1, w->st->t->row_size, 0))) {
+		    (!ver_tomb(v) && !ver_stub(v) && v->csum != XXH32(v + 1, w->st->t->row_size, 0))) {
 			w->r->bad_versions++;
 			break;
 		}
 		if (u64vec_push(&w->refs, S_OFF(w->s, v)))
 			return -ENOMEM;
+		if (ver_stub(v))
+			check_stub(w, v);
 		newer = v->batch;
 		v = S_PTR(w->s, v->prev);
 	}
@@ -48,6 +74,9 @@ int store_fsck(struct store *s, struct store_fsck *r)
 	struct walk w = { .s = s, .r = r };
 	int ret = 0;
 	memset(r, 0, sizeof(*r));
+	w.pm = S_PTR(s, s->sb->spill_off);
+	if (w.pm && !(w.live = calloc(w.pm->nsegs, sizeof(*w.live))))
+		return -ENOMEM;
 	pthread_mutex_lock(&s->commit_lock);
 	for (uint32_t i = 0; i < EMB_NTABLES && !ret; i++) {
 		struct stable *st = tab_get(s, i);
@@ -55,7 +84,15 @@ int store_fsck(struct store *s, struct store_fsck *r)
 			continue;
 		w.st = st;
 		w.count = 0;
+		w.stubs.n = 0;
 		ret = index_walk(s, st, check_entry, &w);
+		if (!ret && w.stubs.n) {
+			int bad = spill_verify(s, st, w.stubs.v, w.stubs.n);
+			if (bad < 0)
+				ret = bad;
+			else
+				r->bad_stubs += (uint64_t)bad;
+		}
 		if (w.count != st->t->nrows && !(st->t->flags & EMB_T_ZOMBIE))
 			r->bad_counts++;
 		r->rows += w.count;
@@ -82,7 +119,11 @@ int store_fsck(struct store *s, struct store_fsck *r)
 			}
 		}
 	}
+	for (uint64_t k = 0; !ret && w.pm && k < w.pm->nsegs; k++)
+		r->seg_live_off += w.pm->seg[k].live != w.live[k];
 	pthread_mutex_unlock(&s->commit_lock);
+	free(w.live);
+	free(w.stubs.v);
 	free(w.refs.v);
 	return ret;
 }

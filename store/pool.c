@@ -320,6 +320,7 @@ void store_close(struct store *s)
 {
 	if (!s)
 		return;
+	spill_detach(s);
 	pthread_mutex_lock(&s->commit_lock);
 	pm_barrier(s);
 	st64(&s->sb->clean, 1);
@@ -339,18 +340,18 @@ int store_row_read(struct store *s, uint32_t id, uint64_t row, void *buf)
 	struct stable *st = tab_get(s, id);
 	if (!st)
 		return -ENOENT;
-	uint32_t rs = st->t->row_size;
-	pthread_rwlock_rdlock(&st->lock);
-	uint64_t off = index_get(s, st, row, NULL);
-	if (off && ver_tomb(S_PTR(s, off)))
-		off = 0;
-	if (off)
-		memcpy(buf, (struct emb_version *)S_PTR(s, off) + 1, rs);
-	pthread_rwlock_unlock(&st->lock);
-	if (!off)
-		memset(buf, 0, rs);
-	atomic_fetch_add_explicit(&s->n_rows_read, 1, memory_order_relaxed);
-	return off ? 1 : 0;
+	uint8_t stored = 0;
+	int ret = rows_read_at(s, st, &row, 1, buf, EMB_NONE, &stored);
+	return ret ? ret : stored;
+}
+
+int store_rows_read(struct store *s, uint32_t id, const uint64_t *rows, size_t n, void *buf,
+		    uint8_t *stored)
+{
+	struct stable *st = tab_get(s, id);
+	if (!st)
+		return -ENOENT;
+	return rows_read_at(s, st, rows, n, buf, EMB_NONE, stored);
 }
 
 int store_row_exists(struct store *s, uint32_t id, uint64_t row)
@@ -460,7 +461,7 @@ int store_row_hole(struct store *s, uint32_t id, uint64_t from, uint64_t *hole)
 /* libpmemobj's own metadata: ~3 MiB of lanes, chunk headers (1/32768 of
  * the heap) and the chunks its small-object runs hold back; measured as about
  * 10 MiB on a fresh pool, most of it independent of the size. */
-static uint64_t heap_capacity(const struct store *s)
+uint64_t pool_heap_capacity(const struct store *s)
 {
 	uint64_t meta = (10ull << 20) + s->map_len / 4096;
 	return s->map_len > meta ? s->map_len - meta : 0;
@@ -475,7 +476,11 @@ static uint64_t heap_used_fn(struct store *s)
 
 int store_space_reserve(struct store *s, uint32_t row_size, int64_t rows)
 {
-	return slab_promise(s, row_size, rows);
+	for (;;) {
+		int ret = slab_promise(s, row_size, rows);
+		if (ret != -ENOSPC || rows <= 0 || !s->sp || spill_wait_room(s) != 0)
+			return ret;
+	}
 }
 
 void store_stats_get(struct store *s, struct store_stats *st)
@@ -500,7 +505,7 @@ void store_stats_get(struct store *s, struct store_stats *st)
 	pthread_rwlock_unlock(&s->cat_lock);
 	slab_usage(s, &slab_bytes, &free_slots, &nslabs);
 	heap_used = heap_used_fn(s);
-	uint64_t cap = heap_capacity(s);
+	uint64_t cap = pool_heap_capacity(s);
 	st->slabs = nslabs;
 	pthread_rwlock_rdlock(&s->snap_lock);
 	st->snapshots = s->n_live;

@@ -61,10 +61,9 @@ static void slab_geometry(uint32_t ss, uint32_t *alloc, uint32_t *nslots)
 	*nslots = n;
 }
 
-/* Find or create the class whose slots fit row_size.  space_lock held. */
-static int class_for_locked(struct store *s, uint32_t row_size, uint32_t *cls)
+/* Find or create the class of slot size ss.  space_lock held. */
+static int class_of_slot_locked(struct store *s, uint32_t ss, uint32_t *cls)
 {
-	uint32_t ss = slot_size_for(row_size);
 	volatile int free_i = -1;
 
 	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
@@ -94,6 +93,24 @@ static int class_for_locked(struct store *s, uint32_t row_size, uint32_t *cls)
 	s->cls[free_i].slot_size = ss;
 	*cls = (uint32_t)free_i;
 	return 0;
+}
+
+/* Find or create the class whose slots fit row_size.  space_lock held. */
+static int class_for_locked(struct store *s, uint32_t row_size, uint32_t *cls)
+{
+	return class_of_slot_locked(s, slot_size_for(row_size), cls);
+}
+
+/* Row-version slab bytes (every class but the stubs').  space_lock held. */
+static uint64_t row_slab_bytes(struct store *s)
+{
+	uint64_t b = 0;
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
+		struct emb_class *pc = &s->sb->classes[i];
+		if (pc->slot_size && pc->slot_size != EMB_STUB_SLOT)
+			b += pc->nslabs * ((uint64_t)pc->slab_size + ALLOC_HDR);
+	}
+	return b;
 }
 
 static int by_addr_insert(struct store *s, struct sslab *sl)
@@ -232,6 +249,11 @@ static int slab_grow(struct store *s, uint32_t cls)
 	volatile int ret = 0;
 	uint32_t ss = pc->slot_size, alloc, n;
 	slab_geometry(ss, &alloc, &n);
+	/* with a spill device, row versions keep to their share of the pool */
+	if (s->row_cap && ss != EMB_STUB_SLOT && row_slab_bytes(s) + alloc + ALLOC_HDR > s->row_cap) {
+		s->row_cap_hits++;
+		return -ENOSPC;
+	}
 
 	TX_BEGIN(s->pop) {
 		PMEMoid o = pmemobj_tx_zalloc(alloc, 0);
@@ -339,6 +361,34 @@ static void give_back(struct store *s, struct sslab *sl, uint64_t slot)
 		sl->nfree++;
 		s->cls[sl->cls].nfree++;
 	}
+}
+
+int slab_class_stub(struct store *s, uint32_t *cls)
+{
+	pthread_mutex_lock(&s->space_lock);
+	int ret = class_of_slot_locked(s, EMB_STUB_SLOT, cls);
+	pthread_mutex_unlock(&s->space_lock);
+	return ret;
+}
+
+/* Row-version slots used or promised, and the slab bytes they live in. */
+void slab_row_usage(struct store *s, uint64_t *used, uint64_t *slab_bytes, uint64_t *versions)
+{
+	*used = *versions = 0;
+	pthread_mutex_lock(&s->space_lock);
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
+		struct sclass *c = &s->cls[i];
+		if (!c->loaded || c->slot_size == EMB_STUB_SLOT)
+			continue;
+		uint64_t total = 0;
+		for (size_t k = 0; k < c->n; k++)
+			total += c->slabs[k]->hdr->nslots;
+		uint64_t u = total > c->nfree ? total - c->nfree : 0;
+		*versions += u;
+		*used += (u + c->promised) * c->slot_size;
+	}
+	*slab_bytes = row_slab_bytes(s);
+	pthread_mutex_unlock(&s->space_lock);
 }
 
 int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls)

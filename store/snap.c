@@ -207,7 +207,7 @@ static int reclaim_apply(struct reclaim *rc)
 	pm_barrier(s);
 
 	for (size_t i = 0; i < rc->nfrees; i++)
-		slab_free(s, rc->frees[i]);
+		ver_free(s, rc->frees[i]);
 	for (size_t c = 0; c < rc->nch; c++)
 		if (!rc->ch[c].head)
 			index_ovf_dec(s, &pos[c]);
@@ -357,7 +357,7 @@ int reclaim_recover(struct store *s, struct emb_journal *j)
 		return -EIO;
 	for (uint64_t i = 0; i < j->count; i++)
 		if (!reachable(s, st, j->rec[i].row, j->rec[i].old_off))
-			slab_free(s, j->rec[i].old_off);
+			ver_free(s, j->rec[i].old_off);
 	/* recount the live rows: the head updates may have been partial */
 	uint64_t n = 0;
 	struct kv all = { 0 };
@@ -754,20 +754,21 @@ static int snap_resolve(struct store *s, uint32_t idx, uint32_t id, struct stabl
 
 int store_snap_row_read(struct store *s, uint32_t idx, uint32_t id, uint64_t row, void *buf)
 {
+	uint8_t stored = 0;
+	int ret = store_snap_rows_read(s, idx, id, &row, 1, buf, &stored);
+	return ret ? ret : stored;
+}
+
+int store_snap_rows_read(struct store *s, uint32_t idx, uint32_t id, const uint64_t *rows, size_t n,
+			 void *buf, uint8_t *stored)
+{
 	struct stable *st;
 	uint64_t b;
 	uint32_t rs;
 	int ret = snap_resolve(s, idx, id, &st, &b, &rs);
 	if (ret)
 		return ret;
-	pthread_rwlock_rdlock(&st->lock);
-	struct emb_version *v = visible(s, st, row, b);
-	if (v)
-		memcpy(buf, v + 1, rs);
-	pthread_rwlock_unlock(&st->lock);
-	if (!v)
-		memset(buf, 0, rs);
-	return v != NULL;
+	return rows_read_at(s, st, rows, n, buf, b, stored);
 }
 
 /* Sorted rows a snapshot sees, cached per table; seek_lock held on success. */

@@ -76,6 +76,10 @@ struct store {
 	uint32_t n_live;
 
 	_Atomic uint64_t n_commits, n_barriers, n_rows_written, n_rows_read;
+
+	struct spill *sp;            /* spill tier, NULL when none is attached (spill.c) */
+	uint64_t row_cap;            /* with a spill tier: slab bytes row versions may take; protected by space_lock */
+	uint64_t row_cap_hits;       /* slab growths refused by row_cap; protected by space_lock */
 };
 
 static inline void *S_PTR(const struct store *s, uint64_t off)
@@ -174,6 +178,28 @@ int slab_load_all(struct store *s);
 int slab_promise(struct store *s, uint32_t row_size, int64_t n);
 int slab_resv_release(struct store *s);
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
+int slab_class_stub(struct store *s, uint32_t *cls);
+void slab_row_usage(struct store *s, uint64_t *used, uint64_t *slab_bytes, uint64_t *versions);
+
+/* spill.c */
+/* Free a version's slot; a stub's record on the spill device turns stale. */
+void ver_free(struct store *s, uint64_t off);
+/* Read rows as snapshot batch b sees them (EMB_NONE: the live view) into
+ * buf; stored[i] = 1 if row i is stored (may be NULL).  Stubs are read from
+ * the spill device, all in one submission. */
+int rows_read_at(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
+		 uint64_t b, uint8_t *stored);
+/* The bytes of version v (a stub's from the spill device) into buf.
+ * commit_lock held. */
+int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
+int relink_recover(struct store *s, struct emb_journal *j);
+/* Read back the records of these stubs of st: how many fail.  commit_lock held. */
+int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n);
+void spill_detach(struct store *s);
+/* A write found no room: let the mover free some.  0 = try again. */
+int spill_wait_room(struct store *s);
+void spill_note_write(struct store *s, uint32_t table, uint64_t row);
+uint64_t pool_heap_capacity(const struct store *s);
 
 /* index.c */
 struct ipos {
@@ -206,6 +232,16 @@ int index_destroy(struct store *s, struct stable *st);
 static inline int ver_tomb(const struct emb_version *v)
 {
 	return (v->table & EMB_VER_TOMB) != 0;
+}
+
+static inline int ver_stub(const struct emb_version *v)
+{
+	return (v->table & EMB_VER_SPILL) != 0;
+}
+
+static inline uint32_t ver_table(const struct emb_version *v)
+{
+	return v->table & ~EMB_VER_FLAGS;
 }
 
 /* snap.c */

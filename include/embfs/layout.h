@@ -87,7 +87,8 @@ struct emb_super {
 	uint64_t snaps_off;   /* emb_snaps */
 	uint64_t snap_seq;    /* generation counter for snapshot records */
 	uint64_t resv_off;    /* emb_resv: heap held back for index growth */
-	uint8_t reserved1[232];
+	uint64_t spill_off;   /* emb_spill: the spill device's segment table, 0 = never spilled */
+	uint8_t reserved1[224];
 };
 #define EMB_SUPER_STATIC_LEN offsetof(struct emb_super, static_csum)
 
@@ -125,14 +126,27 @@ struct emb_table {
  * records a delete while an older version is still needed.
  */
 #define EMB_VER_TOMB 0x80000000u
+#define EMB_VER_SPILL 0x40000000u /* a stub: the row bytes are on the spill device */
+#define EMB_VER_FLAGS (EMB_VER_TOMB | EMB_VER_SPILL)
 struct emb_version {
 	uint64_t row;
 	uint64_t batch;
 	uint64_t prev;
-	uint32_t table;  /* catalog slot, | EMB_VER_TOMB */
+	uint32_t table;  /* catalog slot, | EMB_VER_TOMB, | EMB_VER_SPILL */
 	uint32_t csum;   /* XXH32 of the row bytes */
-	/* row bytes follow */
+	/* row bytes follow (not in a stub) */
 };
+
+/*
+ * A version whose bytes were moved to the spill device keeps its place in
+ * its chain as a stub: the same header (EMB_VER_SPILL set, csum still that of
+ * the bytes) and where the bytes are.  Stubs have a class of their own.
+ */
+struct emb_stub {
+	struct emb_version v;
+	uint64_t loc;    /* byte offset of its emb_srec on the spill device */
+};
+#define EMB_STUB_SLOT 40u
 
 #define EMB_SLAB_MAGIC 0x42414c53424d45ull /* "EMBSLAB" */
 struct emb_slab {
@@ -201,6 +215,7 @@ struct emb_journal {
 
 #define EMB_J_COMMIT 0u
 #define EMB_J_RECLAIM 1u /* records name versions unlinked from their chains: free if unreachable */
+#define EMB_J_RELINK 2u  /* old_off is replaced in its chain by new_off (a stub, or a promoted copy) */
 
 /* Index room promised to rows a write-back cache holds: segment-sized blocks
  * allocated ahead and given back one by one when a split finds the heap full. */
@@ -236,6 +251,64 @@ struct emb_snaps {
 	struct emb_snap s[EMB_MAX_SNAPS];
 };
 
+/*
+ * Spill device (see store/spill.c).  Its first EMB_SPILL_HDR bytes are an
+ * emb_spill_disk header naming the pool; segment k is the seg_size bytes at
+ * EMB_SPILL_HDR + k * seg_size.  Segments are append-only: records are packed
+ * into 4 KiB blocks (a record never straddles a block unless it is larger
+ * than one, and then starts one), a block ends at a zero magic.  The pool
+ * keeps the segment table (emb_spill): state, bytes written (fill), live
+ * record bytes (a hint, recounted after a crash) and a sequence number.
+ */
+#define EMB_SPILL_MAGIC "EMBSPILL"
+#define EMB_SPILL_VERSION 1u
+#define EMB_SPILL_HDR 4096u
+#define EMB_SPILL_BLOCK 4096u
+#define EMB_SEG_FREE 0u
+#define EMB_SEG_OPEN 1u
+#define EMB_SEG_SEALED 2u
+struct emb_spill_disk {
+	char magic[8];
+	uint32_t version;
+	uint32_t reserved0;
+	uint8_t pool_uuid[16];
+	uint8_t uuid[16];      /* this spill device; also in emb_spill */
+	uint64_t size;         /* bytes used of the device */
+	uint64_t seg_size;
+	uint64_t nsegs;
+	uint64_t csum;         /* XXH64 of the fields above */
+};
+struct emb_sseg {
+	uint32_t state;
+	uint32_t nlive;        /* records stubs still point at (hint, like live) */
+	uint64_t fill;         /* bytes written, a multiple of EMB_SPILL_BLOCK */
+	uint64_t live;         /* bytes of records stubs still point at (hint) */
+	uint64_t seq;
+};
+struct emb_spill {
+	char magic[8];
+	uint8_t uuid[16];
+	uint64_t size, seg_size, nsegs;
+	uint64_t seq;
+	uint64_t reserved[3];
+	struct emb_sseg seg[];
+};
+#define EMB_SREC_MAGIC 0x52424d45u /* "EMBR" */
+struct emb_srec {
+	uint32_t magic;
+	uint32_t len;          /* row bytes that follow */
+	uint64_t row;
+	uint64_t batch;
+	uint32_t table;
+	uint32_t csum;         /* XXH32 of this header (csum = 0) and the row bytes */
+};
+
+_Static_assert(sizeof(struct emb_stub) == EMB_STUB_SLOT, "stub");
+_Static_assert(sizeof(struct emb_srec) == 32, "spill record header");
+_Static_assert(sizeof(struct emb_spill) == 80, "spill table header");
+_Static_assert(sizeof(struct emb_sseg) == 32, "segment entry");
+_Static_assert(sizeof(struct emb_spill_disk) <= EMB_SPILL_HDR, "spill header");
+_Static_assert(sizeof(struct emb_super) % 8 == 0, "super");
 _Static_assert(sizeof(struct emb_journal) <= EMB_CHUNK_ALLOC, "journal fits a chunk");
 _Static_assert(sizeof(struct emb_snaps) <= EMB_CHUNK_ALLOC, "snapshot table fits a chunk");
 _Static_assert(sizeof(struct emb_resv) <= EMB_CHUNK_ALLOC, "reserve table fits a chunk");

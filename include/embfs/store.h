@@ -102,6 +102,12 @@ int store_table_truncate(struct store *s, uint32_t id, uint64_t size);
  * zero-filled). */
 int store_row_read(struct store *s, uint32_t id, uint64_t row, void *buf);
 
+/* Rows rows[0..n) into buf (row i at buf + i * row_size); stored[i] (if not
+ * NULL) says whether row i is stored.  Rows on the spill device are read in
+ * one io_uring submission.  -EIO if any row's record fails its checksum. */
+int store_rows_read(struct store *s, uint32_t id, const uint64_t *rows, size_t n, void *buf,
+		    uint8_t *stored);
+
 /* 1 if the row is stored, 0 if it is a hole. */
 int store_row_exists(struct store *s, uint32_t id, uint64_t row);
 
@@ -174,6 +180,8 @@ int store_snap_table_lookup(struct store *s, uint32_t idx, const char *name, uin
 int store_snap_table_getattr(struct store *s, uint32_t idx, uint32_t id, struct store_attr *a);
 int store_snap_table_next(struct store *s, uint32_t idx, uint32_t *cursor, struct store_attr *a);
 int store_snap_row_read(struct store *s, uint32_t idx, uint32_t id, uint64_t row, void *buf);
+int store_snap_rows_read(struct store *s, uint32_t idx, uint32_t id, const uint64_t *rows, size_t n,
+			 void *buf, uint8_t *stored);
 int store_snap_row_next(struct store *s, uint32_t idx, uint32_t id, uint64_t from, uint64_t *found);
 int store_snap_row_hole(struct store *s, uint32_t idx, uint32_t id, uint64_t from, uint64_t *hole);
 /* Live snapshots holding table id (geometry cannot change while > 0). */
@@ -200,12 +208,59 @@ struct store_stats {
 };
 void store_stats_get(struct store *s, struct store_stats *st);
 
+/* ---- spill tier (store/spill.c) -------------------------------------
+ *
+ * With a spill device attached the pool keeps the index of every row and
+ * the hot versions; row versions may take up to `high` percent of the pool.
+ * When they come near it a mover thread writes cold versions (and versions
+ * only snapshots hold) to append-only segments on the device and leaves a
+ * 40-byte stub in their place, until they take `low` percent.  Spilled rows
+ * read again are promoted back.  Compaction rewrites mostly-stale segments.
+ */
+struct store_spill_conf {
+	const char *path;      /* file, directory (for embfs-<pool uuid>.spill) or block device; NULL = none */
+	uint64_t size;         /* bytes for a new spill file (0: the file's or device's size) */
+	uint32_t qd;           /* io_uring queue depth of one read submission (0: 32) */
+	uint32_t high, low;    /* percent of the pool for row versions (0: 50 and 40) */
+	uint32_t compact_mbps; /* compaction I/O budget in MB/s (0: 64) */
+	int manual;            /* no mover thread: store_spill_run() does its work (tests) */
+};
+/* Attach the spill device named by c->path and start the mover.  A pool that
+ * keeps rows on a spill device refuses c->path == NULL, a missing device or
+ * another pool's (err says which).  Call once, right after store_open(). */
+int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *err, size_t errlen);
+
+#define STORE_SPILL_MOVE 1u     /* spill down to the low watermark */
+#define STORE_SPILL_ALL 2u      /* ... and with MOVE: every version that can go */
+#define STORE_SPILL_PROMOTE 4u  /* promote queued hot rows */
+#define STORE_SPILL_COMPACT 8u  /* compact the most stale segment, whatever its staleness */
+/* Do the mover's work now.  Returns versions moved, or -errno. */
+int store_spill_run(struct store *s, unsigned what);
+
+struct store_spill_stats {
+	int attached;
+	int recounting;
+	char path[256];
+	uint32_t qd;
+	uint64_t size, seg_size, segs, segs_free, segs_open, segs_sealed;
+	uint64_t footprint;        /* bytes written to segments not yet freed */
+	uint64_t live_bytes, live_versions;
+	uint64_t pmem_row_bytes, pmem_versions, pmem_high, pmem_low;
+	uint64_t spilled, spill_writes, spill_write_bytes, promoted;
+	uint64_t reads, read_ios, read_bytes, read_iops;
+	uint64_t compacted_segs, compact_moved, compact_bytes, compact_seg_done, compact_seg_total;
+	uint64_t csum_errors, waits, full;
+};
+void store_spill_stats_get(struct store *s, struct store_spill_stats *st);
+
 /* Deep consistency check of an open pool (walks every row: for tests and
  * repair tools, never on the mount path).  Counts index entries whose version
  * is damaged (wrong row/table, checksum mismatch, not an allocated slot),
  * slots referenced twice, and allocated slots nothing references (leaks). */
 struct store_fsck {
 	uint64_t rows, bad_versions, double_refs, leaked_slots, bad_counts;
+	uint64_t stubs, bad_stubs;  /* spilled versions; ones pointing outside written segments */
+	uint64_t seg_live_off;      /* segments whose live count disagrees with the stubs */
 };
 int store_fsck(struct store *s, struct store_fsck *r);
 
