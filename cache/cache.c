@@ -1191,6 +1191,64 @@ static int walk_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_
 	return ret;
 }
 
+/* All misses of a batch read with one ops->fetch_rows call (the layer below
+ * can then read them from its device in one submission), then cached as
+ * cache_read() would.  -ENOSYS: no memory for that, read them one by one. */
+static int fetch_misses(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows,
+			const struct rowgroup *g, char *out)
+{
+	struct tstat *t = tst(c, table);
+	uint64_t *ids = malloc(g->nmiss * sizeof(*ids));
+	char *tmp = malloc(g->nmiss * rs);
+	uint8_t *stored = malloc(g->nmiss);
+	int ret = -ENOSYS;
+	if (!ids || !tmp || !stored)
+		goto out;
+	for (size_t i = 0; i < g->nmiss; i++)
+		ids[i] = rows[g->miss[i]];
+	uint64_t gen = atomic_load(&t->gen);
+	ret = c->ops->fetch_rows(c->ctx, table, ids, g->nmiss, tmp, stored);
+	if (ret < 0)
+		goto out;
+	ret = 0;
+	int raced = atomic_load(&t->gen) != gen;
+	for (size_t i = 0; i < g->nmiss; i++) {
+		char *dst = out + (size_t)g->miss[i] * rs, *src = tmp + i * rs;
+		uint64_t h = hash(table, ids[i]);
+		uint32_t si;
+		struct shard *sh = shard_of(c, h, &si);
+		int err = 0;
+		pthread_mutex_lock(&sh->lock);
+		uint32_t idx = lookup(sh, table, ids[i], h);
+		if (idx != NIL) { /* written (or fetched) meanwhile: that is newer */
+			struct centry *e = &sh->e[idx];
+			memcpy(dst, e_data(sh, e), rs);
+			e->flags |= F_REF;
+		} else {
+			memcpy(dst, src, rs);
+			if (stored[i] && !raced) { /* holes are not cached, nor a fill that raced a drop */
+				idx = insert(c, sh, table, rs, ids[i], h, &err);
+				if (idx != NIL)
+					memcpy(e_data(sh, &sh->e[idx]), src, rs);
+				else
+					sh->bypasses++;
+			}
+		}
+		sh->misses++;
+		pthread_mutex_unlock(&sh->lock);
+		TS_ADD(t, misses, 1);
+		if (err == -EAGAIN) {
+			TS_ADD(t, bypasses, 1);
+			make_clean(c, si);
+		}
+	}
+out:
+	free(ids);
+	free(tmp);
+	free(stored);
+	return ret;
+}
+
 int cache_read_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows, size_t n,
 		    void *buf)
 {
@@ -1205,6 +1263,14 @@ int cache_read_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t
 		return ret;
 	}
 	walk_rows(c, table, rs, rows, &g, out, NULL, 0);
+	if (g.nmiss > 1 && c->ops->fetch_rows) {
+		ret = fetch_misses(c, table, rs, rows, &g, out);
+		if (ret != -ENOSYS) {
+			rowgroup_free(&g);
+			return ret;
+		}
+		ret = 0;
+	}
 	for (size_t i = 0; i < g.nmiss && !ret; i++)
 		ret = cache_read(c, table, rs, rows[g.miss[i]], 0, rs, out + (size_t)g.miss[i] * rs);
 	rowgroup_free(&g);

@@ -130,12 +130,7 @@ static int live_read_rows(struct embfs *fs, const struct btarget *t, const uint6
 {
 	if (fs->cache)
 		return cache_read_rows(fs->cache, t->id, t->row_size, ids, n, buf);
-	for (uint32_t i = 0; i < n; i++) {
-		int r = store_row_read(fs->st, t->id, ids[i], buf + (size_t)i * t->row_size);
-		if (r < 0)
-			return r;
-	}
-	return 0;
+	return store_rows_read(fs->st, t->id, ids, n, buf, NULL);
 }
 
 /*
@@ -148,12 +143,8 @@ static int live_read_rows(struct embfs *fs, const struct btarget *t, const uint6
 static int snap_read_rows(struct embfs *fs, const struct btarget *t, const uint64_t *ids, uint32_t n,
 			  char *buf)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		int ret = store_snap_row_read(fs->st, t->snap - 1, t->id, ids[i], buf + (size_t)i * t->row_size);
-		if (ret < 0)
-			return ret == -ENOENT ? -ESTALE : ret;
-	}
-	return 0;
+	int ret = store_snap_rows_read(fs->st, t->snap - 1, t->id, ids, n, buf, NULL);
+	return ret == -ENOENT ? -ESTALE : ret;
 }
 
 static int resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
@@ -532,7 +523,7 @@ static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
 		}
 		f->ids_ok = 1;
 		if (f->h.op == EMBFS_BATCH_SCATTER && fs->cache) {
-			int ret = store_space_reserve(fs->st, f->t.row_size, f->h.count);
+			int ret = rows_reserve(fs, f->t.row_size, f->h.count);
 			if (ret)
 				return ret;
 			f->promised = f->h.count;

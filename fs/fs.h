@@ -30,6 +30,9 @@ struct embfs_conf {
 	unsigned dirty_age_ms;
 	unsigned dim;
 	unsigned threads;
+	char *spill;
+	char *spill_size;
+	unsigned spill_qd, spill_high, spill_low, spill_compact_mbps;
 	int show_help;
 	int show_version;
 };
@@ -57,6 +60,7 @@ extern const struct fuse_lowlevel_ops embfs_ops;
 int rows_read(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, char *buf);
 int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data);
 /* Around writes into the cache: the batch id to stamp them with. */
+int rows_reserve(struct embfs *fs, uint32_t rs, int64_t n);
 uint64_t rows_batch_begin(struct embfs *fs);
 void rows_batch_end(struct embfs *fs);
 /* Make the store see every cached write of table id (id < 0: all). */

@@ -24,6 +24,12 @@ static const struct fuse_opt embfs_opts[] = {
 	OPT("threads=%u", threads),
 	OPT("cache_size=%s", cache_size),
 	OPT("dirty_age_ms=%u", dirty_age_ms),
+	OPT("spill=%s", spill),
+	OPT("spill_size=%s", spill_size),
+	OPT("spill_qd=%u", spill_qd),
+	OPT("spill_high=%u", spill_high),
+	OPT("spill_low=%u", spill_low),
+	OPT("spill_compact_mbps=%u", spill_compact_mbps),
 	OPT("-h", show_help),
 	OPT("--help", show_help),
 	OPT("-V", show_version),
@@ -55,7 +61,14 @@ static void usage(const char *prog)
 	       "    -o threads=N           FUSE worker threads (number of cores)\n"
 	       "    -o cache_size=SIZE     DRAM row cache (default: 1/8 of RAM, at most 1G; 0 = none)\n"
 	       "    -o dirty_age_ms=N      longest a written row stays only in DRAM (5000)\n"
-	       "    -o pidfile=PATH        write the daemon's pid once mounted\n\n",
+	       "    -o pidfile=PATH        write the daemon's pid once mounted\n"
+	       "    -o spill=PATH          SSD spill tier: a file, a directory (for embfs-<uuid>.spill)\n"
+	       "                           or a block device; cold row versions move there\n"
+	       "    -o spill_size=SIZE     size of a new spill file\n"
+	       "    -o spill_qd=N          io_uring queue depth of one read's device reads (32)\n"
+	       "    -o spill_high=PCT      share of the pool row versions may take (30)\n"
+	       "    -o spill_low=PCT       the mover spills until they take this share (25)\n"
+	       "    -o spill_compact_mbps=N  compaction I/O budget in MB/s (64)\n\n",
 	       prog);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
@@ -122,6 +135,30 @@ int main(int argc, char **argv)
 		fprintf(stderr, "embfs: %s\n", err);
 		goto out_cl;
 	}
+	/* the spill device is checked (or made) here, on the terminal; its
+	 * mover thread starts in the daemon, after the fork */
+	struct store_spill_conf sc = { .path = fs.conf.spill, .qd = fs.conf.spill_qd,
+				       .high = fs.conf.spill_high, .low = fs.conf.spill_low,
+				       .compact_mbps = fs.conf.spill_compact_mbps, .manual = 1 };
+	if (fs.conf.spill_size && (embfs_parse_size(fs.conf.spill_size, &sc.size) || !sc.size)) {
+		fprintf(stderr, "embfs: bad spill_size '%s'\n", fs.conf.spill_size);
+		goto out_store;
+	}
+	if (fs.conf.spill_size && !fs.conf.spill) {
+		fprintf(stderr, "embfs: spill_size= needs spill=PATH\n");
+		goto out_store;
+	}
+	if (store_spill_attach(fs.st, &sc, err, sizeof(err))) {
+		fprintf(stderr, "embfs: %s\n", err);
+		goto out_store;
+	}
+	if (fs.conf.spill) {
+		struct store_spill_stats ss;
+		store_spill_stats_get(fs.st, &ss);
+		fprintf(stderr, "embfs: spill tier %s: %llu MiB in %llu segments, row versions keep to %llu MiB of the pool\n",
+			ss.path, (unsigned long long)(ss.size >> 20), (unsigned long long)ss.segs,
+			(unsigned long long)(ss.pmem_high >> 20));
+	}
 
 	if (fs.cache_bytes) {
 		fprintf(stderr, "embfs: %s: row cache %llu MiB, dirty rows written back within %u ms\n",
@@ -146,7 +183,12 @@ int main(int argc, char **argv)
 	if (fuse_session_mount(fs.se, cl.mountpoint) != 0)
 		goto out_signals;
 	fuse_daemonize(cl.foreground);
-	/* after the fork: the cache's flusher thread must live in the daemon */
+	/* after the fork: the mover and the cache's flusher must live in the daemon */
+	if (fs.conf.spill && store_spill_start(fs.st) != 0) {
+		fprintf(stderr, "embfs: cannot start the spill mover\n");
+		fuse_session_unmount(fs.se);
+		goto out_signals;
+	}
 	if (fs.cache_bytes) {
 		struct cache_conf cc = { fs.cache_bytes, fs.conf.dirty_age_ms, 0 };
 		fs.cache = cache_create(&cc, &embfs_cache_ops, &fs);
@@ -202,6 +244,8 @@ out_args:
 	free(fs.conf.pidfile);
 	free(fs.conf.dtype);
 	free(fs.conf.cache_size);
+	free(fs.conf.spill);
+	free(fs.conf.spill_size);
 	fuse_opt_free_args(&args);
 	return ret;
 }

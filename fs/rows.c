@@ -11,12 +11,34 @@
 
 #include "fs.h"
 
+/* Whole rows [first, first + n) into buf: through the cache, whose misses
+ * reach the store in one call (one device submission for spilled rows). */
+static int whole_rows(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t first, size_t n, char *buf)
+{
+	uint64_t sids[64], *ids = n <= 64 ? sids : malloc(n * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		ids[i] = first + i;
+	int ret = fs->cache ? cache_read_rows(fs->cache, id, rs, ids, n, buf)
+			    : store_rows_read(fs->st, id, ids, n, buf, NULL);
+	if (ids != sids)
+		free(ids);
+	return ret < 0 ? ret : 0;
+}
+
 int rows_read(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, char *buf)
 {
 	char *row = NULL;
 	int ret = 0;
 	for (size_t done = 0; done < len && !ret;) {
 		uint64_t pos = off + done;
+		if (pos % rs == 0 && len - done >= 2 * (size_t)rs) {
+			size_t n = (len - done) / rs;
+			ret = whole_rows(fs, id, rs, pos / rs, n, buf + done);
+			done += n * rs;
+			continue;
+		}
 		uint64_t r = pos / rs;
 		uint32_t in = (uint32_t)(pos % rs);
 		size_t take = rs - in < len - done ? rs - in : len - done;
@@ -53,6 +75,18 @@ int64_t rows_prepaid_end(void)
 	return left;
 }
 
+/* Promise room for n rows a write is about to leave dirty in the cache.  With
+ * a spill tier, row versions keep to their share of the pool and dirty
+ * cached rows are promised part of it: when it is taken, write the cache
+ * back (so that the mover can spill those rows) and ask again. */
+int rows_reserve(struct embfs *fs, uint32_t rs, int64_t n)
+{
+	int ret = store_space_reserve(fs->st, rs, n);
+	if (ret == -ENOSPC && fs->conf.spill && fs->cache && cache_flush(fs->cache, -1) == 0)
+		ret = store_space_reserve(fs->st, rs, n);
+	return ret;
+}
+
 uint64_t rows_batch_begin(struct embfs *fs)
 {
 	pthread_rwlock_rdlock(&fs->snap_rw);
@@ -69,7 +103,7 @@ int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t 
 	int ret = 0;
 	if (fs->cache) {
 		int64_t n = len ? (int64_t)((off + len - 1) / rs - off / rs + 1) : 0;
-		ret = store_space_reserve(fs->st, rs, n);
+		ret = rows_reserve(fs, rs, n);
 		if (ret)
 			return ret;
 		prepaid = n;
@@ -139,6 +173,13 @@ static int cb_fetch(void *ctx, uint32_t table, uint64_t row, void *buf)
 	return buf ? store_row_read(fs->st, table, row, buf) : store_row_exists(fs->st, table, row);
 }
 
+static int cb_fetch_rows(void *ctx, uint32_t table, const uint64_t *rows, size_t n, void *buf,
+			 uint8_t *stored)
+{
+	struct embfs *fs = ctx;
+	return store_rows_read(fs->st, table, rows, n, buf, stored);
+}
+
 static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n)
 {
 	struct embfs *fs = ctx;
@@ -183,6 +224,7 @@ static void cb_durable_below(void *ctx, uint64_t batch)
 
 const struct cache_ops embfs_cache_ops = {
 	.fetch = cb_fetch,
+	.fetch_rows = cb_fetch_rows,
 	.writeback = cb_writeback,
 	.reserve = cb_reserve,
 	.durable_below = cb_durable_below,

@@ -271,28 +271,27 @@ void snapfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 		return;
 	}
 	size_t len = a.size - o < size ? (size_t)(a.size - o) : size;
-	char *buf = malloc(len), *row = malloc(a.row_size);
-	if (!buf || !row) {
-		free(buf);
-		free(row);
+	/* every row the range touches, in one store call (spilled rows: one
+	 * device submission) */
+	uint32_t rs = a.row_size;
+	uint64_t r0 = o / rs, nr = (o + len - 1) / rs - r0 + 1;
+	char *rows = malloc(nr * rs);
+	uint64_t *ids = malloc(nr * sizeof(*ids));
+	if (!rows || !ids) {
+		free(rows);
+		free(ids);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	uint32_t rs = a.row_size;
-	for (size_t done = 0; done < len && ret >= 0;) {
-		uint64_t pos = o + done;
-		uint32_t in = (uint32_t)(pos % rs);
-		size_t take = rs - in < len - done ? rs - in : len - done;
-		ret = store_snap_row_read(fs->st, idx, id, pos / rs, row);
-		memcpy(buf + done, row + in, take);
-		done += take;
-	}
+	for (uint64_t i = 0; i < nr; i++)
+		ids[i] = r0 + i;
+	ret = store_snap_rows_read(fs->st, idx, id, ids, nr, rows, NULL);
 	if (ret < 0)
 		fuse_reply_err(req, -ret);
 	else
-		fuse_reply_buf(req, buf, len);
-	free(buf);
-	free(row);
+		fuse_reply_buf(req, rows + (o - r0 * rs), len);
+	free(rows);
+	free(ids);
 }
 
 void snapfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence)

@@ -53,6 +53,45 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 		fprintf(f, "cache.bypasses %llu\n", (unsigned long long)cs.bypasses);
 		fprintf(f, "cache.pinned %llu\n", (unsigned long long)cs.pinned);
 	}
+	struct store_spill_stats sp;
+	store_spill_stats_get(fs->st, &sp);
+	fprintf(f, "pmem.row_bytes %llu\n", (unsigned long long)sp.pmem_row_bytes);
+	fprintf(f, "pmem.versions %llu\n", (unsigned long long)sp.pmem_versions);
+	if (sp.attached) {
+#define SP(name, v) fprintf(f, "spill." name " %llu\n", (unsigned long long)(v))
+		fprintf(f, "spill.path %s\n", sp.path);
+		SP("size_bytes", sp.size);
+		SP("segment_bytes", sp.seg_size);
+		SP("segments", sp.segs);
+		SP("segments_free", sp.segs_free);
+		SP("segments_open", sp.segs_open);
+		SP("segments_sealed", sp.segs_sealed);
+		SP("footprint_bytes", sp.footprint);
+		SP("live_bytes", sp.live_bytes);
+		SP("versions", sp.live_versions);
+		fprintf(f, "spill.footprint_ratio %.2f\n", sp.live_bytes ? (double)sp.footprint / (double)sp.live_bytes : 0.0);
+		SP("pmem_high_bytes", sp.pmem_high);
+		SP("pmem_low_bytes", sp.pmem_low);
+		SP("moved", sp.spilled);
+		SP("writes", sp.spill_writes);
+		SP("write_bytes", sp.spill_write_bytes);
+		SP("promoted", sp.promoted);
+		SP("rows_read", sp.reads);
+		SP("read_ios", sp.read_ios);
+		SP("read_bytes", sp.read_bytes);
+		SP("read_iops", sp.read_iops);
+		SP("queue_depth", sp.qd);
+		SP("compacted_segments", sp.compacted_segs);
+		SP("compact_moved", sp.compact_moved);
+		SP("compact_bytes", sp.compact_bytes);
+		SP("compacting_done_bytes", sp.compact_seg_done);
+		SP("compacting_total_bytes", sp.compact_seg_total);
+		SP("checksum_errors", sp.csum_errors);
+		SP("writer_waits", sp.waits);
+		SP("full_events", sp.full);
+		SP("recounting", sp.recounting);
+#undef SP
+	}
 	fprintf(f, "batch %llu\n", (unsigned long long)store_batch_get(fs->st));
 	fprintf(f, "snapshots %llu\n", (unsigned long long)s.snapshots);
 	uint32_t sc = 0;

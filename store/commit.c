@@ -352,7 +352,8 @@ int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops
 		int ret = commit_locked(s, st, ops, n, size_hint);
 		pthread_mutex_unlock(&s->commit_lock);
 		/* rows keep to their share of PMem: wait for the mover to spill some */
-		if (ret != -ENOSPC || !s->sp || spill_wait_room(s) != 0)
+		if (ret != -ENOSPC || !s->sp ||
+		    spill_wait_room(s, n * (sizeof(struct emb_version) + st->t->row_size + 31)) != 0)
 			return ret;
 	}
 }

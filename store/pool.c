@@ -478,7 +478,8 @@ int store_space_reserve(struct store *s, uint32_t row_size, int64_t rows)
 {
 	for (;;) {
 		int ret = slab_promise(s, row_size, rows);
-		if (ret != -ENOSPC || rows <= 0 || !s->sp || spill_wait_room(s) != 0)
+		if (ret != -ENOSPC || rows <= 0 || !s->sp ||
+		    spill_wait_room(s, (uint64_t)rows * (sizeof(struct emb_version) + row_size + 31)) != 0)
 			return ret;
 	}
 }

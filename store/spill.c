@@ -109,6 +109,7 @@ struct spill {
 	pthread_mutex_t mu;       /* the fields below and the promotion queue */
 	pthread_cond_t cv, done_cv;
 	int stop, kicked, busy;
+	uint64_t need;            /* bytes of slots the waiting writers want */
 	uint64_t passes;          /* mover passes finished */
 	int last_freed;           /* the last pass freed row room */
 	struct pq_ent pq[PQ_CAP];
@@ -792,9 +793,19 @@ static uint64_t row_usage(struct store *s)
 	return used;
 }
 
-/* Spill until row versions take low_bytes (all: everything spillable).
+/* How far a pass spills: to the low watermark, and lower if a writer waits
+ * for `need` bytes of slots (a class keeps up to 4 MiB of copy-on-write
+ * headroom on top of what it promises). */
+#define COW_ROOM (4ull << 20)
+static uint64_t pass_target(struct store *s, uint64_t need)
+{
+	uint64_t lim = s->row_cap > COW_ROOM + need ? s->row_cap - COW_ROOM - need : 0;
+	return lim < s->sp->low_bytes ? lim : s->sp->low_bytes;
+}
+
+/* Spill until row versions take target bytes (all: everything spillable).
  * Returns versions moved or -errno.  Takes commit_lock chunk by chunk. */
-static int64_t spill_pass(struct store *s, int all)
+static int64_t spill_pass(struct store *s, int all, uint64_t target)
 {
 	struct spill *sp = s->sp;
 	int64_t moved = 0;
@@ -806,7 +817,7 @@ static int64_t spill_pass(struct store *s, int all)
 		sp->cur_di = 0;
 	}
 	uint32_t start_table = sp->cur_table;
-	while (all || row_usage(s) > sp->low_bytes) {
+	while (all || row_usage(s) > target) {
 		struct stable *st = tab_get(s, sp->cur_table);
 		size_t n = 0;
 		if (st)
@@ -1108,7 +1119,7 @@ static void iops_tick(struct spill *sp)
 	}
 }
 
-static int64_t mover_round(struct store *s, unsigned what)
+static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
 {
 	struct spill *sp = s->sp;
 	int64_t moved = 0;
@@ -1120,11 +1131,12 @@ static int64_t mover_round(struct store *s, unsigned what)
 			return ret;
 	}
 	if ((what & STORE_SPILL_MOVE) || row_usage(s) > sp->start_bytes) {
-		moved = spill_pass(s, !!(what & STORE_SPILL_ALL));
+		uint64_t target = pass_target(s, need);
+		moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
 		if (moved == -ENOSPC) { /* the device is full: compaction may make room */
 			uint64_t k = compact_pick(s, 1);
 			if (k != EMB_NONE && compact_seg(s, k) == 0)
-				moved = spill_pass(s, !!(what & STORE_SPILL_ALL));
+				moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
 		}
 	}
 	if (what & STORE_SPILL_PROMOTE || !sp->manual)
@@ -1157,11 +1169,13 @@ static void *mover_main(void *arg)
 		if (sp->stop)
 			break;
 		int kicked = sp->kicked;
+		uint64_t need = sp->need;
 		sp->kicked = 0;
+		sp->need = 0;
 		sp->busy = 1;
 		pthread_mutex_unlock(&sp->mu);
 		uint64_t before = row_usage(s);
-		int64_t moved = mover_round(s, kicked ? STORE_SPILL_MOVE : 0);
+		int64_t moved = mover_round(s, kicked ? STORE_SPILL_MOVE : 0, need);
 		uint64_t after = row_usage(s);
 		iops_tick(sp);
 		pthread_mutex_lock(&sp->mu);
@@ -1174,12 +1188,12 @@ static void *mover_main(void *arg)
 	return NULL;
 }
 
-int spill_wait_room(struct store *s)
+int spill_wait_room(struct store *s, uint64_t need)
 {
 	struct spill *sp = s->sp;
 	atomic_fetch_add(&sp->waits, 1);
 	if (sp->manual) {
-		int64_t moved = spill_pass(s, 0);
+		int64_t moved = spill_pass(s, 0, pass_target(s, need));
 		if (moved <= 0)
 			atomic_fetch_add(&sp->full, 1);
 		return moved > 0 ? 0 : -ENOSPC;
@@ -1187,6 +1201,8 @@ int spill_wait_room(struct store *s)
 	pthread_mutex_lock(&sp->mu);
 	uint64_t want = sp->passes + (sp->busy ? 2 : 1); /* a whole pass begun after this call */
 	sp->kicked = 1;
+	if (need > sp->need)
+		sp->need = need;
 	pthread_cond_signal(&sp->cv);
 	while (sp->passes < want && !sp->stop)
 		pthread_cond_wait(&sp->done_cv, &sp->mu);
@@ -1201,7 +1217,7 @@ int store_spill_run(struct store *s, unsigned what)
 {
 	if (!s->sp)
 		return -ENODEV;
-	int64_t r = mover_round(s, what);
+	int64_t r = mover_round(s, what, 0);
 	return r < 0 ? (int)r : (int)(r > INT32_MAX ? INT32_MAX : r);
 }
 
@@ -1300,6 +1316,8 @@ static int dev_size(int fd, const struct stat *st, uint64_t *size)
 int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *err, size_t n)
 {
 	struct emb_spill *pm = S_PTR(s, s->sb->spill_off);
+	if (err && n)
+		err[0] = 0;
 	if (!c || !c->path) {
 		if (any_used(pm))
 			return fail(err, n, -ENODEV,
@@ -1411,7 +1429,7 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 	sp->qd = c->qd ? c->qd : 32;
 	if (sp->qd > 4096)
 		sp->qd = 4096;
-	uint32_t high = c->high ? c->high : 50, low = c->low ? c->low : 40;
+	uint32_t high = c->high ? c->high : 30, low = c->low ? c->low : 25;
 	if (high > 95 || low >= high) {
 		free(sp);
 		ret = fail(err, n, -EINVAL, "spill_high must be at most 95 and above spill_low (%u, %u)", high, low);
@@ -1449,6 +1467,12 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 		}
 	if ((ret = slab_load_all(s)))
 		goto free_sp;
+	if (cap / 100 * high < 4 * COW_ROOM) {
+		ret = fail(err, n, -EINVAL,
+			   "pool too small for a spill tier: row versions may take %llu MiB of it (spill_high=%u), at least %llu MiB are needed",
+			   (unsigned long long)((cap / 100 * high) >> 20), high, (unsigned long long)((4 * COW_ROOM) >> 20));
+		goto free_sp;
+	}
 	pthread_mutex_lock(&s->space_lock);
 	s->row_cap = cap / 100 * high;
 	pthread_mutex_unlock(&s->space_lock);
@@ -1467,6 +1491,9 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 	close(fd);
 	return 0;
 free_sp:
+	for (uint32_t i = 0; i < NRINGS; i++)
+		if (sp->rings[i].ok)
+			io_uring_queue_exit(&sp->rings[i].ring);
 	close(sp->fd);
 	free(sp->pins);
 	free((void *)sp->heat);
@@ -1475,11 +1502,26 @@ free_sp:
 	free(sp);
 	if (!ret)
 		ret = -ENOMEM;
-	fail(err, n, ret, "%s: %s", path, strerror(-ret));
+	if (err && n && !err[0])
+		fail(err, n, ret, "%s: %s", path, strerror(-ret));
 out:
 	free(d);
 	close(fd);
 	return ret;
+}
+
+int store_spill_start(struct store *s)
+{
+	struct spill *sp = s->sp;
+	if (!sp || sp->thr_started)
+		return 0;
+	sp->manual = 0;
+	if (pthread_create(&sp->thr, NULL, mover_main, s) != 0) {
+		sp->manual = 1;
+		return -EAGAIN;
+	}
+	sp->thr_started = 1;
+	return 0;
 }
 
 void spill_detach(struct store *s)

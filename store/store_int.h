@@ -196,8 +196,9 @@ int relink_recover(struct store *s, struct emb_journal *j);
 /* Read back the records of these stubs of st: how many fail.  commit_lock held. */
 int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n);
 void spill_detach(struct store *s);
-/* A write found no room: let the mover free some.  0 = try again. */
-int spill_wait_room(struct store *s);
+/* A write found no room for `need` bytes of slots: let the mover free some.
+ * 0 = try again. */
+int spill_wait_room(struct store *s, uint64_t need);
 void spill_note_write(struct store *s, uint32_t table, uint64_t row);
 uint64_t pool_heap_capacity(const struct store *s);
 

@@ -49,6 +49,11 @@ struct cache_ops {
 	/* Copy the stored row into buf (row_size bytes): 1 stored, 0 hole (buf
 	 * zero-filled), -errno.  buf == NULL: only say whether it is stored. */
 	int (*fetch)(void *ctx, uint32_t table, uint64_t row, void *buf);
+	/* Optional: fetch rows[0..n) into buf (row i at buf + i * row_size),
+	 * stored[i] = 1 if stored, 0 for a hole; 0 or -errno.  Batch reads
+	 * hand all their misses to one call. */
+	int (*fetch_rows)(void *ctx, uint32_t table, const uint64_t *rows, size_t n, void *buf,
+			  uint8_t *stored);
 	/* Make rows[0..n) of table durable, each row atomically. */
 	int (*writeback)(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n);
 	/* Optional.  delta > 0: a row that is a hole below became dirty; reserve

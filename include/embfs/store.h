@@ -221,7 +221,7 @@ struct store_spill_conf {
 	const char *path;      /* file, directory (for embfs-<pool uuid>.spill) or block device; NULL = none */
 	uint64_t size;         /* bytes for a new spill file (0: the file's or device's size) */
 	uint32_t qd;           /* io_uring queue depth of one read submission (0: 32) */
-	uint32_t high, low;    /* percent of the pool for row versions (0: 50 and 40) */
+	uint32_t high, low;    /* percent of the pool for row versions (0: 30 and 25) */
 	uint32_t compact_mbps; /* compaction I/O budget in MB/s (0: 64) */
 	int manual;            /* no mover thread: store_spill_run() does its work (tests) */
 };
@@ -229,6 +229,9 @@ struct store_spill_conf {
  * keeps rows on a spill device refuses c->path == NULL, a missing device or
  * another pool's (err says which).  Call once, right after store_open(). */
 int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *err, size_t errlen);
+
+/* Start the mover of a device attached with manual = 1 (after a fork). */
+int store_spill_start(struct store *s);
 
 #define STORE_SPILL_MOVE 1u     /* spill down to the low watermark */
 #define STORE_SPILL_ALL 2u      /* ... and with MOVE: every version that can go */

@@ -33,7 +33,7 @@ static char err[512];
 
 static void attach(struct store *s, uint64_t spill_size)
 {
-	struct store_spill_conf c = { .path = spath, .size = spill_size, .manual = 1, .high = 50, .low = 40 };
+	struct store_spill_conf c = { .path = spath, .size = spill_size, .manual = 1, .high = 40, .low = 30 };
 	if (store_spill_attach(s, &c, err, sizeof(err))) {
 		fprintf(stderr, "attach: %s\n", err);
 		exit(1);
@@ -128,13 +128,13 @@ static void check_all(struct store *s, uint32_t id, uint64_t n, uint64_t gen)
 	}
 }
 
-/* 100 k rows of 256 bytes (25.6 MB of rows, ~29 MB of slots) in a 32 MiB
- * pool whose row versions may take half. */
+/* 150 k rows of 256 bytes (38 MB of rows, 43 MB of slots) in a 64 MiB
+ * pool whose row versions may take 40% (~22 MiB). */
 static void test_basic(void)
 {
-	struct store *s = fresh(32 << 20, 64 << 20);
+	struct store *s = fresh(64 << 20, 64 << 20);
 	uint32_t id;
-	uint64_t n = 100000;
+	uint64_t n = 150000;
 	OK(store_table_create(s, "t", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
 	write_all(s, id, n, 1);
 	struct store_spill_stats st = sstats(s);
@@ -199,7 +199,7 @@ static void test_basic(void)
 /* Random operations against a shadow copy. */
 static void test_random(void)
 {
-	struct store *s = fresh(32 << 20, 96 << 20);
+	struct store *s = fresh(64 << 20, 96 << 20);
 	uint32_t id;
 	uint64_t n = 60000;
 	OK(store_table_create(s, "r", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
@@ -292,7 +292,7 @@ static void test_random(void)
 /* Snapshot versions spill; rmdir frees their space through compaction. */
 static void test_snap(void)
 {
-	struct store *s = fresh(32 << 20, 64 << 20);
+	struct store *s = fresh(64 << 20, 64 << 20);
 	uint32_t id;
 	uint64_t n = 20000;
 	OK(store_table_create(s, "s", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
@@ -362,7 +362,7 @@ static void flip(long at)
 /* A damaged byte: EIO on exactly the rows it is in, counted. */
 static void test_corrupt(void)
 {
-	struct store *s = fresh(32 << 20, 64 << 20);
+	struct store *s = fresh(64 << 20, 64 << 20);
 	uint32_t id;
 	uint64_t n = 4000;
 	OK(store_table_create(s, "c", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
@@ -400,7 +400,7 @@ static void test_corrupt(void)
 /* A full spill file: ENOSPC, and every row written before reads back. */
 static void test_full(void)
 {
-	struct store *s = fresh(32 << 20, 6 << 20); /* 5 segments of 1 MiB */
+	struct store *s = fresh(64 << 20, 6 << 20); /* 5 segments of 1 MiB */
 	uint32_t id;
 	OK(store_table_create(s, "f", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
 	static uint8_t data[512][RS];
@@ -447,7 +447,7 @@ static void crash_child(int fd)
 			}
 			if (store_rows_write(s, id, ops, k, 0))
 				_exit(3);
-			if (r % 4096 < 512 && store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_COMPACT) < 0)
+			if (r % 4096 < 512 && store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL | STORE_SPILL_COMPACT) < 0)
 				_exit(4);
 		}
 		uint8_t g = (uint8_t)gen;
@@ -458,7 +458,7 @@ static void crash_child(int fd)
 
 static void test_crash(void)
 {
-	struct store *s = fresh(32 << 20, 64 << 20);
+	struct store *s = fresh(64 << 20, 64 << 20);
 	uint32_t id;
 	OK(store_table_create(s, "k", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
 	write_all(s, id, CN, 1);
