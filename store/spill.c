@@ -1563,7 +1563,6 @@ void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
 	if (!sp)
 		return;
 	st->attached = 1;
-	st->recounting = sp->recount;
 	snprintf(st->path, sizeof(st->path), "%s", sp->path);
 	st->qd = sp->qd;
 	st->pmem_high = s->row_cap;
@@ -1572,6 +1571,8 @@ void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
 	st->size = pm->size;
 	st->seg_size = pm->seg_size;
 	st->segs = pm->nsegs;
+	pthread_mutex_lock(&s->commit_lock); /* the segment table changes under it */
+	st->recounting = sp->recount;
 	for (uint64_t k = 0; k < pm->nsegs; k++) {
 		const struct emb_sseg *g = &pm->seg[k];
 		st->segs_free += g->state == EMB_SEG_FREE;
@@ -1583,6 +1584,7 @@ void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
 			st->live_versions += g->nlive;
 		}
 	}
+	pthread_mutex_unlock(&s->commit_lock);
 	st->spilled = atomic_load(&sp->spilled);
 	st->spill_writes = atomic_load(&sp->spill_writes);
 	st->spill_write_bytes = atomic_load(&sp->spill_write_bytes);

@@ -15,6 +15,9 @@
  * needs a disk file system).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -501,6 +504,83 @@ static void test_crash(void)
 	}
 }
 
+/* The mover thread spilling, promoting and compacting while a writer
+ * rewrites rows and two readers check every row they read is whole. */
+#define TN 120000u
+static struct store *ts;
+static uint32_t tid;
+static _Atomic int tstop;
+static _Atomic uint64_t tbad, treads;
+
+static int whole(const uint8_t *got, uint64_t r)
+{
+	uint8_t want[RS];
+	uint8_t gen = (uint8_t)((got[0] - (uint8_t)(r * 131)) * 183);
+	fill(want, r, gen);
+	return !memcmp(got, want, RS);
+}
+
+static void *t_reader(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	static __thread uint8_t got[256][RS];
+	uint64_t ids[256];
+	while (!tstop) {
+		for (int i = 0; i < 256; i++) /* skewed: some rows turn hot */
+			ids[i] = rand_r(&seed) % 4 ? (uint64_t)rand_r(&seed) % TN : (uint64_t)rand_r(&seed) % 512;
+		if (store_rows_read(ts, tid, ids, 256, got, NULL)) {
+			tbad++;
+			continue;
+		}
+		for (int i = 0; i < 256; i++)
+			if (!whole(got[i], ids[i]))
+				tbad++;
+		treads += 256;
+	}
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	struct store *s = fresh(64 << 20, 128 << 20);
+	OK(store_table_create(s, "m", 0644, 0, 0, RS / 4, EMB_DT_F32, &tid));
+	write_all(s, tid, TN, 1);
+	ts = s;
+	OK(store_spill_start(s));
+	pthread_t rd[2];
+	for (int i = 0; i < 2; i++)
+		CHECK(pthread_create(&rd[i], NULL, t_reader, (void *)(uintptr_t)(i + 1)) == 0);
+	static uint8_t data[512][RS];
+	struct store_rowop ops[512];
+	unsigned seed = 3;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (uint64_t gen = 2;; gen++) {
+		for (int k = 0; k < 512; k++) {
+			uint64_t r = (uint64_t)rand_r(&seed) % TN;
+			fill(data[k], r, gen);
+			ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
+		}
+		OK(store_rows_write(s, tid, ops, 512, 0));
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (t1.tv_sec - t0.tv_sec >= 4)
+			break;
+	}
+	tstop = 1;
+	for (int i = 0; i < 2; i++)
+		pthread_join(rd[i], NULL);
+	struct store_spill_stats st = sstats(s);
+	printf("  %llu rows read by 2 readers, %llu moved, %llu promoted, %llu segments compacted\n",
+	       (unsigned long long)treads, (unsigned long long)st.spilled, (unsigned long long)st.promoted,
+	       (unsigned long long)st.compacted_segs);
+	CHECK(tbad == 0);
+	CHECK(st.spilled > 0);
+	store_close(s);
+	s = open_pool();
+	fsck_clean(s);
+	store_close(s);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -519,6 +599,8 @@ int main(void)
 	printf("full ok\n");
 	test_crash();
 	printf("crash ok\n");
+	test_threads();
+	printf("threads ok\n");
 	unlink(path);
 	unlink(spath);
 	return 0;
