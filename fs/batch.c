@@ -287,6 +287,12 @@ static void pf_run(struct batch *b, struct pfjob *j)
 	struct bfd *f = j->f;
 	struct cache *c = b->fs->cache;
 	size_t i = 0;
+	/* load the rows with batched reads first (rows on the spill device:
+	 * one submission per 4096), then pin them, cached by now */
+	char *tmp = malloc(4096 * (size_t)j->row_size);
+	for (size_t k = 0; tmp && k < j->n && !b->stop; k += 4096)
+		cache_read_rows(c, j->table, j->row_size, j->rows + k, j->n - k < 4096 ? j->n - k : 4096, tmp);
+	free(tmp);
 	for (; i < j->n && !b->stop; i++) {
 		uint64_t row = j->rows[i];
 		pthread_mutex_lock(&f->pf_lock);

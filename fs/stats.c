@@ -89,6 +89,7 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 		SP("checksum_errors", sp.csum_errors);
 		SP("writer_waits", sp.waits);
 		SP("full_events", sp.full);
+		SP("row_slabs_returned", sp.slabs_returned);
 		SP("recounting", sp.recounting);
 #undef SP
 	}

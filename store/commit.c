@@ -347,12 +347,14 @@ int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops
 	struct stable *st = tab_get(s, id);
 	if (!st)
 		return -ENOENT;
-	for (;;) {
+	for (int waits = 0;; waits++) {
 		pthread_mutex_lock(&s->commit_lock);
 		int ret = commit_locked(s, st, ops, n, size_hint);
 		pthread_mutex_unlock(&s->commit_lock);
-		/* rows keep to their share of PMem: wait for the mover to spill some */
-		if (ret != -ENOSPC || !s->sp ||
+		/* rows keep to their share of PMem: wait for the mover to spill
+		 * some, a bounded number of times (no livelock when the pool is
+		 * full of stubs and index) */
+		if (ret != -ENOSPC || !s->sp || waits == SPILL_MAX_WAITS ||
 		    spill_wait_room(s, n * (sizeof(struct emb_version) + st->t->row_size + 31)) != 0)
 			return ret;
 	}

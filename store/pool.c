@@ -476,9 +476,9 @@ static uint64_t heap_used_fn(struct store *s)
 
 int store_space_reserve(struct store *s, uint32_t row_size, int64_t rows)
 {
-	for (;;) {
+	for (int waits = 0;; waits++) {
 		int ret = slab_promise(s, row_size, rows);
-		if (ret != -ENOSPC || rows <= 0 || !s->sp ||
+		if (ret != -ENOSPC || rows <= 0 || !s->sp || waits == SPILL_MAX_WAITS ||
 		    spill_wait_room(s, (uint64_t)rows * (sizeof(struct emb_version) + row_size + 31)) != 0)
 			return ret;
 	}

@@ -264,6 +264,7 @@ static int slab_grow(struct store *s, uint32_t cls)
 		h->nslots = n;
 		h->next = pc->head;
 		h->data_off = data_off_for(n);
+		h->raw_off = o.off;
 		pmemobj_persist(s->pop, h, sizeof(*h));
 		pmemobj_tx_add_range_direct(pc, sizeof(*pc));
 		pc->head = S_OFF(s, h);
@@ -492,6 +493,88 @@ int slab_promise(struct store *s, uint32_t row_size, int64_t n)
 	if (!ret)
 		c->promised += (uint64_t)n;
 out:
+	pthread_mutex_unlock(&s->space_lock);
+	return ret;
+}
+
+/* The row slab with the fewest versions whose free slots the class can do
+ * without (promises and copy-on-write headroom stay covered), or NULL.
+ * Its used slot offsets go to *used.  commit_lock held. */
+struct sslab *slab_pick_victim(struct store *s, struct u64vec *used)
+{
+	struct sslab *best = NULL;
+	pthread_mutex_lock(&s->space_lock);
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
+		struct sclass *c = &s->cls[i];
+		if (!c->loaded || c->slot_size == EMB_STUB_SLOT || c->n < 2)
+			continue;
+		for (size_t k = 0; k < c->n; k++) {
+			struct sslab *sl = c->slabs[k];
+			if (!sl->hdr->raw_off)
+				continue;
+			if (c->nfree - sl->nfree < c->promised + cow_headroom(c->slot_size))
+				continue;
+			if (!best || sl->hdr->nslots - sl->nfree < best->hdr->nslots - best->nfree)
+				best = sl;
+		}
+	}
+	used->n = 0;
+	for (uint32_t k = 0; best && k < best->hdr->nslots; k++)
+		if ((best->bm[k / 64] >> (k % 64)) & 1)
+			u64vec_push(used, best->start + (uint64_t)k * best->hdr->slot_size);
+	pthread_mutex_unlock(&s->space_lock);
+	return best;
+}
+
+/* Give an empty slab back to libpmemobj and keep row versions to what is
+ * left (row_cap shrinks to the row slabs' bytes).  commit_lock held. */
+int slab_give_back(struct store *s, struct sslab *sl)
+{
+	volatile int ret = 0;
+	pthread_mutex_lock(&s->space_lock);
+	struct sclass *c = &s->cls[sl->cls];
+	struct emb_class *pc = &s->sb->classes[sl->cls];
+	if (sl->nfree != sl->hdr->nslots) {
+		pthread_mutex_unlock(&s->space_lock);
+		return -EBUSY;
+	}
+	uint64_t off = S_OFF(s, sl->hdr);
+	uint64_t *link = &pc->head;
+	while (*link && *link != off)
+		link = &((struct emb_slab *)S_PTR(s, *link))->next;
+	if (!*link) {
+		pthread_mutex_unlock(&s->space_lock);
+		return -EIO;
+	}
+	uint64_t *volatile lp = link;
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_add_range_direct(lp, 8);
+		pmemobj_tx_add_range_direct(&pc->nslabs, 8);
+		*lp = sl->hdr->next;
+		pc->nslabs--;
+		pmemobj_tx_free(pmemobj_oid(S_PTR(s, sl->hdr->raw_off)));
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	if (!ret) {
+		c->nfree -= sl->nfree;
+		size_t k = 0;
+		while (k < c->n && c->slabs[k] != sl)
+			k++;
+		memmove(&c->slabs[k], &c->slabs[k + 1], (c->n - k - 1) * sizeof(c->slabs[0]));
+		c->n--;
+		c->cursor = 0;
+		k = 0;
+		while (k < s->nby_addr && s->by_addr[k] != sl)
+			k++;
+		memmove(&s->by_addr[k], &s->by_addr[k + 1], (s->nby_addr - k - 1) * sizeof(s->by_addr[0]));
+		s->nby_addr--;
+		uint64_t rows = row_slab_bytes(s);
+		if (s->row_cap > rows)
+			s->row_cap = rows;
+		free(sl->bm);
+		free(sl);
+	}
 	pthread_mutex_unlock(&s->space_lock);
 	return ret;
 }

@@ -69,6 +69,7 @@
 #define PROMOTE_AFTER 2u
 #define PQ_CAP 4096u
 #define COMPACT_PIECE (256u << 10)
+#define SUBMIT_GROUP 4u
 
 struct ring {
 	pthread_mutex_t lock;
@@ -118,7 +119,7 @@ struct spill {
 	_Atomic uint64_t spilled, spill_writes, spill_write_bytes, promoted;
 	_Atomic uint64_t reads, read_ios, read_bytes, read_iops;
 	_Atomic uint64_t compacted_segs, compact_moved, compact_bytes, compact_done, compact_total;
-	_Atomic uint64_t csum_errors, waits, full;
+	_Atomic uint64_t csum_errors, waits, full, shrinks;
 	uint64_t iops_last, iops_t;
 };
 
@@ -287,6 +288,9 @@ static void device_read(struct spill *sp, struct sreq *q, size_t n)
 	}
 	int err = 0;
 	while (done < n) {
+		/* submit in small groups: the device starts on the first reads
+		 * while later ones are prepared, and completions keep the queue
+		 * topped up (one big submit leaves it idle between rounds) */
 		while (!err && inflight < sp->qd && sub < n) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 			if (!sqe)
@@ -295,6 +299,8 @@ static void device_read(struct spill *sp, struct sreq *q, size_t n)
 			sqe->user_data = sub;
 			sub++;
 			inflight++;
+			if (sub % SUBMIT_GROUP == 0)
+				io_uring_submit(ring);
 		}
 		if (!inflight)
 			break;
@@ -784,6 +790,135 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 	return 0;
 }
 
+/* Move the listed versions of st (offsets, all in PMem) out of their slots:
+ * row versions to the device behind stubs, tombstones into stub-sized
+ * slots.  Versions of a row already moved in this call wait for the next
+ * round.  commit_lock held. */
+static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_t n)
+{
+	struct spill *sp = s->sp;
+	uint32_t rs = st->t->row_size, rsz = rec_size(rs);
+	uint32_t need = rsz > BLK ? (rsz + BLK - 1) & ~(BLK - 1) : BLK;
+	uint32_t stub_cls;
+	int ret = slab_class_stub(s, &stub_cls);
+	struct rl *v = malloc(EMB_JOURNAL_CAP * sizeof(*v));
+	uint64_t *seen = malloc(EMB_JOURNAL_CAP * sizeof(*seen));
+	if (!v || !seen)
+		ret = -ENOMEM;
+	size_t left = n;
+	while (!ret && left) {
+		if ((ret = seg_room(s, need, 0)))
+			break;
+		uint64_t cap = sp->pm->seg_size - sp->pm->seg[sp->open_seg].fill;
+		if (cap > CHUNK_BYTES)
+			cap = CHUNK_BYTES;
+		memset(sp->wbuf, 0, cap);
+		size_t nv = 0, keep = 0;
+		uint64_t pos = 0;
+		for (size_t i = 0; i < left; i++) {
+			struct emb_version *x = S_PTR(s, offs[i]);
+			uint64_t at = place(pos, rsz);
+			int dup = 0;
+			for (size_t k = 0; k < nv && !dup; k++)
+				dup = seen[k] == x->row;
+			if (dup || nv == EMB_JOURNAL_CAP || (!ver_tomb(x) && at + rsz > cap)) {
+				offs[keep++] = offs[i];
+				continue;
+			}
+			/* its place in the chain */
+			uint64_t pred = EMB_NONE, p = 0;
+			int d = 0;
+			for (uint64_t o = index_get(s, st, x->row, NULL); o && d < (int)EMB_MAX_SNAPS + 2; d++) {
+				if (o == offs[i]) {
+					pred = p;
+					break;
+				}
+				p = o;
+				o = ((struct emb_version *)S_PTR(s, o))->prev;
+			}
+			if (pred == EMB_NONE)
+				continue; /* not linked: not ours to move */
+			seen[nv] = x->row;
+			v[nv] = (struct rl){ x->row, offs[i], 0, pred, EMB_NONE, rsz, -1 };
+			if (!ver_tomb(x)) {
+				put_rec(sp->wbuf + at, st->id, x->row, x->batch, x + 1, rs);
+				v[nv].loc = at;
+				pos = at + rsz;
+			}
+			nv++;
+		}
+		left = keep;
+		if (!nv)
+			break;
+		uint64_t base = 0;
+		if (pos && (ret = seg_write(s, pos, &base)))
+			break;
+		for (size_t i = 0; !ret && i < nv; i++) {
+			ret = slab_alloc(s, stub_cls, &v[i].new_);
+			if (ret)
+				while (i-- > 0)
+					slab_unreserve(s, v[i].new_);
+		}
+		if (ret)
+			break;
+		for (size_t i = 0; i < nv; i++) {
+			struct emb_stub *ns = STUB(s, v[i].new_);
+			ns->v = *(struct emb_version *)S_PTR(s, v[i].old);
+			ns->loc = 0;
+			if (v[i].loc != EMB_NONE) {
+				ns->v.table |= EMB_VER_SPILL;
+				ns->loc = v[i].loc = base + v[i].loc;
+			}
+			pm_flush(s, ns, sizeof(*ns));
+		}
+		relink_apply(s, st, v, nv);
+		for (size_t i = 0; i < nv; i++)
+			if (v[i].loc != EMB_NONE)
+				seg_live_add(s, v[i].loc, rsz, 1);
+		atomic_fetch_add_explicit(&sp->spilled, nv, memory_order_relaxed);
+	}
+	free(v);
+	free(seen);
+	return ret;
+}
+
+/* The heap is full while row slabs hold free slots: empty the row slab with
+ * the fewest versions (they move to the device) and give it back, so that
+ * stubs and the index can grow.  commit_lock held. */
+static int shrink_rows(struct store *s)
+{
+	struct u64vec used = { 0 };
+	struct sslab *sl = slab_pick_victim(s, &used);
+	int ret = sl ? 0 : -ENOSPC;
+	/* group by table: versions of one slab belong to tables of one row size */
+	while (!ret && used.n) {
+		uint32_t t = ver_table((struct emb_version *)S_PTR(s, used.v[0]));
+		size_t k = 0, m = 0;
+		for (size_t i = 0; i < used.n; i++) {
+			uint64_t o = used.v[i];
+			if (ver_table((struct emb_version *)S_PTR(s, o)) == t)
+				used.v[k++] = o;
+			else
+				used.v[used.n - 1 - m++] = o; /* others to the back, kept */
+		}
+		struct stable *st = tab_get(s, t);
+		if (!st) {
+			ret = -EIO;
+			break;
+		}
+		/* the others sit at the back in reverse; bring them forward after */
+		ret = move_listed(s, st, used.v, k);
+		memmove(used.v, used.v + used.n - m, m * sizeof(used.v[0]));
+		used.n = m;
+	}
+	if (!ret)
+		ret = slab_give_back(s, sl);
+	free(used.v);
+	if (!ret)
+		s->sp->start_bytes = s->row_cap - s->row_cap / 16;
+	return ret;
+}
+
 /* ---- the mover ------------------------------------------------------- */
 
 static uint64_t row_usage(struct store *s)
@@ -853,8 +988,9 @@ static int promote(struct store *s)
 	int done = 0;
 	pthread_mutex_lock(&s->commit_lock);
 	for (uint32_t i = 0; i < n; i++) {
-		/* only while the pool has room below the mover's start */
-		if (row_usage(s) + sp->low_bytes / 64 > (sp->low_bytes + sp->start_bytes) / 2)
+		/* only below the mover's start: hot rows come in, the mover
+		 * sends cold ones out */
+		if (row_usage(s) + COW_ROOM / 4 > sp->start_bytes)
 			break;
 		struct stable *st = tab_get(s, q[i].table);
 		if (!st)
@@ -1138,6 +1274,17 @@ static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
 			if (k != EMB_NONE && compact_seg(s, k) == 0)
 				moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
 		}
+		/* a writer waits but nothing could move, or stubs found the heap
+		 * full: give a row slab back to the heap */
+		if ((moved == -ENOSPC || (moved == 0 && (what & STORE_SPILL_MOVE))) && !(what & STORE_SPILL_ALL)) {
+			pthread_mutex_lock(&s->commit_lock);
+			int r = shrink_rows(s);
+			pthread_mutex_unlock(&s->commit_lock);
+			if (r == 0) {
+				atomic_fetch_add(&sp->shrinks, 1);
+				moved = 1;
+			}
+		}
 	}
 	if (what & STORE_SPILL_PROMOTE || !sp->manual)
 		promote(s);
@@ -1193,7 +1340,7 @@ int spill_wait_room(struct store *s, uint64_t need)
 	struct spill *sp = s->sp;
 	atomic_fetch_add(&sp->waits, 1);
 	if (sp->manual) {
-		int64_t moved = spill_pass(s, 0, pass_target(s, need));
+		int64_t moved = mover_round(s, STORE_SPILL_MOVE, need);
 		if (moved <= 0)
 			atomic_fetch_add(&sp->full, 1);
 		return moved > 0 ? 0 : -ENOSPC;
@@ -1601,4 +1748,5 @@ void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
 	st->csum_errors = atomic_load(&sp->csum_errors);
 	st->waits = atomic_load(&sp->waits);
 	st->full = atomic_load(&sp->full);
+	st->slabs_returned = atomic_load(&sp->shrinks);
 }

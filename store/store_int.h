@@ -179,6 +179,8 @@ int slab_promise(struct store *s, uint32_t row_size, int64_t n);
 int slab_resv_release(struct store *s);
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
 int slab_class_stub(struct store *s, uint32_t *cls);
+struct sslab *slab_pick_victim(struct store *s, struct u64vec *used);
+int slab_give_back(struct store *s, struct sslab *sl);
 void slab_row_usage(struct store *s, uint64_t *used, uint64_t *slab_bytes, uint64_t *versions);
 
 /* spill.c */
@@ -196,6 +198,7 @@ int relink_recover(struct store *s, struct emb_journal *j);
 /* Read back the records of these stubs of st: how many fail.  commit_lock held. */
 int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n);
 void spill_detach(struct store *s);
+#define SPILL_MAX_WAITS 8
 /* A write found no room for `need` bytes of slots: let the mover free some.
  * 0 = try again. */
 int spill_wait_room(struct store *s, uint64_t need);

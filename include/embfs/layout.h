@@ -155,7 +155,8 @@ struct emb_slab {
 	uint32_t nslots;
 	uint64_t next;       /* next slab of the class */
 	uint64_t data_off;   /* byte offset of slot 0 from the slab start (64-aligned) */
-	uint64_t reserved[4];
+	uint64_t raw_off;    /* PMEMoid offset of the allocation (the slab is aligned inside it) */
+	uint64_t reserved[3];
 	uint64_t bitmap[];   /* 1 = slot holds a published or journaled version */
 };
 

@@ -253,6 +253,7 @@ struct store_spill_stats {
 	uint64_t reads, read_ios, read_bytes, read_iops;
 	uint64_t compacted_segs, compact_moved, compact_bytes, compact_seg_done, compact_seg_total;
 	uint64_t csum_errors, waits, full;
+	uint64_t slabs_returned;   /* row slabs given back to the heap for stubs and index */
 };
 void store_spill_stats_get(struct store *s, struct store_spill_stats *st);
 

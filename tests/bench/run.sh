@@ -23,6 +23,13 @@
 #             copies of the pool, O_DIRECT read/write/rmw
 #   durable   pool as a plain file on the root disk (msync, no PMem):
 #             writes with an fsync every SYNC_EVERY rows vs a file on disk
+#   spill     SSD spill tier: a 256 MiB pool on /dev/shm + 16 MiB row cache
+#             + spill file in DISK_DIR, a 1 GiB table of 512-byte rows filled
+#             sequentially (~95% of rows end up on the device); batched
+#             gathers of uniform and Zipf ids (1 and 2 clients) and per-row
+#             O_DIRECT pread, device IOPS next to fio 4 KiB O_DIRECT io_uring
+#             random reads of the same spill file at the same queue depth
+#             (build/bench/spillbench; needs fio for the comparison)
 #   missrate  in-process miss-rate curve of the cache library (CLOCK) vs an
 #             exact LRU (build/bench/missrate), Zipf and uniform ids
 #
@@ -34,7 +41,10 @@
 #   DISK_ROWS (1000000), DISK_POOL_SIZE (512M), SYNC_EVERY (4096),
 #   MR_ACCESSES (5 x ROWS), MR_WARMUP (ROWS + ROWS/4), MR_UNIFORM_ACCESSES
 #   (ROWS + ROWS/4), MR_UNIFORM_WARMUP (ROWS / 2), MR_ONE_SHARD (0; 1: also
-#   CLOCK with one shard), CACHE1_RUNS (5), CACHE1_SECS (2).
+#   CLOCK with one shard), CACHE1_RUNS (5), CACHE1_SECS (2), SPILL_POOL_SIZE
+#   (256M), SPILL_CACHE (16M), SPILL_DIM (128 f32), SPILL_ROWS (2097152),
+#   SPILL_SIZE (2G), SPILL_QD (32), SPILL_HIGH (25), SPILL_LOW (20),
+#   SPILL_SECS (4), SPILL_BATCH (4096).
 # Exit 0 done, 1 failure, 77 skipped (no FUSE, no room on /dev/shm).
 set -u
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
@@ -68,6 +78,16 @@ MR_ONE_SHARD=${MR_ONE_SHARD:-0}
 SNAP_BATCHES=${SNAP_BATCHES:-40}   # training batches of 4096 rows per run (snap section)
 SNAP_EVERY=${SNAP_EVERY:-5}        # a snapshot every this many batches
 SNAP_BIG_ROWS=${SNAP_BIG_ROWS:-8000000}
+SPILL_POOL_SIZE=${SPILL_POOL_SIZE:-256M} # section spill: pool on /dev/shm
+SPILL_CACHE=${SPILL_CACHE:-16M}         # its row cache
+SPILL_DIM=${SPILL_DIM:-128}             # f32: 512-byte rows
+SPILL_ROWS=${SPILL_ROWS:-2097152}       # 1 GiB of 512-byte rows
+SPILL_SIZE=${SPILL_SIZE:-2G}            # the spill file in DISK_DIR
+SPILL_QD=${SPILL_QD:-32}
+SPILL_HIGH=${SPILL_HIGH:-25}
+SPILL_LOW=${SPILL_LOW:-20}
+SPILL_SECS=${SPILL_SECS:-4}             # per run, embfs and fio alike
+SPILL_BATCH=${SPILL_BATCH:-4096}
 
 # /dev/shm stands in for PMem.  PMEM_IS_PMEM_FORCE=1 makes libpmemobj treat
 # the pool as PMem and persist with cache-line flushes instead of msync, as
@@ -77,6 +97,7 @@ export PMEM_IS_PMEM_FORCE=1
 
 W=""        # work dir on /dev/shm: pool, baseline file, mount points, logs
 DW=""       # work dir on DISK_DIR (section durable)
+SW=""       # spill dir on DISK_DIR (section spill)
 PID=""      # the daemon serving MNT
 MNT=""
 DAEMONS=""  # "pid:mountpoint" of every daemon this script started and has not stopped
@@ -175,6 +196,14 @@ cleanup() {
 			rmdir "$DW" 2>/dev/null
 		fi
 	fi
+	if [ -n "$SW" ] && [ -d "$SW" ]; then
+		if [ -n "$W" ] && still_mounted "$W"; then
+			echo "bench: a mount under $W is still there; leaving $SW" >&2
+		else
+			rm -f "$SW"/embfs-*.spill
+			rmdir "$SW" 2>/dev/null
+		fi
+	fi
 	if [ -n "$W" ] && [ -d "$W" ]; then
 		if still_mounted "$W"; then
 			echo "bench: a mount under $W is still there; leaving $W" >&2
@@ -182,8 +211,8 @@ cleanup() {
 			[ $rc -ne 0 ] && [ -s "$W/daemon.log" ] && { echo "daemon log:" >&2; tail -20 "$W/daemon.log" >&2; }
 			[ -s "$W/runs.log" ] && cp "$W/runs.log" "$BENCH_OUT.runs" 2>/dev/null
 			rm -f "$W/pool" "$W/pool0" "$W/base.emb" "$W/daemon.log" "$W/summary" "$W/runs.log" \
-				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool"
-			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" 2>/dev/null
+				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool" "$W/spillpool"
+			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/spillmnt" 2>/dev/null
 			rmdir "$W" 2>/dev/null
 		fi
 	fi
@@ -687,6 +716,195 @@ section_durable() {
 	DW=""
 }
 
+# spill: rows that live on the SSD spill tier.  A pool of SPILL_POOL_SIZE on
+# /dev/shm, a row cache of SPILL_CACHE, a spill file in DISK_DIR (the root
+# disk), one table of SPILL_ROWS rows of SPILL_DIM f32 (1 GiB of 512-byte
+# rows: ~3.8x pool + cache) filled front to back, so that almost every row
+# lives on the device.  Then, RUNS times: batched gathers (.embfs/rows) of
+# SPILL_BATCH uniform ids with 1 and 2 client threads, each next to fio
+# 4 KiB O_DIRECT io_uring random reads of the used part of the same spill
+# file at the queue depth embfs can have in flight (spill_qd per client);
+# the same gathers with Zipf(0.99) ids; per-row O_DIRECT pread (one FUSE
+# round trip and one device read per row, QD 1) next to fio at QD 1.  The
+# two sides of each pair alternate which goes first.  Device IOPS of embfs
+# = spill.read_ios delta / elapsed (build/bench/spillbench reads the stats
+# around its timed loops).  Target: gathers of uniform ids (>90% of rows
+# from the device) at >= 0.8x fio's IOPS.
+ensure_w() {
+	[ -n "$W" ] && return 0
+	W=$(mktemp -d /dev/shm/embfs-bench.XXXXXX) || fail "mktemp"
+	MNT=$W/mnt
+	mkdir "$MNT"
+	: >"$W/summary"
+	: >"$W/runs.log"
+}
+
+# fio_run QD SECS: 4 KiB O_DIRECT io_uring random reads of the spill file's
+# used range; prints "IOPS P50_CLAT_US"
+fio_run() {
+	fio --name=spillbench --filename="$SPILL_FILE" --readonly --size="$SPILL_RANGE" --rw=randread \
+		--bs=4k --direct=1 --ioengine=io_uring --iodepth="$1" --runtime="$2" --time_based \
+		--output-format=terse --terse-version=3 2>>"$W/daemon.log" |
+		awk -F';' 'NF > 30 { p = $24; sub(/.*=/, "", p); printf "%.0f %s\n", $8, p; exit }'
+}
+
+section_spill() {
+	SPB=$BUILD/bench/spillbench
+	[ -x "$SPB" ] || fail "$SPB not built (run make)"
+	ensure_w
+	say ""
+	srs=$((SPILL_DIM * 4))
+	tbytes=$((SPILL_ROWS * srs))
+	pool_b=$(numfmt --from=iec "$SPILL_POOL_SIZE") || fail "bad SPILL_POOL_SIZE"
+	cache_b=$(numfmt --from=iec "$SPILL_CACHE") || fail "bad SPILL_CACHE"
+	spill_b=$(numfmt --from=iec "$SPILL_SIZE") || fail "bad SPILL_SIZE"
+	say "spill: table of $SPILL_ROWS rows x $srs B ($((tbytes >> 20)) MiB) = $(awk -v t="$tbytes" -v p="$pool_b" -v c="$cache_b" 'BEGIN { printf "%.2f", t / (p + c) }')x" \
+		"(pool $SPILL_POOL_SIZE on /dev/shm + row cache $SPILL_CACHE); spill file $SPILL_SIZE in $DISK_DIR," \
+		"spill_qd=$SPILL_QD spill_high=$SPILL_HIGH spill_low=$SPILL_LOW; $RUNS x $SPILL_SECS s per configuration"
+	avail_mb=$(df -Pm "$DISK_DIR" | awk 'NR == 2 { print $4 }')
+	if [ "${avail_mb:-0}" -lt $(((spill_b >> 20) + 512)) ]; then
+		say "  $DISK_DIR has $avail_mb MiB free, need ~$(((spill_b >> 20) + 512)); skipped"
+		result spill "skipped" - - - - "no room in $DISK_DIR"
+		return
+	fi
+	avail_mb=$(df -Pm /dev/shm | awk 'NR == 2 { print $4 }')
+	if [ "${avail_mb:-0}" -lt $(((pool_b >> 20) + 256)) ]; then
+		say "  /dev/shm has $avail_mb MiB free, need ~$(((pool_b >> 20) + 256)); skipped"
+		result spill "skipped" - - - - "no room in /dev/shm"
+		return
+	fi
+	have_fio=1; fo="- -"
+	command -v fio >/dev/null || { have_fio=0; say "  no fio (tests/deps.sh installs it): embfs figures only"; }
+	SW=$(mktemp -d "$DISK_DIR/embfs-bench-spill.XXXXXX") || fail "mktemp in $DISK_DIR"
+	"$MKFS" -f -s "$SPILL_POOL_SIZE" -t "spill.emb:$SPILL_DIM:f32" "$W/spillpool" >/dev/null || fail "mkfs.embfs spillpool"
+	mkdir -p "$W/spillmnt"
+	SMNT=$W/spillmnt
+	mount_pool "$W/spillpool" "$SMNT" "cache_size=$SPILL_CACHE,spill=$SW,spill_size=$SPILL_SIZE,spill_qd=$SPILL_QD,spill_high=$SPILL_HIGH,spill_low=$SPILL_LOW" 1
+	SPID=$DPID
+	SPILL_FILE=$(stat_of "$SMNT" spill.path)
+	[ -f "$SPILL_FILE" ] || fail "no spill file (spill.path '$SPILL_FILE')"
+	[ "$(getfattr --only-values -n user.embfs.row_size "$SMNT/spill.emb" 2>/dev/null)" = "$srs" ] ||
+		fail "spill.emb row size is not $srs"
+
+	# fill: sequential 1 MiB writes, then fsync; the mover spills meanwhile
+	o=$("$SPB" -m fill -r "$srs" -n "$SPILL_ROWS" "$SMNT/spill.emb") || fail "spillbench fill"
+	echo "$o" >>"$W/runs.log"
+	# let the mover finish its pass (row versions back under spill_low)
+	i=0; prev=-1
+	while [ $i -lt 60 ]; do
+		cur=$(stat_of "$SMNT" spill.moved)
+		[ "$cur" = "$prev" ] && break
+		prev=$cur; i=$((i + 1)); sleep 0.25
+	done
+	[ "$(stat_of "$SMNT" rows)" = "$SPILL_ROWS" ] || fail "spill pool holds $(stat_of "$SMNT" rows) rows, want $SPILL_ROWS"
+	used=$(stat_of "$SMNT" pool.used_bytes); rowb=$(stat_of "$SMNT" pmem.row_bytes)
+	nver=$(stat_of "$SMNT" pmem.versions); sver=$(stat_of "$SMNT" spill.versions)
+	segb=$(stat_of "$SMNT" spill.segment_bytes)
+	useg=$(($(stat_of "$SMNT" spill.segments) - $(stat_of "$SMNT" spill.segments_free)))
+	# fio reads the part of the spill file that holds segments (they are
+	# taken lowest first), plus one segment for those the runs add
+	SPILL_RANGE=$(((useg + 1) * segb + 65536))
+	[ "$SPILL_RANGE" -gt "$spill_b" ] && SPILL_RANGE=$spill_b
+	per_row=$(awk -v u="$used" -v r="$rowb" -v n="$sver" 'BEGIN { if (n > 0) printf "%.0f", (u - r) / n; else print "-" }')
+	say "  fill: $(field "$o" secs) s, $(mrows "$(field "$o" rows_per_s)") rows/s, $(field "$o" mb_per_s) MB/s" \
+		"(pwrite 1 MiB + fsync; $(field "$o" writer_waits) writer waits for the mover)"
+	say "  after fill: $sver rows on the device ($(pct "$sver" "$SPILL_ROWS")), $nver in PMem; PMem used $((used >> 20)) MiB of" \
+		"$((pool_b >> 20)): row versions $((rowb >> 20)) MiB, the rest ~$per_row B per spilled row (40-B stub + index);" \
+		"spill file: $useg segments of $((segb >> 20)) MiB used (fio reads its first $((SPILL_RANGE >> 20)) MiB)"
+	result spill "populate 1MiB pwrite+fsync" "$(field "$o" rows_per_s)" - - - \
+		"$(field "$o" mb_per_s) MB/s; $(pct "$sver" "$SPILL_ROWS") of $SPILL_ROWS rows spilled; table = $(awk -v t="$tbytes" -v p="$pool_b" -v c="$cache_b" 'BEGIN { printf "%.2f", t / (p + c) }')x (pool + cache); PMem ~$per_row B per spilled row"
+
+	# the runs; per configuration the lists of rows/s, IOPS, p50, dev frac
+	# u = uniform gathers, z = Zipf gathers, p = O_DIRECT pread; f = fio
+	for k in $THREADS; do eval "u_r_$k=''; u_i_$k=''; u_p_$k=''; u_f_$k=''; z_r_$k=''; z_i_$k=''; z_p_$k=''; z_f_$k=''; f_i_$k=''; f_p_$k=''; u_x_$k=''; z_x_$k=''; u_q_$k=''"; done
+	p_r=''; p_i=''; p_p=''; p_f=''; f1_i=''; f1_p=''; p_x=''; z_pr=0; z_mv=0; z_wr=0; u_pr=0
+	n=1
+	while [ $n -le "$RUNS" ]; do
+		seed=$((SEED * 1000 + n))
+		for t in $THREADS; do
+			qd=$((t * SPILL_QD))
+			# uniform gather and fio at qd, the first of the pair alternating
+			for side in $( [ $((n % 2)) = 1 ] && echo "embfs fio" || echo "fio embfs"); do
+				if [ "$side" = embfs ]; then
+					o=$("$SPB" -m gather -u -r "$srs" -n "$SPILL_ROWS" -b "$SPILL_BATCH" -t "$t" -d "$SPILL_SECS" -s "$seed" "$SMNT/spill.emb") ||
+						fail "spillbench gather uniform ${t}thr"
+					echo "$o" >>"$W/runs.log"
+					eval "u_r_$t=\"\$u_r_$t $(field "$o" rows_per_s)\"; u_i_$t=\"\$u_i_$t $(field "$o" dev_iops)\""
+					eval "u_p_$t=\"\$u_p_$t $(field "$o" p50_us)\"; u_f_$t=\"\$u_f_$t $(field "$o" dev_frac)\""
+					u_pr=$((u_pr + $(field "$o" promoted)))
+					uo=$o
+				elif [ $have_fio = 1 ]; then
+					fo=$(fio_run "$qd" "$SPILL_SECS")
+					[ -n "$fo" ] || fail "fio at QD $qd"
+					echo "fio qd=$qd iops=${fo% *} p50_clat_us=${fo#* }" >>"$W/runs.log"
+					eval "f_i_$t=\"\$f_i_$t ${fo% *}\"; f_p_$t=\"\$f_p_$t ${fo#* }\""
+				fi
+			done
+			fi_=$([ $have_fio = 1 ] && echo "${fo% *}" || echo -)
+			r=$(ratio "$(field "$uo" dev_iops)" "$fi_")
+			eval "u_x_$t=\"\$u_x_$t $r\""
+			say "  run $n/$RUNS uniform ${t}thr: embfs $(mrows "$(field "$uo" rows_per_s)") rows/s, device $(field "$uo" dev_iops) IOPS" \
+				"($(pct "$(field "$uo" dev_rows)" "$(field "$uo" rows_read)") of rows), p50 batch $(field "$uo" p50_us)us | fio QD $qd: $fi_ IOPS; ratio $r"
+			o=$("$SPB" -m gather -z 0.99 -r "$srs" -n "$SPILL_ROWS" -b "$SPILL_BATCH" -t "$t" -d "$SPILL_SECS" -s "$seed" "$SMNT/spill.emb") ||
+				fail "spillbench gather zipf ${t}thr"
+			echo "$o" >>"$W/runs.log"
+			eval "z_r_$t=\"\$z_r_$t $(field "$o" rows_per_s)\"; z_i_$t=\"\$z_i_$t $(field "$o" dev_iops)\""
+			eval "z_p_$t=\"\$z_p_$t $(field "$o" p50_us)\"; z_f_$t=\"\$z_f_$t $(field "$o" dev_frac)\""
+			z_pr=$((z_pr + $(field "$o" promoted))); z_mv=$((z_mv + $(field "$o" moved))); z_wr=$((z_wr + $(field "$o" spill_writes)))
+			say "  run $n/$RUNS zipf    ${t}thr: embfs $(mrows "$(field "$o" rows_per_s)") rows/s, device $(field "$o" dev_iops) IOPS" \
+				"($(pct "$(field "$o" dev_rows)" "$(field "$o" rows_read)") of rows), p50 batch $(field "$o" p50_us)us," \
+				"promoted $(field "$o" promoted), re-spilled $(field "$o" moved)"
+		done
+		# per-row O_DIRECT pread (QD 1) and fio at QD 1
+		for side in $( [ $((n % 2)) = 1 ] && echo "embfs fio" || echo "fio embfs"); do
+			if [ "$side" = embfs ]; then
+				o=$("$SPB" -m pread -D -u -r "$srs" -n "$SPILL_ROWS" -t 1 -d "$SPILL_SECS" -s "$seed" "$SMNT/spill.emb") ||
+					fail "spillbench pread"
+				echo "$o" >>"$W/runs.log"
+				p_r="$p_r $(field "$o" rows_per_s)"; p_i="$p_i $(field "$o" dev_iops)"
+				p_p="$p_p $(field "$o" p50_us)"; p_f="$p_f $(field "$o" dev_frac)"
+				po=$o
+			elif [ $have_fio = 1 ]; then
+				fo=$(fio_run 1 "$SPILL_SECS")
+				[ -n "$fo" ] || fail "fio at QD 1"
+				echo "fio qd=1 iops=${fo% *} p50_clat_us=${fo#* }" >>"$W/runs.log"
+				f1_i="$f1_i ${fo% *}"; f1_p="$f1_p ${fo#* }"
+			fi
+		done
+		fi_=$([ $have_fio = 1 ] && echo "${fo% *}" || echo -)
+		r=$(ratio "$(field "$po" dev_iops)" "$fi_")
+		p_x="$p_x $r"
+		say "  run $n/$RUNS pread O_DIRECT 1thr: embfs $(mrows "$(field "$po" rows_per_s)") rows/s, device $(field "$po" dev_iops) IOPS," \
+			"p50 $(field "$po" p50_us)us | fio QD 1: $fi_ IOPS, p50 clat ${fo#* }us; ratio $r"
+		n=$((n + 1))
+	done
+
+	# summary rows: mount = embfs device IOPS, base = fio IOPS at the same QD
+	for t in $THREADS; do
+		qd=$((t * SPILL_QD))
+		eval "ur=\$(med \$u_r_$t); ui=\$(med \$u_i_$t); up=\$(med \$u_p_$t); uf=\$(med \$u_f_$t); ux=\$u_x_$t"
+		eval "zr=\$(med \$z_r_$t); zi=\$(med \$z_i_$t); zp=\$(med \$z_p_$t); zf=\$(med \$z_f_$t)"
+		eval "fi_=\$(med \$f_i_$t); fp=\$(med \$f_p_$t)"
+		[ $have_fio = 1 ] || { fi_=-; fp=-; }
+		result spill "gather uniform ${t}thr dev IOPS" "$ui" "$fi_" - - \
+			"base = fio QD $qd IOPS (randread 4k O_DIRECT io_uring, spill file); $(mrows "$ur") rows/s, $(awk -v f="$uf" 'BEGIN { printf "%.1f%%", 100 * f }') from the device; p50 batch of $SPILL_BATCH $(awk -v p="$up" 'BEGIN { printf "%.1f", p / 1e3 }') ms; per-run ratios$(echo "$ux" | tr -s ' ' '/' | sed 's,^/, ,'); target >= 0.8x: $(meets "$(ratio "$ui" "$fi_")" 0.8)"
+		result spill "gather zipf ${t}thr dev IOPS" "$zi" "$fi_" - - \
+			"base = fio QD $qd (the runs above); $(mrows "$zr") rows/s, $(awk -v f="$zf" 'BEGIN { printf "%.1f%%", 100 * f }') from the device; p50 batch $(awk -v p="$zp" 'BEGIN { printf "%.1f", p / 1e3 }') ms"
+	done
+	fi_=$(med $f1_i); fp=$(med $f1_p)
+	[ $have_fio = 1 ] || { fi_=-; fp=-; }
+	result spill "pread O_DIRECT 1thr dev IOPS" "$(med $p_i)" "$fi_" "$(med $p_p)" "$fp" \
+		"base = fio QD 1; $(mrows "$(med $p_r)") rows/s, $(awk -v f="$(med $p_f)" 'BEGIN { printf "%.1f%%", 100 * f }') from the device; p50 per row (FUSE round trip) vs fio p50 clat; per-run ratios$(echo "$p_x" | tr -s ' ' '/' | sed 's,^/, ,')"
+	say "  over all runs: uniform gathers promoted $u_pr rows; Zipf gathers promoted $z_pr rows (read twice from the device)," \
+		"the mover re-spilled $z_mv rows in $z_wr device writes meanwhile"
+	t=$(now)
+	umount_pool "$SPID" "$SMNT"
+	say "  clean unmount: $(since "$t") s"
+	rm -f "$W/spillpool" "$SPILL_FILE"
+	rmdir "$SMNT" "$SW"
+	SW=""
+}
+
 # missrate: miss rate of the cache library (CLOCK, 64 shards as in the daemon)
 # against an exact LRU of the same number of rows, in process (no FUSE)
 section_missrate() {
@@ -731,7 +949,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" runs a subset (setup first, teardown after
 # the sections that use its mount)
-for s_name in ${SECTIONS:-setup rowio hit batch snap teardown snapscale cache1 durable missrate}; do
+for s_name in ${SECTIONS:-setup rowio hit batch snap teardown snapscale cache1 durable spill missrate}; do
 	section "$s_name"
 done
 

@@ -1,0 +1,443 @@
+/*
+ * spillbench: reads of rows that live on the spill device (README "Spill
+ * tier"; run.sh section spill), and the sequential fill that puts them there.
+ *
+ *   spillbench -m fill   [-r ROWSIZE] [-n ROWS] [-c CHUNK] FILE
+ *   spillbench -m gather|pread [-r ROWSIZE] [-n ROWS] [-b BATCH] [-t THREADS]
+ *              [-d SECONDS] [-s SEED] [-u | -z THETA] [-D] [-S STATS] FILE
+ *
+ * -m fill: rows [0, ROWS) written front to back with pwrite of CHUNK bytes
+ *   (default 1 MiB), then one fsync (the row cache writes its dirty rows
+ *   back; the spill mover has moved the cold ones to the device meanwhile);
+ *   the fsync counts in the time.  Row r holds 64-bit words pat(r, i), so
+ *   that reads can be checked.
+ * -m gather: per batch one GATHER of BATCH ids through
+ *   dirname(FILE)/.embfs/rows (pwrite of header + ids at offset 0, pread of
+ *   the rows from a page-aligned buffer), as gatherbench does.
+ * -m pread: one pread of one row per id (at row * ROWSIZE of FILE); with -D
+ *   the file is opened O_DIRECT, so on the mount every row is one FUSE round
+ *   trip and, for a spilled row, one device read at queue depth 1.
+ * Ids: uniform over [0, ROWS) with -u, else Zipf(THETA) (default 0.99) by
+ * rejection-inversion with rowbench's rank -> row bijection (bench.h); each
+ * thread (own fd) draws 2^20 ids from its own stream before the clock starts
+ * and cycles through them.  Every row read is checked (its first and last
+ * words against pat): a wrong row is an error, not a figure.
+ *
+ * The daemon's counters: STATS (default dirname(FILE)/.embfs/stats) is read
+ * just before the threads start and just after they end; the output gives
+ * the deltas of spill.read_ios (device reads), spill.rows_read (rows that
+ * came from the device), spill.promoted, spill.moved, spill.writes and the
+ * row cache's hits and misses, and dev_iops = read_ios delta / elapsed.
+ *
+ * Output, one line of key=value:
+ *   spillbench mode=gather dist=uniform threads=1 ... rows_per_s=X p50_us=Y
+ *              p99_us=Z dev_ios=.. dev_iops=.. dev_frac=.. promoted=.. ...
+ * p50_us/p99_us: per batch (gather) or per row (pread).  fill prints
+ * rows_per_s, mb_per_s, secs, fsync_s and the spill counters' deltas.
+ * Exit 0 on success, 1 on a failed call, a wrong row or bad arguments.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#include "embfs/batch.h"
+
+#define RING_BITS 20
+
+enum mode { M_FILL, M_GATHER, M_PREAD };
+
+struct conf {
+	const char *path, *stats_path;
+	char batch_path[PATH_MAX];
+	enum mode mode;
+	uint32_t row_size, batch;
+	uint64_t rows, seed, ino, chunk;
+	int threads, uniform, direct;
+	double secs, theta;
+};
+
+struct worker {
+	pthread_t tid;
+	const struct conf *c;
+	uint64_t *ids;
+	pthread_barrier_t *go;
+	uint64_t ops, rows;
+	double t_start, t_end;
+	int err;
+	uint32_t hist[HIST_N];
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* word i of row r */
+static inline uint64_t pat(uint64_t r, uint32_t i)
+{
+	uint64_t x = r * 0x100000001B3ull + i;
+	return splitmix64(&x);
+}
+
+static int row_ok(const struct conf *c, const char *row, uint64_t r)
+{
+	uint32_t words = c->row_size / 8;
+	uint64_t first, last;
+	if (!words)
+		return 1;
+	memcpy(&first, row, 8);
+	memcpy(&last, row + (size_t)(words - 1) * 8, 8);
+	return first == pat(r, 0) && last == pat(r, words - 1);
+}
+
+/* ---- the daemon's counters ---- */
+
+static const char *const stat_keys[] = {
+	"spill.read_ios", "spill.rows_read", "spill.promoted", "spill.moved",
+	"spill.writes",   "cache.hits",      "cache.misses",   "spill.writer_waits",
+};
+#define NKEYS (sizeof(stat_keys) / sizeof(stat_keys[0]))
+enum { K_IOS, K_DEVROWS, K_PROMOTED, K_MOVED, K_WRITES, K_HITS, K_MISSES, K_WAITS };
+
+/* 0, or -1 if the file cannot be read (then every counter reads 0) */
+static int stats_read(const char *path, uint64_t *v)
+{
+	memset(v, 0, NKEYS * sizeof(*v));
+	FILE *f = path ? fopen(path, "r") : NULL;
+	if (!f)
+		return -1;
+	char line[512], key[128];
+	unsigned long long x;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%127s %llu", key, &x) == 2)
+			for (size_t k = 0; k < NKEYS; k++)
+				if (!strcmp(key, stat_keys[k]))
+					v[k] = x;
+	fclose(f);
+	return 0;
+}
+
+/* ---- fill ---- */
+
+static int fill(const struct conf *c)
+{
+	int fd = open(c->path, O_WRONLY | O_CREAT, 0644);
+	char *buf = NULL;
+	uint64_t rows_per = c->chunk / c->row_size;
+	if (!rows_per)
+		rows_per = 1;
+	if (fd < 0 || posix_memalign((void **)&buf, 4096, rows_per * c->row_size)) {
+		fprintf(stderr, "spillbench: %s: %s\n", c->path, strerror(errno ? errno : ENOMEM));
+		return 1;
+	}
+	uint64_t s0[NKEYS], s1[NKEYS];
+	stats_read(c->stats_path, s0);
+	uint32_t words = c->row_size / 8;
+	uint64_t t0 = now_ns();
+	for (uint64_t r = 0; r < c->rows; r += rows_per) {
+		uint64_t n = c->rows - r < rows_per ? c->rows - r : rows_per;
+		for (uint64_t k = 0; k < n; k++) {
+			uint64_t *w = (uint64_t *)(buf + k * c->row_size);
+			for (uint32_t i = 0; i < words; i++)
+				w[i] = pat(r + k, i);
+		}
+		size_t len = (size_t)(n * c->row_size), done = 0;
+		while (done < len) {
+			ssize_t w = pwrite(fd, buf + done, len - done, (off_t)(r * c->row_size + done));
+			if (w <= 0) {
+				fprintf(stderr, "spillbench: pwrite at row %llu: %s\n", (unsigned long long)r,
+					w < 0 ? strerror(errno) : "short write");
+				return 1;
+			}
+			done += (size_t)w;
+		}
+	}
+	uint64_t t1 = now_ns();
+	if (fsync(fd)) {
+		fprintf(stderr, "spillbench: fsync: %s\n", strerror(errno));
+		return 1;
+	}
+	uint64_t t2 = now_ns();
+	stats_read(c->stats_path, s1);
+	close(fd);
+	free(buf);
+	double el = (double)(t2 - t0) * 1e-9;
+	printf("spillbench mode=fill row_size=%u rows=%llu chunk=%llu secs=%.3f fsync_s=%.3f rows_per_s=%.0f "
+	       "mb_per_s=%.1f moved=%llu spill_writes=%llu writer_waits=%llu\n",
+	       c->row_size, (unsigned long long)c->rows, (unsigned long long)(rows_per * c->row_size), el,
+	       (double)(t2 - t1) * 1e-9, (double)c->rows / el, (double)c->rows * c->row_size / el / 1e6,
+	       (unsigned long long)(s1[K_MOVED] - s0[K_MOVED]),
+	       (unsigned long long)(s1[K_WRITES] - s0[K_WRITES]),
+	       (unsigned long long)(s1[K_WAITS] - s0[K_WAITS]));
+	return 0;
+}
+
+/* ---- reads ---- */
+
+static int full_pwrite(int fd, const char *buf, size_t len)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t w = pwrite(fd, buf + done, len - done, (off_t)done);
+		if (w <= 0)
+			return -1;
+		done += (size_t)w;
+	}
+	return 0;
+}
+
+static int full_pread(int fd, char *buf, size_t len)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t r = pread(fd, buf + done, len - done, (off_t)done);
+		if (r <= 0)
+			return -1;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+static void *worker_run(void *arg)
+{
+	struct worker *w = arg;
+	const struct conf *c = w->c;
+	const uint64_t ring = 1ull << RING_BITS;
+	int gather = c->mode == M_GATHER;
+	uint32_t per = gather ? c->batch : 1;
+	size_t idlen = 8ull * per, rlen = (size_t)per * c->row_size;
+	char *req = NULL, *rows = NULL;
+	const char *path = gather ? c->batch_path : c->path;
+	int fd = open(path, gather ? O_RDWR : O_RDONLY | (c->direct ? O_DIRECT : 0));
+	if (fd < 0 || posix_memalign((void **)&req, 4096, sizeof(struct embfs_batch_hdr) + idlen) ||
+	    posix_memalign((void **)&rows, 4096, rlen < 4096 ? 4096 : rlen)) {
+		w->err = errno ? errno : ENOMEM;
+		fprintf(stderr, "spillbench: open %s: %s\n", path, strerror(w->err));
+		pthread_barrier_wait(w->go);
+		return NULL;
+	}
+	struct embfs_batch_hdr *h = (struct embfs_batch_hdr *)req;
+	memset(h, 0, sizeof(*h));
+	memcpy(h->magic, EMBFS_BATCH_MAGIC, 4);
+	h->op = EMBFS_BATCH_GATHER;
+	h->table_ino = c->ino;
+	h->count = per;
+	h->total_len = sizeof(*h) + idlen;
+	uint64_t *ids = (uint64_t *)(req + sizeof(*h));
+	uint64_t pos = 0, b = 0;
+	pthread_barrier_wait(w->go);
+	uint64_t t0 = now_ns(), t = t0, deadline = t0 + (uint64_t)(c->secs * 1e9);
+	while (t < deadline) {
+		for (uint32_t i = 0; i < per; i++)
+			ids[i] = w->ids[(pos + i) & (ring - 1)];
+		pos += per;
+		int bad = 0;
+		if (gather)
+			bad = full_pwrite(fd, req, sizeof(*h) + idlen) || full_pread(fd, rows, rlen);
+		else
+			bad = pread(fd, rows, c->row_size, (off_t)(ids[0] * c->row_size)) != (ssize_t)c->row_size;
+		if (bad) {
+			w->err = errno ? errno : EIO;
+			fprintf(stderr, "spillbench: %s %llu: %s\n", gather ? "batch" : "row",
+				(unsigned long long)(gather ? b : ids[0]), strerror(w->err));
+			break;
+		}
+		for (uint32_t i = 0; i < per; i++)
+			if (!row_ok(c, rows + (size_t)i * c->row_size, ids[i])) {
+				w->err = EILSEQ;
+				fprintf(stderr, "spillbench: row %llu read back wrong bytes\n",
+					(unsigned long long)ids[i]);
+				goto out;
+			}
+		uint64_t t1 = now_ns();
+		w->hist[hist_idx(t1 - t)]++;
+		t = t1;
+		b++;
+	}
+out:
+	w->ops = b;
+	w->rows = b * per;
+	w->t_start = t0 * 1e-9;
+	w->t_end = t * 1e-9;
+	close(fd);
+	free(req);
+	free(rows);
+	return NULL;
+}
+
+static int reads(const struct conf *c)
+{
+	struct zipf z;
+	struct perm pm;
+	if (!c->uniform)
+		zipf_init(&z, c->rows, c->theta);
+	perm_init(&pm, c->rows);
+	struct worker *w = calloc((size_t)c->threads, sizeof(*w));
+	pthread_barrier_t go;
+	if (!w || pthread_barrier_init(&go, NULL, (unsigned)c->threads + 1))
+		return 1;
+	const size_t ring = (size_t)1 << RING_BITS;
+	for (int t = 0; t < c->threads; t++) {
+		struct rng r;
+		w[t].c = c;
+		w[t].go = &go;
+		w[t].ids = malloc(ring * sizeof(uint64_t));
+		if (!w[t].ids)
+			return 1;
+		rng_seed(&r, c->seed * 1000003 + (uint64_t)t + (c->uniform ? 0x5eed0000ull : 0));
+		for (size_t i = 0; i < ring; i++)
+			w[t].ids[i] = c->uniform ? rng_next(&r) % c->rows : perm_row(&pm, zipf_next(&z, &r) - 1);
+	}
+	for (int t = 0; t < c->threads; t++)
+		if (pthread_create(&w[t].tid, NULL, worker_run, &w[t]))
+			return 1;
+	uint64_t s0[NKEYS], s1[NKEYS];
+	int have_stats = stats_read(c->stats_path, s0) == 0;
+	uint64_t ts0 = now_ns();
+	pthread_barrier_wait(&go);
+	static uint64_t hist[HIST_N];
+	uint64_t ops = 0, nrows = 0;
+	int err = 0;
+	for (int t = 0; t < c->threads; t++) {
+		pthread_join(w[t].tid, NULL);
+		err |= w[t].err;
+		ops += w[t].ops;
+		nrows += w[t].rows;
+		for (unsigned i = 0; i < HIST_N; i++)
+			hist[i] += w[t].hist[i];
+		free(w[t].ids);
+	}
+	uint64_t ts1 = now_ns();
+	stats_read(c->stats_path, s1);
+	free(w);
+	if (err)
+		return 1;
+	/* one window for rows and device reads alike: from just before the
+	 * threads start to just after the last one ends (a few us either side
+	 * of the timed loops) */
+	double el = (double)(ts1 - ts0) * 1e-9;
+	uint64_t d[NKEYS];
+	for (size_t k = 0; k < NKEYS; k++)
+		d[k] = s1[k] - s0[k];
+	printf("spillbench mode=%s dist=%s theta=%.2f threads=%d batch=%u direct=%d row_size=%u rows=%llu "
+	       "ops=%llu rows_read=%llu secs=%.3f rows_per_s=%.0f p50_us=%.1f p99_us=%.1f",
+	       c->mode == M_GATHER ? "gather" : "pread", c->uniform ? "uniform" : "zipf",
+	       c->uniform ? 0.0 : c->theta, c->threads, c->mode == M_GATHER ? c->batch : 1, c->direct,
+	       c->row_size, (unsigned long long)c->rows, (unsigned long long)ops,
+	       (unsigned long long)nrows, el, el > 0 ? (double)nrows / el : 0.0,
+	       hist_pct(hist, ops, 50) / 1e3, hist_pct(hist, ops, 99) / 1e3);
+	if (have_stats)
+		printf(" dev_ios=%llu dev_iops=%.0f dev_rows=%llu dev_frac=%.4f promoted=%llu moved=%llu "
+		       "spill_writes=%llu cache_hits=%llu cache_misses=%llu",
+		       (unsigned long long)d[K_IOS], el > 0 ? (double)d[K_IOS] / el : 0.0,
+		       (unsigned long long)d[K_DEVROWS], nrows ? (double)d[K_DEVROWS] / (double)nrows : 0.0,
+		       (unsigned long long)d[K_PROMOTED], (unsigned long long)d[K_MOVED],
+		       (unsigned long long)d[K_WRITES], (unsigned long long)d[K_HITS],
+		       (unsigned long long)d[K_MISSES]);
+	printf("\n");
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: spillbench -m fill [-r ROWSIZE] [-n ROWS] [-c CHUNK] FILE\n"
+		   "       spillbench -m gather|pread [-r ROWSIZE] [-n ROWS] [-b BATCH] [-t THREADS]\n"
+		   "                  [-d SECONDS] [-s SEED] [-u | -z THETA] [-D] [-S STATS] FILE\n"
+		   "  defaults: -r 512 -n 2097152 -c 1048576 -b 4096 -t 1 -d 3 -s 1 -z 0.99;\n"
+		   "  -u uniform ids, -D O_DIRECT (pread), STATS = dirname(FILE)/.embfs/stats\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct conf c = { .row_size = 512, .batch = 4096, .rows = 2097152, .seed = 1, .threads = 1,
+			  .secs = 3, .theta = 0.99, .chunk = 1u << 20, .mode = (enum mode)-1 };
+	int opt;
+	uint64_t v;
+	while ((opt = getopt(argc, argv, "m:r:n:c:b:t:d:s:uz:DS:h")) != -1) {
+		switch (opt) {
+		case 'm':
+			c.mode = !strcmp(optarg, "fill")     ? M_FILL
+				 : !strcmp(optarg, "gather") ? M_GATHER
+				 : !strcmp(optarg, "pread")  ? M_PREAD
+							     : (enum mode)-1;
+			if ((int)c.mode < 0)
+				goto bad;
+			break;
+		case 'r':
+			if (parse_u64(optarg, &v) || !v || v > 65536)
+				goto bad;
+			c.row_size = (uint32_t)v;
+			break;
+		case 'n':
+			if (parse_u64(optarg, &c.rows))
+				goto bad;
+			break;
+		case 'c':
+			if (parse_u64(optarg, &c.chunk) || !c.chunk || c.chunk > (1u << 30))
+				goto bad;
+			break;
+		case 'b':
+			if (parse_u64(optarg, &v) || !v || v > EMBFS_BATCH_MAX_COUNT)
+				goto bad;
+			c.batch = (uint32_t)v;
+			break;
+		case 't':
+			if (parse_u64(optarg, &v) || !v || v > 64)
+				goto bad;
+			c.threads = (int)v;
+			break;
+		case 'd': c.secs = strtod(optarg, NULL); break;
+		case 's':
+			if (parse_u64(optarg, &c.seed))
+				goto bad;
+			break;
+		case 'u': c.uniform = 1; break;
+		case 'z': c.theta = strtod(optarg, NULL); break;
+		case 'D': c.direct = 1; break;
+		case 'S': c.stats_path = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: goto bad;
+		}
+	}
+	if ((int)c.mode < 0 || optind != argc - 1 || !c.rows || !(c.secs > 0) || !(c.theta > 0) ||
+	    (uint64_t)c.batch * c.row_size > EMBFS_BATCH_MAX_BYTES)
+		goto bad;
+	c.path = argv[optind];
+	const char *slash = strrchr(c.path, '/');
+	int dlen = slash ? (int)(slash - c.path) : 1;
+	const char *dir = slash ? c.path : ".";
+	static char spath[PATH_MAX];
+	snprintf(c.batch_path, sizeof(c.batch_path), "%.*s/.embfs/rows", dlen, dir);
+	if (!c.stats_path) {
+		snprintf(spath, sizeof(spath), "%.*s/.embfs/stats", dlen, dir);
+		c.stats_path = spath;
+	}
+	if (c.mode == M_FILL)
+		return fill(&c);
+	struct stat st;
+	if (stat(c.path, &st)) {
+		fprintf(stderr, "spillbench: %s: %s\n", c.path, strerror(errno));
+		return 1;
+	}
+	c.ino = st.st_ino;
+	return reads(&c);
+bad:
+	usage(stderr);
+	return 1;
+}
