@@ -25,7 +25,7 @@
 
 #define EMB_MIN_POOL (16ull << 20)
 
-static int fail(char *err, size_t n, int code, const char *fmt, ...)
+int store_err(char *err, size_t n, int code, const char *fmt, ...)
 {
 	if (err && n) {
 		va_list ap;
@@ -44,17 +44,17 @@ static uint64_t super_csum(const struct emb_super *sb)
 static int super_check(PMEMobjpool *pop, char *err, size_t n)
 {
 	if (pmemobj_root_size(pop) != sizeof(struct emb_super))
-		return fail(err, n, -EINVAL, "not an embfs pool (no superblock)");
+		return store_err(err, n, -EINVAL, "not an embfs pool (no superblock)");
 	struct emb_super *sb = pmemobj_direct(pmemobj_root(pop, 0));
 	if (memcmp(sb->magic, EMB_MAGIC, 8) != 0)
-		return fail(err, n, -EINVAL, "not an embfs pool (bad superblock magic)");
+		return store_err(err, n, -EINVAL, "not an embfs pool (bad superblock magic)");
 	if (sb->layout_version != EMB_LAYOUT_VERSION)
-		return fail(err, n, -EINVAL, "embfs layout version %u is not supported (this build: %u)",
+		return store_err(err, n, -EINVAL, "embfs layout version %u is not supported (this build: %u)",
 			    sb->layout_version, EMB_LAYOUT_VERSION);
 	if (super_csum(sb) != sb->static_csum)
-		return fail(err, n, -EIO, "embfs superblock is corrupt (checksum mismatch)");
+		return store_err(err, n, -EIO, "embfs superblock is corrupt (checksum mismatch)");
 	if (!sb->journal_off || !sb->snaps_off || !sb->resv_off)
-		return fail(err, n, -EIO, "embfs superblock is corrupt (no journal or snapshot table)");
+		return store_err(err, n, -EIO, "embfs superblock is corrupt (no journal or snapshot table)");
 	return 0;
 }
 
@@ -62,10 +62,10 @@ static int target_size(const char *path, uint64_t *size, int *is_dev, char *err,
 {
 	struct stat st;
 	if (stat(path, &st) != 0)
-		return fail(err, n, -errno, "%s: %s", path, strerror(errno));
+		return store_err(err, n, -errno, "%s: %s", path, strerror(errno));
 	*is_dev = S_ISCHR(st.st_mode);
 	if (!*is_dev && !S_ISREG(st.st_mode))
-		return fail(err, n, -EINVAL, "%s: not a regular file or a devdax device", path);
+		return store_err(err, n, -EINVAL, "%s: not a regular file or a devdax device", path);
 	*size = (uint64_t)st.st_size;
 	return 0;
 }
@@ -89,17 +89,17 @@ int store_check(const char *path, char *err, size_t n)
 	if (ret)
 		return ret;
 	if (!is_dev && size < PMEMOBJ_MIN_POOL)
-		return fail(err, n, -EINVAL, "%s: not an embfs pool (%llu bytes, too small)", path,
+		return store_err(err, n, -EINVAL, "%s: not an embfs pool (%llu bytes, too small)", path,
 			    (unsigned long long)size);
 	pmemobj_ctl_set(NULL, "copy_on_write.at_open", &one);
 	PMEMobjpool *pop = pmemobj_open(path, EMB_LAYOUT);
 	int e = errno;
 	pmemobj_ctl_set(NULL, "copy_on_write.at_open", &zero);
 	if (!pop && (e == EAGAIN || e == EWOULDBLOCK))
-		return fail(err, n, -EBUSY, "%s: pool is in use (another embfs has it open)", path);
+		return store_err(err, n, -EBUSY, "%s: pool is in use (another embfs has it open)", path);
 	if (!pop) {
 		char msg[256];
-		return fail(err, n, e == EINVAL ? -EINVAL : -e,
+		return store_err(err, n, e == EINVAL ? -EINVAL : -e,
 			    "%s: not an embfs pool, or damaged (libpmemobj: %s)", path,
 			    printable(pmemobj_errormsg(), msg, sizeof(msg)));
 	}
@@ -107,7 +107,7 @@ int store_check(const char *path, char *err, size_t n)
 	if (!ret) {
 		struct emb_super *sb = pmemobj_direct(pmemobj_root(pop, 0));
 		if (!is_dev && sb->pool_size > size)
-			ret = fail(err, n, -EIO, "pool is truncated (%llu bytes, made with %llu)",
+			ret = store_err(err, n, -EIO, "pool is truncated (%llu bytes, made with %llu)",
 				   (unsigned long long)size, (unsigned long long)sb->pool_size);
 	}
 	pmemobj_close(pop);
@@ -151,51 +151,51 @@ int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, siz
 	char why[256];
 
 	if (o->label && strlen(o->label) > EMB_LABEL_MAX)
-		return fail(err, n, -EINVAL, "label longer than %d bytes", EMB_LABEL_MAX);
+		return store_err(err, n, -EINVAL, "label longer than %d bytes", EMB_LABEL_MAX);
 	if (!exists && errno != ENOENT)
-		return fail(err, n, -errno, "%s: %s", path, strerror(errno));
+		return store_err(err, n, -errno, "%s: %s", path, strerror(errno));
 	if (exists && S_ISCHR(st.st_mode)) {
 		if (size)
-			return fail(err, n, -EINVAL, "%s: -s applies to files, not devices", path);
+			return store_err(err, n, -EINVAL, "%s: -s applies to files, not devices", path);
 	} else if (exists && !S_ISREG(st.st_mode)) {
-		return fail(err, n, -EINVAL, "%s: not a regular file or a devdax device", path);
+		return store_err(err, n, -EINVAL, "%s: not a regular file or a devdax device", path);
 	} else if (!exists && !size) {
-		return fail(err, n, -ENOENT, "%s does not exist (give -s SIZE to create it)", path);
+		return store_err(err, n, -ENOENT, "%s does not exist (give -s SIZE to create it)", path);
 	}
 	if (exists && S_ISREG(st.st_mode)) {
 		if (!size)
 			size = (uint64_t)st.st_size;
 		if (!o->force) {
 			if (store_check(path, why, sizeof(why)) == 0)
-				return fail(err, n, -EEXIST, "%s already holds an embfs pool (use -f to overwrite)", path);
+				return store_err(err, n, -EEXIST, "%s already holds an embfs pool (use -f to overwrite)", path);
 			if (has_data(path))
-				return fail(err, n, -EEXIST, "%s contains data (use -f to overwrite)", path);
+				return store_err(err, n, -EEXIST, "%s contains data (use -f to overwrite)", path);
 			if ((uint64_t)st.st_size > size)
-				return fail(err, n, -EINVAL, "%s is larger than -s %llu (use -f to shrink it)", path,
+				return store_err(err, n, -EINVAL, "%s is larger than -s %llu (use -f to shrink it)", path,
 					    (unsigned long long)size);
 		}
 	}
 	if (exists && S_ISCHR(st.st_mode) && !o->force && store_check(path, why, sizeof(why)) == 0)
-		return fail(err, n, -EEXIST, "%s already holds an embfs pool (use -f to overwrite)", path);
+		return store_err(err, n, -EEXIST, "%s already holds an embfs pool (use -f to overwrite)", path);
 	if (size && size < EMB_MIN_POOL)
-		return fail(err, n, -EINVAL, "size %llu is too small (minimum %llu MiB)",
+		return store_err(err, n, -EINVAL, "size %llu is too small (minimum %llu MiB)",
 			    (unsigned long long)size, (unsigned long long)(EMB_MIN_POOL >> 20));
 
 	/* from here on the target changes */
 	int fd = open(path, O_RDWR | (exists ? 0 : O_CREAT | O_EXCL), 0644);
 	if (fd < 0)
-		return fail(err, n, -errno, "%s: %s", path, strerror(errno));
+		return store_err(err, n, -errno, "%s: %s", path, strerror(errno));
 	created = !exists;
 	static const char zeros[64 << 10];
 	if (!S_ISCHR(exists ? st.st_mode : S_IFREG)) {
 		if (ftruncate(fd, 0) != 0 || ftruncate(fd, (off_t)size) != 0) {
-			ret = fail(err, n, -errno, "%s: cannot size to %llu: %s", path,
+			ret = store_err(err, n, -errno, "%s: cannot size to %llu: %s", path,
 				   (unsigned long long)size, strerror(errno));
 			close(fd);
 			goto undo;
 		}
 	} else if (pwrite(fd, zeros, sizeof(zeros), 0) != (ssize_t)sizeof(zeros)) {
-		ret = fail(err, n, -errno, "%s: %s", path, strerror(errno));
+		ret = store_err(err, n, -errno, "%s: %s", path, strerror(errno));
 		close(fd);
 		goto undo;
 	}
@@ -203,7 +203,7 @@ int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, siz
 
 	PMEMobjpool *pop = pmemobj_create(path, EMB_LAYOUT, 0, 0644);
 	if (!pop) {
-		ret = fail(err, n, -errno ? -errno : -EIO, "%s: libpmemobj: %s", path, pmemobj_errormsg());
+		ret = store_err(err, n, -errno ? -errno : -EIO, "%s: libpmemobj: %s", path, pmemobj_errormsg());
 		goto undo;
 	}
 	enum pobj_stats_enabled stats = POBJ_STATS_ENABLED_BOTH;
@@ -234,7 +234,7 @@ int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, siz
 		PMEMoid rv = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
 		sb->resv_off = rv.off;
 	} TX_ONABORT {
-		ret = fail(err, n, pm_tx_errno(), "%s: cannot initialise the pool: %s", path,
+		ret = store_err(err, n, pm_tx_errno(), "%s: cannot initialise the pool: %s", path,
 			   pmemobj_errormsg());
 	} TX_END
 	pmemobj_close(pop);
@@ -259,10 +259,10 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 		return ret;
 	struct store *s = calloc(1, sizeof(*s));
 	if (!s)
-		return fail(err, n, -ENOMEM, "out of memory");
+		return store_err(err, n, -ENOMEM, "out of memory");
 	s->pop = pmemobj_open(path, EMB_LAYOUT);
 	if (!s->pop) {
-		ret = fail(err, n, errno ? -errno : -EIO, "%s: libpmemobj: %s", path, pmemobj_errormsg());
+		ret = store_err(err, n, errno ? -errno : -EIO, "%s: libpmemobj: %s", path, pmemobj_errormsg());
 		free(s);
 		return ret;
 	}
@@ -281,7 +281,7 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	if (!ret)
 		ret = snap_load(s);
 	if (ret) {
-		fail(err, n, ret, "%s: catalog is damaged: %s", path, strerror(-ret));
+		store_err(err, n, ret, "%s: catalog is damaged: %s", path, strerror(-ret));
 		goto fail;
 	}
 	if (!s->sb->clean)
@@ -292,7 +292,7 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	if (!ret)
 		ret = catalog_recover(s);
 	if (ret) {
-		fail(err, n, ret, "%s: recovery failed: %s", path, strerror(-ret));
+		store_err(err, n, ret, "%s: recovery failed: %s", path, strerror(-ret));
 		goto fail;
 	}
 	st64(&s->sb->mount_count, s->sb->mount_count + 1);

@@ -48,7 +48,6 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <linux/fs.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1370,16 +1369,19 @@ int store_spill_run(struct store *s, unsigned what)
 
 /* ---- attach / detach ---------------------------------------------------- */
 
-static int fail(char *err, size_t n, int code, const char *fmt, ...)
+static void spill_free(struct spill *sp)
 {
-	if (err && n) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, n, fmt, ap);
-		va_end(ap);
-	}
-	return code;
+	for (uint32_t i = 0; i < NRINGS; i++)
+		if (sp->rings[i].ok)
+			io_uring_queue_exit(&sp->rings[i].ring);
+	close(sp->fd);
+	free(sp->pins);
+	free((void *)sp->heat);
+	free(sp->wbuf);
+	free(sp->rbuf);
+	free(sp);
 }
+
 
 static uint64_t disk_csum(const struct emb_spill_disk *d)
 {
@@ -1407,7 +1409,7 @@ static int format(struct store *s, int fd, uint64_t size, const char *path, char
 	volatile uint64_t seg = seg_size_for(size);
 	volatile uint64_t nsegs = (size - EMB_SPILL_HDR) / seg;
 	if (nsegs < 4)
-		return fail(err, n, -EINVAL, "%s: %llu bytes is too small for a spill device (at least %llu)",
+		return store_err(err, n, -EINVAL, "%s: %llu bytes is too small for a spill device (at least %llu)",
 			    path, (unsigned long long)size, (unsigned long long)(EMB_SPILL_HDR + 4 * seg));
 	struct emb_spill_disk *d = NULL;
 	if (posix_memalign((void **)&d, BLK, EMB_SPILL_HDR))
@@ -1418,7 +1420,7 @@ static int format(struct store *s, int fd, uint64_t size, const char *path, char
 	memcpy(d->pool_uuid, s->sb->uuid, 16);
 	if (getentropy(d->uuid, 16)) {
 		free(d);
-		return fail(err, n, -EIO, "no entropy for a uuid");
+		return store_err(err, n, -EIO, "no entropy for a uuid");
 	}
 	d->size = size;
 	d->seg_size = seg;
@@ -1426,7 +1428,7 @@ static int format(struct store *s, int fd, uint64_t size, const char *path, char
 	d->csum = disk_csum(d);
 	int ret = 0;
 	if (pwrite(fd, d, EMB_SPILL_HDR, 0) != EMB_SPILL_HDR || fdatasync(fd))
-		ret = fail(err, n, -errno ? -errno : -EIO, "%s: writing the spill header: %s", path, strerror(errno));
+		ret = store_err(err, n, -errno ? -errno : -EIO, "%s: writing the spill header: %s", path, strerror(errno));
 	uint8_t uuid[16];
 	memcpy(uuid, d->uuid, 16);
 	free(d);
@@ -1448,7 +1450,7 @@ static int format(struct store *s, int fd, uint64_t size, const char *path, char
 		tret = pm_tx_errno();
 	} TX_END
 	if (tret)
-		return fail(err, n, tret, "pool has no room for the spill segment table: %s", strerror(-tret));
+		return store_err(err, n, tret, "pool has no room for the spill segment table: %s", strerror(-tret));
 	return 0;
 }
 
@@ -1467,7 +1469,7 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 		err[0] = 0;
 	if (!c || !c->path) {
 		if (any_used(pm))
-			return fail(err, n, -ENODEV,
+			return store_err(err, n, -ENODEV,
 				    "this pool keeps row versions on a spill device (%llu bytes); mount it with -o spill=PATH",
 				    (unsigned long long)pm->size);
 		return 0;
@@ -1484,16 +1486,16 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 	}
 	int exists = stat(path, &sb_) == 0;
 	if (exists && !S_ISREG(sb_.st_mode) && !S_ISBLK(sb_.st_mode))
-		return fail(err, n, -EINVAL, "%s: not a regular file, directory or block device", path);
+		return store_err(err, n, -EINVAL, "%s: not a regular file, directory or block device", path);
 	if (pm && !exists)
-		return fail(err, n, -ENOENT,
+		return store_err(err, n, -ENOENT,
 			    "spill device %s is missing: this pool keeps row versions there (made with %llu bytes)",
 			    path, (unsigned long long)pm->size);
 	if (!pm && !exists && !c->size)
-		return fail(err, n, -EINVAL, "%s does not exist: give -o spill_size=SIZE to create it", path);
+		return store_err(err, n, -EINVAL, "%s does not exist: give -o spill_size=SIZE to create it", path);
 	int fd = open(path, O_RDWR | (exists ? 0 : O_CREAT | O_EXCL), 0600);
 	if (fd < 0)
-		return fail(err, n, -errno, "%s: %s", path, strerror(errno));
+		return store_err(err, n, -errno, "%s: %s", path, strerror(errno));
 	int ret = 0;
 	uint64_t size = 0;
 	struct emb_spill_disk *d = NULL;
@@ -1504,40 +1506,40 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 	memset(d, 0, EMB_SPILL_HDR);
 	fstat(fd, &sb_);
 	if ((ret = dev_size(fd, &sb_, &size))) {
-		fail(err, n, ret, "%s: %s", path, strerror(-ret));
+		store_err(err, n, ret, "%s: %s", path, strerror(-ret));
 		goto out;
 	}
 	ssize_t got = size >= EMB_SPILL_HDR ? pread(fd, d, EMB_SPILL_HDR, 0) : 0;
 	int is_spill = got == EMB_SPILL_HDR && memcmp(d->magic, EMB_SPILL_MAGIC, 8) == 0;
 	if (is_spill && disk_csum(d) != d->csum) {
-		ret = fail(err, n, -EIO, "%s: spill header is damaged (checksum mismatch)", path);
+		ret = store_err(err, n, -EIO, "%s: spill header is damaged (checksum mismatch)", path);
 		goto out;
 	}
 	if (pm) {
 		if (!is_spill || memcmp(d->uuid, pm->uuid, 16) || memcmp(d->pool_uuid, s->sb->uuid, 16)) {
-			ret = fail(err, n, -EINVAL, "%s is not this pool's spill device (%s)", path,
+			ret = store_err(err, n, -EINVAL, "%s is not this pool's spill device (%s)", path,
 				   is_spill ? "it belongs to another pool or spill" : "no embfs spill header");
 			goto out;
 		}
 		if (size < pm->size || d->size != pm->size) {
-			ret = fail(err, n, -EIO, "%s: spill device is %llu bytes, made with %llu", path,
+			ret = store_err(err, n, -EIO, "%s: spill device is %llu bytes, made with %llu", path,
 				   (unsigned long long)size, (unsigned long long)pm->size);
 			goto out;
 		}
 		if (c->size && c->size != pm->size) {
-			ret = fail(err, n, -EINVAL, "spill_size cannot change: %s was made with %llu bytes", path,
+			ret = store_err(err, n, -EINVAL, "spill_size cannot change: %s was made with %llu bytes", path,
 				   (unsigned long long)pm->size);
 			goto out;
 		}
 	} else {
 		if (is_spill && memcmp(d->pool_uuid, s->sb->uuid, 16)) {
-			ret = fail(err, n, -EINVAL, "%s is another pool's spill device", path);
+			ret = store_err(err, n, -EINVAL, "%s is another pool's spill device", path);
 			goto out;
 		}
 		if (!is_spill && got > 0) {
 			for (ssize_t i = 0; i < got; i++)
 				if (((char *)d)[i]) {
-					ret = fail(err, n, -EINVAL,
+					ret = store_err(err, n, -EINVAL,
 						   "%s holds data that is not an embfs spill device; give a new file or a directory",
 						   path);
 					goto out;
@@ -1545,11 +1547,11 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 		}
 		uint64_t want = c->size ? c->size : size;
 		if (S_ISBLK(sb_.st_mode) && want > size) {
-			ret = fail(err, n, -EINVAL, "%s: spill_size is larger than the device", path);
+			ret = store_err(err, n, -EINVAL, "%s: spill_size is larger than the device", path);
 			goto out;
 		}
 		if (S_ISREG(sb_.st_mode) && size < want && (ret = -posix_fallocate(fd, 0, (off_t)want))) {
-			fail(err, n, ret, "%s: cannot reserve %llu bytes: %s", path, (unsigned long long)want,
+			store_err(err, n, ret, "%s: cannot reserve %llu bytes: %s", path, (unsigned long long)want,
 			     strerror(-ret));
 			if (!exists)
 				unlink(path);
@@ -1579,7 +1581,7 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 	uint32_t high = c->high ? c->high : 30, low = c->low ? c->low : 25;
 	if (high > 95 || low >= high) {
 		free(sp);
-		ret = fail(err, n, -EINVAL, "spill_high must be at most 95 and above spill_low (%u, %u)", high, low);
+		ret = store_err(err, n, -EINVAL, "spill_high must be at most 95 and above spill_low (%u, %u)", high, low);
 		goto out;
 	}
 	uint64_t cap = pool_heap_capacity(s);
@@ -1615,7 +1617,7 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 	if ((ret = slab_load_all(s)))
 		goto free_sp;
 	if (cap / 100 * high < 4 * COW_ROOM) {
-		ret = fail(err, n, -EINVAL,
+		ret = store_err(err, n, -EINVAL,
 			   "pool too small for a spill tier: row versions may take %llu MiB of it (spill_high=%u), at least %llu MiB are needed",
 			   (unsigned long long)((cap / 100 * high) >> 20), high, (unsigned long long)((4 * COW_ROOM) >> 20));
 		goto free_sp;
@@ -1638,19 +1640,11 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 	close(fd);
 	return 0;
 free_sp:
-	for (uint32_t i = 0; i < NRINGS; i++)
-		if (sp->rings[i].ok)
-			io_uring_queue_exit(&sp->rings[i].ring);
-	close(sp->fd);
-	free(sp->pins);
-	free((void *)sp->heat);
-	free(sp->wbuf);
-	free(sp->rbuf);
-	free(sp);
+	spill_free(sp);
 	if (!ret)
 		ret = -ENOMEM;
 	if (err && n && !err[0])
-		fail(err, n, ret, "%s: %s", path, strerror(-ret));
+		store_err(err, n, ret, "%s: %s", path, strerror(-ret));
 out:
 	free(d);
 	close(fd);
@@ -1688,15 +1682,7 @@ void spill_detach(struct store *s)
 	s->row_cap = 0;
 	pthread_mutex_unlock(&s->space_lock);
 	s->sp = NULL;
-	for (uint32_t i = 0; i < NRINGS; i++)
-		if (sp->rings[i].ok)
-			io_uring_queue_exit(&sp->rings[i].ring);
-	close(sp->fd);
-	free(sp->pins);
-	free((void *)sp->heat);
-	free(sp->wbuf);
-	free(sp->rbuf);
-	free(sp);
+	spill_free(sp);
 }
 
 /* ---- status ------------------------------------------------------------ */

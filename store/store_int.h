@@ -111,6 +111,8 @@ static inline void max64(uint64_t *p, uint64_t v)
 }
 
 uint64_t now_ns(void);
+/* Put a one-line reason in err (if err and n) and return code. */
+int store_err(char *err, size_t n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* A growable array of uint64_t (row ids, offsets): zero-initialise, push,
  * free(v). */
