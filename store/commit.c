@@ -70,6 +70,30 @@ uint64_t journal_csum(const struct emb_journal *j, uint64_t count)
 	return h;
 }
 
+/* Seal records rec[0..n) of one table's change in the journal and make them
+ * durable (one barrier).  commit_lock held. */
+void journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint)
+{
+	struct emb_journal *j = s->jr;
+	j->seq++;
+	j->count = n;
+	j->kind = kind;
+	j->table = st->id;
+	j->nrows_before = st->t->nrows;
+	j->size_hint = size_hint;
+	j->csum = journal_csum(j, n);
+	pm_flush(s, j, 64 + n * sizeof(j->rec[0]));
+	pm_barrier(s);
+}
+
+/* The change is done: empty the journal (one barrier). */
+void journal_clear(struct store *s)
+{
+	st64(&s->jr->count, 0);
+	pm_flush(s, s->jr, 64);
+	pm_barrier(s);
+}
+
 static int journal_valid(const struct emb_journal *j)
 {
 	return j->count > 0 && j->count <= EMB_JOURNAL_CAP && journal_csum(j, j->count) == j->csum;
@@ -214,15 +238,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	for (size_t i = 0; i < nu; i++)
 		if (!u[i].skip)
 			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id, 0 };
-	j->seq++;
-	j->count = nrec;
-	j->kind = EMB_J_COMMIT;
-	j->table = st->id;
-	j->nrows_before = t->nrows;
-	j->size_hint = size_hint;
-	j->csum = journal_csum(j, nrec);
-	pm_flush(s, j, 64 + nrec * sizeof(j->rec[0]));
-	pm_barrier(s);
+	journal_seal(s, st, EMB_J_COMMIT, nrec, size_hint);
 
 	/* A3: new versions, copy-on-write */
 	for (size_t i = 0; i < nu; i++) {
@@ -305,9 +321,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		if (s->sp)
 			spill_note_write(s, st->id, u[i].row);
 	}
-	st64(&j->count, 0);
-	pm_flush(s, j, 64);
-	pm_barrier(s);
+	journal_clear(s);
 	atomic_fetch_add_explicit(&s->n_commits, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->n_rows_written, nu, memory_order_relaxed);
 out_snap:

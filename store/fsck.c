@@ -25,7 +25,7 @@ static void check_stub(struct walk *w, struct emb_version *v)
 	uint64_t loc = ((struct emb_stub *)v)->loc;
 	struct emb_spill *pm = w->pm;
 	uint32_t rs = w->st->t->row_size;
-	uint32_t rsz = (uint32_t)((sizeof(struct emb_srec) + rs + 15) & ~15u);
+	uint32_t rsz = spill_rec_size(rs);
 	w->r->stubs++;
 	uint64_t k = pm && loc >= EMB_SPILL_HDR ? (loc - EMB_SPILL_HDR) / pm->seg_size : UINT64_MAX;
 	if (!pm || k >= pm->nsegs || pm->seg[k].state == EMB_SEG_FREE ||

@@ -168,15 +168,7 @@ static int reclaim_apply(struct reclaim *rc)
 	for (size_t c = 0; c < rc->nch; c++)
 		for (uint32_t k = 0; k < rc->ch[c].nfree; k++)
 			j->rec[rc->ch[c].first_free + k].row = rc->ch[c].row;
-	j->seq++;
-	j->count = n;
-	j->kind = EMB_J_RECLAIM;
-	j->table = st->id;
-	j->nrows_before = st->t->nrows;
-	j->size_hint = 0;
-	j->csum = journal_csum(j, n);
-	pm_flush(s, j, 64 + n * sizeof(j->rec[0]));
-	pm_barrier(s);
+	journal_seal(s, st, EMB_J_RECLAIM, n, 0);
 
 	struct ipos *pos = calloc(rc->nch, sizeof(*pos));
 	if (!pos)
@@ -212,9 +204,7 @@ static int reclaim_apply(struct reclaim *rc)
 		if (!rc->ch[c].head)
 			index_ovf_dec(s, &pos[c]);
 	free(pos);
-	st64(&j->count, 0);
-	pm_flush(s, j, 64);
-	pm_barrier(s);
+	journal_clear(s);
 	rc->nch = rc->nfrees = rc->nlinks = 0;
 	return 0;
 }
@@ -342,21 +332,13 @@ int reclaim_table(struct store *s, struct stable *st, int count)
 	return ret ? ret : (int)(rc.remaining > INT32_MAX ? INT32_MAX : rc.remaining);
 }
 
-static int reachable(struct store *s, struct stable *st, uint64_t row, uint64_t off)
-{
-	for (uint64_t o = index_get(s, st, row, NULL); o; o = ((struct emb_version *)S_PTR(s, o))->prev)
-		if (o == off)
-			return 1;
-	return 0;
-}
-
 int reclaim_recover(struct store *s, struct emb_journal *j)
 {
 	struct stable *st = tab_get(s, j->table);
 	if (!st)
 		return -EIO;
 	for (uint64_t i = 0; i < j->count; i++)
-		if (!reachable(s, st, j->rec[i].row, j->rec[i].old_off))
+		if (!chain_has(s, st, j->rec[i].row, j->rec[i].old_off))
 			ver_free(s, j->rec[i].old_off);
 	/* recount the live rows: the head updates may have been partial */
 	uint64_t n = 0;

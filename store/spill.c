@@ -122,7 +122,7 @@ struct spill {
 	uint64_t iops_last, iops_t;
 };
 
-static uint32_t rec_size(uint32_t len)
+uint32_t spill_rec_size(uint32_t len)
 {
 	return (uint32_t)((sizeof(struct emb_srec) + len + 15) & ~15u);
 }
@@ -199,7 +199,7 @@ void ver_free(struct store *s, uint64_t off)
 	if (v && ver_stub(v)) {
 		struct stable *st = tab_get(s, ver_table(v));
 		if (st)
-			seg_live_add(s, STUB(s, off)->loc, rec_size(st->t->row_size), -1);
+			seg_live_add(s, STUB(s, off)->loc, spill_rec_size(st->t->row_size), -1);
 	}
 	slab_free(s, off);
 }
@@ -517,7 +517,8 @@ struct rl {
 	int newer;                    /* victim whose stub links to this one, -1 = none */
 };
 
-static int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off)
+/* Is off in row's version chain?  commit_lock held (or at mount). */
+int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off)
 {
 	int k = 0;
 	for (uint64_t o = index_get(s, st, row, NULL); o && k < (int)EMB_MAX_SNAPS + 2;
@@ -534,15 +535,7 @@ static void relink_apply(struct store *s, struct stable *st, struct rl *r, size_
 	struct emb_journal *j = s->jr;
 	for (size_t i = 0; i < n; i++)
 		j->rec[i] = (struct emb_jrec){ r[i].row, r[i].old, r[i].new_, st->id, 0 };
-	j->seq++;
-	j->count = n;
-	j->kind = EMB_J_RELINK;
-	j->table = st->id;
-	j->nrows_before = st->t->nrows;
-	j->size_hint = 0;
-	j->csum = journal_csum(j, n);
-	pm_flush(s, j, 64 + n * sizeof(j->rec[0]));
-	pm_barrier(s);
+	journal_seal(s, st, EMB_J_RELINK, n, 0);
 
 	for (size_t i = 0; i < n; i++)
 		slab_mark(s, r[i].new_);
@@ -563,9 +556,7 @@ static void relink_apply(struct store *s, struct stable *st, struct rl *r, size_
 
 	for (size_t i = 0; i < n; i++)
 		ver_free(s, r[i].old);
-	st64(&j->count, 0);
-	pm_flush(s, j, 64);
-	pm_barrier(s);
+	journal_clear(s);
 }
 
 int relink_recover(struct store *s, struct emb_journal *j)
@@ -684,7 +675,7 @@ static int heat_test_clear(struct spill *sp, uint32_t table, uint64_t row)
 static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, size_t *moved)
 {
 	struct spill *sp = s->sp;
-	uint32_t rs = st->t->row_size, rsz = rec_size(rs);
+	uint32_t rs = st->t->row_size, rsz = spill_rec_size(rs);
 	uint32_t need = rsz > BLK ? (rsz + BLK - 1) & ~(BLK - 1) : BLK;
 	*moved = 0;
 	int ret = seg_room(s, need, 0);
@@ -796,7 +787,7 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_t n)
 {
 	struct spill *sp = s->sp;
-	uint32_t rs = st->t->row_size, rsz = rec_size(rs);
+	uint32_t rs = st->t->row_size, rsz = spill_rec_size(rs);
 	uint32_t need = rsz > BLK ? (rsz + BLK - 1) & ~(BLK - 1) : BLK;
 	uint32_t stub_cls;
 	int ret = slab_class_stub(s, &stub_cls);
@@ -1057,7 +1048,7 @@ static int recount_locked(struct store *s)
 		struct stable *st = tab_get(s, i);
 		if (!st)
 			continue;
-		struct recount rc = { s, st, rec_size(st->t->row_size) };
+		struct recount rc = { s, st, spill_rec_size(st->t->row_size) };
 		ret = index_walk(s, st, recount_row, &rc);
 	}
 	pm_barrier(s);
@@ -1098,7 +1089,7 @@ static int compact_seg(struct store *s, uint64_t k)
 			uint64_t in = 0, next_blk = blk + BLK;
 			while (in + sizeof(struct emb_srec) <= BLK) {
 				const struct emb_srec *r = (const struct emb_srec *)(sp->rbuf + blk + in);
-				uint32_t rsz = r->magic == EMB_SREC_MAGIC && r->len <= EMB_ROW_MAX ? rec_size(r->len) : 0;
+				uint32_t rsz = r->magic == EMB_SREC_MAGIC && r->len <= EMB_ROW_MAX ? spill_rec_size(r->len) : 0;
 				if (!rsz || blk + in + rsz > fill || rec_csum(r) != r->csum) {
 					in += 16;
 					continue;

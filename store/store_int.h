@@ -197,6 +197,9 @@ int rows_read_at(struct store *s, struct stable *st, const uint64_t *rows, size_
  * commit_lock held. */
 int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
 int relink_recover(struct store *s, struct emb_journal *j);
+int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
+/* Bytes a record of a row of len bytes takes on the spill device. */
+uint32_t spill_rec_size(uint32_t len);
 /* Read back the records of these stubs of st: how many fail.  commit_lock held. */
 int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n);
 void spill_detach(struct store *s);
@@ -272,6 +275,8 @@ int commit_locked(struct store *s, struct stable *st, const struct store_rowop *
 int commit_recover(struct store *s);
 int trim_locked(struct store *s, struct stable *st);
 uint64_t journal_csum(const struct emb_journal *j, uint64_t count);
+void journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint);
+void journal_clear(struct store *s);
 
 /* catalog.c */
 struct stable *tab_get(struct store *s, uint32_t id);
