@@ -75,14 +75,16 @@ int64_t rows_prepaid_end(void)
 	return left;
 }
 
-/* Promise room for n rows a write is about to leave dirty in the cache.  With
- * a spill tier, row versions keep to their share of the pool and dirty
- * cached rows are promised part of it: when it is taken, write the cache
- * back (so that the mover can spill those rows) and ask again. */
+/* Promise room for n rows a write is about to leave dirty in the cache.  The
+ * pool holds back room for the worst case of what the promised rows may need
+ * (slots, and index growth: store/slab.c), which is more than they will
+ * take: when no promise can be made, write the cache back (the rows then
+ * take what they really need, the rest of the promise comes back, and with a
+ * spill tier the mover can move them out) and ask again. */
 int rows_reserve(struct embfs *fs, uint32_t rs, int64_t n)
 {
 	int ret = store_space_reserve(fs->st, rs, n);
-	if (ret == -ENOSPC && fs->conf.spill && fs->cache && cache_flush(fs->cache, -1) == 0)
+	if (ret == -ENOSPC && fs->cache && cache_flush(fs->cache, -1) == 0)
 		ret = store_space_reserve(fs->st, rs, n);
 	return ret;
 }
@@ -192,7 +194,7 @@ static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, 
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
 		ops[i] = (struct store_rowop){ rows[i].row, 0, a.row_size, rows[i].data, rows[i].batch };
-	ret = store_rows_write(fs->st, table, ops, n, 0);
+	ret = store_rows_writeback(fs->st, table, ops, n);
 	free(ops);
 	if (ret)
 		fprintf(stderr, "embfs: writing back %zu rows of table %u: %s\n", n, table, strerror(-ret));

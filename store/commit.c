@@ -156,92 +156,169 @@ static inline int writes(const struct uop *u)
 	return !u->skip && (!u->del || u->tomb);
 }
 
-/* Apply up to EMB_JOURNAL_CAP ops as one commit.  commit_lock held. */
-static int commit_chunk(struct store *s, struct stable *st, const struct store_rowop *ops,
-			size_t n, uint64_t size_hint)
+/* A slot of the row class is freed in step C. */
+static inline int frees(struct store *s, const struct uop *u)
 {
-	struct emb_table *t = st->t;
-	uint32_t rs = t->row_size;
-	struct umap m = { 16, NULL };
-	struct uop *u = calloc(n ? n : 1, sizeof(*u));
-	struct claims *c = NULL;
-	uint64_t cur_batch;
-	uint32_t cls;
-	size_t nu = 0;
-	int ret;
+	return !u->skip && u->old_off && !u->retain && !ver_stub((struct emb_version *)S_PTR(s, u->old_off));
+}
 
-	while (m.cap < 2 * n + 16)
-		m.cap <<= 1;
-	m.e = calloc(m.cap, sizeof(*m.e));
-	if (!u || !m.e) {
-		free(m.e);
-		free(u);
-		return -ENOMEM;
+/* One group of row updates, planned whole before anything changes. */
+struct group {
+	struct uop *u;
+	size_t nu;
+	struct umap m;
+	uint32_t *opord;   /* op indices grouped by uop, each uop's in request order */
+	uint32_t *opstart; /* opord[opstart[k] .. opstart[k+1]) are uop k's ops */
+	struct claims *c;
+	uint32_t cls, rs;
+	size_t chunk;      /* uops per commit: the journal, and copy-on-write headroom */
+};
+
+static void group_free(struct group *g)
+{
+	for (size_t i = 0; i < g->nu; i++)
+		free(g->u[i].old);
+	claims_free(g->c);
+	free(g->m.e);
+	free(g->opord);
+	free(g->opstart);
+	free(g->u);
+}
+
+/* Deduplicate the ops, look every row up, claim index slots for new rows
+ * (splitting segments as needed: the only step that grows the index), and
+ * read the device bytes of spilled rows a partial update needs.  Nothing in
+ * the pool changes.  commit_lock and snap_lock (shared) held. */
+static int group_plan(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
+		      struct group *g)
+{
+	uint32_t rs = st->t->row_size;
+	uint64_t cur_batch = ld64(&s->sb->batch);
+	memset(g, 0, sizeof(*g));
+	g->rs = rs;
+	g->m.cap = 16;
+	while (g->m.cap < 2 * n + 16)
+		g->m.cap <<= 1;
+	g->m.e = calloc(g->m.cap, sizeof(*g->m.e));
+	g->u = calloc(n, sizeof(*g->u));
+	g->opord = malloc(n * sizeof(*g->opord));
+	g->opstart = calloc(n + 1, sizeof(*g->opstart));
+	uint32_t *opu = malloc(n * sizeof(*opu));
+	int ret = 0;
+	if (!g->m.e || !g->u || !g->opord || !g->opstart || !opu) {
+		ret = -ENOMEM;
+		goto out;
 	}
-	pthread_rwlock_rdlock(&s->snap_lock); /* the set of live snapshots stays put */
-	cur_batch = ld64(&s->sb->batch);
 	for (size_t i = 0; i < n; i++) {
 		if (ops[i].data && ((uint64_t)ops[i].off + ops[i].len > rs)) {
 			ret = -EINVAL;
-			goto out_snap;
+			goto out;
 		}
-		uint32_t *e = umap_slot(&m, u, ops[i].row);
+		uint32_t *e = umap_slot(&g->m, g->u, ops[i].row);
 		if (!*e) {
-			u[nu].row = ops[i].row;
-			*e = (uint32_t)++nu;
+			g->u[g->nu].row = ops[i].row;
+			*e = (uint32_t)++g->nu;
 		}
-		u[*e - 1].del = ops[i].data == NULL;
-		u[*e - 1].batch = ops[i].batch ? ops[i].batch : cur_batch;
-		u[*e - 1].full |= ops[i].data && ops[i].off == 0 && ops[i].len == rs;
+		struct uop *x = &g->u[*e - 1];
+		x->del = ops[i].data == NULL;
+		x->batch = ops[i].batch ? ops[i].batch : cur_batch;
+		x->full |= ops[i].data && ops[i].off == 0 && ops[i].len == rs;
+		opu[i] = *e - 1;
+		g->opstart[*e]++;
 	}
-	ret = slab_class_for(s, rs, &cls);
-	if (ret)
-		goto out_snap;
-	c = claims_new(nu);
-	if (!c) {
+	for (size_t k = 0; k < g->nu; k++)
+		g->opstart[k + 1] += g->opstart[k];
+	for (size_t i = 0, fill; i < n; i++) { /* stable: request order within a uop */
+		fill = g->opstart[opu[i]]++;
+		g->opord[fill] = (uint32_t)i;
+	}
+	for (size_t k = g->nu; k > 0; k--) /* undo the fill's advance */
+		g->opstart[k] = g->opstart[k - 1];
+	g->opstart[0] = 0;
+	if ((ret = slab_class_for(s, rs, &g->cls)))
+		goto out;
+	g->chunk = slab_commit_rows(s, g->cls);
+	if (!(g->c = claims_new(g->nu))) {
 		ret = -ENOMEM;
-		goto out_snap;
+		goto out;
 	}
-	ret = prepass(s, st, u, nu, c);
-	if (ret)
-		goto out_snap;
+	if ((ret = prepass(s, st, g->u, g->nu, g->c)))
+		goto out;
 	/* a partial update of a spilled row needs its bytes from the device */
-	for (size_t i = 0; i < nu; i++) {
-		struct emb_version *ov = S_PTR(s, u[i].old_off);
-		if (!u[i].live || u[i].full || u[i].del || !ver_stub(ov))
+	for (size_t i = 0; i < g->nu; i++) {
+		struct uop *x = &g->u[i];
+		struct emb_version *ov = S_PTR(s, x->old_off);
+		if (!x->live || x->full || x->del || !ver_stub(ov))
 			continue;
-		if (!(u[i].old = malloc(rs))) {
+		if (!(x->old = malloc(rs))) {
 			ret = -ENOMEM;
-			goto out_snap;
+			goto out;
 		}
-		ret = ver_bytes_locked(s, st, ov, u[i].old);
-		if (ret)
-			goto out_snap;
+		if ((ret = ver_bytes_locked(s, st, ov, x->old)))
+			goto out;
 	}
+out:
+	free(opu);
+	return ret;
+}
 
-	/* A1: take slots; nothing in PMem has changed yet */
-	for (size_t i = 0; i < nu; i++) {
+/* Make sure every chunk of the group will find its slots: chunk k needs the
+ * slots all chunks up to k write, less those the chunks before it freed.
+ * Grows the class now, so ENOSPC comes before any row changes. */
+static int group_room(struct store *s, struct group *g, int promised)
+{
+	uint64_t need = 0;
+	int64_t run = 0, worst = 0;
+	size_t in_chunk = 0;
+	int64_t freed = 0;
+	for (size_t i = 0; i < g->nu; i++) {
+		if (g->u[i].skip)
+			continue;
+		run += writes(&g->u[i]);
+		if (run > worst)
+			worst = run;
+		freed += frees(s, &g->u[i]);
+		if (++in_chunk == g->chunk) { /* its frees serve the chunks after it */
+			run -= freed;
+			freed = 0;
+			in_chunk = 0;
+		}
+	}
+	need = worst > 0 ? (uint64_t)worst : 0;
+	return need ? slab_ensure(s, g->cls, need, promised) : 0;
+}
+
+/* Apply uops [from, to) as one journaled commit.  commit_lock held. */
+static int chunk_apply(struct store *s, struct stable *st, const struct store_rowop *ops, struct group *g,
+			size_t from, size_t to, uint64_t size_hint)
+{
+	struct emb_table *t = st->t;
+	struct uop *u = g->u;
+	uint32_t rs = g->rs;
+
+	/* A1: take slots (group_room made sure they are there) */
+	for (size_t i = from; i < to; i++) {
 		if (!writes(&u[i]))
 			continue;
-		ret = slab_alloc(s, cls, &u[i].new_off);
-		if (ret) {
-			while (i-- > 0)
-				if (u[i].new_off)
+		int ret = slab_alloc(s, g->cls, &u[i].new_off);
+		if (ret) { /* cannot happen after group_room: fail this chunk whole */
+			while (i-- > from)
+				if (writes(&u[i]))
 					slab_unreserve(s, u[i].new_off);
-			goto out_snap;
+			return ret;
 		}
 	}
 
 	/* A2: intents */
 	struct emb_journal *j = s->jr;
 	uint64_t nrec = 0;
-	for (size_t i = 0; i < nu; i++)
+	for (size_t i = from; i < to; i++)
 		if (!u[i].skip)
 			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id, 0 };
 	journal_seal(s, st, EMB_J_COMMIT, nrec, size_hint);
 
 	/* A3: new versions, copy-on-write */
-	for (size_t i = 0; i < nu; i++) {
+	for (size_t i = from; i < to; i++) {
 		if (!writes(&u[i]))
 			continue;
 		struct emb_version *v = S_PTR(s, u[i].new_off);
@@ -250,28 +327,22 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		v->prev = u[i].prev;
 		v->table = st->id | (u[i].tomb ? EMB_VER_TOMB : 0);
 		struct emb_version *ov = S_PTR(s, u[i].old_off);
+		char *d = (char *)(v + 1);
 		if (u[i].old)
-			memcpy(v + 1, u[i].old, rs);
+			memcpy(d, u[i].old, rs);
 		else if (u[i].live && !ver_stub(ov))
-			memcpy(v + 1, ov + 1, rs);
-		else
-			memset(v + 1, 0, rs);
-	}
-	for (size_t i = 0; i < n; i++) {
-		struct uop *x = &u[*umap_slot(&m, u, ops[i].row) - 1];
-		if (x->del)
-			continue;
-		char *d = (char *)((struct emb_version *)S_PTR(s, x->new_off) + 1);
-		if (ops[i].data)
-			memcpy(d + ops[i].off, ops[i].data, ops[i].len);
+			memcpy(d, ov + 1, rs);
 		else
 			memset(d, 0, rs);
-	}
-	for (size_t i = 0; i < nu; i++) {
-		if (!writes(&u[i]))
-			continue;
-		struct emb_version *v = S_PTR(s, u[i].new_off);
-		v->csum = u[i].tomb ? 0 : XXH32(v + 1, rs, 0);
+		if (!u[i].tomb)
+			for (uint32_t k = g->opstart[i]; k < g->opstart[i + 1]; k++) {
+				const struct store_rowop *op = &ops[g->opord[k]];
+				if (op->data)
+					memcpy(d + op->off, op->data, op->len);
+				else
+					memset(d, 0, rs); /* deleted, then written again */
+			}
+		v->csum = u[i].tomb ? 0 : XXH32(d, rs, 0);
 		pm_flush(s, v, sizeof(*v) + rs);
 		slab_mark(s, u[i].new_off);
 		if (u[i].claimed)
@@ -284,7 +355,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	int changed = 0;
 	uint64_t now = now_ns();
 	pthread_rwlock_wrlock(&st->lock);
-	for (size_t i = 0; i < nu; i++) {
+	for (size_t i = from; i < to; i++) {
 		if (u[i].skip)
 			continue;
 		if (u[i].del && !u[i].tomb)
@@ -309,7 +380,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	pm_barrier(s);
 
 	/* C: free what was replaced and is not kept for a snapshot */
-	for (size_t i = 0; i < nu; i++) {
+	for (size_t i = from; i < to; i++) {
 		if (u[i].skip)
 			continue;
 		if (u[i].old_off && !u[i].retain)
@@ -317,53 +388,75 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		if (u[i].del && !u[i].tomb)
 			index_ovf_dec(s, &u[i].pos);
 		if (u[i].retain)
-			snap_charge(s, (struct emb_version *)S_PTR(s, u[i].old_off), u[i].batch, cls);
+			snap_charge(s, (struct emb_version *)S_PTR(s, u[i].old_off), u[i].batch, g->cls);
 		if (s->sp)
 			spill_note_write(s, st->id, u[i].row);
 	}
 	journal_clear(s);
 	atomic_fetch_add_explicit(&s->n_commits, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&s->n_rows_written, nu, memory_order_relaxed);
-out_snap:
+	atomic_fetch_add_explicit(&s->n_rows_written, to - from, memory_order_relaxed);
+	return 0;
+}
+
+/* Apply ops as one group: planned and given its room whole first, so an
+ * error (ENOSPC, ENOMEM, EINVAL, EIO reading a spilled row) leaves every row
+ * as it was; then committed in chunks of at most EMB_JOURNAL_CAP rows (fewer
+ * for large rows: a chunk's copy-on-write slots come from the class's
+ * headroom).  promised: the rows were promised (store_space_reserve), so they
+ * may take promised slots.  commit_lock held. */
+static int group_commit(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
+			uint64_t size_hint, int promised)
+{
+	struct group g;
+	pthread_rwlock_rdlock(&s->snap_lock); /* the set of live snapshots stays put */
+	int ret = group_plan(s, st, ops, n, &g);
+	if (!ret)
+		ret = group_room(s, &g, promised);
+	if (!ret) {
+		size_t from = 0, last = 0, in_chunk = 0;
+		for (size_t i = 0; i < g.nu; i++)
+			if (!g.u[i].skip)
+				last = i + 1;
+		for (size_t i = 0; i < last && !ret; i++) {
+			in_chunk += !g.u[i].skip;
+			if (in_chunk == g.chunk || i + 1 == last) {
+				ret = chunk_apply(s, st, ops, &g, from, i + 1, i + 1 == last ? size_hint : 0);
+				from = i + 1;
+				in_chunk = 0;
+			}
+		}
+		if (!last)
+			ret = -ENODATA; /* nothing to write: the caller extends the size */
+	}
 	pthread_rwlock_unlock(&s->snap_lock);
-	for (size_t i = 0; i < nu; i++)
-		free(u[i].old);
-	claims_free(c);
-	free(m.e);
-	free(u);
+	group_free(&g);
 	return ret;
 }
 
 int commit_locked(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
-		  uint64_t size_hint)
+		  uint64_t size_hint, int promised)
 {
-	if (n == 0) {
-		if (size_hint > st->t->size) {
-			max64(&st->t->size, size_hint);
-			st64(&st->t->mtime_ns, now_ns());
-			pm_flush(s, st->t, 128);
-			pm_barrier(s);
-		}
-		return 0;
-	}
-	for (size_t i = 0; i < n; i += EMB_JOURNAL_CAP) {
-		size_t k = n - i < EMB_JOURNAL_CAP ? n - i : EMB_JOURNAL_CAP;
-		int ret = commit_chunk(s, st, ops + i, k, i + k == n ? size_hint : 0);
-		if (ret)
-			return ret;
+	int ret = n ? group_commit(s, st, ops, n, size_hint, promised) : -ENODATA;
+	if (ret != -ENODATA)
+		return ret;
+	if (size_hint > st->t->size) {
+		max64(&st->t->size, size_hint);
+		st64(&st->t->mtime_ns, now_ns());
+		pm_flush(s, st->t, 128);
+		pm_barrier(s);
 	}
 	return 0;
 }
 
-int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n,
-		     uint64_t size_hint)
+static int rows_write(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n,
+		      uint64_t size_hint, int promised)
 {
 	struct stable *st = tab_get(s, id);
 	if (!st)
 		return -ENOENT;
 	for (int waits = 0;; waits++) {
 		pthread_mutex_lock(&s->commit_lock);
-		int ret = commit_locked(s, st, ops, n, size_hint);
+		int ret = commit_locked(s, st, ops, n, size_hint, promised);
 		pthread_mutex_unlock(&s->commit_lock);
 		/* rows keep to their share of PMem: wait for the mover to spill
 		 * some, a bounded number of times (no livelock when the pool is
@@ -372,6 +465,17 @@ int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops
 		    spill_wait_room(s, n * (sizeof(struct emb_version) + st->t->row_size + 31)) != 0)
 			return ret;
 	}
+}
+
+int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n,
+		     uint64_t size_hint)
+{
+	return rows_write(s, id, ops, n, size_hint, 0);
+}
+
+int store_rows_writeback(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n)
+{
+	return rows_write(s, id, ops, n, 0, 1);
 }
 
 static int live_ver(struct store *s, uint64_t off)
@@ -451,20 +555,25 @@ int trim_locked(struct store *s, struct stable *st)
 	if (lim % rs && index_get(s, st, lim / rs, NULL)) {
 		static const char zeros[EMB_ROW_MAX];
 		struct store_rowop op = { lim / rs, (uint32_t)(lim % rs), (uint32_t)(rs - lim % rs), zeros, 0 };
-		ret = commit_locked(s, st, &op, 1, 0);
+		ret = commit_locked(s, st, &op, 1, 0, 0);
 		if (ret)
 			return ret;
 	}
 	struct collect c = { (lim + rs - 1) / rs, { 0 } };
 	ret = index_walk(s, st, collect_from, &c);
-	if (!ret && c.keys.n) {
-		struct store_rowop *ops = calloc(c.keys.n, sizeof(*ops));
-		if (!ops)
+	/* in groups of TRIM_GROUP rows: a group is planned whole in DRAM, and a
+	 * trim interrupted by an error or a crash starts again from trim_from */
+	enum { TRIM_GROUP = 65536 };
+	for (size_t at = 0; !ret && at < c.keys.n; at += TRIM_GROUP) {
+		size_t k = c.keys.n - at < TRIM_GROUP ? c.keys.n - at : TRIM_GROUP;
+		struct store_rowop *ops = calloc(k, sizeof(*ops));
+		if (!ops) {
 			ret = -ENOMEM;
-		for (size_t i = 0; ops && i < c.keys.n; i++)
-			ops[i].row = c.keys.v[i];
-		if (ops)
-			ret = commit_locked(s, st, ops, c.keys.n, 0);
+			break;
+		}
+		for (size_t i = 0; i < k; i++)
+			ops[i].row = c.keys.v[at + i];
+		ret = commit_locked(s, st, ops, k, 0, 0);
 		free(ops);
 	}
 	free(c.keys.v);

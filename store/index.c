@@ -169,9 +169,9 @@ static int free_slot(struct claims *c, struct emb_bucket *b, struct claim **ce)
 
 /* ---- structure changes (transactions) --------------------------------- */
 
-static struct emb_seg *seg_new_tx(uint32_t ld)
+static struct emb_seg *seg_new_tx(struct store *s, uint32_t ld)
 {
-	PMEMoid o = pmemobj_tx_zalloc(sizeof(struct emb_seg) + 64, 0);
+	PMEMoid o = pmemobj_tx_xalloc(sizeof(struct emb_seg) + 64, 0, POBJ_XALLOC_ZERO | s->xa_seg);
 	char *raw = pmemobj_direct(o);
 	struct emb_seg *seg = (struct emb_seg *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
 	seg->local_depth = ld;
@@ -211,9 +211,10 @@ static int index_create(struct store *s, struct stable *st)
 {
 	volatile int ret = 0;
 	TX_BEGIN(s->pop) {
-		struct emb_seg *seg = seg_new_tx(0);
+		pm_tx_logbufs(s);
+		struct emb_seg *seg = seg_new_tx(s, 0);
 		pmemobj_persist(s->pop, seg, 64);
-		PMEMoid d = pmemobj_tx_zalloc(sizeof(struct emb_dir) + 8, 0);
+		PMEMoid d = pmemobj_tx_xalloc(sizeof(struct emb_dir) + 8, 0, POBJ_XALLOC_ZERO | s->xa_dir[0]);
 		struct emb_dir *dir = pmemobj_direct(d);
 		dir->global_depth = 0;
 		dir->seg[0] = S_OFF(s, seg);
@@ -227,6 +228,8 @@ static int index_create(struct store *s, struct stable *st)
 	} TX_END
 	if (ret)
 		return ret;
+	atomic_fetch_add(&s->idx_segs, 1);
+	atomic_fetch_add(&s->idx_dir_bytes, sizeof(struct emb_dir) + 8);
 	return index_load(s, st);
 }
 
@@ -238,9 +241,10 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 	int ret = 0;
 
 	if (ld >= EMB_MAX_DEPTH)
-		return -ENOSPC;
+		return -E2BIG; /* no room will help: see index_grow */
 	TX_BEGIN(s->pop) {
-		struct emb_seg *n[2] = { seg_new_tx(ld + 1), seg_new_tx(ld + 1) };
+		pm_tx_logbufs(s);
+		struct emb_seg *n[2] = { seg_new_tx(s, ld + 1), seg_new_tx(s, ld + 1) };
 		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++) {
 			struct emb_bucket *b = &old->bucket[bi];
 			uint64_t m = b->ctl & EMB_CTL_VALID_MASK;
@@ -258,7 +262,8 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 		struct emb_dir *dir = S_PTR(s, st->t->dir_off);
 		if (ld == gd) {
 			size_t cnt = (size_t)1 << gd;
-			PMEMoid nd = pmemobj_tx_alloc(sizeof(struct emb_dir) + 2 * cnt * 8, 0);
+			PMEMoid nd = pmemobj_tx_xalloc(sizeof(struct emb_dir) + 2 * cnt * 8, 0,
+							s->xa_dir[gd + 1 <= EMB_MAX_DEPTH ? gd + 1 : 0]);
 			struct emb_dir *ndir = pmemobj_direct(nd);
 			ndir->global_depth = gd + 1;
 			ndir->reserved = 0;
@@ -290,21 +295,42 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 	} TX_END
 	if (ret)
 		return ret;
+	atomic_fetch_add(&s->idx_segs, 1);
+	if (ld == gd)
+		atomic_fetch_add(&s->idx_dir_bytes, 8ull << gd);
 	return index_load(s, st);
+}
+
+struct grow {
+	struct store *s;
+	struct stable *st;
+	size_t di;   /* segment to split, or SIZE_MAX: create the index */
+};
+
+static int grow_fn(void *arg)
+{
+	struct grow *g = arg;
+	return g->di == SIZE_MAX ? index_create(g->s, g->st) : index_split(g->s, g->st, g->di);
+}
+
+/* Create the index or split a segment, with the index-room reserve behind it
+ * (see slab.c): st->lock exclusive around it. */
+static int index_grow(struct store *s, struct stable *st, size_t di)
+{
+	struct grow g = { s, st, di };
+	pthread_rwlock_wrlock(&st->lock);
+	int ret = slab_resv_run(s, grow_fn, &g);
+	pthread_rwlock_unlock(&st->lock);
+	if (ret == -E2BIG)
+		ret = -ENOSPC;
+	return ret ? ret : -EAGAIN;
 }
 
 int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t key,
 		struct ipos *pos)
 {
-	int ret;
-	if (!st->segs) {
-		pthread_rwlock_wrlock(&st->lock);
-		ret = index_create(s, st);
-		pthread_rwlock_unlock(&st->lock);
-		if (ret == -ENOSPC && slab_resv_release(s) == 0)
-			ret = 0; /* room held back for this: the next try fits */
-		return ret ? ret : -EAGAIN;
-	}
+	if (!st->segs)
+		return index_grow(s, st, SIZE_MAX);
 	uint64_t h = index_hash(s, key);
 	size_t di = dir_idx(h, st->gd);
 	struct emb_seg *seg = st->segs[di];
@@ -330,12 +356,7 @@ int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t k
 		*pos = (struct ipos){ nb, i, 1, b };
 		return 0;
 	}
-	pthread_rwlock_wrlock(&st->lock);
-	ret = index_split(s, st, di);
-	pthread_rwlock_unlock(&st->lock);
-	if (ret == -ENOSPC && slab_resv_release(s) == 0)
-		ret = 0; /* room held back for this: the next try fits */
-	return ret ? ret : -EAGAIN;
+	return index_grow(s, st, di);
 }
 
 /* Write key and value into a claimed (still invisible) slot. */
@@ -412,8 +433,10 @@ int index_destroy(struct store *s, struct stable *st)
 	volatile int ret = 0;
 	if (!st->t->dir_off)
 		return 0;
+	uint64_t nsegs = st->t->nsegs, dir_bytes = sizeof(struct emb_dir) + (8ull << st->gd);
 	pthread_rwlock_wrlock(&st->lock);
 	TX_BEGIN(s->pop) {
+		pm_tx_logbufs(s);
 		size_t n = (size_t)1 << st->gd;
 		for (size_t di = 0; di < n;) {
 			struct emb_seg *seg = st->segs[di];
@@ -428,8 +451,11 @@ int index_destroy(struct store *s, struct stable *st)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
-	if (!ret)
+	if (!ret) {
 		index_unload(st);
+		atomic_fetch_sub(&s->idx_segs, nsegs);
+		atomic_fetch_sub(&s->idx_dir_bytes, dir_bytes);
+	}
 	pthread_rwlock_unlock(&st->lock);
 	return ret;
 }

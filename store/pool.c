@@ -247,6 +247,35 @@ undo:
 	return ret;
 }
 
+/* Index segments and directories come from allocation classes whose runs
+ * are one chunk each.  libpmemobj's default classes put a 64 KiB segment in
+ * runs of 63 units (16 contiguous chunks): on a nearly full pool no such run
+ * can be made, and the whole chunks the index-room reserve gives back (slab.c)
+ * would not help.  Classes are runtime state: registered at every open. */
+static int alloc_classes_register(struct store *s)
+{
+	struct pobj_alloc_class_desc d = { .unit_size = sizeof(struct emb_seg) + 64, .units_per_block = 1,
+					   .header_type = POBJ_HEADER_NONE };
+	if (pmemobj_ctl_set(s->pop, "heap.alloc_class.new.desc", &d))
+		return -errno ? -errno : -EINVAL;
+	s->xa_seg = POBJ_CLASS_ID(d.class_id);
+	uint64_t unit = 0;
+	for (uint32_t gd = 0; gd <= EMB_MAX_DEPTH; gd++) {
+		uint64_t bytes = sizeof(struct emb_dir) + (8ull << gd);
+		if (bytes > EMB_CHUNK_ALLOC - 1024)
+			break; /* larger directories take whole chunks: default classes */
+		if (((bytes + 63) & ~63ull) != unit) { /* small depths share a 64-byte unit */
+			unit = (bytes + 63) & ~63ull;
+			d = (struct pobj_alloc_class_desc){ .unit_size = unit, .units_per_block = 1,
+							    .header_type = POBJ_HEADER_NONE };
+			if (pmemobj_ctl_set(s->pop, "heap.alloc_class.new.desc", &d))
+				return -errno ? -errno : -EINVAL;
+		}
+		s->xa_dir[gd] = POBJ_CLASS_ID(d.class_id);
+	}
+	return 0;
+}
+
 int store_open(const char *path, struct store **out, char *err, size_t n)
 {
 	uint64_t size;
@@ -277,6 +306,11 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	pthread_mutex_init(&s->commit_lock, NULL);
 	pthread_mutex_init(&s->space_lock, NULL);
 
+	ret = alloc_classes_register(s);
+	if (ret) {
+		store_err(err, n, ret, "%s: libpmemobj allocation classes: %s", path, pmemobj_errormsg());
+		goto fail;
+	}
 	ret = catalog_load(s);
 	if (!ret)
 		ret = snap_load(s);

@@ -197,20 +197,28 @@ static int class_load(struct store *s, uint32_t cls)
 }
 
 /* Hold back heap for index growth: whole chunks, so that a block given back
- * serves whatever a split allocates (segments, a doubled directory, the
- * transaction's log).  space_lock held. */
+ * serves whatever a split allocates (segments and directories come from
+ * one-chunk runs, pool.c).  space_lock held. */
 static int resv_grow(struct store *s, uint64_t want)
 {
-	struct emb_resv *r = S_PTR(s, s->sb->resv_off);
+	struct emb_resv *volatile r = S_PTR(s, s->sb->resv_off);
+	if (r->n >= want)
+		return 0;
+	/* grow by a quarter more than asked, 16 blocks per transaction: on a
+	 * plain file every transaction costs msyncs */
+	want += want / 4;
 	if (want > EMB_RESV_MAX)
 		want = EMB_RESV_MAX;
 	while (r->n < want) {
 		volatile int ret = 0;
+		uint64_t k = want - r->n < 16 ? want - r->n : 16;
 		TX_BEGIN(s->pop) {
-			PMEMoid o = pmemobj_tx_alloc(EMB_CHUNK_ALLOC, 0);
-			pmemobj_tx_add_range_direct(&r->block[r->n], 8);
 			pmemobj_tx_add_range_direct(&r->n, 8);
-			r->block[r->n++] = o.off;
+			pmemobj_tx_add_range_direct(&r->block[r->n], k * 8);
+			while (k--) {
+				PMEMoid o = pmemobj_tx_alloc(EMB_CHUNK_ALLOC, 0);
+				r->block[r->n++] = o.off;
+			}
 		} TX_ONABORT {
 			ret = pm_tx_errno();
 		} TX_END
@@ -220,23 +228,71 @@ static int resv_grow(struct store *s, uint64_t want)
 	return 0;
 }
 
-/* Index splits found the heap full: give one held-back block back. */
-int slab_resv_release(struct store *s)
+/* Give blocks beyond want back to the heap, a few per transaction (so that
+ * its log fits libpmemobj's lane: no heap needed).  space_lock held. */
+static void resv_shrink(struct store *s, uint64_t want)
+{
+	struct emb_resv *volatile r = S_PTR(s, s->sb->resv_off);
+	volatile int failed = 0;
+	while (r->n > want && !failed) {
+		TX_BEGIN(s->pop) {
+			pmemobj_tx_add_range_direct(&r->n, 8);
+			for (int k = 0; k < 16 && r->n > want; k++)
+				pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->block[--r->n])));
+		} TX_ONABORT {
+			failed = 1; /* kept: tried again at the next release */
+		} TX_END
+	}
+}
+
+/*
+ * Chunks the index may need to insert `rows` promised rows at write-back.
+ * A segment holds 3584 entries and splits when a bucket pair fills, at about
+ * 2400-2700 entries, leaving two halves of ~1200 or more.  So inserting R
+ * rows splits each existing segment at most once (all of them when they sit
+ * near the threshold together, as they do under uniform hashing: splits
+ * come in waves) and, beyond that, once per ~1200 further rows; and never more
+ * than once per row.  Segments: min(R, S + R/1024), three to a chunk; a
+ * directory that doubles needs its new copy while the old one lives; two
+ * chunks for a split in flight and a table's first segment.  Directories
+ * larger than a chunk (tables of tens of millions of rows) need contiguous
+ * chunks the reserve does not hold.
+ */
+static uint64_t resv_target(struct store *s, uint64_t rows)
+{
+	if (!rows)
+		return 0;
+	uint64_t segs = atomic_load(&s->idx_segs) + rows / 1024;
+	if (segs > rows)
+		segs = rows;
+	return (segs + 2) / 3 + (2 * atomic_load(&s->idx_dir_bytes) + CHUNK - 1) / CHUNK + 2;
+}
+
+/* Give one held-back block back to the heap.  space_lock held. */
+static int resv_release_locked(struct store *s)
 {
 	struct emb_resv *volatile r = S_PTR(s, s->sb->resv_off);
 	volatile int ret = 0;
+	if (!r->n)
+		return -ENOSPC;
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->block[r->n - 1])));
+		pmemobj_tx_add_range_direct(&r->n, 8);
+		r->n--;
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	return ret;
+}
+
+/* The block given back and the allocation that needs it happen under
+ * space_lock, so a slab growing for a promise cannot take it in between. */
+int slab_resv_run(struct store *s, int (*fn)(void *), void *arg)
+{
 	pthread_mutex_lock(&s->space_lock);
-	if (!r->n) {
-		ret = -ENOSPC;
-	} else {
-		TX_BEGIN(s->pop) {
-			pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->block[r->n - 1])));
-			pmemobj_tx_add_range_direct(&r->n, 8);
-			r->n--;
-		} TX_ONABORT {
-			ret = pm_tx_errno();
-		} TX_END
-	}
+	int ret = fn(arg);
+	while (ret == -ENOSPC && resv_release_locked(s) == 0)
+		ret = fn(arg);
 	pthread_mutex_unlock(&s->space_lock);
 	return ret;
 }
@@ -303,7 +359,8 @@ static int alloc_locked(struct store *s, uint32_t cls, uint64_t *off)
 			*off = sl->start + slot * c->slot_size;
 			return 0;
 		}
-		sl->nfree = 0; /* only tail bits past nslots were clear */
+		c->nfree -= sl->nfree; /* only tail bits past nslots were clear */
+		sl->nfree = 0;
 	}
 	ret = slab_grow(s, cls);
 	if (ret)
@@ -465,6 +522,24 @@ static uint64_t cow_headroom(uint32_t slot_size)
 	return n > EMB_JOURNAL_CAP ? EMB_JOURNAL_CAP : n < 16 ? 16 : n;
 }
 
+size_t slab_commit_rows(struct store *s, uint32_t cls)
+{
+	return (size_t)cow_headroom(s->cls[cls].slot_size ? s->cls[cls].slot_size : s->sb->classes[cls].slot_size);
+}
+
+int slab_ensure(struct store *s, uint32_t cls, uint64_t need, int promised)
+{
+	pthread_mutex_lock(&s->space_lock);
+	struct sclass *c = &s->cls[cls];
+	int ret = class_load(s, cls);
+	/* rows not promised keep clear of the promises and their headroom */
+	uint64_t keep = promised || !c->promised ? 0 : c->promised + cow_headroom(c->slot_size);
+	while (!ret && c->nfree < need + keep)
+		ret = slab_grow(s, cls);
+	pthread_mutex_unlock(&s->space_lock);
+	return ret;
+}
+
 int slab_promise(struct store *s, uint32_t row_size, int64_t n)
 {
 	uint32_t cls;
@@ -475,8 +550,17 @@ int slab_promise(struct store *s, uint32_t row_size, int64_t n)
 	if (ret)
 		goto out;
 	struct sclass *c = &s->cls[cls];
+	uint64_t rows = 0;
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++)
+		rows += s->cls[i].promised;
 	if (n < 0) {
-		c->promised = (uint64_t)-n > c->promised ? 0 : c->promised - (uint64_t)-n;
+		uint64_t k = (uint64_t)-n > c->promised ? c->promised : (uint64_t)-n;
+		c->promised -= k;
+		/* hysteresis: a few transactions per write-back, not per row */
+		uint64_t want = resv_target(s, rows - k);
+		const struct emb_resv *r = S_PTR(s, s->sb->resv_off);
+		if (r->n > 2 * want + 16)
+			resv_shrink(s, want + want / 4);
 		goto out;
 	}
 	while (c->nfree < c->promised + (uint64_t)n + cow_headroom(c->slot_size)) {
@@ -484,12 +568,7 @@ int slab_promise(struct store *s, uint32_t row_size, int64_t n)
 		if (ret)
 			goto out;
 	}
-	/* index room: a chunk holds 3 segments, a segment takes ~1800 new rows
-	 * before it splits; two chunks spare for a split in flight */
-	uint64_t rows = (uint64_t)n;
-	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++)
-		rows += s->cls[i].promised;
-	ret = resv_grow(s, 2 + rows / 5400);
+	ret = resv_grow(s, resv_target(s, rows + (uint64_t)n));
 	if (!ret)
 		c->promised += (uint64_t)n;
 out:

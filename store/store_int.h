@@ -80,6 +80,13 @@ struct store {
 	struct spill *sp;            /* spill tier, NULL when none is attached (spill.c) */
 	uint64_t row_cap;            /* with a spill tier: slab bytes row versions may take; protected by space_lock */
 	uint64_t row_cap_hits;       /* slab growths refused by row_cap; protected by space_lock */
+
+	/* libpmemobj allocation classes of index objects (pool.c): runs of one
+	 * chunk, so a chunk the index-room reserve gives back serves them */
+	uint64_t xa_seg;             /* POBJ_CLASS_ID flag of index segments */
+	uint64_t xa_dir[EMB_MAX_DEPTH + 1]; /* ... of a directory of depth d (0: default class) */
+	_Atomic uint64_t idx_segs;   /* index segments of every table (the reserve's size, slab.c) */
+	_Atomic uint64_t idx_dir_bytes; /* bytes of their directories */
 };
 
 static inline void *S_PTR(const struct store *s, uint64_t off)
@@ -167,6 +174,9 @@ void pm_flush(struct store *s, const void *addr, size_t len);
 void pm_barrier(struct store *s);
 void pm_persist(struct store *s, const void *addr, size_t len);
 int pm_tx_errno(void);
+/* Inside a transaction (commit_lock held, journal empty): log into the
+ * journal's record area, never into new heap. */
+void pm_tx_logbufs(struct store *s);
 
 /* slab.c */
 int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls);
@@ -176,9 +186,18 @@ void slab_mark(struct store *s, uint64_t off);   /* PMem bit on, flushed */
 void slab_free(struct store *s, uint64_t off);   /* PMem and DRAM bit off, flushed */
 void slab_release_all(struct store *s);
 int slab_load_all(struct store *s);
+/* Rows one commit may cover in class cls: its copy-on-write slots come out of
+ * the class's headroom (at most EMB_JOURNAL_CAP). */
+size_t slab_commit_rows(struct store *s, uint32_t cls);
+/* Grow class cls until it has need free slots; promised: the slots are for
+ * promised rows (else they must also leave the promises and headroom free).
+ * 0 or -ENOSPC.  commit_lock held. */
+int slab_ensure(struct store *s, uint32_t cls, uint64_t need, int promised);
 /* n > 0: promise n slots of row_size's class (see slab.c); n < 0: release. */
 int slab_promise(struct store *s, uint32_t row_size, int64_t n);
-int slab_resv_release(struct store *s);
+/* Run fn(arg) (an index allocation); while it fails with -ENOSPC, give one
+ * block of the index-room reserve back to the heap and run it again. */
+int slab_resv_run(struct store *s, int (*fn)(void *), void *arg);
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
 int slab_class_stub(struct store *s, uint32_t *cls);
 struct sslab *slab_pick_victim(struct store *s, struct u64vec *used);
@@ -270,8 +289,9 @@ int reclaim_recover(struct store *s, struct emb_journal *j);
 int snap_refs(struct store *s, const struct stable *st);
 
 /* commit.c */
+/* Apply ops as one group (see commit.c); promised: they were promised room. */
 int commit_locked(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
-		  uint64_t size_hint);
+		  uint64_t size_hint, int promised);
 int commit_recover(struct store *s);
 int trim_locked(struct store *s, struct stable *st);
 uint64_t journal_csum(const struct emb_journal *j, uint64_t count);

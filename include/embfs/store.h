@@ -8,9 +8,12 @@
  * - A table is named by its catalog slot (uint32_t id); ids are stable while
  *   the pool is open and reused only after store_table_release().
  * - store_rows_write() applies a group of row updates.  Each row is
- *   crash-atomic; the whole group is durable when the call returns (one group
- *   commit: four persist barriers however many rows).  On ENOSPC no row of the
- *   group has changed.
+ *   crash-atomic; the whole group is durable when the call returns (four
+ *   persist barriers per commit of up to EMB_JOURNAL_CAP rows, fewer rows for
+ *   rows of more than 512 bytes).  The group is planned and given its room
+ *   whole before the first commit: on an error (ENOSPC, EIO reading a row it
+ *   needs, ENOMEM) no row of the group has changed.  A crash in the middle may
+ *   leave some commits of a group applied and not others.
  * - Reads and writes may run from many threads; catalog changes serialize on
  *   a catalog lock, commits on a commit lock, readers of a table take its
  *   index lock shared.
@@ -130,6 +133,10 @@ struct store_rowop {
  * max(size, size_hint) in the same commit.  Returns 0 or -errno. */
 int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n,
 		     uint64_t size_hint);
+
+/* store_rows_write() of rows a write-back cache promised room for
+ * (store_space_reserve): they may use the promised slots. */
+int store_rows_writeback(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n);
 
 /* Smallest stored row >= from: 1 with *found set, 0 if none. */
 int store_row_next(struct store *s, uint32_t id, uint64_t from, uint64_t *found);
