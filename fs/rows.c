@@ -221,7 +221,7 @@ static void cb_durable_below(void *ctx, uint64_t batch)
 	struct store_snap sn;
 	while (store_snap_next(fs->st, &cur, &sn) == 1)
 		if (!sn.durable && sn.batch < batch)
-			store_snap_set_durable(fs->st, sn.idx);
+			store_snap_set_durable(fs->st, sn.idx, sn.gen); /* -ENOENT: dropped meanwhile */
 }
 
 const struct cache_ops embfs_cache_ops = {

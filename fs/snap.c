@@ -210,7 +210,7 @@ int snapfs_ensure_durable(struct embfs *fs, uint32_t idx)
 		return ret;
 	ret = rows_sync(fs, -1);
 	if (!ret)
-		ret = store_snap_set_durable(fs->st, idx);
+		ret = store_snap_set_durable(fs->st, idx, sn.gen);
 	return ret;
 }
 
@@ -225,7 +225,7 @@ void snapfs_fsyncdir(fuse_req_t req, fuse_ino_t ino)
 		uint32_t cur = 0;
 		struct store_snap sn;
 		while (!ret && store_snap_next(fs->st, &cur, &sn) == 1)
-			ret = store_snap_set_durable(fs->st, sn.idx);
+			ret = store_snap_set_durable(fs->st, sn.idx, sn.gen);
 	}
 	fuse_reply_err(req, -ret);
 }

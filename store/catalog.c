@@ -326,7 +326,9 @@ int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_
 	volatile int ret = store_geometry_check(dim, dtype);
 	if (ret)
 		return ret;
+	/* lock order (store_int.h): commit_lock, snap_lock, cat_lock */
 	pthread_mutex_lock(&s->commit_lock);
+	pthread_rwlock_rdlock(&s->snap_lock);
 	pthread_rwlock_wrlock(&s->cat_lock);
 	struct stable *st = tab_get(s, id);
 	if (!st) {
@@ -334,10 +336,7 @@ int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_
 		goto out;
 	}
 	struct emb_table *t = st->t;
-	pthread_rwlock_rdlock(&s->snap_lock);
-	int held = snap_refs(s, st);
-	pthread_rwlock_unlock(&s->snap_lock);
-	if (t->nrows || held) {
+	if (t->nrows || snap_refs(s, st)) {
 		ret = -EBUSY;
 		goto out;
 	}
@@ -352,6 +351,7 @@ int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_
 	} TX_END
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
+	pthread_rwlock_unlock(&s->snap_lock);
 	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
 }

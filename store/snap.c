@@ -32,9 +32,17 @@ static struct emb_snap_table *rec_tables(struct store *s, const struct emb_snap 
 	return S_PTR(s, r->tables_off);
 }
 
+/* flags change under snap_lock exclusive, except EMB_S_DURABLE, which
+ * store_snap_set_durable sets atomically under snap_lock shared */
+static uint32_t rec_flags(const struct emb_snap *r)
+{
+	return __atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
+}
+
 static int rec_live(const struct emb_snap *r)
 {
-	return (r->flags & EMB_S_USED) && !(r->flags & EMB_S_DROPPING);
+	uint32_t f = rec_flags(r);
+	return (f & EMB_S_USED) && !(f & EMB_S_DROPPING);
 }
 
 /* Sorted batches of live snapshots.  snap_lock held exclusive (or at load). */
@@ -374,7 +382,7 @@ static void fill_snap(const struct emb_snap *r, uint32_t idx, struct store_snap 
 	out->created_ns = r->created_ns;
 	out->excl_bytes = ld64(&r->excl_bytes);
 	out->ntables = r->ntables;
-	out->durable = !!(__atomic_load_n(&r->flags, __ATOMIC_ACQUIRE) & EMB_S_DURABLE);
+	out->durable = !!(rec_flags(r) & EMB_S_DURABLE);
 	memcpy(out->name, r->name, sizeof(out->name));
 }
 
@@ -476,17 +484,24 @@ out:
 	return ret;
 }
 
-int store_snap_set_durable(struct store *s, uint32_t idx)
+int store_snap_set_durable(struct store *s, uint32_t idx, uint64_t gen)
 {
 	if (idx >= EMB_MAX_SNAPS)
 		return -EINVAL;
 	struct emb_snap *r = rec(s, idx);
-	uint32_t f = __atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
-	if ((f & EMB_S_USED) && !(f & EMB_S_DURABLE)) {
-		__atomic_store_n(&r->flags, f | EMB_S_DURABLE, __ATOMIC_RELEASE);
+	int ret = 0;
+	/* shared: a drop (exclusive) cannot run meanwhile, so the record stays
+	 * the one named by gen; the flag is set atomically, never a stale
+	 * load-then-store over a concurrent change */
+	pthread_rwlock_rdlock(&s->snap_lock);
+	if (!rec_live(r) || r->gen != gen)
+		ret = -ENOENT; /* dropped, and maybe the slot reused */
+	else if (!(rec_flags(r) & EMB_S_DURABLE)) {
+		__atomic_fetch_or(&r->flags, EMB_S_DURABLE, __ATOMIC_ACQ_REL);
 		pm_persist(s, &r->flags, 4);
 	}
-	return 0;
+	pthread_rwlock_unlock(&s->snap_lock);
+	return ret;
 }
 
 /* Walk every table: free what the live snapshots need not keep, free
@@ -531,8 +546,7 @@ static int drop_locked(struct store *s, uint32_t idx)
 static int mark_dropping(struct store *s, uint32_t idx)
 {
 	struct emb_snap *r = rec(s, idx);
-	uint32_t f = r->flags | EMB_S_DROPPING;
-	__atomic_store_n(&r->flags, f, __ATOMIC_RELEASE);
+	__atomic_fetch_or(&r->flags, EMB_S_DROPPING, __ATOMIC_ACQ_REL);
 	pm_persist(s, &r->flags, 4);
 	live_rebuild(s);
 	return 0;

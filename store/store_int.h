@@ -1,4 +1,21 @@
-/* Private to store/: the open-pool state shared by its files. */
+/*
+ * Private to store/: the open-pool state shared by its files.
+ *
+ * Lock order (take them in this order, release in any; never call up into a
+ * lock taken earlier in the list while holding a later one):
+ *
+ *   commit_lock        journal, index structure, PMem slab bitmaps, spill
+ *                      segment table; held across a whole commit group
+ *   snap_lock          the live snapshot set (commits hold it shared)
+ *   cat_lock           catalog entries, the name hash, s->tab
+ *   st->seek_lock      a table's sorted-key caches
+ *   st->lock           a table's index: readers shared, publish/split exclusive
+ *   space_lock         DRAM slab state and promises; the index-room reserve
+ *   sp->mu, ring locks spill mover state, io_uring rings (leaves)
+ *
+ * store_table_set_geometry once took cat_lock before snap_lock while
+ * store_snap_create took them the other way: that deadlocked the mount.
+ */
 #ifndef EMBFS_STORE_INT_H
 #define EMBFS_STORE_INT_H
 

@@ -173,9 +173,11 @@ struct store_snap {
 	char name[EMB_NAME_MAX + 1];
 };
 /* durable: every row the snapshot holds is already in the pool (else it is
- * dropped at the next mount unless store_snap_set_durable() is called). */
+ * dropped at the next mount unless store_snap_set_durable() is called).
+ * store_snap_set_durable names the snapshot by record slot and generation
+ * (from store_snap_get/next): -ENOENT if it was dropped meanwhile. */
 int store_snap_create(struct store *s, const char *name, int durable, struct store_snap *out);
-int store_snap_set_durable(struct store *s, uint32_t idx);
+int store_snap_set_durable(struct store *s, uint32_t idx, uint64_t gen);
 int store_snap_drop(struct store *s, const char *name);
 int store_snap_lookup(struct store *s, const char *name, struct store_snap *out);
 int store_snap_get(struct store *s, uint32_t idx, struct store_snap *out);

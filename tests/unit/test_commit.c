@@ -1,0 +1,303 @@
+/*
+ * Unit tests of the store's commit path and locking (issue 10, items 1, 3,
+ * 11): a group that cannot get its room changes no row, however many
+ * journal-sized commits it would take; large rows are rewritten in place on
+ * a nearly full pool; geometry changes, snapshot creation and drops, commits
+ * and durability marks run at once without a deadlock; a durability mark
+ * never lands on a snapshot that reused a dropped one's slot.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "embfs/store.h"
+#include "helpers.h"
+
+static char path[256];
+static char err[512];
+
+static struct store *fresh(uint64_t size)
+{
+	struct store_mkfs_opts o = { .size = size, .force = 1, .label = "commit" };
+	struct store *s;
+	unlink(path);
+	if (store_mkfs(path, &o, err, sizeof(err)) || store_open(path, &s, err, sizeof(err))) {
+		fprintf(stderr, "pool: %s\n", err);
+		exit(1);
+	}
+	return s;
+}
+
+static void fill(uint8_t *row, uint32_t rs, uint64_t id, uint64_t gen)
+{
+	for (uint32_t i = 0; i < rs; i++)
+		row[i] = (uint8_t)(id * 131 + gen * 7 + i);
+}
+
+static void fsck_clean(struct store *s)
+{
+	struct store_fsck f;
+	OK(store_fsck(s, &f));
+	if (f.bad_versions || f.double_refs || f.leaked_slots || f.bad_counts) {
+		fprintf(stderr, "fsck: rows %llu bad %llu double %llu leaked %llu counts %llu\n",
+			(unsigned long long)f.rows, (unsigned long long)f.bad_versions,
+			(unsigned long long)f.double_refs, (unsigned long long)f.leaked_slots,
+			(unsigned long long)f.bad_counts);
+		exit(1);
+	}
+}
+
+static uint64_t nrows(struct store *s, uint32_t id)
+{
+	struct store_attr a;
+	OK(store_table_getattr(s, id, &a));
+	return a.nrows;
+}
+
+/* Write rows [from, from + n) of rs bytes, generation gen, in one group. */
+static int write_rows(struct store *s, uint32_t id, uint32_t rs, uint64_t from, size_t n, uint64_t gen)
+{
+	struct store_rowop *ops = calloc(n, sizeof(*ops));
+	uint8_t *data = malloc(n * rs);
+	CHECK(ops && data);
+	for (size_t i = 0; i < n; i++) {
+		fill(data + i * rs, rs, from + i, gen);
+		ops[i] = (struct store_rowop){ from + i, 0, rs, data + i * rs, 0 };
+	}
+	int ret = store_rows_write(s, id, ops, n, 0);
+	free(ops);
+	free(data);
+	return ret;
+}
+
+/* Rows [from, from + n) hold generation gen (gen 0: holes). */
+static void expect_rows(struct store *s, uint32_t id, uint32_t rs, uint64_t from, size_t n, uint64_t gen)
+{
+	uint8_t *got = malloc(rs), *want = malloc(rs);
+	CHECK(got && want);
+	for (size_t i = 0; i < n; i++) {
+		int st = store_row_read(s, id, from + i, got);
+		if (gen == 0) {
+			CHECK(st == 0);
+			continue;
+		}
+		CHECK(st == 1);
+		fill(want, rs, from + i, gen);
+		if (memcmp(got, want, rs)) {
+			fprintf(stderr, "row %llu is not generation %llu\n", (unsigned long long)(from + i),
+				(unsigned long long)gen);
+			exit(1);
+		}
+	}
+	free(got);
+	free(want);
+}
+
+/* Item 3: a group of more rows than one commit holds that does not fit
+ * fails whole: no row written, no row replaced. */
+static void test_group_enospc(void)
+{
+	struct store *s = fresh(32 << 20);
+	uint32_t id, rs = 256;
+	OK(store_table_create(s, "t", 0644, 0, 0, 64, EMB_DT_F32, &id));
+	uint64_t n = 0;
+	while (write_rows(s, id, rs, n, 1024, 1) == 0)
+		n += 1024;
+	CHECK(n > 20000);
+	/* room for about 12000 rows: more than one commit (8184) takes, less
+	 * than the group below needs */
+	struct store_rowop *del = calloc(12000, sizeof(*del));
+	CHECK(del);
+	for (size_t i = 0; i < 12000; i++)
+		del[i].row = i;
+	OK(store_rows_write(s, id, del, 12000, 0));
+	free(del);
+	uint64_t before = nrows(s, id);
+	CHECK(before == n - 12000);
+	/* 20000 new rows: the first 8184 fit, all of them do not */
+	int ret = write_rows(s, id, rs, n + 1000000, 20000, 2);
+	CHECK(ret == -ENOSPC);
+	CHECK(nrows(s, id) == before);
+	expect_rows(s, id, rs, n + 1000000, 20000, 0);
+	/* rewrites of existing rows mixed with new ones: nothing changes either */
+	struct store_rowop *ops = calloc(24000, sizeof(*ops));
+	uint8_t *data = malloc(24000 * (size_t)rs);
+	CHECK(ops && data);
+	for (size_t i = 0; i < 24000; i++) {
+		uint64_t r = i < 4000 ? 12000 + i : n + 2000000 + i;
+		fill(data + i * rs, rs, r, 3);
+		ops[i] = (struct store_rowop){ r, 0, rs, data + i * rs, 0 };
+	}
+	CHECK(store_rows_write(s, id, ops, 24000, 0) == -ENOSPC);
+	free(ops);
+	free(data);
+	expect_rows(s, id, rs, 12000, 4000, 1);
+	expect_rows(s, id, rs, n + 2000000 + 4000, 100, 0);
+	CHECK(nrows(s, id) == before);
+	fsck_clean(s);
+	/* and what fits still goes in */
+	OK(write_rows(s, id, rs, 0, 8000, 4));
+	expect_rows(s, id, rs, 0, 8000, 4);
+	fsck_clean(s);
+	store_close(s);
+	printf("group ENOSPC: %llu rows stored, a 20000-row group refused whole\n", (unsigned long long)n);
+}
+
+/* Rewriting every row of a nearly full pool in one group: its commits take
+ * the slots of the rows before them, never all at once. */
+static void test_big_rows_rewrite(void)
+{
+	struct store *s = fresh(64 << 20);
+	uint32_t id, rs = 65536;
+	OK(store_table_create(s, "big", 0644, 0, 0, 16384, EMB_DT_F32, &id));
+	uint64_t n = 0;
+	while (write_rows(s, id, rs, n, 1, 1) == 0)
+		n++;
+	CHECK(n > 200);
+	/* free 100 slots: less than the group, more than a commit of 64 KiB
+	 * rows may take (4 MiB of copy-on-write) */
+	struct store_rowop del[100];
+	memset(del, 0, sizeof(del));
+	for (int i = 0; i < 100; i++)
+		del[i].row = n - 100 + (uint64_t)i;
+	OK(store_rows_write(s, id, del, 100, 0));
+	n -= 100;
+	OK(write_rows(s, id, rs, 0, n, 2));
+	expect_rows(s, id, rs, 0, n, 2);
+	fsck_clean(s);
+	store_close(s);
+	printf("64 KiB rows: %llu rewritten in one group on a full pool\n", (unsigned long long)n);
+}
+
+/* Items 1 and 11: the loops of the audit at store level, for a bounded time. */
+struct race {
+	struct store *s;
+	uint32_t empty, busy;
+	atomic_int stop;
+	atomic_ulong geo, snaps, commits, marks;
+};
+
+static void *geo_loop(void *arg)
+{
+	struct race *r = arg;
+	for (uint32_t i = 0; !atomic_load(&r->stop); i++) {
+		int ret = store_table_set_geometry(r->s, r->empty, i % 2 ? 32 : 64, EMB_DT_F32);
+		CHECK(ret == 0 || ret == -EBUSY); /* EBUSY while a snapshot holds it */
+		atomic_fetch_add(&r->geo, 1);
+	}
+	return NULL;
+}
+
+static void *snap_loop(void *arg)
+{
+	struct race *r = arg;
+	struct store_snap sn;
+	while (!atomic_load(&r->stop)) {
+		OK(store_snap_create(r->s, "x", 0, &sn));
+		OK(store_snap_drop(r->s, "x"));
+		atomic_fetch_add(&r->snaps, 1);
+	}
+	return NULL;
+}
+
+static void *commit_loop(void *arg)
+{
+	struct race *r = arg;
+	for (uint64_t g = 1; !atomic_load(&r->stop); g++) {
+		OK(write_rows(r->s, r->busy, 64, g % 512, 8, g));
+		atomic_fetch_add(&r->commits, 1);
+	}
+	return NULL;
+}
+
+static void *mark_loop(void *arg)
+{
+	struct race *r = arg;
+	while (!atomic_load(&r->stop)) {
+		uint32_t cur = 0;
+		struct store_snap sn;
+		while (store_snap_next(r->s, &cur, &sn) == 1) {
+			int ret = store_snap_set_durable(r->s, sn.idx, sn.gen);
+			CHECK(ret == 0 || ret == -ENOENT);
+		}
+		atomic_fetch_add(&r->marks, 1);
+	}
+	return NULL;
+}
+
+static void test_lock_order(void)
+{
+	struct race r = { .s = fresh(64 << 20) };
+	OK(store_table_create(r.s, "empty", 0644, 0, 0, 64, EMB_DT_F32, &r.empty));
+	OK(store_table_create(r.s, "busy", 0644, 0, 0, 16, EMB_DT_F32, &r.busy));
+	pthread_t t[4];
+	void *(*fn[4])(void *) = { geo_loop, snap_loop, commit_loop, mark_loop };
+	for (int i = 0; i < 4; i++)
+		CHECK(pthread_create(&t[i], NULL, fn[i], &r) == 0);
+	/* progress every second for 3 s; a deadlock stops every loop */
+	unsigned long last = 0;
+	for (int sec = 0; sec < 3; sec++) {
+		sleep(1);
+		unsigned long now = atomic_load(&r.geo) + atomic_load(&r.snaps) + atomic_load(&r.commits);
+		if (now == last) {
+			fprintf(stderr, "no progress for 1 s: geometry %lu, snapshots %lu, commits %lu: deadlock\n",
+				atomic_load(&r.geo), atomic_load(&r.snaps), atomic_load(&r.commits));
+			_exit(1); /* the loops hold locks: do not wait for them */
+		}
+		last = now;
+	}
+	atomic_store(&r.stop, 1);
+	for (int i = 0; i < 4; i++) {
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 10;
+		if (pthread_timedjoin_np(t[i], NULL, &dl)) {
+			fprintf(stderr, "loop %d did not stop within 10 s: deadlock\n", i);
+			_exit(1);
+		}
+	}
+	CHECK(r.geo && r.snaps && r.commits && r.marks);
+	fsck_clean(r.s);
+	store_close(r.s);
+	printf("lock order: %lu geometry changes, %lu snapshots, %lu commits, %lu durability sweeps in 3 s\n",
+	       r.geo, r.snaps, r.commits, r.marks);
+}
+
+/* Item 11: a durability mark for a dropped snapshot does not land on the one
+ * that took its record slot. */
+static void test_durable_gen(void)
+{
+	struct store *s = fresh(32 << 20);
+	struct store_snap a, b, got;
+	OK(store_snap_create(s, "a", 0, &a));
+	OK(store_snap_drop(s, "a"));
+	OK(store_snap_create(s, "b", 0, &b));
+	CHECK(b.idx == a.idx && b.gen != a.gen); /* the slot is reused */
+	CHECK(store_snap_set_durable(s, a.idx, a.gen) == -ENOENT);
+	OK(store_snap_get(s, b.idx, &got));
+	CHECK(!got.durable);
+	OK(store_snap_set_durable(s, b.idx, b.gen));
+	OK(store_snap_get(s, b.idx, &got));
+	CHECK(got.durable);
+	store_close(s);
+}
+
+int main(void)
+{
+	const char *dir = getenv("TMPDIR");
+	if (!dir && access("/dev/shm", W_OK) == 0)
+		dir = "/dev/shm";
+	snprintf(path, sizeof(path), "%s/embfs-commit-%d.pool", dir ? dir : "/tmp", (int)getpid());
+	test_group_enospc();
+	test_big_rows_rewrite();
+	test_lock_order();
+	test_durable_gen();
+	unlink(path);
+	printf("test_commit: ok\n");
+	return 0;
+}
