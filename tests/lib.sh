@@ -25,6 +25,10 @@ cleanup() {
 	done
 	for p in $DAEMONS; do
 		kill "$p" 2>/dev/null
+		# a hung daemon (a deadlock under test) ignores SIGTERM: give it 5 s
+		i=0
+		while kill -0 "$p" 2>/dev/null && [ $i -lt 250 ]; do sleep 0.02; i=$((i + 1)); done
+		kill -9 "$p" 2>/dev/null
 		wait "$p" 2>/dev/null
 	done
 	[ -n "$T" ] && rm -rf "$T"
