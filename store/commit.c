@@ -448,7 +448,7 @@ int commit_locked(struct store *s, struct stable *st, const struct store_rowop *
 	return 0;
 }
 
-static int rows_write(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n,
+static int write_group(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n,
 		      uint64_t size_hint, int promised)
 {
 	struct stable *st = tab_get(s, id);
@@ -470,12 +470,12 @@ static int rows_write(struct store *s, uint32_t id, const struct store_rowop *op
 int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n,
 		     uint64_t size_hint)
 {
-	return rows_write(s, id, ops, n, size_hint, 0);
+	return write_group(s, id, ops, n, size_hint, 0);
 }
 
 int store_rows_writeback(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n)
 {
-	return rows_write(s, id, ops, n, 0, 1);
+	return write_group(s, id, ops, n, 0, 1);
 }
 
 static int live_ver(struct store *s, uint64_t off)
