@@ -35,8 +35,9 @@ struct fake {
 
 static struct fake F;
 
-static int f_fetch(void *ctx, uint32_t table, uint64_t row, void *buf)
+static int f_fetch(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t *batch)
 {
+	(void)batch; /* unknown: the cache takes any snapshot to hold it */
 	struct fake *f = ctx;
 	CHECK(table == 0 && row < NROWS);
 	if (!buf) {
@@ -163,11 +164,11 @@ static void test_writeback(void)
 	struct cache *c = mk(100, 1, 0);
 	uint8_t w[RS], b[RS];
 	memset(w, 0xEE, RS);
-	CHECK(cache_write(c, 0, RS, 10, 0, RS, w, 1) == 0); /* full row: no fetch, a probe */
+	CHECK(cache_write(c, 0, RS, 10, 0, RS, w, 1, NULL) == 0); /* full row: no fetch, a probe */
 	CHECK(F.fetches == 0 && F.probes == 1);
-	CHECK(cache_write(c, 0, RS, 12, 100, 4, w, 1) == 0); /* partial: base fetched */
+	CHECK(cache_write(c, 0, RS, 12, 100, 4, w, 1, NULL) == 0); /* partial: base fetched */
 	CHECK(F.fetches == 1);
-	CHECK(cache_write(c, 0, RS, 13, 0, 4, w, 1) == 0);   /* partial on a hole */
+	CHECK(cache_write(c, 0, RS, 13, 0, 4, w, 1, NULL) == 0);   /* partial on a hole */
 	CHECK(F.reserved == 1);                          /* only row 13 was a hole */
 	CHECK(F.rows[10][0] == 10 && F.writebacks == 0); /* write-back, not through */
 	rd(c, 12, b);
@@ -185,7 +186,7 @@ static void test_writeback(void)
 	CHECK(cache_flush(c, -1) == 0 && F.writebacks == 3); /* nothing left */
 
 	/* a failed write-back keeps rows dirty; the error reaches flush */
-	CHECK(cache_write(c, 0, RS, 10, 0, 1, w, 1) == 0);
+	CHECK(cache_write(c, 0, RS, 10, 0, 1, w, 1, NULL) == 0);
 	F.fail_writeback = 1;
 	CHECK(cache_flush(c, 0) == -EIO);
 	cache_stats_get(c, 0, &st);
@@ -194,8 +195,8 @@ static void test_writeback(void)
 	CHECK(cache_flush(c, 0) == 0 && F.writebacks == 4);
 
 	/* drop discards dirty rows without writing them */
-	CHECK(cache_write(c, 0, RS, 14, 0, RS, w, 1) == 0);
-	CHECK(cache_write(c, 0, RS, 15, 0, RS, w, 1) == 0);
+	CHECK(cache_write(c, 0, RS, 14, 0, RS, w, 1, NULL) == 0);
+	CHECK(cache_write(c, 0, RS, 15, 0, RS, w, 1, NULL) == 0);
 	cache_drop(c, 0, 15, 16);
 	CHECK(F.reserved == 0);
 	CHECK(cache_flush(c, 0) == 0 && F.writebacks == 5 && !F.stored[15]);
@@ -212,7 +213,7 @@ static void test_evict_dirty(void)
 	uint8_t w[RS], b[RS];
 	for (int r = 0; r < 1000; r++) {
 		memset(w, (uint8_t)(r * 3), RS);
-		CHECK(cache_write(c, 0, RS, (uint64_t)r, 0, RS, w, 1) == 0);
+		CHECK(cache_write(c, 0, RS, (uint64_t)r, 0, RS, w, 1, NULL) == 0);
 	}
 	CHECK(F.writebacks >= 1000 - 64);
 	for (int r = 0; r < 1000; r++) {
@@ -240,9 +241,9 @@ static void test_pin(void)
 	rd(c, 200, b);
 	CHECK(F.fetches == f0 + 2 && b[0] == 200);
 	memset(w, 0x5A, RS);
-	CHECK(cache_write(c, 0, RS, 300, 0, RS, w, 1) == 0); /* write-through */
+	CHECK(cache_write(c, 0, RS, 300, 0, RS, w, 1, NULL) == 0); /* write-through */
 	CHECK(F.stored[300] && F.rows[300][0] == 0x5A);
-	CHECK(cache_write(c, 0, RS, 3, 0, RS, w, 1) == 0); /* pinned rows take writes */
+	CHECK(cache_write(c, 0, RS, 3, 0, RS, w, 1, NULL) == 0); /* pinned rows take writes */
 	struct cache_stats st;
 	cache_stats_get(c, -1, &st);
 	CHECK(st.pinned == 16 && st.bypasses >= 3 && st.dirty == 1);
@@ -268,14 +269,14 @@ static void test_reserve(void)
 	uint8_t w[RS], b[RS];
 	memset(w, 1, RS);
 	F.reserve_limit = 2;
-	CHECK(cache_write(c, 0, RS, 1, 0, RS, w, 1) == 0);
-	CHECK(cache_write(c, 0, RS, 3, 0, RS, w, 1) == 0);
-	CHECK(cache_write(c, 0, RS, 5, 0, RS, w, 1) == -ENOSPC);
-	CHECK(cache_write(c, 0, RS, 2, 0, RS, w, 1) == 0); /* stored below: no room needed */
+	CHECK(cache_write(c, 0, RS, 1, 0, RS, w, 1, NULL) == 0);
+	CHECK(cache_write(c, 0, RS, 3, 0, RS, w, 1, NULL) == 0);
+	CHECK(cache_write(c, 0, RS, 5, 0, RS, w, 1, NULL) == -ENOSPC);
+	CHECK(cache_write(c, 0, RS, 2, 0, RS, w, 1, NULL) == 0); /* stored below: no room needed */
 	rd(c, 5, b);
 	CHECK(b[0] == 0);
 	CHECK(cache_flush(c, 0) == 0 && F.reserved == 0 && !F.stored[5]);
-	CHECK(cache_write(c, 0, RS, 5, 0, RS, w, 1) == 0);
+	CHECK(cache_write(c, 0, RS, 5, 0, RS, w, 1, NULL) == 0);
 	cache_destroy(c);
 }
 
@@ -288,16 +289,16 @@ static void test_preserve(void)
 	struct cache *c = mk(100, 1, 0);
 	uint8_t w[RS];
 	memset(w, 1, RS);
-	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 5) == 0);
+	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 5, NULL) == 0);
 	cache_set_snapshot(c, 5); /* a snapshot closes batch 5 */
 	memset(w, 2, RS);
-	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 6) == 0);
+	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 6, NULL) == 0);
 	CHECK(F.reserved == 1); /* room promised for the extra version */
 	memset(w, 3, RS);
-	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 6) == 0); /* same batch: nothing more kept */
+	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 6, NULL) == 0); /* same batch: nothing more kept */
 	cache_set_snapshot(c, 6);
 	memset(w, 4, RS);
-	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 7) == 0);
+	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 7, NULL) == 0);
 	CHECK(cache_flush(c, 0) == 0);
 	CHECK(F.versions == 3 && F.batch_of[8] == 7 && F.rows[8][0] == 4);
 	CHECK(F.reserved == 0);
@@ -305,10 +306,10 @@ static void test_preserve(void)
 	 * version of it is written back, even before its own write-back */
 	struct cache_stats st;
 	memset(w, 6, RS);
-	CHECK(cache_write(c, 0, RS, 9, 0, RS, w, 7) == 0); /* row 9: a hole below */
+	CHECK(cache_write(c, 0, RS, 9, 0, RS, w, 7, NULL) == 0); /* row 9: a hole below */
 	cache_set_snapshot(c, 7);
 	memset(w, 7, RS);
-	CHECK(cache_write(c, 0, RS, 9, 0, RS, w, 8) == 0);
+	CHECK(cache_write(c, 0, RS, 9, 0, RS, w, 8, NULL) == 0);
 	cache_stats_get(c, 0, &st);
 	CHECK(st.new_dirty == 1 && st.dirty == 1);
 	cache_drop(c, 0, 1000, 1001); /* writes the preserved versions back first */
@@ -322,7 +323,7 @@ static void test_preserve(void)
 	long v0 = F.versions;
 	memset(w, 5, RS);
 	cache_set_snapshot(c, 8);
-	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 9) == 0);
+	CHECK(cache_write(c, 0, RS, 8, 0, RS, w, 9, NULL) == 0);
 	CHECK(cache_flush(c, 0) == 0 && F.versions == v0 + 1);
 	cache_destroy(c);
 }
@@ -334,7 +335,7 @@ static void test_age(void)
 	struct cache *c = mk(100, 4, 40);
 	uint8_t w[RS];
 	memset(w, 9, RS);
-	CHECK(cache_write(c, 0, RS, 7, 0, RS, w, 1) == 0);
+	CHECK(cache_write(c, 0, RS, 7, 0, RS, w, 1, NULL) == 0);
 	struct timespec t0, t1, d = { 0, 2000000 };
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (int i = 0; i < 2500 && F.writebacks == 0; i++)
@@ -385,7 +386,7 @@ static void *work(void *arg)
 			uint32_t off = (uint32_t)(rand_r(&seed) % RS);
 			uint32_t len = (uint32_t)(rand_r(&seed) % (RS - off)) + 1;
 			memset(buf, rand_r(&seed) & 0xff, len);
-			CHECK(cache_write(w->c, 0, RS, row, off, len, buf, 1) == 0);
+			CHECK(cache_write(w->c, 0, RS, row, off, len, buf, 1, NULL) == 0);
 			memcpy(w->model[slot] + off, buf, len);
 		} else if (op < 9) {
 			CHECK(cache_read(w->c, 0, RS, row, 0, RS, buf) == 0);

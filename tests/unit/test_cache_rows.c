@@ -27,9 +27,10 @@ static struct {
 	_Atomic long reserved;
 } F;
 
-static int f_fetch(void *ctx, uint32_t table, uint64_t row, void *buf)
+static int f_fetch(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t *batch)
 {
 	(void)ctx;
+	*batch = 1;
 	CHECK(table == 3 && row < NROWS);
 	pthread_mutex_lock(&F.lock);
 	int st = F.stored[row];
@@ -111,7 +112,7 @@ static void do_write(struct cache *c, const uint64_t *ids, size_t n, uint64_t sa
 		memset(buf + i * RS, (int)((ids[i] + i + salt) & 0xff), RS);
 		memcpy(buf + i * RS, &i, sizeof(i));
 	}
-	CHECK(cache_write_rows(c, 3, RS, ids, n, buf, batch) == 0);
+	CHECK(cache_write_rows(c, 3, RS, ids, n, buf, batch, NULL) == 0);
 	for (size_t i = 0; i < n; i++)
 		memcpy(shadow[ids[i]], buf + i * RS, RS);
 	free(buf);
@@ -206,7 +207,7 @@ static void *work(void *arg)
 		ids_fill(ids, 2048, &seed, w->lo, 10000);
 		for (size_t i = 0; i < 2048; i++)
 			memset(buf + i * RS, (int)((ids[i] + (uint64_t)round) & 0xff), RS);
-		if (cache_write_rows(w->c, 3, RS, ids, 2048, buf, 1))
+		if (cache_write_rows(w->c, 3, RS, ids, 2048, buf, 1, NULL))
 			w->err = 1;
 		for (size_t i = 0; i < 2048; i++)
 			memcpy(shadow[ids[i]], buf + i * RS, RS);
