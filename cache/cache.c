@@ -1,7 +1,24 @@
 /*
  * DRAM row cache: sharded CLOCK, write-back, pinning.  See cache.h for the
  * contract.  Lock order: flush_lock, then one shard lock at a time.  Nothing
- * calls the layer below (ops) with a shard lock held.
+ * calls the layer below (ops) with a shard lock held: promises a write needs
+ * come from the writer's credit or are reserved after unlocking (then the
+ * write starts over), and promises given back are gathered under the lock and
+ * given back after it (struct giveback).
+ *
+ * Promises.  Writing back a row version takes a new slot below; it frees the
+ * one it replaces unless that is a hole or a live snapshot keeps it, i.e.
+ * unless the replaced version's batch X has a snapshot S with X <= S < Y, Y
+ * the new version's batch (store/commit.c plan()).  Each pending write-back
+ * that will take a slot without freeing one holds one promise: a dirty entry
+ * with F_PROM (its next write-back), a staged row (staged.prom: the one in
+ * flight), a preserved copy (the version after it keeps it; once the copy is
+ * stored, its promise moves to the entry: stored_below()).  Writes come
+ * after every snapshot that exists (their batch is above snap_floor), so a
+ * clean row turning dirty needs one iff it is a hole below (F_NEW) or its
+ * stored version is of a batch <= the newest snapshot's: a clean entry keeps
+ * X_HELD when that held when it was filled, and otherwise the snap_seq of
+ * then (a snapshot taken later has a batch >= X).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -27,6 +44,11 @@ enum {
 	F_REDIRTY = 16, /* written again while busy */
 	F_NEW = 32,  /* not stored below (a hole there) when it became dirty */
 	F_STORED = 64, /* ... but a preserved older version of it is now: not counted as new */
+	F_PROM = 128,  /* dirty; holds a promise for its next write-back (see the top) */
+};
+
+enum {
+	X_HELD = 1, /* clean; its stored version is of a batch <= the newest snapshot's */
 };
 
 /* 28 bytes: with 2–4 bytes of bucket, at most CACHE_ROW_OVERHEAD per row. */
@@ -34,13 +56,15 @@ struct centry {
 	uint32_t row_lo, row_hi;
 	uint32_t data;     /* slot in the class arena */
 	uint32_t hnext;    /* hash chain, or free list */
-	uint32_t batch;    /* low 32 bits of the batch id of its latest write */
+	uint32_t batch;    /* dirty: low 32 bits of the batch id of its latest write;
+			      clean: low 32 bits of snap_seq when it was filled (see base_set) */
 	uint16_t table;
 	uint8_t flags;
 	uint8_t pins;
 	uint8_t cls;
 	uint8_t round;     /* flusher round in which it became dirty */
-	uint8_t pad[2];
+	uint8_t xflags;    /* X_* */
+	uint8_t pad;
 };
 _Static_assert(sizeof(struct centry) == 28, "cache entry");
 
@@ -92,6 +116,7 @@ struct cache {
 	pthread_mutex_t ts_lock;
 	uint32_t dirty_age_ms;
 	_Atomic uint64_t snap_floor; /* batch of the newest snapshot */
+	_Atomic uint64_t snap_seq;   /* cache_set_snapshot() calls so far */
 	_Atomic uint64_t last_batch; /* newest batch seen: rebuilds 64-bit ids */
 	_Atomic uint8_t round;       /* flusher round */
 	pthread_mutex_t pres_lock;
@@ -145,6 +170,129 @@ static struct tstat *tst(struct cache *c, uint32_t table)
 
 #define TS_ADD(t, f, v) atomic_fetch_add_explicit(&(t)->f, (uint64_t)(v), memory_order_relaxed)
 #define TS_SUB(t, f, v) atomic_fetch_sub_explicit(&(t)->f, (uint64_t)(v), memory_order_relaxed)
+
+/* ---- promises ----------------------------------------------------------- */
+
+/* The units of room one write may spend: the caller's credit, then units the
+ * write reserved itself (spare). */
+struct credit {
+	int64_t *caller; /* may be NULL */
+	int64_t spare;
+};
+
+static int credit_take(struct credit *cr)
+{
+	if (cr->spare > 0) {
+		cr->spare--;
+		return 1;
+	}
+	if (cr->caller && *cr->caller > 0) {
+		(*cr->caller)--;
+		return 1;
+	}
+	return 0;
+}
+
+/* A unit taken but not spent. */
+static void credit_put(struct credit *cr)
+{
+	cr->spare++;
+}
+
+/* The credit ran out: reserve one unit below.  No lock held. */
+static int credit_reserve(struct cache *c, struct credit *cr, uint32_t table, uint32_t rs)
+{
+	int r = c->ops->reserve(c->ctx, table, rs, 1);
+	if (!r)
+		cr->spare++;
+	return r;
+}
+
+/* The write is over: units it reserved and did not spend go to the caller's
+ * credit (the caller gives back what is left), or below.  No lock held. */
+static void credit_end(struct cache *c, struct credit *cr, uint32_t table, uint32_t rs)
+{
+	if (!cr->spare)
+		return;
+	if (cr->caller)
+		*cr->caller += cr->spare;
+	else
+		c->ops->reserve(c->ctx, table, rs, (int)-cr->spare);
+	cr->spare = 0;
+}
+
+/* Promises to give back below, gathered while shard locks are held and given
+ * back after them, in runs of one (table, row size). */
+struct giveback {
+	uint32_t table, rs;
+	int n;
+};
+
+/* Add n promises of (table, rs) to g.  No shard lock held: a run of another
+ * table or size is given back now. */
+static void giveback_add(struct cache *c, struct giveback *g, uint32_t table, uint32_t rs, int n)
+{
+	if (g->n && (g->table != table || g->rs != rs)) {
+		c->ops->reserve(c->ctx, g->table, g->rs, -g->n);
+		g->n = 0;
+	}
+	if (n) {
+		g->table = table;
+		g->rs = rs;
+		g->n += n;
+	}
+}
+
+static void giveback_end(struct cache *c, struct giveback *g)
+{
+	if (g->n)
+		c->ops->reserve(c->ctx, g->table, g->rs, -g->n);
+	g->n = 0;
+}
+
+/* Does a live snapshot hold a stored version of batch b?  (Conservative: a
+ * dropped snapshot's batch still counts; b == 0, unknown, counts when any
+ * snapshot was taken.)  snap_seq first: cache_set_snapshot() raises the floor
+ * before it counts, so a seq that saw a snapshot also sees its floor. */
+static int below_snapshot(struct cache *c, uint64_t b, uint64_t *seq)
+{
+	*seq = atomic_load(&c->snap_seq);
+	return *seq && b <= atomic_load(&c->snap_floor);
+}
+
+/* A clean entry whose stored version is of batch b (just filled or written
+ * back).  Shard lock held. */
+static void base_set(struct cache *c, struct centry *e, uint64_t b)
+{
+	uint64_t seq;
+	e->xflags = below_snapshot(c, b, &seq) ? X_HELD : 0;
+	e->batch = (uint32_t)seq;
+}
+
+enum { W_PROMISE = 1, W_COPY = 2 };
+
+/* What a write in `batch` to entry e needs: W_PROMISE, room promised below
+ * for a write-back that will keep the version it replaces (or fill a hole);
+ * W_COPY, its bytes copied aside first for a snapshot (see preserve()).  At
+ * most one promise per row and write.  Shard lock held. */
+static int write_needs(struct cache *c, struct centry *e, uint64_t batch)
+{
+	int prom = c->ops->reserve != NULL;
+	if (!(e->flags & F_DIRTY)) {
+		/* its stored version is replaced by its next write-back */
+		int need = (e->flags & F_NEW) || (e->xflags & X_HELD) ||
+			   e->batch != (uint32_t)atomic_load(&c->snap_seq);
+		return prom && need ? W_PROMISE : 0;
+	}
+	uint64_t floor = atomic_load(&c->snap_floor);
+	if (batch <= floor || full_batch(c, e->batch) > floor)
+		return 0; /* its pending version is no snapshot's */
+	if ((e->flags & F_BUSY) && !(e->flags & F_REDIRTY))
+		/* the write-back in flight takes exactly these bytes; the next
+		 * one keeps them for the snapshot */
+		return prom && !(e->flags & F_PROM) ? W_PROMISE : 0;
+	return W_COPY | (prom ? W_PROMISE : 0);
+}
 
 /* ---- arenas ----------------------------------------------------------- */
 
@@ -243,22 +391,20 @@ static void maybe_grow_buckets(struct shard *sh)
 	sh->nbucket = nb;
 }
 
-static void remove_entry(struct cache *c, struct shard *sh, uint32_t idx)
+/* Returns the promises the entry held (to give back once unlocked). */
+static int remove_entry(struct cache *c, struct shard *sh, uint32_t idx)
 {
 	struct centry *e = &sh->e[idx];
 	struct tstat *t = tst(c, e->table);
 	uint32_t rs = sh->ar[e->cls].rs;
+	int held = !!(e->flags & F_PROM);
 	unlink_entry(sh, idx);
 	slot_free(&sh->ar[e->cls], e->data);
 	if (e->flags & F_DIRTY) {
 		sh->ndirty--;
 		TS_SUB(t, dirty, 1);
-		if (e->flags & F_NEW) {
-			if (!(e->flags & F_STORED))
-				TS_SUB(t, new_dirty, 1);
-			if (c->ops->reserve)
-				c->ops->reserve(c->ctx, e->table, rs, -1);
-		}
+		if ((e->flags & F_NEW) && !(e->flags & F_STORED))
+			TS_SUB(t, new_dirty, 1);
 	}
 	if (e->pins) {
 		sh->npinned--;
@@ -272,6 +418,7 @@ static void remove_entry(struct cache *c, struct shard *sh, uint32_t idx)
 	e->pins = 0;
 	e->hnext = sh->free;
 	sh->free = idx;
+	return held;
 }
 
 /* CLOCK: evict one clean, unpinned row.  0 evicted, -EAGAIN only dirty rows
@@ -297,7 +444,7 @@ static int evict_one(struct cache *c, struct shard *sh)
 		}
 		TS_ADD(tst(c, e->table), evictions, 1);
 		sh->evictions++;
-		remove_entry(c, sh, i);
+		remove_entry(c, sh, i); /* clean: holds no promise */
 		return 0;
 	}
 	return saw_dirty ? -EAGAIN : -ENOSPC;
@@ -357,18 +504,14 @@ static uint32_t insert(struct cache *c, struct shard *sh, uint32_t table, uint32
 	return idx;
 }
 
-/* A clean row that is a hole below needs room reserved before it turns dirty. */
-static int may_dirty(struct cache *c, struct shard *sh, struct centry *e)
+/* The entry was written in `batch`; w: what write_needs() said (its promise
+ * taken, its copy made). */
+static void mark_dirty(struct cache *c, struct shard *sh, struct centry *e, uint64_t batch, int w)
 {
-	if ((e->flags & F_DIRTY) || !(e->flags & F_NEW) || !c->ops->reserve)
-		return 0;
-	return c->ops->reserve(c->ctx, e->table, sh->ar[e->cls].rs, 1);
-}
-
-/* Call may_dirty() first. */
-static void mark_dirty(struct cache *c, struct shard *sh, struct centry *e, uint64_t batch)
-{
+	if (w == W_PROMISE)
+		e->flags |= F_PROM; /* with W_COPY the copy holds it */
 	e->batch = (uint32_t)batch;
+	e->xflags = 0;
 	if (e->flags & F_BUSY)
 		e->flags |= F_REDIRTY;
 	if (e->flags & F_DIRTY)
@@ -386,10 +529,11 @@ static void mark_dirty(struct cache *c, struct shard *sh, struct centry *e, uint
 
 struct staged {
 	uint32_t shard, idx;
-	uint32_t table;
+	uint32_t table, rs;
 	uint64_t row;
 	uint64_t batch;
 	size_t off;  /* of the row bytes in stage.buf */
+	int prom;    /* the entry's promise, taken along (F_PROM) */
 };
 
 struct stage {
@@ -399,6 +543,7 @@ struct stage {
 	size_t used, bufcap;
 };
 
+/* Stage entry e (busy from now on; its promise goes with it).  Shard lock held. */
 static int stage_add(struct stage *s, uint32_t shard, uint32_t idx, struct centry *e, const char *data,
 		     uint32_t rs, uint64_t batch)
 {
@@ -421,7 +566,9 @@ static int stage_add(struct stage *s, uint32_t shard, uint32_t idx, struct centr
 		s->bufcap = nc;
 	}
 	memcpy(s->buf + s->used, data, rs);
-	s->v[s->n++] = (struct staged){ shard, idx, e->table, e_row(e), batch, s->used };
+	s->v[s->n++] = (struct staged){ shard, idx, e->table, rs, e_row(e), batch, s->used,
+					!!(e->flags & F_PROM) };
+	e->flags = (uint8_t)((e->flags & ~F_PROM) | F_BUSY);
 	s->used += rs;
 	return 0;
 }
@@ -464,23 +611,31 @@ static void pres_putback(struct cache *c, struct pres *p)
 	pthread_mutex_unlock(&c->pres_lock);
 }
 
-/* A preserved version of (table, row) reached the store: if the row's entry
- * still counts as new (a hole below), it no longer is one for the counters.
- * Its promise stays with it: its own write-back still needs a slot. */
-static void stored_below(struct cache *c, uint32_t table, uint64_t row)
+/* A preserved version of (table, row) reached the store.  If the row's
+ * entry still counts as new (a hole below), it no longer is one for the
+ * counters.  The copy's promise was for the version after it, which keeps
+ * it: that is now the row's next version over its stored one, so the
+ * promise moves to the entry (F_PROM), and the one the entry held, spent on
+ * the copy's own write-back, is given back.  Returns the promises to give
+ * back (shard lock not held). */
+static int stored_below(struct cache *c, uint32_t table, uint64_t row)
 {
 	uint64_t h = hash(table, row);
 	struct shard *sh = &c->sh[c->shard_shift == 64 ? 0 : (uint32_t)(h >> c->shard_shift)];
+	int give = 1;
 	pthread_mutex_lock(&sh->lock);
 	uint32_t idx = lookup(sh, table, row, h);
-	if (idx != NIL) {
+	if (idx != NIL && (sh->e[idx].flags & F_DIRTY)) { /* always: drops drain copies first */
 		struct centry *e = &sh->e[idx];
-		if ((e->flags & (F_DIRTY | F_NEW)) == (F_DIRTY | F_NEW) && !(e->flags & F_STORED)) {
+		if ((e->flags & F_NEW) && !(e->flags & F_STORED)) {
 			e->flags |= F_STORED;
 			TS_SUB(tst(c, table), new_dirty, 1);
 		}
+		give = !!(e->flags & F_PROM);
+		e->flags |= F_PROM;
 	}
 	pthread_mutex_unlock(&sh->lock);
+	return give;
 }
 
 /*
@@ -490,7 +645,8 @@ static void stored_below(struct cache *c, uint32_t table, uint64_t row)
  * batch order, one commit per rank, so a snapshot's version is never written
  * after a newer one.  Copies preserved after this call are newer than the
  * staged bytes of their row (or the row was not staged), so they can wait
- * for the next round.  flush_lock held; no shard lock held.
+ * for the next round.  Promises of what reached the layer below are given
+ * back.  flush_lock held; no shard lock held.
  */
 static int stage_commit(struct cache *c, struct stage *s)
 {
@@ -504,6 +660,7 @@ static int stage_commit(struct cache *c, struct stage *s)
 	if (n == 0)
 		return 0;
 	int ret = 0;
+	struct giveback g = { 0 };
 	struct wbitem *it = malloc(n * sizeof(*it));
 	struct cache_wb *wb = malloc(n * sizeof(*wb));
 	int *ok = calloc(s->n ? s->n : 1, sizeof(*ok));
@@ -541,9 +698,9 @@ static int stage_commit(struct cache *c, struct stage *s)
 		if (it[i].staged != SIZE_MAX) {
 			ok[it[i].staged] = it[i].done;
 		} else if (it[i].done) {
-			if (c->ops->reserve)
-				c->ops->reserve(c->ctx, it[i].p->table, it[i].p->rs, -1);
-			stored_below(c, it[i].p->table, it[i].p->row);
+			int give = stored_below(c, it[i].p->table, it[i].p->row);
+			if (give && c->ops->reserve)
+				giveback_add(c, &g, it[i].p->table, it[i].p->rs, give);
 			free(it[i].p);
 		} else {
 			pres_putback(c, it[i].p); /* tried again, oldest first, next round */
@@ -551,33 +708,47 @@ static int stage_commit(struct cache *c, struct stage *s)
 	}
 settle:
 	for (size_t i = 0; i < s->n; i++) {
-		struct shard *sh = &c->sh[s->v[i].shard];
+		struct staged *v = &s->v[i];
+		struct shard *sh = &c->sh[v->shard];
+		int give = 0;
 		pthread_mutex_lock(&sh->lock);
-		struct centry *e = &sh->e[s->v[i].idx];
+		struct centry *e = &sh->e[v->idx];
 		struct tstat *t = tst(c, e->table);
 		e->flags &= (uint8_t)~F_BUSY;
 		if (ok && ok[i]) {
 			sh->writebacks++;
 			TS_ADD(t, writebacks, 1);
+			give = v->prom; /* the slot it promised is taken now */
 			if (e->flags & F_NEW) {
 				if (!(e->flags & F_STORED))
 					TS_SUB(t, new_dirty, 1);
 				e->flags &= (uint8_t)~(F_NEW | F_STORED);
-				if (c->ops->reserve)
-					c->ops->reserve(c->ctx, e->table, sh->ar[e->cls].rs, -1);
 			}
 			if (e->flags & F_REDIRTY) {
+				/* written meanwhile: its F_PROM is for the write-back
+				 * over the version just stored */
 				e->flags &= (uint8_t)~F_REDIRTY;
 			} else {
-				e->flags &= (uint8_t)~F_DIRTY;
+				give += !!(e->flags & F_PROM);
+				e->flags &= (uint8_t)~(F_DIRTY | F_PROM);
 				sh->ndirty--;
 				TS_SUB(t, dirty, 1);
+				base_set(c, e, v->batch);
 			}
 		} else {
+			/* still dirty over the same stored version: the promise
+			 * comes back (one is enough) */
 			e->flags &= (uint8_t)~F_REDIRTY;
+			if (v->prom && (e->flags & F_PROM))
+				give = 1;
+			else if (v->prom)
+				e->flags |= F_PROM;
 		}
 		pthread_mutex_unlock(&sh->lock);
+		if (give && c->ops->reserve)
+			giveback_add(c, &g, v->table, v->rs, give);
 	}
+	giveback_end(c, &g);
 	free(it);
 	free(wb);
 	free(ok);
@@ -637,7 +808,6 @@ static int writeback_rounds(struct cache *c, uint32_t s0, uint32_t s1, const str
 				ret = -ENOMEM;
 				break;
 			}
-			e->flags |= F_BUSY;
 			taken++;
 			if (st.n >= WB_BATCH || (p->limit && taken >= p->limit)) {
 				pthread_mutex_unlock(&sh->lock);
@@ -675,7 +845,10 @@ int cache_flush(struct cache *c, int64_t table)
 
 void cache_set_snapshot(struct cache *c, uint64_t batch)
 {
-	atomic_store(&c->snap_floor, batch);
+	uint64_t cur = atomic_load(&c->snap_floor);
+	while (cur < batch && !atomic_compare_exchange_weak(&c->snap_floor, &cur, batch))
+		;
+	atomic_fetch_add(&c->snap_seq, 1); /* after the floor: see below_snapshot() */
 }
 
 /* An inserting thread found only dirty rows to evict in its shard. */
@@ -854,6 +1027,7 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 	struct tstat *t = tst(c, table);
 	char sbuf[4096]; /* a miss's row, without a malloc for the usual sizes */
 	char *tmp = NULL;
+	uint64_t sbatch = 0;
 	int ret = 0;
 #define TMP_FREE() do { if (tmp != sbuf) free(tmp); } while (0)
 
@@ -883,7 +1057,7 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 		tmp = rs <= sizeof(sbuf) ? sbuf : malloc(rs);
 		if (!tmp)
 			return -ENOMEM;
-		ret = c->ops->fetch(c->ctx, table, row, tmp);
+		ret = c->ops->fetch(c->ctx, table, row, tmp, &sbatch);
 		if (ret < 0) {
 			TMP_FREE();
 			return ret;
@@ -902,10 +1076,12 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 	/* shard lock held, row absent, tmp holds the stored row */
 	int err = 0;
 	uint32_t idx = insert(c, sh, table, rs, row, h, &err);
-	if (idx != NIL)
+	if (idx != NIL) {
 		memcpy(e_data(sh, &sh->e[idx]), tmp, rs);
-	else
+		base_set(c, &sh->e[idx], sbatch);
+	} else {
 		sh->bypasses++;
+	}
 	sh->misses++;
 	pthread_mutex_unlock(&sh->lock);
 	TS_ADD(t, misses, 1);
@@ -920,28 +1096,15 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 #undef TMP_FREE
 }
 
-/* The entry holds a snapshot's version (dirty, batch at or below the newest
- * snapshot) and this write starts a later one: copy the old bytes out first,
- * so the snapshot gets them at write-back.  Shard lock held.  -ENOSPC when no
- * room can be promised for the extra version. */
-static int preserve(struct cache *c, struct shard *sh, struct centry *e, uint64_t batch)
+/* The entry holds a snapshot's version (write_needs() said W_COPY): copy its
+ * bytes out first, so the snapshot gets them at write-back; the copy holds
+ * the write's promise.  Shard lock held. */
+static int preserve(struct cache *c, struct shard *sh, struct centry *e)
 {
-	uint64_t floor = atomic_load(&c->snap_floor);
-	if (!(e->flags & F_DIRTY) || batch <= floor || full_batch(c, e->batch) > floor)
-		return 0;
-	if ((e->flags & F_BUSY) && !(e->flags & F_REDIRTY))
-		return 0; /* the write-back in flight took exactly these bytes */
 	uint32_t rs = sh->ar[e->cls].rs;
 	struct pres *p = malloc(sizeof(*p) + rs);
 	if (!p)
 		return -ENOMEM;
-	if (c->ops->reserve) {
-		int r = c->ops->reserve(c->ctx, e->table, rs, 1);
-		if (r) {
-			free(p);
-			return r;
-		}
-	}
 	p->row = e_row(e);
 	p->batch = full_batch(c, e->batch);
 	p->table = e->table;
@@ -955,8 +1118,26 @@ static int preserve(struct cache *c, struct shard *sh, struct centry *e, uint64_
 	return 0;
 }
 
-int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
-		const void *data, uint64_t batch)
+/* Write bytes [off, off+len) of cached entry e in `batch`; w from
+ * write_needs(), its promise taken.  0, or -ENOMEM with nothing changed.
+ * Shard lock held. */
+static int apply_write(struct cache *c, struct shard *sh, struct centry *e, int w, uint64_t batch,
+		       const void *data, uint32_t off, uint32_t len)
+{
+	if (w & W_COPY) {
+		int r = preserve(c, sh, e);
+		if (r)
+			return r;
+	}
+	memcpy(e_data(sh, e) + off, data, len);
+	e->flags |= F_REF;
+	mark_dirty(c, sh, e, batch, w);
+	return 0;
+}
+
+/* cache_write() spending the units of cr. */
+static int write_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off,
+		     uint32_t len, const void *data, uint64_t batch, struct credit *cr)
 {
 	uint64_t h = hash(table, row);
 	uint32_t si;
@@ -964,25 +1145,26 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 	struct tstat *t = tst(c, table);
 	int full = off == 0 && len == rs;
 
-	if (table >= CACHE_MAX_TABLES || (uint64_t)off + len > rs)
-		return -EINVAL;
-	if (batch > atomic_load_explicit(&c->last_batch, memory_order_relaxed))
-		atomic_store(&c->last_batch, batch);
-	for (int attempt = 0;; attempt++) {
+	for (int cleans = 0;;) {
 		pthread_mutex_lock(&sh->lock);
 		uint32_t idx = lookup(sh, table, row, h);
 		if (idx != NIL) {
 			struct centry *e = &sh->e[idx];
-			int r = may_dirty(c, sh, e);
-			if (!r)
-				r = preserve(c, sh, e, batch);
+			int w = write_needs(c, e, batch);
+			if ((w & W_PROMISE) && !credit_take(cr)) {
+				pthread_mutex_unlock(&sh->lock);
+				int r = credit_reserve(c, cr, table, rs);
+				if (r)
+					return r;
+				continue; /* the row may have changed meanwhile */
+			}
+			int r = apply_write(c, sh, e, w, batch, data, off, len);
 			if (r) {
+				if (w & W_PROMISE)
+					credit_put(cr);
 				pthread_mutex_unlock(&sh->lock);
 				return r;
 			}
-			memcpy(e_data(sh, e) + off, data, len);
-			e->flags |= F_REF;
-			mark_dirty(c, sh, e, batch);
 			sh->hits++;
 			pthread_mutex_unlock(&sh->lock);
 			TS_ADD(t, hits, 1);
@@ -991,11 +1173,11 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 		pthread_mutex_unlock(&sh->lock);
 
 		/* miss: the stored row is the base of a partial write */
-		uint64_t gen = atomic_load(&t->gen);
+		uint64_t gen = atomic_load(&t->gen), sbatch = 0, seq;
 		char *base = malloc(rs);
 		if (!base)
 			return -ENOMEM;
-		int stored = c->ops->fetch(c->ctx, table, row, full ? NULL : base);
+		int stored = c->ops->fetch(c->ctx, table, row, full ? NULL : base, &sbatch);
 		if (stored < 0) {
 			free(base);
 			return stored;
@@ -1011,13 +1193,14 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 			free(base);
 			continue;
 		}
-		if (!stored && c->ops->reserve) {
-			int r = c->ops->reserve(c->ctx, table, rs, 1);
-			if (r) {
-				pthread_mutex_unlock(&sh->lock);
-				free(base);
+		int w = c->ops->reserve && (!stored || below_snapshot(c, sbatch, &seq)) ? W_PROMISE : 0;
+		if (w && !credit_take(cr)) {
+			pthread_mutex_unlock(&sh->lock);
+			free(base);
+			int r = credit_reserve(c, cr, table, rs);
+			if (r)
 				return r;
-			}
+			continue;
 		}
 		int err = 0;
 		idx = insert(c, sh, table, rs, row, h, &err);
@@ -1025,18 +1208,18 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 			struct centry *e = &sh->e[idx];
 			memcpy(e_data(sh, e), base, rs);
 			if (!stored)
-				e->flags |= F_NEW; /* reserved above */
-			mark_dirty(c, sh, e, batch);
+				e->flags |= F_NEW;
+			mark_dirty(c, sh, e, batch, w);
 			sh->misses++;
 			pthread_mutex_unlock(&sh->lock);
 			TS_ADD(t, misses, 1);
 			free(base);
 			return 0;
 		}
-		if (!stored && c->ops->reserve)
-			c->ops->reserve(c->ctx, table, rs, -1);
+		if (w)
+			credit_put(cr); /* a write-through needs no promise */
 		pthread_mutex_unlock(&sh->lock);
-		if (err == -EAGAIN && attempt < 4) {
+		if (err == -EAGAIN && cleans++ < 4) {
 			free(base);
 			int r = make_clean(c, si);
 			if (r)
@@ -1057,6 +1240,19 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 		TS_ADD(t, misses, 1);
 		return r;
 	}
+}
+
+int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
+		const void *data, uint64_t batch, int64_t *credit)
+{
+	struct credit cr = { credit, 0 };
+	if (table >= CACHE_MAX_TABLES || (uint64_t)off + len > rs)
+		return -EINVAL;
+	if (batch > atomic_load_explicit(&c->last_batch, memory_order_relaxed))
+		atomic_store(&c->last_batch, batch);
+	int ret = write_one(c, table, rs, row, off, len, data, batch, &cr);
+	credit_end(c, &cr, table, rs);
+	return ret;
 }
 
 /* ---- many rows at once (the batch path) -------------------------------
@@ -1119,10 +1315,12 @@ static inline void prefetch_entry(struct shard *sh, uint32_t idx)
 
 /* The rows ord[0..k) of one shard: copied into out (src == NULL) or written
  * from src as cache_write() does on a hit.  Shard lock held.  Rows not cached
- * go to g->miss.  0 or -errno (a write stops at the first error). */
+ * go to g->miss, and so do rows to write that need a promise cr cannot pay
+ * (cache_write() reserves it unlocked; the row's later occurrences go there
+ * too, in order).  0 or -errno (a write stops at the first error). */
 static int walk_shard(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs,
 		      const uint64_t *rows, struct rowgroup *g, const uint32_t *ord, size_t k,
-		      char *out, const char *src, uint64_t batch, size_t *hits)
+		      char *out, const char *src, uint64_t batch, struct credit *cr, size_t *hits)
 {
 	uint32_t mask = sh->nbucket - 1, lines = rs < 1024 ? rs : 1024;
 	const uint64_t *h = g->h;
@@ -1155,26 +1353,29 @@ static int walk_shard(struct cache *c, struct shard *sh, uint32_t table, uint32_
 		}
 		struct centry *e = &sh->e[idx];
 		if (src) {
-			int r = may_dirty(c, sh, e);
-			if (!r)
-				r = preserve(c, sh, e, batch);
-			if (r)
+			int w = write_needs(c, e, batch);
+			if ((w & W_PROMISE) && !credit_take(cr)) {
+				g->miss[g->nmiss++] = p;
+				continue;
+			}
+			int r = apply_write(c, sh, e, w, batch, src + (size_t)p * rs, 0, rs);
+			if (r) {
+				if (w & W_PROMISE)
+					credit_put(cr);
 				return r;
-			memcpy(e_data(sh, e), src + (size_t)p * rs, rs);
-			mark_dirty(c, sh, e, batch);
-			sh->hits++;
+			}
 		} else {
 			memcpy(out + (size_t)p * rs, e_data(sh, e), rs);
-			sh->hits++;
+			e->flags |= F_REF;
 		}
-		e->flags |= F_REF;
+		sh->hits++;
 		(*hits)++;
 	}
 	return 0;
 }
 
 static int walk_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows,
-		     struct rowgroup *g, char *out, const char *src, uint64_t batch)
+		     struct rowgroup *g, char *out, const char *src, uint64_t batch, struct credit *cr)
 {
 	size_t hits = 0;
 	int ret = 0;
@@ -1184,7 +1385,8 @@ static int walk_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_
 			continue;
 		struct shard *sh = &c->sh[s];
 		pthread_mutex_lock(&sh->lock);
-		ret = walk_shard(c, sh, table, rs, rows, g, g->ord + g->start[s], k, out, src, batch, &hits);
+		ret = walk_shard(c, sh, table, rs, rows, g, g->ord + g->start[s], k, out, src, batch, cr,
+				 &hits);
 		pthread_mutex_unlock(&sh->lock);
 	}
 	TS_ADD(tst(c, table), hits, hits);
@@ -1201,13 +1403,14 @@ static int fetch_misses(struct cache *c, uint32_t table, uint32_t rs, const uint
 	uint64_t *ids = malloc(g->nmiss * sizeof(*ids));
 	char *tmp = malloc(g->nmiss * rs);
 	uint8_t *stored = malloc(g->nmiss);
+	uint64_t *sbatch = calloc(g->nmiss, sizeof(*sbatch));
 	int ret = -ENOSYS;
-	if (!ids || !tmp || !stored)
+	if (!ids || !tmp || !stored || !sbatch)
 		goto out;
 	for (size_t i = 0; i < g->nmiss; i++)
 		ids[i] = rows[g->miss[i]];
 	uint64_t gen = atomic_load(&t->gen);
-	ret = c->ops->fetch_rows(c->ctx, table, ids, g->nmiss, tmp, stored);
+	ret = c->ops->fetch_rows(c->ctx, table, ids, g->nmiss, tmp, stored, sbatch);
 	if (ret < 0)
 		goto out;
 	ret = 0;
@@ -1228,10 +1431,12 @@ static int fetch_misses(struct cache *c, uint32_t table, uint32_t rs, const uint
 			memcpy(dst, src, rs);
 			if (stored[i] && !raced) { /* holes are not cached, nor a fill that raced a drop */
 				idx = insert(c, sh, table, rs, ids[i], h, &err);
-				if (idx != NIL)
+				if (idx != NIL) {
 					memcpy(e_data(sh, &sh->e[idx]), src, rs);
-				else
+					base_set(c, &sh->e[idx], sbatch[i]);
+				} else {
 					sh->bypasses++;
+				}
 			}
 		}
 		sh->misses++;
@@ -1246,6 +1451,7 @@ out:
 	free(ids);
 	free(tmp);
 	free(stored);
+	free(sbatch);
 	return ret;
 }
 
@@ -1262,7 +1468,7 @@ int cache_read_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t
 			ret = cache_read(c, table, rs, rows[i], 0, rs, out + i * rs);
 		return ret;
 	}
-	walk_rows(c, table, rs, rows, &g, out, NULL, 0);
+	walk_rows(c, table, rs, rows, &g, out, NULL, 0, NULL);
 	if (g.nmiss > 1 && c->ops->fetch_rows) {
 		ret = fetch_misses(c, table, rs, rows, &g, out);
 		if (ret != -ENOSYS) {
@@ -1278,24 +1484,27 @@ int cache_read_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t
 }
 
 int cache_write_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows, size_t n,
-		     const void *data, uint64_t batch)
+		     const void *data, uint64_t batch, int64_t *credit)
 {
 	const char *src = data;
+	struct credit cr = { credit, 0 };
 	struct rowgroup g;
 	int ret = 0;
 	if (table >= CACHE_MAX_TABLES || n > UINT32_MAX)
 		return -EINVAL;
-	if (rowgroup_make(c, table, rows, n, &g)) {
-		for (size_t i = 0; i < n && !ret; i++)
-			ret = cache_write(c, table, rs, rows[i], 0, rs, src + i * rs, batch);
-		return ret;
-	}
 	if (batch > atomic_load_explicit(&c->last_batch, memory_order_relaxed))
 		atomic_store(&c->last_batch, batch);
-	ret = walk_rows(c, table, rs, rows, &g, NULL, src, batch);
+	if (rowgroup_make(c, table, rows, n, &g)) {
+		for (size_t i = 0; i < n && !ret; i++)
+			ret = write_one(c, table, rs, rows[i], 0, rs, src + i * rs, batch, &cr);
+		credit_end(c, &cr, table, rs);
+		return ret;
+	}
+	ret = walk_rows(c, table, rs, rows, &g, NULL, src, batch, &cr);
 	/* a row's occurrences all hit or all miss: misses keep their order */
 	for (size_t i = 0; i < g.nmiss && !ret; i++)
-		ret = cache_write(c, table, rs, rows[g.miss[i]], 0, rs, src + (size_t)g.miss[i] * rs, batch);
+		ret = write_one(c, table, rs, rows[g.miss[i]], 0, rs, src + (size_t)g.miss[i] * rs, batch, &cr);
+	credit_end(c, &cr, table, rs);
 	rowgroup_free(&g);
 	return ret;
 }
@@ -1304,20 +1513,41 @@ void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)
 {
 	if (table >= CACHE_MAX_TABLES)
 		return;
+	struct giveback g = { 0 };
 	pthread_mutex_lock(&c->flush_lock); /* no row is busy now */
 	drain_preserved(c); /* snapshots' versions are never dropped */
 	atomic_fetch_add(&tst(c, table)->gen, 1);
 	for (uint32_t si = 0; si < c->nshards; si++) {
 		struct shard *sh = &c->sh[si];
+		uint32_t rs = 0;
+		int n = 0;
 		pthread_mutex_lock(&sh->lock);
-		for (uint32_t i = 0; i < sh->hwm; i++) {
+		for (uint32_t i = 0; i < sh->hwm;) {
 			struct centry *e = &sh->e[i];
-			if ((e->flags & F_VALID) && e->table == table && e_row(e) >= from && e_row(e) < to)
-				remove_entry(c, sh, i);
+			if (!(e->flags & F_VALID) || e->table != table || e_row(e) < from || e_row(e) >= to) {
+				i++;
+				continue;
+			}
+			uint32_t ers = sh->ar[e->cls].rs;
+			if ((e->flags & F_PROM) && n && ers != rs) { /* two sizes: give back, look again */
+				pthread_mutex_unlock(&sh->lock);
+				giveback_add(c, &g, table, rs, n);
+				n = 0;
+				pthread_mutex_lock(&sh->lock);
+				continue;
+			}
+			if (remove_entry(c, sh, i)) {
+				rs = ers;
+				n++;
+			}
+			i++;
 		}
 		pthread_mutex_unlock(&sh->lock);
+		if (n && c->ops->reserve)
+			giveback_add(c, &g, table, rs, n);
 	}
 	pthread_mutex_unlock(&c->flush_lock);
+	giveback_end(c, &g);
 }
 
 int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
@@ -1327,6 +1557,7 @@ int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 	struct shard *sh = shard_of(c, h, &si);
 	struct tstat *t = tst(c, table);
 	char *tmp = NULL;
+	uint64_t sbatch = 0;
 	int stored = 0;
 
 	if (table >= CACHE_MAX_TABLES)
@@ -1341,6 +1572,8 @@ int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 				memcpy(e_data(sh, &sh->e[idx]), tmp, rs);
 				if (!stored)
 					sh->e[idx].flags |= F_NEW;
+				else
+					base_set(c, &sh->e[idx], sbatch);
 			}
 		}
 		if (idx != NIL) {
@@ -1368,7 +1601,8 @@ int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 		tmp = malloc(rs);
 		if (!tmp)
 			return -ENOMEM;
-		int r = c->ops->fetch(c->ctx, table, row, tmp);
+		sbatch = 0;
+		int r = c->ops->fetch(c->ctx, table, row, tmp, &sbatch);
 		stored = r == 1;
 		if (r < 0 || atomic_load(&t->gen) != gen) {
 			free(tmp);

@@ -591,14 +591,12 @@ static int scatter(struct embfs *fs, struct bfd *f)
 	int ret;
 	if (fs->cache) {
 		/* as rows_write(): the batch id when the write starts stamps its rows */
-		uint64_t batch = rows_batch_begin(fs);
-		rows_prepaid_begin(f->promised);
-		ret = cache_write_rows(fs->cache, t->id, rs, ids, n, rows, batch);
-		rows_batch_end(fs);
-		int64_t left = rows_prepaid_end();
-		if (left)
-			store_space_reserve(fs->st, rs, -left);
+		int64_t credit = f->promised;
 		f->promised = 0;
+		uint64_t batch = rows_batch_begin(fs);
+		ret = cache_write_rows(fs->cache, t->id, rs, ids, n, rows, batch, &credit);
+		rows_batch_end(fs);
+		rows_credit_end(fs, rs, credit);
 		/* after an error some rows may be written: the size covers them all
 		 * (rows not written read as holes, as in any sparse file) */
 		int r = store_table_extend(fs->st, t->id, end);

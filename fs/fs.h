@@ -59,8 +59,12 @@ extern const struct fuse_lowlevel_ops embfs_ops;
 /* rows.c: byte ranges of a table <-> rows, through the cache when there is one. */
 int rows_read(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, char *buf);
 int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data);
-/* Around writes into the cache: the batch id to stamp them with. */
+/* Promise room for n rows of rs a write is about to leave dirty in the
+ * cache: its credit for cache_write()/cache_write_rows(). */
 int rows_reserve(struct embfs *fs, uint32_t rs, int64_t n);
+/* Give back what is left of a write's credit (no cache lock held). */
+void rows_credit_end(struct embfs *fs, uint32_t rs, int64_t credit);
+/* Around writes into the cache: the batch id to stamp them with. */
 uint64_t rows_batch_begin(struct embfs *fs);
 void rows_batch_end(struct embfs *fs);
 /* Make the store see every cached write of table id (id < 0: all). */
@@ -72,11 +76,6 @@ int rows_before_change(struct embfs *fs, uint32_t id);
 void rows_after_change(struct embfs *fs, uint32_t id, uint64_t from, uint64_t to);
 /* Stored rows including written rows not yet in the store. */
 uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows);
-/* For writes of many rows (batch.c): room the caller reserved with
- * store_space_reserve() pays for this thread's cache writes until
- * rows_prepaid_end(), which returns what is left of it. */
-void rows_prepaid_begin(int64_t rows);
-int64_t rows_prepaid_end(void);
 extern const struct cache_ops embfs_cache_ops;
 
 /* ll.c helpers shared with snap.c */

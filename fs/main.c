@@ -198,6 +198,11 @@ int main(int argc, char **argv)
 			fuse_session_unmount(fs.se);
 			goto out_signals;
 		}
+		/* rows the live snapshots hold need room promised when written */
+		uint32_t cur = 0;
+		struct store_snap sn;
+		while (store_snap_next(fs.st, &cur, &sn) == 1)
+			cache_set_snapshot(fs.cache, sn.batch);
 	}
 	if (fs.conf.pidfile) {
 		FILE *f = fopen(fs.conf.pidfile, "w");

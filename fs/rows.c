@@ -59,22 +59,6 @@ int rows_read(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t l
 	return ret;
 }
 
-/* Room this thread reserved for the rows of the write in progress: a write
- * is refused whole (ENOSPC) or taken whole, never cut after some rows. */
-static __thread int64_t prepaid;
-
-void rows_prepaid_begin(int64_t rows)
-{
-	prepaid = rows;
-}
-
-int64_t rows_prepaid_end(void)
-{
-	int64_t left = prepaid;
-	prepaid = 0;
-	return left;
-}
-
 /* Promise room for n rows a write is about to leave dirty in the cache.  The
  * pool holds back room for the worst case of what the promised rows may need
  * (slots, and index growth: store/slab.c), which is more than they will
@@ -100,27 +84,33 @@ void rows_batch_end(struct embfs *fs)
 	pthread_rwlock_unlock(&fs->snap_rw);
 }
 
+void rows_credit_end(struct embfs *fs, uint32_t rs, int64_t credit)
+{
+	if (credit > 0)
+		store_space_reserve(fs->st, rs, -credit);
+}
+
 int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
 {
 	int ret = 0;
 	if (fs->cache) {
-		int64_t n = len ? (int64_t)((off + len - 1) / rs - off / rs + 1) : 0;
-		ret = rows_reserve(fs, rs, n);
+		/* room for every row it touches, before any changes: the write is
+		 * refused whole (ENOSPC) or taken whole */
+		int64_t credit = len ? (int64_t)((off + len - 1) / rs - off / rs + 1) : 0;
+		ret = rows_reserve(fs, rs, credit);
 		if (ret)
 			return ret;
-		prepaid = n;
 		uint64_t batch = rows_batch_begin(fs);
 		for (size_t done = 0; done < len && !ret;) {
 			uint64_t pos = off + done;
 			uint32_t in = (uint32_t)(pos % rs);
 			size_t take = rs - in < len - done ? rs - in : len - done;
-			ret = cache_write(fs->cache, id, rs, pos / rs, in, (uint32_t)take, data + done, batch);
+			ret = cache_write(fs->cache, id, rs, pos / rs, in, (uint32_t)take, data + done, batch,
+					  &credit);
 			done += take;
 		}
 		rows_batch_end(fs);
-		if (prepaid)
-			store_space_reserve(fs->st, rs, -prepaid);
-		prepaid = 0;
+		rows_credit_end(fs, rs, credit);
 		if (!ret)
 			ret = store_table_extend(fs->st, id, off + len);
 		return ret;
@@ -169,17 +159,21 @@ uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows)
 	return store_rows + cs.new_dirty;
 }
 
-static int cb_fetch(void *ctx, uint32_t table, uint64_t row, void *buf)
+static int cb_fetch(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t *batch)
 {
 	struct embfs *fs = ctx;
-	return buf ? store_row_read(fs->st, table, row, buf) : store_row_exists(fs->st, table, row);
+	if (!buf)
+		return store_row_batch(fs->st, table, row, batch);
+	uint8_t stored = 0;
+	int ret = store_rows_read_batch(fs->st, table, &row, 1, buf, &stored, batch);
+	return ret ? ret : stored;
 }
 
 static int cb_fetch_rows(void *ctx, uint32_t table, const uint64_t *rows, size_t n, void *buf,
-			 uint8_t *stored)
+			 uint8_t *stored, uint64_t *batch)
 {
 	struct embfs *fs = ctx;
-	return store_rows_read(fs->st, table, rows, n, buf, stored);
+	return store_rows_read_batch(fs->st, table, rows, n, buf, stored, batch);
 }
 
 static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n)
@@ -201,14 +195,12 @@ static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, 
 	return ret;
 }
 
+/* Writes pass their own promise as credit; this pays for the rest (a caller
+ * without credit) and takes promises back. */
 static int cb_reserve(void *ctx, uint32_t table, uint32_t row_size, int delta)
 {
 	struct embfs *fs = ctx;
 	(void)table;
-	if (delta > 0 && prepaid >= delta) {
-		prepaid -= delta; /* taken from the write's own reservation */
-		return 0;
-	}
 	return store_space_reserve(fs->st, row_size, delta);
 }
 

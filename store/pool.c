@@ -388,6 +388,28 @@ int store_rows_read(struct store *s, uint32_t id, const uint64_t *rows, size_t n
 	return rows_read_at(s, st, rows, n, buf, EMB_NONE, stored);
 }
 
+int store_rows_read_batch(struct store *s, uint32_t id, const uint64_t *rows, size_t n, void *buf,
+			  uint8_t *stored, uint64_t *batch)
+{
+	struct stable *st = tab_get(s, id);
+	if (!st)
+		return -ENOENT;
+	return rows_read_ver(s, st, rows, n, buf, EMB_NONE, stored, batch);
+}
+
+int store_row_batch(struct store *s, uint32_t id, uint64_t row, uint64_t *batch)
+{
+	struct stable *st = tab_get(s, id);
+	if (!st)
+		return -ENOENT;
+	pthread_rwlock_rdlock(&st->lock);
+	struct emb_version *v = S_PTR(s, index_get(s, st, row, NULL));
+	int live = v && !ver_tomb(v);
+	*batch = live ? v->batch : 0;
+	pthread_rwlock_unlock(&st->lock);
+	return live;
+}
+
 int store_row_exists(struct store *s, uint32_t id, uint64_t row)
 {
 	struct stable *st = tab_get(s, id);

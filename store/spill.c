@@ -378,8 +378,8 @@ static void heat_device_hit(struct spill *sp, uint32_t table, uint64_t row)
 		queue_promote(sp, table, row);
 }
 
-int rows_read_at(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
-		 uint64_t b, uint8_t *stored)
+int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
+		  uint64_t b, uint8_t *stored, uint64_t *vbatch)
 {
 	uint32_t rs = st->t->row_size;
 	struct spill *sp = s->sp;
@@ -393,6 +393,8 @@ int rows_read_at(struct store *s, struct stable *st, const uint64_t *rows, size_
 		struct emb_version *v = resolve(s, st, rows[i], b);
 		if (stored)
 			stored[i] = v != NULL;
+		if (vbatch)
+			vbatch[i] = v ? v->batch : 0;
 		if (!v) {
 			memset(dst, 0, rs);
 			continue;
@@ -438,6 +440,8 @@ int rows_read_at(struct store *s, struct stable *st, const uint64_t *rows, size_
 				q[k].ret = v && ver_stub(v) ? -EIO : 0;
 				if (stored)
 					stored[q[k].idx] = v != NULL;
+				if (vbatch)
+					vbatch[q[k].idx] = v ? v->batch : 0;
 				pthread_rwlock_unlock(&st->lock);
 				if (q[k].ret == -EIO)
 					atomic_fetch_add(&sp->csum_errors, 1);

@@ -225,10 +225,16 @@ void slab_row_usage(struct store *s, uint64_t *used, uint64_t *slab_bytes, uint6
 /* Free a version's slot; a stub's record on the spill device turns stale. */
 void ver_free(struct store *s, uint64_t off);
 /* Read rows as snapshot batch b sees them (EMB_NONE: the live view) into
- * buf; stored[i] = 1 if row i is stored (may be NULL).  Stubs are read from
- * the spill device, all in one submission. */
-int rows_read_at(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
-		 uint64_t b, uint8_t *stored);
+ * buf; stored[i] = 1 if row i is stored, vbatch[i] = the batch of the version
+ * read (0 for a hole) (either may be NULL).  Stubs are read from the spill
+ * device, all in one submission. */
+int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
+		  uint64_t b, uint8_t *stored, uint64_t *vbatch);
+static inline int rows_read_at(struct store *s, struct stable *st, const uint64_t *rows, size_t n,
+			       char *buf, uint64_t b, uint8_t *stored)
+{
+	return rows_read_ver(s, st, rows, n, buf, b, stored, NULL);
+}
 /* The bytes of version v (a stub's from the spill device) into buf.
  * commit_lock held. */
 int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);

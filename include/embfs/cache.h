@@ -23,9 +23,23 @@
  *   operation bypasses the cache (reads fetch straight into the caller's
  *   buffer, writes go straight to writeback): never a deadlock, never a wait
  *   on a pin.
- * - With ops->reserve, a write that turns a hole into a dirty row first
- *   reserves space below, so a full pool refuses the write (ENOSPC) instead
- *   of failing at write-back.
+ * - Promises (with ops->reserve): a write whose row's write-back will take a
+ *   slot below without freeing one has room promised below first, so a full
+ *   pool refuses the write (ENOSPC) instead of failing at write-back.  That
+ *   is a row that is a hole below, a row whose stored version a snapshot
+ *   holds (batch at or below the newest cache_set_snapshot()), and a dirty
+ *   row whose bytes a snapshot holds (their copy, see cache_write()): at most
+ *   one promise per row and write.  The writer may promise the room itself
+ *   before the write and pass it as credit; the cache spends one unit per row
+ *   that needs one, and reserves the rest itself.  Each promise is given back
+ *   (reserve with delta < 0) once its version is written back, or when its
+ *   row is dropped.
+ * - Nothing calls the layer below (fetch, fetch_rows, writeback, reserve,
+ *   durable_below) with a shard lock held, so a reader of cached rows never
+ *   waits on it: a write that needs a promise its credit cannot pay unlocks,
+ *   reserves, and starts over; promises to give back are gathered under the
+ *   lock and given back after it.  Write-back rounds (writeback, then
+ *   reserve(delta < 0)) run under flush_lock, one at a time.
  * - Every call returns 0 (or a count) or -errno from the layer below.
  */
 #ifndef EMBFS_CACHE_H
@@ -47,19 +61,23 @@ struct cache_wb {
 
 struct cache_ops {
 	/* Copy the stored row into buf (row_size bytes): 1 stored, 0 hole (buf
-	 * zero-filled), -errno.  buf == NULL: only say whether it is stored. */
-	int (*fetch)(void *ctx, uint32_t table, uint64_t row, void *buf);
+	 * zero-filled), -errno.  buf == NULL: only say whether it is stored.
+	 * *batch (0 on entry): the batch id of the stored version; left 0 when
+	 * unknown, the cache then takes any snapshot to hold it. */
+	int (*fetch)(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t *batch);
 	/* Optional: fetch rows[0..n) into buf (row i at buf + i * row_size),
-	 * stored[i] = 1 if stored, 0 for a hole; 0 or -errno.  Batch reads
-	 * hand all their misses to one call. */
+	 * stored[i] = 1 if stored, 0 for a hole, batch[i] as fetch's *batch
+	 * (zeroed on entry); 0 or -errno.  Batch reads hand all their misses to
+	 * one call. */
 	int (*fetch_rows)(void *ctx, uint32_t table, const uint64_t *rows, size_t n, void *buf,
-			  uint8_t *stored);
+			  uint8_t *stored, uint64_t *batch);
 	/* Make rows[0..n) of table durable, each row atomically. */
 	int (*writeback)(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n);
-	/* Optional.  delta > 0: a row that is a hole below became dirty; reserve
-	 * room for it below or fail (-ENOSPC: the write is refused and nothing
-	 * changes).  delta < 0: such rows were written back or dropped.  Called
-	 * with a shard lock held: must not call into the cache. */
+	/* Optional.  delta > 0: promise room below for delta row versions of
+	 * row_size, or fail (-ENOSPC: the write is refused and nothing changes);
+	 * may block.  delta < 0: give back promises whose versions were written
+	 * back or dropped.  Called with no shard lock held (delta < 0 with
+	 * flush_lock held): must not call into the cache. */
 	int (*reserve)(void *ctx, uint32_t table, uint32_t row_size, int delta);
 	/* Optional: every write of a batch below `batch` is now in the layer
 	 * below (called after write-back rounds, with no lock held). */
@@ -89,19 +107,28 @@ int cache_read_rows(struct cache *c, uint32_t table, uint32_t row_size, const ui
 		    void *buf);
 /* Whole rows from data (row i at data + i * row_size) to rows[0..n), as n
  * cache_write() calls in order (the last of duplicates wins), grouped by
- * shard like cache_read_rows().  Each row is written whole or not at all; on
- * an error some rows may be written and others not. */
+ * shard like cache_read_rows(), all spending one credit.  Each row is
+ * written whole or not at all; on an error some rows may be written and
+ * others not (never for want of room when the credit covers n rows). */
 int cache_write_rows(struct cache *c, uint32_t table, uint32_t row_size, const uint64_t *rows,
-		     size_t n, const void *data, uint64_t batch);
+		     size_t n, const void *data, uint64_t batch, int64_t *credit);
 /* batch: the batch id the write belongs to (stamped on the version it
  * becomes).  Batches: a dirty row remembers the batch of its latest write.
  * When cache_set_snapshot(B) has been called and a dirty row of batch <= B
  * is written in a later batch, its bytes are first copied aside and written
  * back as a version of its own batch, before the newer bytes (the snapshot
- * keeps them; nothing is written back at snapshot time). */
+ * keeps them; nothing is written back at snapshot time).
+ * credit (may be NULL): rows of row_size for which the caller has promised
+ * room below (as ops->reserve would); the write takes one unit per row that
+ * needs a promise (at most one per row) and reserves itself, with no shard
+ * lock held, what the credit cannot pay (then -ENOSPC is possible).  Units
+ * it reserved and did not spend are added to *credit.  The caller gives back
+ * what is left, with no cache lock held. */
 int cache_write(struct cache *c, uint32_t table, uint32_t row_size, uint64_t row, uint32_t off,
-		uint32_t len, const void *data, uint64_t batch);
-/* The newest snapshot closed batch `batch`. */
+		uint32_t len, const void *data, uint64_t batch, int64_t *credit);
+/* A snapshot closed batch `batch`.  Tell the cache of every snapshot taken,
+ * and after cache_create() of the live ones (the newest is enough), before
+ * any write of a later batch; writes after it are of later batches. */
 void cache_set_snapshot(struct cache *c, uint64_t batch);
 
 /* Write back every dirty row of table (table < 0: of all tables). */

@@ -111,8 +111,16 @@ int store_row_read(struct store *s, uint32_t id, uint64_t row, void *buf);
 int store_rows_read(struct store *s, uint32_t id, const uint64_t *rows, size_t n, void *buf,
 		    uint8_t *stored);
 
+/* As store_rows_read(), and batch[i] (if not NULL) = the batch id of row i's
+ * stored version (0 for a hole). */
+int store_rows_read_batch(struct store *s, uint32_t id, const uint64_t *rows, size_t n, void *buf,
+			  uint8_t *stored, uint64_t *batch);
+
 /* 1 if the row is stored, 0 if it is a hole. */
 int store_row_exists(struct store *s, uint32_t id, uint64_t row);
+/* As store_row_exists(), and *batch = the batch id of its stored version (0
+ * for a hole). */
+int store_row_batch(struct store *s, uint32_t id, uint64_t row, uint64_t *batch);
 
 /* Raise the size to at least size and set mtime/ctime, without a commit: the
  * new values become durable with the next commit or barrier. */

@@ -187,9 +187,10 @@ struct fake {
 	uint32_t rs;
 };
 
-static int f_fetch(void *ctx, uint32_t table, uint64_t row, void *buf)
+static int f_fetch(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t *batch)
 {
 	struct fake *f = ctx;
+	*batch = 1;
 	(void)table;
 	if (buf) {
 		f->fetches++;

@@ -25,14 +25,16 @@ static struct {
 	uint8_t rows[NROWS][RS];
 	uint8_t stored[NROWS];
 	_Atomic long reserved;
+	_Atomic long asked; /* reserve(delta > 0) calls */
 } F;
 
-static int f_fetch(void *ctx, uint32_t table, uint64_t row, void *buf)
+static int f_fetch(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t *batch)
 {
 	(void)ctx;
-	CHECK(table == 3 && row < NROWS);
+	CHECK(table == 3 && row < NROWS && *batch == 0);
 	pthread_mutex_lock(&F.lock);
 	int st = F.stored[row];
+	*batch = 1;
 	if (buf && st)
 		memcpy(buf, F.rows[row], RS);
 	else if (buf)
@@ -60,6 +62,7 @@ static int f_reserve(void *ctx, uint32_t table, uint32_t rs, int delta)
 	(void)table;
 	CHECK(rs == RS);
 	F.reserved += delta;
+	F.asked += delta > 0;
 	return 0;
 }
 
@@ -102,7 +105,8 @@ static void check_read(struct cache *c, const uint64_t *ids, size_t n)
 	free(buf);
 }
 
-/* rows with distinct contents per (id, position, salt), applied to the shadow in order */
+/* rows with distinct contents per (id, position, salt), applied to the shadow
+ * in order; with credit for n rows on odd salts (as fs/batch.c), none on even */
 static void do_write(struct cache *c, const uint64_t *ids, size_t n, uint64_t salt, uint64_t batch)
 {
 	uint8_t *buf = malloc(n * RS);
@@ -111,7 +115,15 @@ static void do_write(struct cache *c, const uint64_t *ids, size_t n, uint64_t sa
 		memset(buf + i * RS, (int)((ids[i] + i + salt) & 0xff), RS);
 		memcpy(buf + i * RS, &i, sizeof(i));
 	}
-	CHECK(cache_write_rows(c, 3, RS, ids, n, buf, batch) == 0);
+	int64_t credit = (int64_t)n;
+	long asked = F.asked;
+	if (salt & 1)
+		F.reserved += credit;
+	CHECK(cache_write_rows(c, 3, RS, ids, n, buf, batch, salt & 1 ? &credit : NULL) == 0);
+	if (salt & 1) {
+		F.reserved -= credit;
+		CHECK(F.asked == asked && credit >= 0); /* the credit paid for every row */
+	}
 	for (size_t i = 0; i < n; i++)
 		memcpy(shadow[ids[i]], buf + i * RS, RS);
 	free(buf);
@@ -193,6 +205,7 @@ struct worker {
 	struct cache *c;
 	uint64_t lo;
 	int err;
+	int rounds; /* done */
 };
 
 /* each thread writes and reads its own range; reads of the shared hot rows
@@ -202,12 +215,17 @@ static void *work(void *arg)
 	struct worker *w = arg;
 	uint64_t seed = w->lo, ids[2048];
 	uint8_t *buf = malloc(2048 * RS);
-	for (int round = 0; round < 50 && buf; round++) {
+	if (!buf) {
+		w->err = 1; /* not a pass that did nothing */
+		return NULL;
+	}
+	for (int round = 0; round < 50; round++) {
 		ids_fill(ids, 2048, &seed, w->lo, 10000);
 		for (size_t i = 0; i < 2048; i++)
 			memset(buf + i * RS, (int)((ids[i] + (uint64_t)round) & 0xff), RS);
-		if (cache_write_rows(w->c, 3, RS, ids, 2048, buf, 1))
+		if (cache_write_rows(w->c, 3, RS, ids, 2048, buf, 1, NULL))
 			w->err = 1;
+		w->rounds++;
 		for (size_t i = 0; i < 2048; i++)
 			memcpy(shadow[ids[i]], buf + i * RS, RS);
 		if (cache_read_rows(w->c, 3, RS, ids, 2048, buf))
@@ -229,12 +247,12 @@ static void test_threads(void)
 	struct worker w[4];
 	pthread_t t[4];
 	for (int i = 0; i < 4; i++) {
-		w[i] = (struct worker){ c, (uint64_t)i * 12000, 0 };
+		w[i] = (struct worker){ c, (uint64_t)i * 12000, 0, 0 };
 		CHECK(pthread_create(&t[i], NULL, work, &w[i]) == 0);
 	}
 	for (int i = 0; i < 4; i++) {
 		pthread_join(t[i], NULL);
-		CHECK(!w[i].err);
+		CHECK(!w[i].err && w[i].rounds == 50);
 	}
 	check_store_after_flush(c);
 	cache_destroy(c);
