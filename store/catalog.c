@@ -153,7 +153,7 @@ int catalog_load(struct store *s)
 				return -ENOMEM;
 			if (!(t->flags & EMB_T_ORPHAN))
 				name_insert(s, st);
-			if (t->dir_off) {
+			if (st->segs) {
 				atomic_fetch_add(&s->idx_segs, t->nsegs);
 				atomic_fetch_add(&s->idx_dir_bytes, sizeof(struct emb_dir) + (8ull << st->gd));
 			}

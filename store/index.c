@@ -45,8 +45,8 @@ uint64_t index_hash(const struct store *s, uint64_t key)
 int index_load(struct store *s, struct stable *st)
 {
 	index_unload(st);
-	if (!st->t->dir_off)
-		return 0;
+	if (!st->t->dir_off || (st->t->flags & EMB_T_DYING))
+		return 0; /* a dying index is only walked by index_destroy */
 	struct emb_dir *d = S_PTR(s, st->t->dir_off);
 	if (d->global_depth > EMB_MAX_DEPTH)
 		return -EIO;
@@ -211,7 +211,6 @@ static int index_create(struct store *s, struct stable *st)
 {
 	volatile int ret = 0;
 	TX_BEGIN(s->pop) {
-		pm_tx_logbufs(s);
 		struct emb_seg *seg = seg_new_tx(s, 0);
 		pmemobj_persist(s->pop, seg, 64);
 		PMEMoid d = pmemobj_tx_xalloc(sizeof(struct emb_dir) + 8, 0, POBJ_XALLOC_ZERO | s->xa_dir[0]);
@@ -243,7 +242,6 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 	if (ld >= EMB_MAX_DEPTH)
 		return -E2BIG; /* no room will help: see index_grow */
 	TX_BEGIN(s->pop) {
-		pm_tx_logbufs(s);
 		struct emb_seg *n[2] = { seg_new_tx(s, ld + 1), seg_new_tx(s, ld + 1) };
 		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++) {
 			struct emb_bucket *b = &old->bucket[bi];
@@ -427,35 +425,73 @@ int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, u
 	return 0;
 }
 
-/* Free every segment and the directory.  Rows must be gone already. */
+/*
+ * Free every segment and the directory; the rows must be gone.  One
+ * transaction for a whole index would log a free per segment, more than
+ * libpmemobj's lanes hold, and a full pool has no heap to extend the log
+ * (rm of a big table then freed nothing).  So the table is marked dying,
+ * which no reader looks at again, and its segments go a few per small
+ * transaction in directory order, free_at recording the progress; mount
+ * finishes a destroy a crash interrupted (catalog_recover).
+ */
+#define DESTROY_STEP 8
 int index_destroy(struct store *s, struct stable *st)
 {
+	struct emb_table *t = st->t;
 	volatile int ret = 0;
-	if (!st->t->dir_off)
+	if (!t->dir_off)
 		return 0;
-	uint64_t nsegs = st->t->nsegs, dir_bytes = sizeof(struct emb_dir) + (8ull << st->gd);
+	struct emb_dir *dir = S_PTR(s, t->dir_off);
+	uint32_t gd = dir->global_depth;
+	uint64_t nsegs = t->nsegs, n = 1ull << gd;
+	int counted = st->segs != NULL; /* in idx_segs (not when resumed at mount) */
 	pthread_rwlock_wrlock(&st->lock);
+	index_unload(st); /* readers find no rows from here on */
+	pthread_rwlock_unlock(&st->lock);
+	if (!(t->flags & EMB_T_DYING)) {
+		TX_BEGIN(s->pop) {
+			pmemobj_tx_add_range_direct(&t->flags, 4);
+			pmemobj_tx_add_range_direct(&t->free_at, 8);
+			t->flags |= EMB_T_DYING;
+			t->free_at = 0;
+		} TX_ONABORT {
+			ret = pm_tx_errno();
+		} TX_END
+		if (ret)
+			return ret;
+	}
+	while (t->free_at < n) {
+		TX_BEGIN(s->pop) {
+			pmemobj_tx_add_range_direct(&t->free_at, 8);
+			pmemobj_tx_add_range_direct(&t->nsegs, 8);
+			for (int k = 0; k < DESTROY_STEP && t->free_at < n; k++) {
+				/* free_at is the first entry of a segment not freed yet:
+				 * a segment's entries are a span aligned to its size */
+				struct emb_seg *seg = S_PTR(s, dir->seg[t->free_at]);
+				t->free_at += 1ull << (gd - seg->local_depth);
+				seg_free_tx(s, seg);
+				if (t->nsegs)
+					t->nsegs--;
+			}
+		} TX_ONABORT {
+			ret = pm_tx_errno();
+		} TX_END
+		if (ret)
+			return ret;
+	}
 	TX_BEGIN(s->pop) {
-		pm_tx_logbufs(s);
-		size_t n = (size_t)1 << st->gd;
-		for (size_t di = 0; di < n;) {
-			struct emb_seg *seg = st->segs[di];
-			di += (size_t)1 << (st->gd - seg->local_depth);
-			seg_free_tx(s, seg);
-		}
-		pmemobj_tx_free(pmemobj_oid(S_PTR(s, st->t->dir_off)));
-		pmemobj_tx_add_range_direct(&st->t->dir_off, 8);
-		st->t->dir_off = 0;
-		pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
-		st->t->nsegs = 0;
+		pmemobj_tx_free(pmemobj_oid(dir));
+		pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, reserved1));
+		t->dir_off = 0;
+		t->nsegs = 0;
+		t->free_at = 0;
+		t->flags &= ~EMB_T_DYING;
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
-	if (!ret) {
-		index_unload(st);
+	if (!ret && counted) {
 		atomic_fetch_sub(&s->idx_segs, nsegs);
-		atomic_fetch_sub(&s->idx_dir_bytes, dir_bytes);
+		atomic_fetch_sub(&s->idx_dir_bytes, sizeof(struct emb_dir) + (8ull << gd));
 	}
-	pthread_rwlock_unlock(&st->lock);
 	return ret;
 }

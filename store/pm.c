@@ -41,20 +41,6 @@ void pm_persist(struct store *s, const void *addr, size_t len)
 	pmemobj_persist(s->pop, addr, len);
 }
 
-/* A transaction that may log more than libpmemobj's lanes hold (freeing a
- * big index, a split's directory range) would extend its log from the heap,
- * which a full pool does not have.  Inside such a transaction, run under
- * commit_lock while the journal is empty, this lends it the journal's record
- * area instead (half for undo snapshots, half for intents).  The journal is
- * empty, so recovery never reads those bytes as records. */
-void pm_tx_logbufs(struct store *s)
-{
-	char *rec = (char *)s->jr->rec;
-	size_t half = (sizeof(s->jr->rec) / 2) & ~(size_t)63;
-	pmemobj_tx_xlog_append_buffer(TX_LOG_TYPE_SNAPSHOT, rec, half, POBJ_XLOG_APPEND_BUFFER_NO_ABORT);
-	pmemobj_tx_xlog_append_buffer(TX_LOG_TYPE_INTENT, rec + half, half, POBJ_XLOG_APPEND_BUFFER_NO_ABORT);
-}
-
 /* libpmemobj reports allocation failure as ENOMEM; to the file system the
  * pool being full is ENOSPC. */
 int pm_tx_errno(void)

@@ -191,9 +191,6 @@ void pm_flush(struct store *s, const void *addr, size_t len);
 void pm_barrier(struct store *s);
 void pm_persist(struct store *s, const void *addr, size_t len);
 int pm_tx_errno(void);
-/* Inside a transaction (commit_lock held, journal empty): log into the
- * journal's record area, never into new heap. */
-void pm_tx_logbufs(struct store *s);
 
 /* slab.c */
 int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls);

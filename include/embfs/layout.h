@@ -96,6 +96,7 @@ struct emb_super {
 #define EMB_T_USED 1u   /* slot holds a table */
 #define EMB_T_ORPHAN 2u /* unlinked; rows freed at last close or at mount */
 #define EMB_T_ZOMBIE 4u /* unlinked and closed, rows kept for live snapshots */
+#define EMB_T_DYING 8u  /* rows gone, index being freed segment by segment (free_at) */
 struct emb_table {
 	uint64_t gen;       /* inode generation, unique per pool */
 	uint32_t flags;
@@ -114,7 +115,8 @@ struct emb_table {
 	uint64_t dir_off;   /* emb_dir of the row index, 0 = no rows yet */
 	uint64_t trim_from; /* rows >= this must be dropped (crash during truncate); UINT64_MAX = none */
 	uint64_t nsegs;     /* index segments (space accounting) */
-	uint8_t reserved1[152];
+	uint64_t free_at;   /* EMB_T_DYING: directory entries below this are freed */
+	uint8_t reserved1[144];
 	char name[EMB_NAME_MAX + 1];
 };
 

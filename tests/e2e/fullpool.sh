@@ -4,14 +4,14 @@
 # write that cannot be promised room fails with ENOSPC when it is made, and
 # deleting gives the space back.  Buffered writes (no O_DSYNC): the rows sit
 # dirty in the cache, far more of them than the pool holds could be.
-# Pools of 32 and 64 MiB with the default (1 GiB) cache, 64 MiB with a 64 MiB
-# cache, and with a spill tier.
+# Pools of 32, 64 and 128 MiB with the default (1 GiB) cache, 64 MiB with a
+# 64 MiB cache, and with a spill tier.
 . "$(dirname "$0")/../lib.sh"
 [ -z "$TMPDIR" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && TMPDIR=/dev/shm && export TMPDIR
 setup
 M="$T/m"
 MiB=1048576
-head -c $((160 * MiB)) /dev/urandom > "$T/src"
+head -c $((200 * MiB)) /dev/urandom > "$T/src"
 
 # fill POOLSIZE LABEL [embfs args]: dd the source into a new table until ENOSPC;
 # the accepted prefix must survive fsync, unmount and remount; rm gives the
@@ -22,7 +22,7 @@ fill() {
 	mkpool "$T/pool" -s "$size"
 	mount_pool "$T/pool" "$M" "$@"
 	f0=$(stat -f -c '%f %S' "$M" | awk '{ printf "%d\n", $1 * $2 }')
-	dd if="$T/src" of="$M/big.emb" bs=64k 2>"$T/dd.err" && fail "$label: 160 MiB fit in a $size pool"
+	dd if="$T/src" of="$M/big.emb" bs=64k 2>"$T/dd.err" && fail "$label: 200 MiB fit in a $size pool"
 	grep -q "No space left on device" "$T/dd.err" || { cat "$T/dd.err" >&2; fail "$label: dd did not stop on ENOSPC"; }
 	S=$(stat -c %s "$M/big.emb")
 	[ "$S" -ge $((8 * MiB)) ] || fail "$label: ENOSPC after only $S bytes"
@@ -59,6 +59,7 @@ fill() {
 fill 32M "32 MiB pool"
 fill 64M "64 MiB pool"
 fill 64M "64 MiB pool, 64 MiB cache" -o cache_size=64M
+fill 128M "128 MiB pool" # its index is big enough that freeing it in one transaction needs more log than a lane holds
 mkdir "$T/ssd"
 fill 64M "64 MiB pool with a spill tier" -o spill="$T/ssd",spill_size=96M
 exit 0

@@ -8,6 +8,8 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +176,55 @@ static void test_big_rows_rewrite(void)
 	printf("64 KiB rows: %llu rewritten in one group on a full pool\n", (unsigned long long)n);
 }
 
+/* rm of a big table on a full pool gives every byte back, also when the
+ * release is killed in the middle (its index goes segment by segment). */
+static void test_release_full(void)
+{
+	struct store_stats st0, st1;
+	struct store *s = fresh(128 << 20);
+	store_stats_get(s, &st0);
+	uint32_t id, rs = 64;
+	OK(store_table_create(s, "t", 0644, 0, 0, 16, EMB_DT_F32, &id));
+	uint64_t n = 0;
+	for (size_t g = 4096; g; g /= 8) /* to the last slot */
+		while (write_rows(s, id, rs, n * 7, g, 1) == 0)
+			n += g;
+	OK(store_table_unlink(s, "t"));
+	uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)getpid();
+	if (getenv("EMBFS_SEED"))
+		seed = strtoull(getenv("EMBFS_SEED"), NULL, 0);
+	printf("release: %llu rows, seed %llu (replay: EMBFS_SEED=%llu)\n", (unsigned long long)n,
+	       (unsigned long long)seed, (unsigned long long)seed);
+	store_close(s);
+	/* a child releases it and is killed after a random delay */
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		struct store *c;
+		if (store_open(path, &c, err, sizeof(err)))
+			_exit(2);
+		_exit(store_table_release(c, id) ? 3 : 0);
+	}
+	usleep((useconds_t)(seed % 40000));
+	kill(pid, SIGKILL);
+	int status;
+	waitpid(pid, &status, 0);
+	CHECK(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0));
+	if (store_open(path, &s, err, sizeof(err))) { /* mount finishes the release */
+		fprintf(stderr, "reopen: %s\n", err);
+		exit(1);
+	}
+	fsck_clean(s);
+	store_stats_get(s, &st1);
+	CHECK(st1.tables == 0 && st1.rows == 0);
+	if (st1.free_bytes + (1 << 20) < st0.free_bytes) {
+		fprintf(stderr, "free %llu after the release, %llu before the fill\n",
+			(unsigned long long)st1.free_bytes, (unsigned long long)st0.free_bytes);
+		exit(1);
+	}
+	store_close(s);
+}
+
 /* Items 1 and 11: the loops of the audit at store level, for a bounded time. */
 struct race {
 	struct store *s;
@@ -295,6 +346,7 @@ int main(void)
 	snprintf(path, sizeof(path), "%s/embfs-commit-%d.pool", dir ? dir : "/tmp", (int)getpid());
 	test_group_enospc();
 	test_big_rows_rewrite();
+	test_release_full();
 	test_lock_order();
 	test_durable_gen();
 	unlink(path);
