@@ -87,6 +87,7 @@ struct fs_dirbuf {
 int fs_dir_add(fuse_req_t req, struct fs_dirbuf *b, const char *name, fuse_ino_t ino, mode_t mode,
 	       off_t next);
 void fs_table_stat(struct embfs *fs, const struct store_attr *a, struct stat *st, int snap);
+void fs_dir_times(struct embfs *fs, enum store_dir which, struct stat *st);
 
 /* snap.c: the .snapshots tree (every other change there gives EROFS). */
 int snapfs_owns(fuse_ino_t ino);
