@@ -160,7 +160,9 @@ static int truncate_table(struct embfs *fs, uint32_t id, uint64_t size)
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct embfs *fs = userdata;
-	int ret = batch_init(fs);
+	int ret = pc_init(fs);
+	if (!ret)
+		ret = batch_init(fs);
 	if (ret)
 		fprintf(stderr, "embfs: .embfs/rows disabled: %s\n", strerror(-ret));
 	/* 1 MiB WRITEs (libfuse then asks for max_pages = 256): a 4096-row
@@ -179,6 +181,7 @@ static void op_destroy(void *userdata)
 {
 	struct embfs *fs = userdata;
 	batch_destroy(fs);
+	pc_destroy(fs);
 	int ret = rows_sync(fs, -1);
 	if (ret)
 		fprintf(stderr, "embfs: writing back cached rows at unmount: %s\n", strerror(-ret));
@@ -387,6 +390,7 @@ static void create_table(fuse_req_t req, fuse_ino_t parent, const char *name, mo
 		fuse_reply_err(req, -ret);
 		return;
 	}
+	pc_table_reset(fs, id);
 	store_dir_touch(fs->st, STORE_DIR_ROOT);
 	struct fuse_entry_param e;
 	fill_entry(fs, &a, &e);
@@ -613,6 +617,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 		fuse_reply_err(req, -ret);
 		return;
 	}
+	/* the kernel may cache what this READ returns (zeros past EOF too) */
+	struct pc_io io;
+	pc_io_begin(fs, id, &io);
 	uint64_t o = (uint64_t)off;
 	if (o >= a.size || size == 0) {
 		fuse_reply_buf(req, NULL, 0);
@@ -625,6 +632,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 		return;
 	}
 	ret = rows_read(fs, id, a.row_size, o, len, buf);
+	if (!ret)
+		pc_io_done(fs, id, a.row_size, o, len, buf, &io);
 	atomic_fetch_add_explicit(&fs->n_read, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&fs->n_read_bytes, len, memory_order_relaxed);
 	if (ret)
@@ -639,7 +648,6 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 {
 	struct embfs *fs = FS(req);
 	uint32_t id;
-	(void)fi;
 	if (snapfs_owns(ino)) {
 		fuse_reply_err(req, EROFS);
 		return;
@@ -667,7 +675,16 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 		fuse_reply_err(req, EFBIG);
 		return;
 	}
-	ret = rows_write(fs, id, a.row_size, o, size, data);
+	if (fi->writepage) {
+		/* pages a mapping dirtied, written back by the kernel */
+		ret = pc_writepage(fs, id, a.row_size, o, size, data);
+	} else {
+		struct pc_io io;
+		pc_io_begin(fs, id, &io);
+		ret = rows_write(fs, id, a.row_size, o, size, data);
+		if (!ret)
+			pc_io_done(fs, id, a.row_size, o, size, data, &io);
+	}
 	atomic_fetch_add_explicit(&fs->n_write, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&fs->n_write_bytes, size, memory_order_relaxed);
 	if (ret)
