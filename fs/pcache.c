@@ -49,6 +49,8 @@
 #define PC_EMPTY UINT64_MAX     /* free slot of a map */
 #define PC_PINNED UINT64_MAX    /* hash stamp while a scatter of its row runs */
 #define PC_CHUNK (1u << 20)     /* capture reads this many bytes of rows at a time */
+#define PC_INLINE 2             /* hashes an entry holds without an allocation */
+#define PC_KEEP_SLOTS 4096u     /* a map this small is kept when it empties */
 
 /* Entries, maps and table states are protected by pcache.lock (but
  * pc_tab.pin_seq, also read without it). */
@@ -63,9 +65,15 @@ struct pc_hash {
 struct pc_ent {
 	uint64_t row;     /* PC_EMPTY: free slot */
 	uint32_t pins;    /* capturing scatters of this row in progress */
-	uint32_t n, cap;
+	uint32_t n, cap;  /* hashes; room in v (0: they are in in[]) */
 	struct pc_hash *v;
+	struct pc_hash in[PC_INLINE];
 };
+
+static struct pc_hash *hv(struct pc_ent *e)
+{
+	return e->v ? e->v : e->in;
+}
 
 /* A table's entries: open addressing by row id. */
 struct pc_map {
@@ -212,10 +220,11 @@ static struct pc_ent *ent_get(struct pcache *pc, struct pc_map *m, uint64_t row)
 	return &m->e[i];
 }
 
-static int hash_has(const struct pc_ent *e, uint64_t h)
+static int hash_has(struct pc_ent *e, uint64_t h)
 {
+	const struct pc_hash *v = hv(e);
 	for (uint32_t i = 0; i < e->n; i++)
-		if (e->v[i].h == h)
+		if (v[i].h == h)
 			return 1;
 	return 0;
 }
@@ -223,23 +232,27 @@ static int hash_has(const struct pc_ent *e, uint64_t h)
 /* Add a stale piece hash (an existing one keeps the later stamp). */
 static int hash_add(struct pcache *pc, struct pc_ent *e, uint64_t h, uint64_t stamp)
 {
+	struct pc_hash *v = hv(e);
 	for (uint32_t i = 0; i < e->n; i++) {
-		if (e->v[i].h == h) {
-			if (stamp > e->v[i].stamp)
-				e->v[i].stamp = stamp;
+		if (v[i].h == h) {
+			if (stamp > v[i].stamp)
+				v[i].stamp = stamp;
 			return 0;
 		}
 	}
-	if (e->n == e->cap) {
-		uint32_t nc = e->cap ? 2 * e->cap : 2;
-		struct pc_hash *v = realloc(e->v, nc * sizeof(*v));
+	uint32_t room = e->v ? e->cap : PC_INLINE;
+	if (e->n == room) {
+		uint32_t nc = 2 * room;
+		v = e->v ? realloc(e->v, nc * sizeof(*v)) : malloc(nc * sizeof(*v));
 		if (!v)
 			return -ENOMEM;
+		if (!e->v)
+			memcpy(v, e->in, sizeof(e->in));
 		pc->bytes += (uint64_t)(nc - e->cap) * sizeof(*v);
 		e->v = v;
 		e->cap = nc;
 	}
-	e->v[e->n++] = (struct pc_hash){ h, stamp };
+	v[e->n++] = (struct pc_hash){ h, stamp };
 	return 0;
 }
 
@@ -478,9 +491,10 @@ static void unpin(struct pcache *pc, struct pc_tab *t, const uint64_t *rows, siz
 		struct pc_ent *e = ent_find(t->map, rows[i]);
 		if (!e || --e->pins)
 			continue;
+		struct pc_hash *v = hv(e);
 		for (uint32_t k = 0; k < e->n; k++)
-			if (e->v[k].stamp == PC_PINNED)
-				e->v[k].stamp = now;
+			if (v[k].stamp == PC_PINNED)
+				v[k].stamp = now;
 	}
 	t->capt--;
 	pthread_cond_broadcast(&pc->cv);
@@ -652,19 +666,20 @@ void pc_inval_end(struct embfs *fs, uint32_t id, uint64_t start, int ret)
 			struct pc_ent *e = &m->e[i];
 			if (e->row == PC_EMPTY)
 				continue;
+			struct pc_hash *v = hv(e);
 			uint32_t k = 0;
 			for (uint32_t j = 0; j < e->n; j++)
-				if (e->v[j].stamp == PC_PINNED || e->v[j].stamp >= start)
-					e->v[k++] = e->v[j];
+				if (v[j].stamp == PC_PINNED || v[j].stamp >= start)
+					v[k++] = v[j];
 			e->n = k;
 			gone += !k && !e->pins;
 		}
-		if (gone && gone == m->n) {
+		if (gone && gone == m->n && m->cap > PC_KEEP_SLOTS) {
 			map_free(pc, m);
 			t->map = NULL;
 		} else if (gone) {
 			uint32_t cap = m->cap;
-			while (cap > 256 && (m->n - gone) * 8 < cap)
+			while (cap > PC_KEEP_SLOTS && (m->n - gone) * 8 < cap)
 				cap /= 2;
 			map_rebuild(pc, m, cap); /* on ENOMEM the entries simply stay */
 		}
