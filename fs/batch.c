@@ -13,7 +13,8 @@
  *  - SCATTER runs in that WRITE: one cache_write per row (each row atomic,
  *    the batch as a whole not), the table size raised as by pwrite, then the
  *    table's kernel page cache invalidated by the notifier thread (libfuse
- *    warns that a notify from a request thread can deadlock).
+ *    warns that a notify from a request thread can deadlock); pcache.c keeps
+ *    pages a mapping writes back meanwhile from bringing the old rows back.
  *  - GATHER rows are copied at the first READ of the response.  The kernel
  *    holds the inode lock of .embfs/rows across each direct-io WRITE
  *    (parallel direct writes need libfuse >= 3.15), so work done in the WRITE
@@ -384,7 +385,9 @@ static void *inval_main(void *arg)
 		pthread_mutex_unlock(&b->lock);
 		for (size_t i = 0; i < n; i++) {
 			/* -ENOENT: the kernel holds no inode, so no pages either */
-			fuse_lowlevel_notify_inval_inode(b->fs->se, (fuse_ino_t)todo[i], 0, 0);
+			uint64_t start = pc_inval_begin(b->fs);
+			int r = fuse_lowlevel_notify_inval_inode(b->fs->se, (fuse_ino_t)todo[i], 0, 0);
+			pc_inval_end(b->fs, (uint32_t)(todo[i] - INO_TABLE0), start, r);
 			INC(b, invals, 1);
 		}
 		pthread_mutex_lock(&b->lock);
@@ -588,7 +591,11 @@ static int scatter(struct embfs *fs, struct bfd *f)
 	uint64_t end = 0;
 	for (uint32_t i = 0; i < n; i++)
 		end = (ids[i] + 1) * rs > end ? (ids[i] + 1) * rs : end;
-	int ret;
+	/* pages the kernel caches must not bring the old rows back (pcache.c) */
+	struct pc_scatter pcs;
+	int ret = pc_scatter_begin(fs, &pcs, t->id, rs, ids, n);
+	if (ret)
+		return ret;
 	if (fs->cache) {
 		/* as rows_write(): the batch id when the write starts stamps its rows */
 		int64_t credit = f->promised;
@@ -606,6 +613,7 @@ static int scatter(struct embfs *fs, struct bfd *f)
 	}
 	if (!ret)
 		INC(fs->batch, scatter_rows, n);
+	pc_scatter_end(fs, &pcs);
 	inval_queue(fs->batch, t->ino); /* also after an error: some rows may have changed */
 	return ret;
 }

@@ -47,6 +47,7 @@ struct embfs {
 	_Atomic uint64_t *nlookup;  /* kernel references per table id */
 	_Atomic uint64_t n_read, n_write, n_read_bytes, n_write_bytes, n_fsync, n_snaps;
 	struct batch *batch;        /* batch.c: .embfs/rows threads and counters */
+	struct pcache *pc;          /* pcache.c: stale kernel pages after scatters */
 	/* Writes into the cache hold it shared from reading the batch id until
 	 * their rows are in the cache; taking a snapshot holds it exclusive while
 	 * it advances the batch id and tells the cache, so no write straddles a
@@ -86,6 +87,7 @@ struct fs_dirbuf {
 int fs_dir_add(fuse_req_t req, struct fs_dirbuf *b, const char *name, fuse_ino_t ino, mode_t mode,
 	       off_t next);
 void fs_table_stat(struct embfs *fs, const struct store_attr *a, struct stat *st, int snap);
+void fs_dir_times(struct embfs *fs, enum store_dir which, struct stat *st);
 
 /* snap.c: the .snapshots tree (every other change there gives EROFS). */
 int snapfs_owns(fuse_ino_t ino);
@@ -101,6 +103,48 @@ void snapfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void snapfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
 void snapfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence);
 int snapfs_ensure_durable(struct embfs *fs, uint32_t idx);
+
+/* pcache.c: keeps pages the kernel caches of a table from bringing back rows
+ * a scatter changed behind its back (README "Batched rows").  pc_init at
+ * INIT, pc_destroy at DESTROY after batch_destroy; without pc_init every
+ * call does nothing (rows_write for pc_writepage). */
+int pc_init(struct embfs *fs);
+void pc_destroy(struct embfs *fs);
+/* What a READ or WRITE of a table saw of capturing scatters when it arrived. */
+struct pc_io {
+	int valid;
+	uint32_t capt;
+	uint64_t pin_seq;
+};
+/* A READ or (not write-back) WRITE of table id arrived: the kernel may
+ * cache its pages from now on.  Waits while a scatter that captured
+ * nothing runs on the table. */
+void pc_io_begin(struct embfs *fs, uint32_t id, struct pc_io *io);
+/* ... and served (READ) or wrote (WRITE) buf at [off, off + len). */
+void pc_io_done(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *buf,
+		const struct pc_io *io);
+/* A write-back of cached pages (fi->writepage): apply data at off except
+ * the pieces of rows that hold a version a scatter replaced.  0 or -errno. */
+int pc_writepage(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data);
+enum { PC_CAPTURE = 1, PC_NOCAPTURE = 2 };
+struct pc_scatter {
+	int mode;
+	uint32_t id, n;
+	uint64_t *rows;
+};
+/* Around a scatter's row changes (ids[0..n) of table id): begin records
+ * what the rows hold if the kernel may cache the table (0, -EAGAIN past the
+ * memory bound, -errno; nothing changed on error); end is called once the
+ * rows are written, before the invalidation is queued. */
+int pc_scatter_begin(struct embfs *fs, struct pc_scatter *sc, uint32_t id, uint32_t rs, const uint64_t *ids,
+		     uint32_t n);
+void pc_scatter_end(struct embfs *fs, struct pc_scatter *sc);
+/* Around fuse_lowlevel_notify_inval_inode of table id (ret: its result). */
+uint64_t pc_inval_begin(struct embfs *fs);
+void pc_inval_end(struct embfs *fs, uint32_t id, uint64_t start, int ret);
+/* Table slot id holds a new table. */
+void pc_table_reset(struct embfs *fs, uint32_t id);
+void pc_stats(struct embfs *fs, FILE *f);
 
 /* ctl.c: .embfs/batch, the current batch id as text */
 void ctl_batch_read(fuse_req_t req, size_t size, off_t off);

@@ -63,6 +63,17 @@ void fs_table_stat(struct embfs *fs, const struct store_attr *a, struct stat *st
 	ns_to_ts(a->ctime_ns, &st->st_ctim);
 }
 
+/* Times of a directory without a catalog entry (and of the control files). */
+void fs_dir_times(struct embfs *fs, enum store_dir which, struct stat *st)
+{
+	struct store_dir_times t;
+	if (store_dir_times(fs->st, which, &t))
+		return;
+	ns_to_ts(t.atime_ns, &st->st_atim);
+	ns_to_ts(t.mtime_ns, &st->st_mtim);
+	ns_to_ts(t.ctime_ns, &st->st_ctim);
+}
+
 static int do_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st)
 {
 	uint32_t id;
@@ -70,6 +81,8 @@ static int do_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st)
 		return snapfs_stat(fs, ino, st);
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
+	if (ino < INO_TABLE0)
+		fs_dir_times(fs, ino == INO_ROOT ? STORE_DIR_ROOT : STORE_DIR_POOL, st);
 	switch (ino) {
 	case INO_ROOT:
 		st->st_mode = S_IFDIR | 0755;
@@ -100,6 +113,16 @@ static int do_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st)
 		return ret;
 	fs_table_stat(fs, &a, st, 0);
 	return 0;
+}
+
+/* Every op that takes a name answers ENAMETOOLONG first for one over
+ * EMB_NAME_MAX bytes (the kernel lets up to 1024 through). */
+static int name_too_long(fuse_req_t req, const char *name)
+{
+	if (strnlen(name, EMB_NAME_MAX + 1) <= EMB_NAME_MAX)
+		return 0;
+	fuse_reply_err(req, ENAMETOOLONG);
+	return 1;
 }
 
 static int reserved_name(const char *name)
@@ -137,7 +160,9 @@ static int truncate_table(struct embfs *fs, uint32_t id, uint64_t size)
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct embfs *fs = userdata;
-	int ret = batch_init(fs);
+	int ret = pc_init(fs);
+	if (!ret)
+		ret = batch_init(fs);
 	if (ret)
 		fprintf(stderr, "embfs: .embfs/rows disabled: %s\n", strerror(-ret));
 	/* 1 MiB WRITEs (libfuse then asks for max_pages = 256): a 4096-row
@@ -156,6 +181,7 @@ static void op_destroy(void *userdata)
 {
 	struct embfs *fs = userdata;
 	batch_destroy(fs);
+	pc_destroy(fs);
 	int ret = rows_sync(fs, -1);
 	if (ret)
 		fprintf(stderr, "embfs: writing back cached rows at unmount: %s\n", strerror(-ret));
@@ -165,6 +191,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct embfs *fs = FS(req);
 	struct fuse_entry_param e;
+	if (name_too_long(req, name))
+		return;
 	memset(&e, 0, sizeof(e));
 	e.attr_timeout = e.entry_timeout = TIMEOUT;
 	if (parent == INO_CTL) {
@@ -333,6 +361,8 @@ static void create_table(fuse_req_t req, fuse_ino_t parent, const char *name, mo
 			 struct fuse_file_info *fi)
 {
 	struct embfs *fs = FS(req);
+	if (name_too_long(req, name))
+		return;
 	if (snapfs_owns(parent)) {
 		fuse_reply_err(req, EROFS);
 		return;
@@ -360,6 +390,8 @@ static void create_table(fuse_req_t req, fuse_ino_t parent, const char *name, mo
 		fuse_reply_err(req, -ret);
 		return;
 	}
+	pc_table_reset(fs, id);
+	store_dir_touch(fs->st, STORE_DIR_ROOT);
 	struct fuse_entry_param e;
 	fill_entry(fs, &a, &e);
 	int r;
@@ -388,6 +420,8 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	(void)mode;
+	if (name_too_long(req, name))
+		return;
 	if (snapfs_owns(parent))
 		snapfs_mkdir(req, parent, name); /* .snapshots/NAME: take a snapshot */
 	else
@@ -396,6 +430,9 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	struct embfs *fs = FS(req);
+	if (name_too_long(req, name))
+		return;
 	if (snapfs_owns(parent)) {
 		fuse_reply_err(req, parent == INO_SNAPS ? EISDIR : EROFS);
 		return;
@@ -408,11 +445,16 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	fuse_reply_err(req, -store_table_unlink(FS(req)->st, name));
+	int ret = store_table_unlink(fs->st, name);
+	if (!ret)
+		store_dir_touch(fs->st, STORE_DIR_ROOT);
+	fuse_reply_err(req, -ret);
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	if (name_too_long(req, name))
+		return;
 	if (snapfs_owns(parent))
 		snapfs_rmdir(req, parent, name); /* .snapshots/NAME: drop it */
 	else if (parent == INO_ROOT && reserved_name(name))
@@ -425,6 +467,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		      const char *newname, unsigned int flags)
 {
 	struct embfs *fs = FS(req);
+	if (name_too_long(req, name) || name_too_long(req, newname))
+		return;
 	if (snapfs_owns(parent) || snapfs_owns(newparent)) {
 		fuse_reply_err(req, EROFS);
 		return;
@@ -446,23 +490,26 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		fuse_reply_err(req, EEXIST);
 		return;
 	}
-	fuse_reply_err(req, -store_table_rename(fs->st, name, newname));
+	int ret = store_table_rename(fs->st, name, newname);
+	if (!ret)
+		store_dir_touch(fs->st, STORE_DIR_ROOT);
+	fuse_reply_err(req, -ret);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
 	(void)ino;
 	(void)newparent;
-	(void)newname;
-	fuse_reply_err(req, EPERM);
+	if (!name_too_long(req, newname))
+		fuse_reply_err(req, EPERM);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	(void)link;
 	(void)parent;
-	(void)name;
-	fuse_reply_err(req, EPERM);
+	if (!name_too_long(req, name))
+		fuse_reply_err(req, EPERM);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -570,6 +617,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 		fuse_reply_err(req, -ret);
 		return;
 	}
+	/* the kernel may cache what this READ returns (zeros past EOF too) */
+	struct pc_io io;
+	pc_io_begin(fs, id, &io);
 	uint64_t o = (uint64_t)off;
 	if (o >= a.size || size == 0) {
 		fuse_reply_buf(req, NULL, 0);
@@ -582,6 +632,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 		return;
 	}
 	ret = rows_read(fs, id, a.row_size, o, len, buf);
+	if (!ret)
+		pc_io_done(fs, id, a.row_size, o, len, buf, &io);
 	atomic_fetch_add_explicit(&fs->n_read, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&fs->n_read_bytes, len, memory_order_relaxed);
 	if (ret)
@@ -596,7 +648,6 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 {
 	struct embfs *fs = FS(req);
 	uint32_t id;
-	(void)fi;
 	if (snapfs_owns(ino)) {
 		fuse_reply_err(req, EROFS);
 		return;
@@ -624,7 +675,16 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 		fuse_reply_err(req, EFBIG);
 		return;
 	}
-	ret = rows_write(fs, id, a.row_size, o, size, data);
+	if (fi->writepage) {
+		/* pages a mapping dirtied, written back by the kernel */
+		ret = pc_writepage(fs, id, a.row_size, o, size, data);
+	} else {
+		struct pc_io io;
+		pc_io_begin(fs, id, &io);
+		ret = rows_write(fs, id, a.row_size, o, size, data);
+		if (!ret)
+			pc_io_done(fs, id, a.row_size, o, size, data, &io);
+	}
 	atomic_fetch_add_explicit(&fs->n_write, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&fs->n_write_bytes, size, memory_order_relaxed);
 	if (ret)

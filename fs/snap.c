@@ -55,8 +55,8 @@ static void dir_stat(fuse_ino_t ino, const struct store_snap *sn, struct stat *s
 	st->st_mode = S_IFDIR | 0555;
 	st->st_nlink = 2;
 	if (sn) {
-		st->st_mtim.tv_sec = st->st_ctim.tv_sec = (time_t)(sn->created_ns / 1000000000ull);
-		st->st_mtim.tv_nsec = st->st_ctim.tv_nsec = (long)(sn->created_ns % 1000000000ull);
+		st->st_atim.tv_sec = st->st_mtim.tv_sec = st->st_ctim.tv_sec = (time_t)(sn->created_ns / 1000000000ull);
+		st->st_atim.tv_nsec = st->st_mtim.tv_nsec = st->st_ctim.tv_nsec = (long)(sn->created_ns % 1000000000ull);
 	}
 }
 
@@ -67,6 +67,7 @@ int snapfs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st)
 	struct store_attr a;
 	if (ino == INO_SNAPS) {
 		dir_stat(ino, NULL, st);
+		fs_dir_times(fs, STORE_DIR_SNAPS, st);
 		return 0;
 	}
 	if (dir_idx(ino, &idx)) {
@@ -182,6 +183,7 @@ void snapfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, -ret);
 		return;
 	}
+	store_dir_touch(fs->st, STORE_DIR_SNAPS);
 	atomic_fetch_add_explicit(&fs->n_snaps, 1, memory_order_relaxed);
 	reply_entry(req, INO_SNAP0 + sn.idx, sn.gen);
 }
@@ -198,6 +200,8 @@ void snapfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int ret = fs->cache ? cache_flush(fs->cache, -1) : 0;
 	if (!ret)
 		ret = store_snap_drop(fs->st, name);
+	if (!ret)
+		store_dir_touch(fs->st, STORE_DIR_SNAPS);
 	fuse_reply_err(req, -ret);
 }
 

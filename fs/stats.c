@@ -40,6 +40,7 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 	fprintf(f, "fs.write_bytes %llu\n", (unsigned long long)atomic_load(&fs->n_write_bytes));
 	fprintf(f, "fs.fsync_calls %llu\n", (unsigned long long)atomic_load(&fs->n_fsync));
 	batch_stats(fs, f);
+	pc_stats(fs, f);
 	if (fs->cache) {
 		fprintf(f, "cache.budget_bytes %llu\n", (unsigned long long)cs.budget);
 		fprintf(f, "cache.bytes %llu\n", (unsigned long long)cs.bytes);

@@ -88,7 +88,11 @@ struct emb_super {
 	uint64_t snap_seq;    /* generation counter for snapshot records */
 	uint64_t resv_off;    /* emb_resv: heap held back for index growth */
 	uint64_t spill_off;   /* emb_spill: the spill device's segment table, 0 = never spilled */
-	uint8_t reserved1[224];
+	/* times of the root directory and of .snapshots (store/dirs.c): 0 in a
+	 * pool made before they were kept, which then shows created_ns */
+	uint64_t root_mtime_ns, root_ctime_ns;
+	uint64_t snaps_mtime_ns, snaps_ctime_ns;
+	uint8_t reserved1[192];
 };
 #define EMB_SUPER_STATIC_LEN offsetof(struct emb_super, static_csum)
 
@@ -312,6 +316,7 @@ _Static_assert(sizeof(struct emb_spill) == 80, "spill table header");
 _Static_assert(sizeof(struct emb_sseg) == 32, "segment entry");
 _Static_assert(sizeof(struct emb_spill_disk) <= EMB_SPILL_HDR, "spill header");
 _Static_assert(sizeof(struct emb_super) % 8 == 0, "super");
+_Static_assert(offsetof(struct emb_super, root_mtime_ns) % 8 == 0, "directory times: 8-byte stores");
 _Static_assert(sizeof(struct emb_journal) <= EMB_CHUNK_ALLOC, "journal fits a chunk");
 _Static_assert(sizeof(struct emb_snaps) <= EMB_CHUNK_ALLOC, "snapshot table fits a chunk");
 _Static_assert(sizeof(struct emb_resv) <= EMB_CHUNK_ALLOC, "reserve table fits a chunk");

@@ -99,6 +99,20 @@ int store_table_next(struct store *s, uint32_t *cursor, struct store_attr *a);
 /* Set the size; rows past it are dropped, a partial last row zero-filled. */
 int store_table_truncate(struct store *s, uint32_t id, uint64_t size);
 
+/* Times of the directories the pool keeps no catalog entry for.  ROOT and
+ * SNAPS (.snapshots) change on store_dir_touch(); POOL is the pool's
+ * creation (atime, mtime and ctime alike).  atime is not kept: the pool's
+ * creation time for all three.  A pool made before directory times were
+ * kept shows its creation time until the first touch. */
+enum store_dir { STORE_DIR_ROOT, STORE_DIR_SNAPS, STORE_DIR_POOL };
+struct store_dir_times {
+	uint64_t atime_ns, mtime_ns, ctime_ns;
+};
+int store_dir_times(struct store *s, enum store_dir which, struct store_dir_times *t);
+/* An entry of `which` was added, removed or renamed: mtime and ctime
+ * become now (never go back), durable with the next commit or barrier. */
+int store_dir_touch(struct store *s, enum store_dir which);
+
 /* ---- rows ------------------------------------------------------------- */
 
 /* Copy row `row` into buf (row_size bytes).  1 = stored, 0 = hole (buf is

@@ -11,6 +11,10 @@
  *   of the same rows (one byte changed), written with pwritev so the rows go
  *   straight from the gather buffer.  FILE is the table (for its st_ino); the
  *   batch file is dirname(FILE)/.embfs/rows unless -B names it.
+ * -P (batch mode): before each batch, one pread of its first row from FILE
+ *   through the page cache, so the daemon takes the table as cached by the
+ *   kernel and each scatter first records what its rows held (the cost of
+ *   README "Batched rows", page cache; without -P scatters record nothing).
  * -m pread: per batch B preads of one row at row * ROWSIZE of FILE; with -w
  *   each row is then written back with pwrite (read-modify-write).  Works on
  *   any file (the mount's table, or a sparse file on /dev/shm as baseline).
@@ -52,7 +56,7 @@ struct conf {
 	const char *path, *batch_path;
 	uint32_t row_size, batch;
 	uint64_t rows, seed, ino;
-	int batched, write, threads;
+	int batched, write, threads, touch;
 	double secs, theta;
 };
 
@@ -112,11 +116,16 @@ static int full_pread(int fd, char *buf, size_t len)
 	return 0;
 }
 
-/* req: header + ids (B ids at req + 32); rows: B rows, page aligned */
-static int batch_one(const struct conf *c, int bfd, char *req, char *rows)
+/* req: header + ids (B ids at req + 32); rows: B rows, page aligned; tfd:
+ * the table, read once before the batch (-P), or -1 */
+static int batch_one(const struct conf *c, int bfd, int tfd, char *req, char *rows)
 {
 	struct embfs_batch_hdr *h = (struct embfs_batch_hdr *)req;
 	size_t idlen = 8ull * c->batch, rlen = (size_t)c->batch * c->row_size;
+	uint64_t first;
+	memcpy(&first, req + sizeof(*h), 8);
+	if (tfd >= 0 && pread(tfd, rows, c->row_size, (off_t)(first * c->row_size)) < 0)
+		return -1;
 	h->op = EMBFS_BATCH_GATHER;
 	h->total_len = sizeof(*h) + idlen;
 	struct iovec iov[2] = { { req, sizeof(*h) + idlen }, { rows, rlen } };
@@ -156,7 +165,8 @@ static void *worker_run(void *arg)
 	size_t idlen = 8ull * c->batch, rlen = (size_t)c->batch * c->row_size;
 	char *req = NULL, *rows = NULL;
 	int fd = open(c->batched ? c->batch_path : c->path, c->write || c->batched ? O_RDWR : O_RDONLY);
-	if (fd < 0 || posix_memalign((void **)&req, 4096, sizeof(struct embfs_batch_hdr) + idlen) ||
+	int tfd = c->touch ? open(c->path, O_RDONLY) : -1;
+	if (fd < 0 || (c->touch && tfd < 0) || posix_memalign((void **)&req, 4096, sizeof(struct embfs_batch_hdr) + idlen) ||
 	    posix_memalign((void **)&rows, 4096, rlen)) {
 		w->err = errno ? errno : ENOMEM;
 		fprintf(stderr, "gatherbench: open %s: %s\n", c->batched ? c->batch_path : c->path,
@@ -177,7 +187,7 @@ static void *worker_run(void *arg)
 		for (uint32_t i = 0; i < c->batch; i++)
 			ids[i] = w->ids[(pos + i) & (ring - 1)];
 		pos += c->batch;
-		int r = c->batched ? batch_one(c, fd, req, rows) : pread_one(c, fd, ids, rows);
+		int r = c->batched ? batch_one(c, fd, tfd, req, rows) : pread_one(c, fd, ids, rows);
 		if (r) {
 			w->err = errno ? errno : EIO;
 			fprintf(stderr, "gatherbench: batch %llu: %s\n", (unsigned long long)b, strerror(w->err));
@@ -192,6 +202,8 @@ static void *worker_run(void *arg)
 	w->t_start = t0 * 1e-9;
 	w->t_end = t * 1e-9;
 	close(fd);
+	if (tfd >= 0)
+		close(tfd);
 	free(req);
 	free(rows);
 	return NULL;
@@ -199,7 +211,7 @@ static void *worker_run(void *arg)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: gatherbench -m batch|pread [-w] [-r ROWSIZE] [-n ROWS] [-b BATCH] [-t THREADS]\n"
+	fprintf(f, "usage: gatherbench -m batch|pread [-w] [-P] [-r ROWSIZE] [-n ROWS] [-b BATCH] [-t THREADS]\n"
 		   "                   [-d SECONDS] [-s SEED] [-z THETA] [-B BATCHFILE] FILE\n"
 		   "  defaults: -r 256 -n 4000000 -b 4096 -t 1 -d 3 -s 1 -z 0.99\n");
 }
@@ -210,7 +222,7 @@ int main(int argc, char **argv)
 			  .secs = 3, .theta = 0.99, .batched = -1 };
 	static char bpath[PATH_MAX];
 	int opt;
-	while ((opt = getopt(argc, argv, "m:wr:n:b:t:d:s:z:B:h")) != -1) {
+	while ((opt = getopt(argc, argv, "m:wPr:n:b:t:d:s:z:B:h")) != -1) {
 		switch (opt) {
 		case 'm':
 			c.batched = !strcmp(optarg, "batch") ? 1 : !strcmp(optarg, "pread") ? 0 : -1;
@@ -218,6 +230,7 @@ int main(int argc, char **argv)
 				goto bad;
 			break;
 		case 'w': c.write = 1; break;
+		case 'P': c.touch = 1; break;
 		case 'r': c.row_size = (uint32_t)atoi(optarg); break;
 		case 'n': c.rows = strtoull(optarg, NULL, 10); break;
 		case 'b': c.batch = (uint32_t)atoi(optarg); break;
@@ -230,7 +243,7 @@ int main(int argc, char **argv)
 		default: goto bad;
 		}
 	}
-	if (c.batched < 0 || optind != argc - 1 || !c.row_size || !c.rows || !c.batch ||
+	if (c.batched < 0 || (c.touch && !c.batched) || optind != argc - 1 || !c.row_size || !c.rows || !c.batch ||
 	    c.batch > EMBFS_BATCH_MAX_COUNT || c.threads < 1 || c.threads > 64 || !(c.secs > 0) ||
 	    !(c.theta > 0))
 		goto bad;

@@ -524,6 +524,31 @@ section_batch() {
 				"p50 per batch of $bsz; one FUSE round trip per row not in the page cache"
 		done
 	done
+	# what a scatter costs when the kernel may cache the table's pages (README
+	# "Batched rows"): it first records what its rows held.  gatherbench -P
+	# preads one row of the table per batch (so most scatters record), runs
+	# interleaved with plain ones (the table not read: nothing recorded).
+	# Columns: recording, plain.
+	cv=""; pv=""; cp=""; pp=""; caps=0; scs=0
+	n=1
+	while [ $n -le "$RUNS" ]; do
+		seed=$((SEED * 1000 + 100 + n))
+		o=$("$gb" -m batch -w -t 1 -b "$bsz" -n "$ROWS" -d "$SECS" -s "$seed" "$MNT/$TABLE.emb") ||
+			fail "gatherbench plain scatters"
+		echo "$o" >>"$W/runs.log"
+		pv="$pv $(field "$o" rows_per_s)"; pp="$pp $(field "$o" p50_batch_us)"
+		c0=$(stat_field pagecache.capturing_scatters); s0=$(stat_field batch.scatters)
+		o=$("$gb" -m batch -w -P -t 1 -b "$bsz" -n "$ROWS" -d "$SECS" -s "$seed" "$MNT/$TABLE.emb") ||
+			fail "gatherbench recording scatters"
+		echo "$o" >>"$W/runs.log"
+		caps=$((caps + $(stat_field pagecache.capturing_scatters) - c0))
+		scs=$((scs + $(stat_field batch.scatters) - s0))
+		cv="$cv $(field "$o" rows_per_s)"; cp="$cp $(field "$o" p50_batch_us)"
+		say "  gather+scatter 1thr run $n/$RUNS: plain $(mrows "${pv##* }") recording $(mrows "${cv##* }")"
+		n=$((n + 1))
+	done
+	result batch "gather+scatter 1thr recording" "$(med $cv)" "$(med $pv)" "$(med $cp)" "$(med $pp)" \
+		"scatters with the table read via pread (one row a batch): $(pct "$caps" "$scs") of them recorded its rows' bytes; base: not read, none recorded"
 }
 
 # teardown: clean unmount (flushes everything), timed

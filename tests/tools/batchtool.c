@@ -19,6 +19,15 @@
  *                                                    pieces: the syscall gets EINVAL
  *   batchtool fill TABLE COUNT FIRST                 scatter rows FIRST.. and print the
  *                                                    errno name of the result
+ *   batchtool mmap-mix TABLE SECS SEED STATE         for SECS seconds: a process stores
+ *                                                    even rows through mmap(MAP_SHARED) +
+ *                                                    msync, one scatters odd rows, one
+ *                                                    preads, one gathers and checks that
+ *                                                    no row goes back to an older version;
+ *                                                    then every row holds its last version
+ *                                                    (saved in STATE)
+ *   batchtool mmap-check TABLE STATE                 every row holds its version in STATE
+ *                                                    (gather and buffered pread)
  * The batch file is dirname(TABLE)/.embfs/rows unless BATCH_FILE is set;
  * the row size is the table's user.embfs.row_size unless ROW_SIZE is set.
  */
@@ -33,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -616,6 +626,316 @@ static int cmd_fill(uint32_t n, uint64_t first)
 	return 0;
 }
 
+/* ---- mmap-mix: stores through a shared mapping, scatters and gathers at once
+ *
+ * A row holds (row id, version, bytes derived from both); version 0 is a
+ * hole.  Even rows are stored through the mapping (then msync), odd rows
+ * scattered.  done[r] is the last version of row r whose write completed
+ * (msync or scatter returned): a gather that starts later must see at least
+ * it, and no gather may see a row older than an earlier gather saw it. */
+struct mix {
+	_Atomic int stop;
+	_Atomic uint64_t rounds, scatters, gathers, reverts, behind, torn;
+	_Atomic uint64_t done[];
+};
+
+static void mk_row(char *row, uint64_t r, uint64_t v)
+{
+	memset(row, 0, rs);
+	if (!v)
+		return;
+	memcpy(row, &r, 8);
+	memcpy(row + 8, &v, 8);
+	uint64_t s = r * 0x100000001b3ull ^ v * 0x9E3779B97F4A7C15ull;
+	for (uint32_t i = 16; i < rs; i += 8) {
+		uint64_t x = rnd(&s);
+		memcpy(row + i, &x, rs - i < 8 ? rs - i : 8);
+	}
+}
+
+/* The version row r holds, or -1 if its bytes are not one whole version. */
+static int64_t row_version(const char *row, uint64_t r)
+{
+	static __thread char *want;
+	uint64_t v;
+	memcpy(&v, row + 8, 8);
+	if (!want)
+		want = xmalloc(rs);
+	mk_row(want, r, v);
+	return memcmp(row, want, rs) ? -1 : (int64_t)v;
+}
+
+static int mix_alive(struct mix *m, pid_t *kids, int n)
+{
+	for (int i = 0; i < n; i++) {
+		int st;
+		if (kids[i] && waitpid(kids[i], &st, WNOHANG) == kids[i]) {
+			kids[i] = 0;
+			if (!WIFEXITED(st) || WEXITSTATUS(st))
+				return 0;
+		}
+	}
+	return !m->stop;
+}
+
+static void mix_writer(struct mix *m, uint64_t nrows, uint64_t seed)
+{
+	int fd = open(table_path, O_RDWR);
+	if (fd < 0)
+		die("writer: open %s: %s", table_path, strerror(errno));
+	size_t len = nrows * rs;
+	char *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		die("writer: mmap: %s", strerror(errno));
+	uint64_t *ver = calloc(nrows, 8), *todo = calloc(nrows, 8);
+	char *row = xmalloc(rs);
+	if (!ver || !todo)
+		die("out of memory");
+	while (!m->stop) {
+		size_t n = 0;
+		for (uint64_t r = 0; r < nrows; r += 2)
+			if (rnd(&seed) % 4 == 0)
+				todo[n++] = r;
+		for (size_t i = 0; i < n; i++) {
+			mk_row(row, todo[i], ++ver[todo[i]]);
+			memcpy(map + todo[i] * rs, row, rs);
+		}
+		if (msync(map, len, MS_SYNC))
+			die("writer: msync: %s", strerror(errno));
+		for (size_t i = 0; i < n; i++)
+			m->done[todo[i]] = ver[todo[i]];
+		m->rounds++;
+	}
+	munmap(map, len);
+	close(fd);
+	_exit(0);
+}
+
+static void mix_scatterer(struct mix *m, uint64_t nrows, uint64_t seed)
+{
+	int fd = open_batch();
+	uint64_t *ver = calloc(nrows, 8), *ids = xmalloc(8 * nrows);
+	char *rows = xmalloc(nrows * rs);
+	if (!ver)
+		die("out of memory");
+	while (!m->stop) {
+		uint32_t n = 0, p = 1 + (uint32_t)(rnd(&seed) % 8);
+		for (uint64_t r = 1; r < nrows; r += 2)
+			if (rnd(&seed) % 16 < p)
+				ids[n++] = r;
+		if (!n)
+			continue;
+		for (uint32_t i = 0; i < n; i++)
+			mk_row(rows + (size_t)i * rs, ids[i], ver[ids[i]] + 1);
+		int ret = request(fd, EMBFS_BATCH_SCATTER, ids, n, rows);
+		if (ret)
+			die("scatterer: scatter of %u rows: %s", n, strerror(-ret));
+		for (uint32_t i = 0; i < n; i++)
+			m->done[ids[i]] = ++ver[ids[i]];
+		m->scatters++;
+	}
+	_exit(0);
+}
+
+static void mix_gatherer(struct mix *m, uint64_t nrows)
+{
+	int fd = open_batch();
+	uint64_t *ids = xmalloc(8 * nrows), *low = xmalloc(8 * nrows), *seen = calloc(nrows, 8);
+	char *buf = xmalloc(nrows * rs);
+	if (!seen)
+		die("out of memory");
+	for (uint64_t r = 0; r < nrows; r++)
+		ids[r] = r;
+	unsigned said = 0;
+	while (!m->stop) {
+		for (uint64_t r = 0; r < nrows; r++)
+			low[r] = m->done[r];
+		int ret = gather(fd, ids, (uint32_t)nrows, buf);
+		if (ret)
+			die("gatherer: gather: %s", strerror(-ret));
+		for (uint64_t r = 0; r < nrows; r++) {
+			int64_t v = row_version(buf + r * rs, r);
+			if (v < 0) {
+				/* a store through the mapping may be written back half
+				 * done (the kernel knows no rows); a scattered row never */
+				if (r % 2) {
+					m->torn++;
+					if (said++ < 5)
+						fprintf(stderr, "batchtool: row %llu: not one whole version\n",
+							(unsigned long long)r);
+				}
+				continue;
+			}
+			if ((uint64_t)v < seen[r]) {
+				m->reverts++;
+				if (said++ < 5)
+					fprintf(stderr, "batchtool: row %llu went back from version %llu to %llu\n",
+						(unsigned long long)r, (unsigned long long)seen[r],
+						(unsigned long long)v);
+			} else if ((uint64_t)v < low[r]) {
+				m->behind++;
+				if (said++ < 5)
+					fprintf(stderr, "batchtool: row %llu: version %llu, %llu was complete before the gather\n",
+						(unsigned long long)r, (unsigned long long)v,
+						(unsigned long long)low[r]);
+			}
+			if ((uint64_t)v > seen[r])
+				seen[r] = (uint64_t)v;
+		}
+		m->gathers++;
+	}
+	_exit(0);
+}
+
+/* Buffered preads of random ranges while the others run: they fill the
+ * page cache the scatters make stale (and may see old rows: README), but a
+ * scattered row within one page is never torn (one across two pages may
+ * show one page old, the other new, until the invalidation). */
+static void mix_reader(struct mix *m, uint64_t nrows, uint64_t seed)
+{
+	int fd = open(table_path, O_RDONLY);
+	size_t span = 16 * 4096;
+	char *buf = xmalloc(span);
+	unsigned said = 0;
+	if (fd < 0)
+		die("reader: open %s: %s", table_path, strerror(errno));
+	while (!m->stop) {
+		uint64_t len = nrows * rs, off = rnd(&seed) % len / 4096 * 4096;
+		ssize_t n = pread(fd, buf, span < len - off ? span : len - off, (off_t)off);
+		if (n < 0)
+			die("reader: pread: %s", strerror(errno));
+		for (uint64_t r = (off + rs - 1) / rs; (r + 1) * rs <= off + (uint64_t)n; r++)
+			if (r % 2 && r * rs / 4096 == ((r + 1) * rs - 1) / 4096 &&
+			    row_version(buf + (r * rs - off), r) < 0) {
+				m->torn++;
+				if (said++ < 5)
+					fprintf(stderr, "batchtool: pread: row %llu: not one whole version\n",
+						(unsigned long long)r);
+			}
+	}
+	_exit(0);
+}
+
+/* Rows [0, nrows) against want[]: by gather and by pread on fd; how many differ. */
+static uint64_t mix_compare(const uint64_t *want, uint64_t nrows, int tfd, const char *how)
+{
+	int fd = open_batch();
+	uint64_t *ids = xmalloc(8 * nrows), bad = 0;
+	char *buf = xmalloc(nrows * rs), *row = xmalloc(rs);
+	for (uint64_t r = 0; r < nrows; r++)
+		ids[r] = r;
+	int ret = gather(fd, ids, (uint32_t)nrows, buf);
+	if (ret)
+		die("final gather: %s", strerror(-ret));
+	for (uint64_t r = 0; r < nrows; r++) {
+		int64_t g = row_version(buf + r * rs, r);
+		if (pread(tfd, row, rs, (off_t)(r * rs)) != (ssize_t)rs)
+			die("%s pread row %llu: %s", how, (unsigned long long)r, strerror(errno));
+		int64_t p = row_version(row, r);
+		if (g != (int64_t)want[r] || p != (int64_t)want[r]) {
+			if (bad++ < 5)
+				fprintf(stderr, "batchtool: row %llu: last written version %llu, gather %lld, %s pread %lld\n",
+					(unsigned long long)r, (unsigned long long)want[r], (long long)g, how,
+					(long long)p);
+		}
+	}
+	close(fd);
+	free(ids);
+	free(buf);
+	free(row);
+	return bad;
+}
+
+static int cmd_mmap_mix(unsigned secs, uint64_t seed, const char *state)
+{
+	struct stat st;
+	if (stat(table_path, &st))
+		die("stat %s: %s", table_path, strerror(errno));
+	uint64_t nrows = (uint64_t)st.st_size / rs;
+	if (rs < 16 || nrows < 2 || nrows > EMBFS_BATCH_MAX_COUNT || (uint64_t)st.st_size != nrows * rs)
+		die("mmap-mix needs a table of 2..65536 whole rows of at least 16 bytes");
+	size_t mlen = sizeof(struct mix) + nrows * 8;
+	struct mix *m = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		die("mmap: %s", strerror(errno));
+	printf("mmap-mix: seed %llu, %llu rows of %u bytes, %u s\n", (unsigned long long)seed,
+	       (unsigned long long)nrows, rs, secs);
+	fflush(stdout);
+	pid_t kids[4];
+	for (int i = 0; i < 4; i++) {
+		kids[i] = fork();
+		if (kids[i] < 0)
+			die("fork: %s", strerror(errno));
+		if (kids[i] == 0) {
+			if (i == 0)
+				mix_writer(m, nrows, seed);
+			else if (i == 1)
+				mix_scatterer(m, nrows, seed + 1);
+			else if (i == 2)
+				mix_reader(m, nrows, seed + 2);
+			mix_gatherer(m, nrows);
+		}
+	}
+	struct timespec t0, now;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int ok = 1;
+	do {
+		usleep(20000);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		ok = mix_alive(m, kids, 4);
+	} while (ok && now.tv_sec - t0.tv_sec < (time_t)secs);
+	m->stop = 1;
+	for (int i = 0; i < 4; i++) {
+		int wst;
+		if (kids[i] && (waitpid(kids[i], &wst, 0) != kids[i] || !WIFEXITED(wst) || WEXITSTATUS(wst)))
+			ok = 0;
+	}
+	if (!ok)
+		die("a mix process failed (seed %llu)", (unsigned long long)seed);
+	printf("mmap-mix: %llu msync rounds, %llu scatters, %llu gathers: %llu rows went back, "
+	       "%llu behind a completed write, %llu torn scattered rows\n",
+	       (unsigned long long)m->rounds, (unsigned long long)m->scatters, (unsigned long long)m->gathers,
+	       (unsigned long long)m->reverts, (unsigned long long)m->behind, (unsigned long long)m->torn);
+	uint64_t *want = xmalloc(8 * nrows);
+	for (uint64_t r = 0; r < nrows; r++)
+		want[r] = m->done[r];
+	FILE *f = fopen(state, "w");
+	if (!f || fwrite(want, 8, nrows, f) != nrows || fclose(f))
+		die("write %s: %s", state, strerror(errno));
+	int dfd = open(table_path, O_RDONLY | O_DIRECT);
+	if (dfd < 0)
+		die("open %s: %s", table_path, strerror(errno));
+	uint64_t bad = mix_compare(want, nrows, dfd, "O_DIRECT");
+	close(dfd);
+	if (bad)
+		printf("mmap-mix: %llu of %llu rows are not at their last written version\n",
+		       (unsigned long long)bad, (unsigned long long)nrows);
+	if (m->reverts || m->behind || m->torn || bad || !m->rounds || !m->scatters || !m->gathers)
+		die("mmap-mix failed (replay with seed %llu)", (unsigned long long)seed);
+	return 0;
+}
+
+static int cmd_mmap_check(const char *state)
+{
+	struct stat st;
+	if (stat(table_path, &st) || stat(state, &st))
+		die("stat: %s", strerror(errno));
+	uint64_t nrows = (uint64_t)st.st_size / 8, *want = xmalloc(8 * nrows);
+	FILE *f = fopen(state, "r");
+	if (!f || fread(want, 8, nrows, f) != nrows)
+		die("read %s", state);
+	fclose(f);
+	int tfd = open(table_path, O_RDONLY);
+	if (tfd < 0)
+		die("open %s: %s", table_path, strerror(errno));
+	uint64_t bad = mix_compare(want, nrows, tfd, "buffered");
+	if (bad)
+		die("%llu of %llu rows are not at their last written version", (unsigned long long)bad,
+		    (unsigned long long)nrows);
+	printf("mmap-check: %llu rows at their last written version\n", (unsigned long long)nrows);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -642,6 +962,10 @@ int main(int argc, char **argv)
 		return cmd_fill((uint32_t)atoi(argv[3]), strtoull(argv[4], 0, 0));
 	if (!strcmp(c, "errno") && argc == 3)
 		return cmd_errno();
+	if (!strcmp(c, "mmap-mix") && argc == 6)
+		return cmd_mmap_mix((unsigned)atoi(argv[3]), strtoull(argv[4], 0, 0), argv[5]);
+	if (!strcmp(c, "mmap-check") && argc == 4)
+		return cmd_mmap_check(argv[3]);
 	fprintf(stderr, "batchtool: bad command (see tests/tools/batchtool.c)\n");
 	return 2;
 }
