@@ -32,6 +32,8 @@ struct store_mkfs_opts {
 	uint64_t size;       /* bytes; 0 = use the existing file/device size */
 	const char *label;   /* may be NULL */
 	int force;           /* overwrite an existing pool or data */
+	const uint8_t *uuid; /* 16 bytes, NULL = random; it seeds the row index's
+			      * hash, so a test that replays a seed passes one */
 };
 
 /* Format path as an empty pool.  err receives a one-line reason. */
