@@ -259,6 +259,16 @@ struct store_spill_stats {
 };
 void store_spill_stats_get(struct store *s, struct store_spill_stats *st);
 
+/* Segment k of the spill device as the pool's segment table has it (tests,
+ * tools).  0, -ENODEV without a device, -ERANGE past the last segment. */
+struct store_spill_seg {
+	uint32_t state;        /* EMB_SEG_FREE, _OPEN or _SEALED */
+	uint32_t nlive;        /* records stubs point at */
+	uint64_t fill;         /* bytes written */
+	uint64_t live;         /* bytes of the records stubs point at */
+};
+int store_spill_seg_get(struct store *s, uint64_t k, struct store_spill_seg *g);
+
 /* Deep consistency check of an open pool (walks every row: for tests and
  * repair tools, never on the mount path).  Counts index entries whose version
  * is damaged (wrong row/table, checksum mismatch, not an allocated slot),
