@@ -1271,11 +1271,14 @@ static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
 	if ((what & STORE_SPILL_MOVE) || row_usage(s) > sp->start_bytes) {
 		uint64_t target = pass_target(s, need);
 		moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
-		if (moved == -ENOSPC) { /* the device is full: compaction may make room */
+		/* the device is full: compact, most stale segment first, for as
+		 * long as each one gives back at least an eighth of a segment */
+		for (uint64_t i = 0; moved == -ENOSPC && i < sp->pm->nsegs; i++) {
 			double ratio;
 			uint64_t k = compact_pick(s, 1, &ratio);
-			if (k != EMB_NONE && compact_seg(s, k) == 0)
-				moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
+			if (k == EMB_NONE || ratio > 0.875 || compact_seg(s, k))
+				break;
+			moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
 		}
 		/* a writer waits but nothing could move, or stubs found the heap
 		 * full: give a row slab back to the heap */

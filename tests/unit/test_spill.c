@@ -8,6 +8,7 @@
  *    sealed only when full;
  *  - rows of two sizes: a short record in the last block of a long one
  *    survives the compaction of its segment;
+ *  - a device full of stale records: the mover compacts until rows fit;
  *  - random writes, partial writes, deletes and truncates against a shadow
  *    copy, with spills, promotions and compactions in between;
  *  - snapshot versions spill; dropping the snapshot frees their space
@@ -494,6 +495,34 @@ static void test_mixed(void)
 	store_close(s);
 }
 
+/* Every record on the device turned stale, and more rows to spill than the
+ * free segments hold: the mover compacts as many segments as that takes
+ * (most stale first), not one and then ENOSPC. */
+static void test_refill(void)
+{
+	struct store *s = fresh(64 << 20, 16 << 20); /* 15 segments of 1 MiB */
+	uint32_t id;
+	uint64_t n = 40000;                            /* 11 MiB of records */
+	OK(store_table_create(s, "f", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+	write_all(s, id, n, 1);
+	OK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL));
+	struct store_spill_stats st = sstats(s);
+	CHECK(st.live_versions == n);
+	/* a second copy needs more than the free segments and one compaction give */
+	CHECK(st.footprint > (st.segs_free + 1) * st.seg_size);
+	write_all(s, id, n, 2);
+	CHECK(sstats(s).live_bytes == 0);
+	uint64_t c0 = sstats(s).compacted_segs;
+	OK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL));
+	st = sstats(s);
+	printf("  refill: %llu versions spilled again, %llu segments compacted on the way\n",
+	       (unsigned long long)st.live_versions, (unsigned long long)(st.compacted_segs - c0));
+	CHECK(st.live_versions == n);
+	check_all(s, id, n, 2);
+	fsck_clean(s);
+	store_close(s);
+}
+
 /* Random operations against a shadow copy. */
 static void test_random(void)
 {
@@ -935,6 +964,7 @@ static const struct part {
 } parts[] = {
 	{ "basic", test_basic },
 	{ "mixed", test_mixed },
+	{ "refill", test_refill },
 	{ "random", test_random },
 	{ "snapshots", test_snap },
 	{ "corruption", test_corrupt },
