@@ -95,6 +95,11 @@ struct spill {
 	_Atomic uint32_t *pins;   /* readers inside each segment */
 	_Atomic uint8_t *heat;
 
+	/* one mover round at a time (the thread, store_spill_run, a writer's
+	 * wait in manual mode): compaction reads a segment into rbuf unlocked.
+	 * Taken before commit_lock. */
+	pthread_mutex_t round_lock;
+
 	/* mover state: protected by commit_lock */
 	int64_t open_seg;
 	char *wbuf;               /* CHUNK_BYTES, aligned */
@@ -1257,7 +1262,7 @@ static void iops_tick(struct spill *sp)
 	}
 }
 
-static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
+static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 {
 	struct spill *sp = s->sp;
 	int64_t moved = 0;
@@ -1302,6 +1307,15 @@ static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
 			moved = ret;
 	}
 	return moved;
+}
+
+/* One round of the mover's work (what: STORE_SPILL_*). */
+static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
+{
+	pthread_mutex_lock(&s->sp->round_lock);
+	int64_t r = mover_round_locked(s, what, need);
+	pthread_mutex_unlock(&s->sp->round_lock);
+	return r;
 }
 
 static void *mover_main(void *arg)
@@ -1613,6 +1627,7 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 		sp->rings[i].ok = io_uring_queue_init(sp->qd, &sp->rings[i].ring, 0) == 0;
 	}
 	pthread_mutex_init(&sp->mu, NULL);
+	pthread_mutex_init(&sp->round_lock, NULL);
 	pthread_cond_init(&sp->cv, NULL);
 	pthread_cond_init(&sp->done_cv, NULL);
 	/* appends continue in the newest open segment */

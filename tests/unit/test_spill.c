@@ -18,6 +18,7 @@
  *  - a full spill file gives ENOSPC and loses nothing;
  *  - SIGKILL during spills and compactions: recovery keeps every durable row,
  *    tears none, leaks nothing (store_fsck, with the live counts recounted);
+ *  - store_spill_run from two threads beside a writer;
  *  - the mover thread under a writer and two readers.
  * The pool is on /dev/shm when there is one; the spill file in /tmp (O_DIRECT
  * needs a disk file system).  EMBFS_SEED replays a run (the pools' index
@@ -946,6 +947,72 @@ static void test_threads(void)
 	store_close(s);
 }
 
+/* store_spill_run from two threads at once while a writer rewrites rows
+ * (in manual mode the writer's waits run mover rounds too): rounds take
+ * turns, so no compaction reads a segment another one is freeing. */
+#define RN 40000u
+static _Atomic int rstop;
+static _Atomic int rerr;
+
+static void *r_runner(void *arg)
+{
+	struct store *s = arg;
+	while (!rstop) {
+		int r = store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL | STORE_SPILL_COMPACT);
+		if (r < 0 && r != -ENOSPC)
+			rerr = r;
+	}
+	return NULL;
+}
+
+static void test_rounds(void)
+{
+	struct store *s = fresh(64 << 20, 64 << 20);
+	uint32_t id;
+	OK(store_table_create(s, "q", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+	write_all(s, id, RN, 1);
+	uint8_t *gen = malloc(RN);
+	CHECK(gen);
+	memset(gen, 1, RN);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		CHECK(pthread_create(&th[i], NULL, r_runner, s) == 0);
+	static uint8_t data[512][RS];
+	struct store_rowop ops[512];
+	unsigned wseed = (unsigned)mix(seed + 5);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (uint64_t g = 2;; g++) {
+		for (int k = 0; k < 512; k++) {
+			uint64_t r = (uint64_t)rand_r(&wseed) % RN;
+			fill(data[k], r, g);
+			ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
+			gen[r] = (uint8_t)g;
+		}
+		OK(store_rows_write(s, id, ops, 512, 0));
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (t1.tv_sec - t0.tv_sec >= 3)
+			break;
+	}
+	rstop = 1;
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	CHECK(rerr == 0);
+	struct store_spill_stats st = sstats(s);
+	printf("  2 runners: %llu moved, %llu segments compacted\n", (unsigned long long)st.spilled,
+	       (unsigned long long)st.compacted_segs);
+	CHECK(st.compacted_segs > 0);
+	uint8_t got[RS], want[RS];
+	for (uint64_t r = 0; r < RN; r++) {
+		CHECK(store_row_read(s, id, r, got) == 1);
+		fill(want, r, gen[r]);
+		CHECK(!memcmp(got, want, RS));
+	}
+	fsck_clean(s);
+	store_close(s);
+	free(gen);
+}
+
 static pid_t main_pid;
 
 /* The pool and spill file go when the test ends, passed or failed (not when
@@ -970,6 +1037,7 @@ static const struct part {
 	{ "corruption", test_corrupt },
 	{ "full", test_full },
 	{ "crash", test_crash },
+	{ "rounds", test_rounds },
 	{ "threads", test_threads },
 };
 
