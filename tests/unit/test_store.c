@@ -780,12 +780,24 @@ static void test_snap_crash(void)
 	shadow_free(&w);
 }
 
+static pid_t main_pid;
+
+/* The pool goes when the test ends, passed or failed (not when a writer
+ * child exits). */
+static void cleanup(void)
+{
+	if (getpid() == main_pid)
+		unlink(path);
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	main_pid = getpid();
 	snprintf(path, sizeof(path), "%s/embfs-unit-%d.pool",
-		 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", (int)getpid());
+		 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", (int)main_pid);
+	atexit(cleanup);
 	seed = test_seed(argv[0]);
 	srand((unsigned)mix(seed)); /* the kill points */
 	oplog = mmap(NULL, sizeof(*oplog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -802,6 +814,5 @@ int main(int argc, char **argv)
 	printf("snapshots ok\n");
 	test_snap_crash();
 	printf("snapshot crash ok\n");
-	unlink(path);
 	return 0;
 }
