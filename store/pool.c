@@ -215,7 +215,9 @@ int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, siz
 		memset(sb, 0, sizeof(*sb));
 		memcpy(sb->magic, EMB_MAGIC, 8);
 		sb->layout_version = EMB_LAYOUT_VERSION;
-		if (getrandom(sb->uuid, sizeof(sb->uuid), 0) != sizeof(sb->uuid))
+		if (o->uuid)
+			memcpy(sb->uuid, o->uuid, sizeof(sb->uuid));
+		else if (getrandom(sb->uuid, sizeof(sb->uuid), 0) != sizeof(sb->uuid))
 			pmemobj_tx_abort(EIO);
 		sb->uuid[6] = (uint8_t)((sb->uuid[6] & 0x0f) | 0x40);
 		sb->uuid[8] = (uint8_t)((sb->uuid[8] & 0x3f) | 0x80);

@@ -95,6 +95,11 @@ struct spill {
 	_Atomic uint32_t *pins;   /* readers inside each segment */
 	_Atomic uint8_t *heat;
 
+	/* one mover round at a time (the thread, store_spill_run, a writer's
+	 * wait in manual mode): compaction reads a segment into rbuf unlocked.
+	 * Taken before commit_lock. */
+	pthread_mutex_t round_lock;
+
 	/* mover state: protected by commit_lock */
 	int64_t open_seg;
 	char *wbuf;               /* CHUNK_BYTES, aligned */
@@ -592,14 +597,12 @@ static uint32_t free_segs(const struct emb_spill *pm)
 	return n;
 }
 
-/* Make sure the open segment has `need` bytes left; the last free segment is
- * kept for compaction.  0, or -ENOSPC when the device is full. */
-static int seg_room(struct store *s, uint64_t need, int compacting)
+/* Seal the open segment and open a free one.  The last free segment is kept
+ * for compaction (which can always finish with it).  0, or -ENOSPC. */
+static int seg_next(struct store *s, int compacting)
 {
 	struct spill *sp = s->sp;
 	struct emb_spill *pm = sp->pm;
-	if (sp->open_seg >= 0 && pm->seg_size - pm->seg[sp->open_seg].fill >= need)
-		return 0;
 	if (!compacting && free_segs(pm) <= 1)
 		return -ENOSPC;
 	uint64_t k;
@@ -620,6 +623,16 @@ static int seg_room(struct store *s, uint64_t need, int compacting)
 	pm_persist(s, &pm->seq, 8);
 	sp->open_seg = (int64_t)k;
 	return 0;
+}
+
+/* Make sure the open segment has `need` bytes left (for the mover's own
+ * writes).  0, or -ENOSPC when the device is full. */
+static int seg_room(struct store *s, uint64_t need)
+{
+	struct spill *sp = s->sp;
+	if (sp->open_seg >= 0 && sp->pm->seg_size - sp->pm->seg[sp->open_seg].fill >= need)
+		return 0;
+	return seg_next(s, 0);
 }
 
 /* Append wbuf[0..len) at the open segment's end; returns its device offset. */
@@ -682,7 +695,7 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 	uint32_t rs = st->t->row_size, rsz = spill_rec_size(rs);
 	uint32_t need = rsz > BLK ? (rsz + BLK - 1) & ~(BLK - 1) : BLK;
 	*moved = 0;
-	int ret = seg_room(s, need, 0);
+	int ret = seg_room(s, need);
 	if (ret)
 		return ret;
 	uint64_t cap = sp->pm->seg_size - sp->pm->seg[sp->open_seg].fill;
@@ -801,7 +814,7 @@ static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_
 		ret = -ENOMEM;
 	size_t left = n;
 	while (!ret && left) {
-		if ((ret = seg_room(s, need, 0)))
+		if ((ret = seg_room(s, need)))
 			break;
 		uint64_t cap = sp->pm->seg_size - sp->pm->seg[sp->open_seg].fill;
 		if (cap > CHUNK_BYTES)
@@ -1061,7 +1074,25 @@ static int recount_locked(struct store *s)
 	return ret;
 }
 
-/* Copy the live records of sealed segment k to the open one, then free k. */
+/* The stub of st's row that points at device offset loc, or 0.
+ * commit_lock held. */
+static uint64_t stub_at(struct store *s, struct stable *st, uint64_t row, uint64_t loc)
+{
+	int d = 0;
+	for (uint64_t o = index_get(s, st, row, NULL); o && d < (int)EMB_MAX_SNAPS + 2; d++) {
+		struct emb_version *v = S_PTR(s, o);
+		if (ver_stub(v) && STUB(s, o)->loc == loc)
+			return o;
+		o = v->prev;
+	}
+	return 0;
+}
+
+/* Copy the live records of sealed segment k to the open segment (filling it
+ * to its end, then the next), then free k.  The scan walks records by their
+ * sizes: one may start right after a record longer than a block, in its last
+ * block.  A live record is copied even when its checksum fails, so that its
+ * reads keep failing and no stub points into a freed segment. */
 static int compact_seg(struct store *s, uint64_t k)
 {
 	struct spill *sp = s->sp;
@@ -1077,79 +1108,62 @@ static int compact_seg(struct store *s, uint64_t k)
 	}
 	atomic_store(&sp->compact_total, fill);
 	atomic_store(&sp->compact_done, 0);
-	uint64_t blk = 0;
-	while (blk < fill) {
-		uint64_t piece_end = blk + COMPACT_PIECE < fill ? blk + COMPACT_PIECE : fill;
+	uint64_t p = 0; /* scan position in the segment */
+	while (p < fill) {
+		uint64_t p0 = p, piece_end = p + COMPACT_PIECE < fill ? p + COMPACT_PIECE : fill;
 		struct timespec t0;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		pthread_mutex_lock(&s->commit_lock);
+		uint64_t lim = sp->open_seg >= 0 ? pm->seg_size - pm->seg[sp->open_seg].fill : 0;
+		if (lim > CHUNK_BYTES)
+			lim = CHUNK_BYTES;
 		struct moved { uint64_t stub, loc; uint32_t table, rsz; } *mv = NULL;
 		size_t nmv = 0, capmv = 0;
 		uint64_t pos = 0;
-		int ret = 0;
-		memset(sp->wbuf, 0, CHUNK_BYTES);
-		/* records of [blk, piece_end), scanning 16 bytes at a time past damage */
-		while (blk < piece_end && !ret) {
-			uint64_t in = 0, next_blk = blk + BLK;
-			while (in + sizeof(struct emb_srec) <= BLK) {
-				const struct emb_srec *r = (const struct emb_srec *)(sp->rbuf + blk + in);
-				uint32_t rsz = r->magic == EMB_SREC_MAGIC && r->len <= EMB_ROW_MAX ? spill_rec_size(r->len) : 0;
-				if (!rsz || blk + in + rsz > fill || rec_csum(r) != r->csum) {
-					in += 16;
-					continue;
-				}
-				if (rsz > BLK)
-					next_blk = blk + ((rsz + BLK - 1) & ~(uint64_t)(BLK - 1));
-				uint64_t loc = base + blk + in;
-				struct stable *st = tab_get(s, r->table);
-				uint64_t found = 0;
-				if (st && st->t->row_size == r->len) {
-					int d = 0;
-					for (uint64_t o = index_get(s, st, r->row, NULL); o && d < (int)EMB_MAX_SNAPS + 2;
-					     d++) {
-						struct emb_version *v = S_PTR(s, o);
-						if (ver_stub(v) && STUB(s, o)->loc == loc) {
-							found = o;
-							break;
-						}
-						o = v->prev;
-					}
-				}
-				if (found) {
-					uint64_t at = place(pos, rsz);
-					if (at + rsz > CHUNK_BYTES) {
-						next_blk = blk; /* the rest of this block goes next round */
-						piece_end = blk;
-						break;
-					}
-					memcpy(sp->wbuf + at, r, rsz);
-					if (nmv == capmv) {
-						capmv = capmv ? capmv * 2 : 256;
-						void *p = realloc(mv, capmv * sizeof(*mv));
-						if (!p) {
-							ret = -ENOMEM;
-							break;
-						}
-						mv = p;
-					}
-					mv[nmv++] = (struct moved){ found, at, r->table, rsz };
-					pos = at + rsz;
-				}
-				if (rsz > BLK)
-					break;
-				in += rsz;
+		int ret = 0, room = 1;
+		memset(sp->wbuf, 0, lim);
+		while (p < piece_end && room && !ret) {
+			const struct emb_srec *r = (const struct emb_srec *)(sp->rbuf + p);
+			uint64_t in = p % BLK;
+			if (in + sizeof(*r) > BLK) { /* no record starts this late in a block */
+				p += BLK - in;
+				continue;
 			}
-			if (next_blk == blk)
+			uint32_t rsz = r->magic == EMB_SREC_MAGIC && r->len <= EMB_ROW_MAX ? spill_rec_size(r->len) : 0;
+			if (!rsz || p + rsz > fill) {
+				p += 16;
+				continue;
+			}
+			struct stable *st = tab_get(s, r->table);
+			uint64_t found = st && st->t->row_size == r->len ? stub_at(s, st, r->row, base + p) : 0;
+			if (!found) { /* stale; or damage that looks like a header: step over it slowly */
+				p += rec_csum(r) == r->csum ? rsz : 16;
+				continue;
+			}
+			uint64_t at = place(pos, rsz);
+			if (at + rsz > lim) {
+				room = 0; /* the rest goes to the next segment */
 				break;
-			blk = next_blk;
+			}
+			if (nmv == capmv) {
+				capmv = capmv ? capmv * 2 : 256;
+				void *q = realloc(mv, capmv * sizeof(*mv));
+				if (!q) {
+					ret = -ENOMEM;
+					break;
+				}
+				mv = q;
+			}
+			memcpy(sp->wbuf + at, r, rsz);
+			mv[nmv++] = (struct moved){ found, at, r->table, rsz };
+			pos = at + rsz;
+			p += rsz;
 		}
 		uint64_t at = 0;
-		if (!ret && nmv) {
-			uint64_t len = (pos + BLK - 1) & ~(uint64_t)(BLK - 1);
-			ret = seg_room(s, len, 1);
-			if (!ret)
-				ret = seg_write(s, pos, &at);
-		}
+		if (!ret && !nmv && !room)
+			ret = seg_next(s, 1); /* not one more record fits the open segment */
+		else if (!ret && nmv)
+			ret = seg_write(s, pos, &at);
 		if (!ret && nmv) {
 			pm_barrier(s); /* the fill covers the copies before any stub points there */
 			for (size_t i = 0; i < nmv; i++) {
@@ -1171,9 +1185,9 @@ static int compact_seg(struct store *s, uint64_t k)
 		free(mv);
 		if (ret)
 			return ret;
-		atomic_store(&sp->compact_done, blk);
-		/* rate limit: this piece's bytes at compact_bps */
-		uint64_t bytes = COMPACT_PIECE + pos;
+		atomic_store(&sp->compact_done, p);
+		/* rate limit: the bytes read and written at compact_bps */
+		uint64_t bytes = (p - p0) + pos;
 		uint64_t want_ns = bytes * 1000000000ull / (sp->compact_bps ? sp->compact_bps : 1);
 		struct timespec t1;
 		clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -1202,13 +1216,15 @@ static int compact_seg(struct store *s, uint64_t k)
 
 /* The sealed segment most worth compacting, or EMB_NONE: compaction runs
  * when written bytes exceed 1.5x the live ones (so they stay within 2x) or
- * when free segments run out; forced: whatever has stale bytes. */
-static uint64_t compact_pick(struct store *s, int forced)
+ * when free segments run out; forced: whatever has stale bytes.  *ratio:
+ * the share of that segment's bytes that are live. */
+static uint64_t compact_pick(struct store *s, int forced, double *ratio)
 {
 	struct emb_spill *pm = s->sp->pm;
 	uint64_t written = 0, live = 0, best = EMB_NONE;
 	double best_ratio = 2.0;
 	pthread_mutex_lock(&s->commit_lock);
+	*ratio = 2.0;
 	if (s->sp->recount) {
 		pthread_mutex_unlock(&s->commit_lock);
 		return EMB_NONE;
@@ -1229,6 +1245,7 @@ static uint64_t compact_pick(struct store *s, int forced)
 	}
 	uint32_t nfree = free_segs(pm);
 	pthread_mutex_unlock(&s->commit_lock);
+	*ratio = best_ratio;
 	if (best == EMB_NONE || forced)
 		return best;
 	int needed = written > live + live / 2 + 2 * pm->seg_size || nfree < 3;
@@ -1249,7 +1266,7 @@ static void iops_tick(struct spill *sp)
 	}
 }
 
-static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
+static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 {
 	struct spill *sp = s->sp;
 	int64_t moved = 0;
@@ -1263,10 +1280,14 @@ static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
 	if ((what & STORE_SPILL_MOVE) || row_usage(s) > sp->start_bytes) {
 		uint64_t target = pass_target(s, need);
 		moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
-		if (moved == -ENOSPC) { /* the device is full: compaction may make room */
-			uint64_t k = compact_pick(s, 1);
-			if (k != EMB_NONE && compact_seg(s, k) == 0)
-				moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
+		/* the device is full: compact, most stale segment first, for as
+		 * long as each one gives back at least an eighth of a segment */
+		for (uint64_t i = 0; moved == -ENOSPC && i < sp->pm->nsegs; i++) {
+			double ratio;
+			uint64_t k = compact_pick(s, 1, &ratio);
+			if (k == EMB_NONE || ratio > 0.875 || compact_seg(s, k))
+				break;
+			moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
 		}
 		/* a writer waits but nothing could move, or stubs found the heap
 		 * full: give a row slab back to the heap */
@@ -1282,13 +1303,23 @@ static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
 	}
 	if (what & STORE_SPILL_PROMOTE || !sp->manual)
 		promote(s);
-	uint64_t k = compact_pick(s, !!(what & STORE_SPILL_COMPACT));
+	double ratio;
+	uint64_t k = compact_pick(s, !!(what & STORE_SPILL_COMPACT), &ratio);
 	if (k != EMB_NONE) {
 		int ret = compact_seg(s, k);
 		if (ret && moved >= 0)
 			moved = ret;
 	}
 	return moved;
+}
+
+/* One round of the mover's work (what: STORE_SPILL_*). */
+static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
+{
+	pthread_mutex_lock(&s->sp->round_lock);
+	int64_t r = mover_round_locked(s, what, need);
+	pthread_mutex_unlock(&s->sp->round_lock);
+	return r;
 }
 
 static void *mover_main(void *arg)
@@ -1600,6 +1631,7 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 		sp->rings[i].ok = io_uring_queue_init(sp->qd, &sp->rings[i].ring, 0) == 0;
 	}
 	pthread_mutex_init(&sp->mu, NULL);
+	pthread_mutex_init(&sp->round_lock, NULL);
 	pthread_cond_init(&sp->cv, NULL);
 	pthread_cond_init(&sp->done_cv, NULL);
 	/* appends continue in the newest open segment */
@@ -1730,4 +1762,18 @@ void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
 	st->waits = atomic_load(&sp->waits);
 	st->full = atomic_load(&sp->full);
 	st->slabs_returned = atomic_load(&sp->shrinks);
+}
+
+int store_spill_seg_get(struct store *s, uint64_t k, struct store_spill_seg *g)
+{
+	struct spill *sp = s->sp;
+	if (!sp)
+		return -ENODEV;
+	if (k >= sp->pm->nsegs)
+		return -ERANGE;
+	pthread_mutex_lock(&s->commit_lock);
+	const struct emb_sseg *x = &sp->pm->seg[k];
+	*g = (struct store_spill_seg){ x->state, x->nlive, x->fill, x->live };
+	pthread_mutex_unlock(&s->commit_lock);
+	return 0;
 }

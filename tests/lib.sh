@@ -11,7 +11,22 @@ TOOLS="$BUILD/tools"
 DAEMONS=""
 MOUNTS=""
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# Randomness comes from one seed per run (EMBFS_SEED if set), printed by
+# setup and again by fail, with how to replay it: rand N is a number in
+# [0, N), rand_bytes SIZE that many bytes (K/M suffixes) on stdout.  Each call
+# takes the seed's next stream (counted in $T, so that calls inside $(...)
+# count too).
+EMBFS_SEED=${EMBFS_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+seed_line() { echo "seed $EMBFS_SEED (replay: EMBFS_SEED=$EMBFS_SEED sh tests/e2e/$(basename "$0"))"; }
+rand_stream() {
+	_rs=$(($(cat "$T/.rand" 2>/dev/null || echo 0) + 1))
+	echo $_rs >"$T/.rand"
+	echo $_rs
+}
+rand() { "$TOOLS/prng" num "$EMBFS_SEED" "$(rand_stream)" "$1"; }
+rand_bytes() { "$TOOLS/prng" bytes "$EMBFS_SEED" "$(rand_stream)" "$1"; }
+
+fail() { echo "FAIL: $*" >&2; seed_line >&2; exit 1; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
 say() { echo "  $*"; }
 
@@ -37,9 +52,11 @@ cleanup() {
 
 setup() {
 	[ -c /dev/fuse ] || skip "no /dev/fuse"
+	[ -x "$TOOLS/prng" ] || skip "$TOOLS/prng not built (make)"
 	T=$(mktemp -d "${TMPDIR:-/tmp}/embfs-test.XXXXXX")
 	trap cleanup EXIT
 	trap 'exit 1' INT TERM
+	seed_line
 }
 
 # mkpool PATH [mkfs args...]: a fresh pool (64 MiB unless -s is given)

@@ -35,6 +35,8 @@ struct store_mkfs_opts {
 	uint64_t size;       /* bytes; 0 = use the existing file/device size */
 	const char *label;   /* may be NULL */
 	int force;           /* overwrite an existing pool or data */
+	const uint8_t *uuid; /* 16 bytes, NULL = random; it seeds the row index's
+			      * hash, so a test that replays a seed passes one */
 };
 
 /* Format path as an empty pool.  err receives a one-line reason. */
@@ -287,6 +289,16 @@ struct store_spill_stats {
 	uint64_t slabs_returned;   /* row slabs given back to the heap for stubs and index */
 };
 void store_spill_stats_get(struct store *s, struct store_spill_stats *st);
+
+/* Segment k of the spill device as the pool's segment table has it (tests,
+ * tools).  0, -ENODEV without a device, -ERANGE past the last segment. */
+struct store_spill_seg {
+	uint32_t state;        /* EMB_SEG_FREE, _OPEN or _SEALED */
+	uint32_t nlive;        /* records stubs point at */
+	uint64_t fill;         /* bytes written */
+	uint64_t live;         /* bytes of the records stubs point at */
+};
+int store_spill_seg_get(struct store *s, uint64_t k, struct store_spill_seg *g);
 
 /* Deep consistency check of an open pool (walks every row: for tests and
  * repair tools, never on the mount path).  Counts index entries whose version

@@ -63,20 +63,20 @@ refuse() {
 # a real pool with a table and some rows: the source of the damaged copies
 mkpool "$T/good" -s 32M -L badpool -t user.emb:64
 mount_pool "$T/good" "$T/gm"
-dd if=/dev/urandom of="$T/gm/user.emb" bs=64K count=4 status=none || fail "write rows"
+rand_bytes 256K | dd of="$T/gm/user.emb" bs=64K count=4 iflag=fullblock status=none || fail "write rows"
 unmount_pool "$T/gm"
 [ "$(grep -caF EMBFSPL "$T/good")" -ge 1 ] || fail "no EMBFSPL magic in the pool"
 SB=$(grep -obUa EMBFSPL "$T/good" | head -1 | cut -d: -f1)
 [ "$(grep -obUa EMBFSPL "$T/good" | wc -l)" -eq 1 ] || say "note: magic found more than once, using offset $SB"
 say "superblock (root object) at offset $SB"
 
-head -c 32M /dev/urandom >"$T/random"
+rand_bytes 32M >"$T/random"
 refuse "random bytes" "$T/random"
 
 truncate -s 32M "$T/zeros"
 refuse "zeros" "$T/zeros"
 
-head -c 4096 /dev/urandom >"$T/tiny"
+rand_bytes 4096 >"$T/tiny"
 refuse "4 KiB file" "$T/tiny"
 
 : >"$T/empty"
@@ -92,7 +92,7 @@ flip "$T/sb-label" $((SB + 32 + 3))
 refuse "superblock label byte" "$T/sb-label"
 
 cp "$T/good" "$T/sb-uuid"
-flip "$T/sb-uuid" $((SB + 16 + $(od -An -N1 -tu1 /dev/urandom) % 16))
+flip "$T/sb-uuid" $((SB + 16 + $(rand 16)))
 refuse "superblock uuid byte" "$T/sb-uuid"
 
 cp "$T/good" "$T/sb-magic"
@@ -101,7 +101,7 @@ refuse "superblock magic byte" "$T/sb-magic"
 
 # libpmemobj's pool header: its checksum covers bytes 0..2047 (signature,
 # version, features, uuids, creation time, arch flags) and itself at 4088.
-for off in 0 8 $((40 + $(od -An -N1 -tu1 /dev/urandom) % 16)) 130 $((144 + $(od -An -N2 -tu2 /dev/urandom) % 1900)) 4090; do
+for off in 0 8 $((40 + $(rand 16))) 130 $((144 + $(rand 1900))) 4090; do
 	cp "$T/good" "$T/hdr"
 	flip "$T/hdr" $off
 	refuse "pool header byte $off" "$T/hdr"

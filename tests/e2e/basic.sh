@@ -46,7 +46,7 @@ ls -a "$M" | grep -qx .embfs || fail "ls -a does not show .embfs"
 expect "tables" "$(stored tables)" 1
 
 say "dd / cp / cmp round trips"
-head -c 307200 /dev/urandom > "$T/src" # 1200 rows of 256 bytes
+rand_bytes 307200 > "$T/src" # 1200 rows of 256 bytes
 cp "$T/src" "$M/b.emb" || fail "cp into the mount"
 cmp "$T/src" "$M/b.emb" || fail "cp round trip"
 expect "size b.emb" "$(size_of "$M/b.emb")" 307200
@@ -69,7 +69,7 @@ expect "blocks of an all-hole table" "$(blocks_of "$M/h.emb")" 0
 cmp -n 10485760 "$M/h.emb" /dev/zero || fail "a never-written table does not read as zeros"
 printf 'abcd' | dd of="$M/h.emb" bs=1 seek=5000000 conv=notrunc status=none
 expect "blocks after one row" "$(blocks_of "$M/h.emb")" 1 # 256 bytes -> 1 block of 512
-head -c 1024 /dev/urandom > "$T/k"
+rand_bytes 1024 > "$T/k"
 dd if="$T/k" of="$M/h.emb" bs=1024 seek=100 conv=notrunc status=none # rows 400..403
 expect "blocks after five rows" "$(blocks_of "$M/h.emb")" 3 # 1280 bytes
 expect "size h.emb after writes inside" "$(size_of "$M/h.emb")" 10485760
@@ -127,7 +127,7 @@ cat "$M/h.emb" 2>/dev/null && fail "cat of a removed table worked"
 wait_field tables 3
 
 say "a new table reusing a removed one's slot starts empty"
-head -c 65536 /dev/urandom > "$M/r1.emb" # no sync point: rows may sit in a cache
+rand_bytes 65536 > "$M/r1.emb" # no sync point: rows may sit in a cache
 ino=$(stat -c %i "$M/r1.emb")
 rm "$M/r1.emb"
 wait_field rows $((1 + 1200 + 1200))

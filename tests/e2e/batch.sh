@@ -37,9 +37,9 @@ expect "mode of .embfs/batch" "$(stat -c %a "$M/.embfs/batch")" 644
 ls "$M/.embfs" | grep -qx batch || fail "ls .embfs does not show batch"
 
 say "populate t.emb: rows 0..9999, then rows 50000..50099; the rest are holes"
-head -c 2560000 /dev/urandom >"$T/rows0"
+rand_bytes 2560000 >"$T/rows0"
 dd if="$T/rows0" of="$M/t.emb" bs=64k conv=notrunc status=none || fail "populate"
-head -c 25600 /dev/urandom | dd of="$M/t.emb" bs=256 seek=50000 conv=notrunc status=none || fail "populate 2"
+rand_bytes 25600 | dd of="$M/t.emb" bs=256 seek=50000 conv=notrunc status=none || fail "populate 2"
 
 say "gather == pread: random ids with duplicates, holes and rows past EOF"
 "$BT" gather-check "$M/t.emb" 1 1 60000 || fail "gather of 1 id"

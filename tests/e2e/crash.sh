@@ -12,7 +12,7 @@
 CW="$TOOLS/crashwriter"
 [ -x "$CW" ] || skip "$CW not built (make)"
 ROUNDS=${ROUNDS:-5}
-SEED=${SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}
+SEED=$((EMBFS_SEED % 65536)) # the writer's rows
 WOPTS="-s $SEED -k 24 -n 32768"
 
 unset PMEM_IS_PMEM_FORCE
@@ -22,9 +22,6 @@ WPID=""
 trap 'rc=$?; [ -n "$WPID" ] && kill "$WPID" 2>/dev/null; rm -rf "$S"; (exit $rc); cleanup' EXIT
 
 nlines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
-
-# rand N: a number in [0, N)
-rand() { echo $(( $(od -An -N2 -tu2 /dev/urandom) % $1 )); }
 
 # wait_writer: the writer must exit (bounded) once its daemon is gone
 wait_writer() {

@@ -15,7 +15,7 @@ POOL="$W/pool"          # an embfs pool with a table
 DATA="$W/data"          # a file holding data
 ZERO="$W/zero"          # 1 MiB of zeros
 mkpool "$POOL" -s 16M -L keep -t old.emb:8
-head -c 1M /dev/urandom >"$DATA"
+rand_bytes 1M >"$DATA"
 head -c 1M /dev/zero >"$ZERO"
 mkdir "$W/dir"
 
@@ -110,7 +110,7 @@ for spec in user.emb:64:f32:256 item.emb:16:f16:32 q8:100:i8:100 b:7:bf16:14 d:3
 	[ "$(xattr "$f" user.embfs.row_size)" = "$rs" ] || fail "$name: row_size $(xattr "$f" user.embfs.row_size), want $rs"
 	[ "$(stat -c %s "$f")" = 0 ] || fail "$name: new table is not empty"
 	# the geometry is the one in use: row 3 alone makes the file 4 rows long
-	head -c "$rs" /dev/urandom >"$T/row"
+	rand_bytes "$rs" >"$T/row"
 	dd if="$T/row" of="$f" bs="$rs" seek=3 conv=notrunc status=none || fail "$name: write row 3"
 	[ "$(stat -c %s "$f")" = $((4 * rs)) ] || fail "$name: size $(stat -c %s "$f") after row 3, want $((4 * rs))"
 	dd if="$f" bs="$rs" skip=3 count=1 status=none | cmp -s - "$T/row" || fail "$name: row 3 reads back wrong"

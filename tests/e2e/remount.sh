@@ -40,8 +40,8 @@ first_clean=""; first_crash=""
 for n in $SIZES; do
 	# grow the table to n rows, 1 MiB per write
 	if [ "$n" -gt $loaded ]; then
-		dd if=/dev/urandom of="$M/t.emb" bs=1M iflag=count_bytes,fullblock \
-			count=$(((n - loaded) * RS)) oflag=seek_bytes seek=$((loaded * RS)) conv=notrunc \
+		rand_bytes $(((n - loaded) * RS)) | dd of="$M/t.emb" bs=1M iflag=fullblock \
+			oflag=seek_bytes seek=$((loaded * RS)) conv=notrunc \
 			status=none || fail "loading rows $loaded..$n (pool full?)"
 		loaded=$n
 	fi

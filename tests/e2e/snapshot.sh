@@ -23,14 +23,14 @@ for variant in cache nocache; do
 	say "[$variant] pre-image kept after overwrite, truncate and unlink"
 	mkpool "$T/pool" -s 128M
 	mount_pool "$T/pool" "$M" $opts
-	head -c 1M /dev/urandom > "$T/v1"
+	rand_bytes 1M > "$T/v1"
 	cp "$T/v1" "$M/t.emb"
-	head -c 300K /dev/urandom > "$T/u1"
+	rand_bytes 300K > "$T/u1"
 	cp "$T/u1" "$M/u.emb"
 	mkdir "$S/s1" || fail "mkdir snapshot"
 	expect "snapshot listing" "$(ls "$S")" s1
 	expect "tables in it" "$(ls "$S/s1" | tr '\n' ' ')" "t.emb u.emb "
-	head -c 256K /dev/urandom | dd of="$M/t.emb" bs=64k seek=3 conv=notrunc status=none
+	rand_bytes 256K | dd of="$M/t.emb" bs=64k seek=3 conv=notrunc status=none
 	truncate -s 1000 "$M/u.emb"
 	cmp "$S/s1/t.emb" "$T/v1" || fail "snapshot changed by an overwrite"
 	cmp "$S/s1/u.emb" "$T/u1" || fail "snapshot changed by a truncate"
@@ -86,13 +86,13 @@ say "$n snapshots, each one cut of the write sequence (last: $out)"
 "$CHK" check "$M" 2000 | grep -q "rounds 30..30" || fail "live tables after the writer"
 
 say "64 snapshots with interleaved writes match shadow copies"
-dd if=/dev/urandom of="$T/shadow" bs=64k count=16 status=none
+rand_bytes 1M >"$T/shadow"
 cp "$T/shadow" "$M/m.emb"
 for i in $(seq 1 64); do
 	mkdir "$S/m$i" || fail "mkdir m$i"
 	cp "$T/shadow" "$T/sh$i"
 	off=$(( (i * 7919) % 4000 ))
-	head -c 512 /dev/urandom | tee "$T/p" | dd of="$M/m.emb" bs=256 seek=$off conv=notrunc status=none
+	rand_bytes 512 | tee "$T/p" | dd of="$M/m.emb" bs=256 seek=$off conv=notrunc status=none
 	dd if="$T/p" of="$T/shadow" bs=256 seek=$off conv=notrunc status=none
 done
 for i in $(seq 1 64); do
@@ -112,15 +112,15 @@ unmount_pool "$M"
 say "crash: a snapshot fsynced before SIGKILL is whole; one not yet durable is whole or absent"
 mkpool "$T/pool" -s 64M
 mount_pool "$T/pool" "$M" -o dirty_age_ms=60000
-head -c 512K /dev/urandom > "$T/c1"
+rand_bytes 512K > "$T/c1"
 cp "$T/c1" "$M/t.emb"
 mkdir "$S/durable"
 python3 -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)" "$S/durable" 2>/dev/null ||
 	sync "$S/durable"
-head -c 512K /dev/urandom > "$T/c2"
+rand_bytes 512K > "$T/c2"
 cp "$T/c2" "$M/t.emb"
 mkdir "$S/fresh"
-head -c 64K /dev/urandom | dd of="$M/t.emb" bs=64k conv=notrunc status=none
+rand_bytes 64K | dd of="$M/t.emb" bs=64k conv=notrunc status=none
 crash_daemon "$M"
 mount_pool "$T/pool" "$M"
 expect "recovered" "$(stat_field "$M" pool.recovered)" 1

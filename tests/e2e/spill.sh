@@ -104,7 +104,7 @@ EOF
 # written with O_DIRECT so that no page of the table stays in the page cache
 # (fsx's first full compare then reads every row through the daemon)
 topup() {
-	head -c ${MB}M /dev/urandom >"$T/fill"
+	rand_bytes ${MB}M >"$T/fill"
 	dd if="$T/fill" of="$T/a.shadow" bs=1M conv=notrunc status=none || fail "writing the shadow"
 	dd if="$T/fill" of="$M/a.emb" bs=1M oflag=direct conv=notrunc,fsync status=none ||
 		fail "writing $MB MiB to a.emb ($name)"
@@ -160,7 +160,7 @@ unmount_pool "$M"
 crash_round() {
 	name=$1; tab=$2; shift 2
 	mount_pool "$POOL" "$M" -o spill="$SP" "$@" $OPTS
-	head -c 32M /dev/urandom >"$T/$tab.src"
+	rand_bytes 32M >"$T/$tab.src"
 	dd if="$T/$tab.src" of="$M/$tab" bs=1M count=16 conv=fsync status=none || fail "$name: writing $tab"
 	moved=$(stat_field "$M" spill.moved)
 	dd if="$T/$tab.src" of="$M/$tab" bs=256K skip=64 seek=64 conv=notrunc status=none 2>/dev/null &
@@ -218,7 +218,7 @@ mkdir -p "$S4"
 mkpool "$P4" -s 64M
 mount_pool "$P4" "$M" -o spill="$S4",spill_size=6M $OPTS
 say "6 MiB spill file: $(sf spill.segment_bytes spill.segments)"
-head -c 64M /dev/urandom >"$T/d.src"
+rand_bytes 64M >"$T/d.src"
 dd if="$T/d.src" of="$M/d.emb" bs=1M count=8 conv=fsync status=none || fail "writing 8 MiB"
 dd if="$T/d.src" of="$M/d.emb" bs=1M skip=8 seek=8 conv=notrunc,fsync 2>"$T/dd.err"
 rc=$?
@@ -246,7 +246,7 @@ P5="$T/pool5"; S5="$SP/csum"
 mkdir -p "$S5"
 mkpool "$P5" -s 64M
 mount_pool "$P5" "$M" -o spill="$S5",spill_size=64M,cache_size=0 $OPTS
-head -c 24M /dev/urandom >"$T/e.src"
+rand_bytes 24M >"$T/e.src"
 dd if="$T/e.src" of="$M/e.emb" bs=1M conv=fsync status=none || fail "writing e.emb"
 say "24 MiB written with cache_size=0: $(sf spill.versions)"
 [ "$(stat_field "$M" spill.versions)" -gt 1000 ] || fail "too few rows spilled"

@@ -55,7 +55,7 @@ say "used grows, free shrinks with rows"
 free_now
 f0=$FREE
 u0=$(stat_field "$M" pool.used_bytes) # free_now just synced
-head -c $((4 * MiB)) /dev/urandom > "$T/a"
+rand_bytes $((4 * MiB)) > "$T/a"
 cp "$T/a" "$M/a.emb" || fail "write 4 MiB"
 free_now
 f1=$FREE
@@ -99,7 +99,7 @@ mount_pool "$T/small" "$M" $OPTS
 set -- $(stat -f -c '%S %b %f' "$M")
 expect "size of the small pool" $(($1 * $2)) 33554432
 sf0=$(($1 * $3))
-head -c $((40 * MiB)) /dev/urandom > "$T/src"
+rand_bytes $((40 * MiB)) > "$T/src"
 # O_DSYNC: each write is stored before it returns, so ENOSPC shows at the
 # write that does not fit, also through a write-back cache
 dd if="$T/src" of="$M/big.emb" bs=64k oflag=dsync 2>"$T/dd.err" && fail "40 MiB fit in a 32 MiB pool"

@@ -5,7 +5,7 @@
  * usage: fsx [-n OPS] [-s SEED] [-m NEAR] [-l MAXLEN] [-f FARPCT] [-c EVERY]
  *            [-K] [-C] [-q] FILE SHADOW
  *   -n OPS     operations to run (1000)
- *   -s SEED    RNG seed (default: from the clock); always printed
+ *   -s SEED    RNG seed (default: EMBFS_SEED, else from the clock); always printed
  *   -m NEAR    most ordinary offsets fall in [0, NEAR) (256 KiB)
  *   -l MAXLEN  longest write/read/punch (64 KiB)
  *   -f FARPCT  percent of writes/truncates that go to offsets near 1e12 (5)
@@ -560,7 +560,9 @@ int main(int argc, char **argv)
 	int keep = 0, cmponly = 0, c;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	uint64_t seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+	const char *env_seed = getenv("EMBFS_SEED");
+	uint64_t seed = env_seed && *env_seed ? num(env_seed)
+					      : (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
 
 	while ((c = getopt(argc, argv, "n:s:m:l:f:c:KCq")) != -1) {
 		switch (c) {
@@ -584,7 +586,8 @@ int main(int argc, char **argv)
 	if (cmponly)
 		printf("fsx: compare %s with %s\n", path, spath);
 	else
-		printf("fsx: seed %" PRIu64 " file %s shadow %s\n", seed, path, spath);
+		printf("fsx: seed %" PRIu64 " file %s shadow %s\nseed %" PRIu64 " (replay: EMBFS_SEED=%" PRIu64
+		       " or -s %" PRIu64 " with the same options)\n", seed, path, spath, seed, seed, seed);
 	fflush(stdout);
 
 	mbuf = malloc(CHUNK);
