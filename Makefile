@@ -28,9 +28,10 @@ PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs
 UNIT := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 BENCH := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
+SHIMS := $(patsubst tests/shim/%.c,$(BUILD)/shim/%.so,$(wildcard tests/shim/*.c))
 EXAMPLES := $(BUILD)/examples/train
 
-all: $(PROGS) $(UNIT) $(BENCH) $(TOOLS) $(EXAMPLES)
+all: $(PROGS) $(UNIT) $(BENCH) $(TOOLS) $(SHIMS) $(EXAMPLES)
 
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -55,6 +56,12 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/helpers.h $(BUILD)/libstore.a $(BUIL
 $(BUILD)/tools/%: tests/tools/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm
+
+# LD_PRELOAD shims for fault injection: never built with a sanitizer (its
+# runtime must come first in the daemon's library list)
+$(BUILD)/shim/%.so: tests/shim/%.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -Wall -Wextra -fPIC -shared -o $@ $< -ldl
 
 # missrate drives the real cache library over a fake store
 $(BUILD)/bench/missrate: tests/bench/missrate.c tests/bench/bench.h $(BUILD)/libcache.a $(HDRS)

@@ -11,7 +11,7 @@
 setup
 M="$T/m"
 MiB=1048576
-head -c $((200 * MiB)) /dev/urandom > "$T/src"
+rand_bytes 200M > "$T/src"
 
 # fill POOLSIZE LABEL [embfs args]: dd the source into a new table until ENOSPC;
 # the accepted prefix must survive fsync, unmount and remount; rm gives the

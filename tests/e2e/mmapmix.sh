@@ -15,7 +15,7 @@ OPTS=${EMBFS_TEST_OPTS:-}
 BT="$TOOLS/batchtool"
 M="$T/m"
 [ -x "$BT" ] || fail "$BT not built"
-SEED=${EMBFS_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+SEED=$EMBFS_SEED # lib.sh: printed by setup, replayed from EMBFS_SEED
 SECS=${EMBFS_MIX_SECS:-3}
 echo "  seed $SEED (EMBFS_SEED=$SEED replays)"
 

@@ -162,13 +162,13 @@ unmount_pool "$M"
 say "ENOSPC with snapshots: a rewrite of rows a snapshot holds is promised its slot"
 mkpool "$T/sf" -s 32M
 mount_pool "$T/sf" "$M" $OPTS
-head -c $((6 * MiB)) /dev/urandom > "$T/v0"
+rand_bytes 6M > "$T/v0"
 cp "$T/v0" "$M/t.emb" || fail "write 6 MiB"
 sync "$M" || fail "fsync of the mount root"
 n=0 S=
 while [ $n -lt 12 ]; do
 	mkdir "$M/.snapshots/s$n" || fail "snapshot s$n"
-	head -c $((6 * MiB)) /dev/urandom > "$T/v$((n + 1))"
+	rand_bytes 6M > "$T/v$((n + 1))"
 	# no O_DSYNC: the rows stay dirty in the cache, ENOSPC must come now
 	if ! dd if="$T/v$((n + 1))" of="$M/t.emb" bs=64k conv=notrunc 2>"$T/dd.err"; then
 		grep -q "No space left on device" "$T/dd.err" || { cat "$T/dd.err" >&2; fail "dd did not stop on ENOSPC"; }

@@ -190,11 +190,9 @@ static void test_release_full(void)
 		while (write_rows(s, id, rs, n * 7, g, 1) == 0)
 			n += g;
 	OK(store_table_unlink(s, "t"));
-	uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)getpid();
-	if (getenv("EMBFS_SEED"))
-		seed = strtoull(getenv("EMBFS_SEED"), NULL, 0);
-	printf("release: %llu rows, seed %llu (replay: EMBFS_SEED=%llu)\n", (unsigned long long)n,
-	       (unsigned long long)seed, (unsigned long long)seed);
+	uint64_t seed = test_seed("build/tests/test_commit");
+	printf("release: %llu rows, killed after %llu us\n", (unsigned long long)n,
+	       (unsigned long long)(seed % 40000));
 	store_close(s);
 	/* a child releases it and is killed after a random delay */
 	pid_t pid = fork();
