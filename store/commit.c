@@ -136,7 +136,11 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		int ret = 0;
 		claims_reset(c);
 		for (size_t i = 0; i < nu && !ret; i++) {
-			u[i].old_off = index_get(s, st, u[i].row, &u[i].pos);
+			ret = index_find(s, st, u[i].row, &u[i].pos, &u[i].old_off);
+			if (!ret && u[i].old_off) /* plan() reads it, A3 may copy its bytes */
+				ret = chain_check_head(s, st, u[i].row, u[i].old_off);
+			if (ret)
+				break;
 			u[i].found = u[i].old_off != 0;
 			u[i].claimed = 0;
 			plan(s, &u[i]);
@@ -253,7 +257,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		if (u[i].old)
 			memcpy(v + 1, u[i].old, rs);
 		else if (u[i].live && !ver_stub(ov))
-			memcpy(v + 1, ov + 1, rs);
+			memmove(v + 1, ov + 1, rs); /* the same slot only if a bitmap is damaged */
 		else
 			memset(v + 1, 0, rs);
 	}
@@ -271,7 +275,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		if (!writes(&u[i]))
 			continue;
 		struct emb_version *v = S_PTR(s, u[i].new_off);
-		v->csum = u[i].tomb ? 0 : XXH32(v + 1, rs, 0);
+		ver_seal(v, rs);
 		pm_flush(s, v, sizeof(*v) + rs);
 		slab_mark(s, u[i].new_off);
 		if (u[i].claimed)
@@ -403,7 +407,9 @@ int commit_recover(struct store *s)
 		int any = 0;
 		for (uint64_t i = 0; i < j->count; i++) {
 			struct emb_jrec *r = &j->rec[i];
-			uint64_t cur = index_get(s, st, r->row, NULL);
+			uint64_t cur;
+			if (index_get(s, st, r->row, &cur))
+				continue; /* damaged: keep both versions (a leak, never a loss) */
 			int done = r->new_off ? cur == r->new_off : cur != r->old_off;
 			if (done) {
 				struct emb_version *nv = S_PTR(s, r->new_off);
@@ -448,7 +454,11 @@ int trim_locked(struct store *s, struct stable *st)
 	int ret = 0;
 	if (lim == EMB_NONE)
 		return 0;
-	if (lim % rs && index_get(s, st, lim / rs, NULL)) {
+	uint64_t last;
+	ret = index_get(s, st, lim / rs, &last);
+	if (ret)
+		return ret;
+	if (lim % rs && last) {
 		static const char zeros[EMB_ROW_MAX];
 		struct store_rowop op = { lim / rs, (uint32_t)(lim % rs), (uint32_t)(rs - lim % rs), zeros, 0 };
 		ret = commit_locked(s, st, &op, 1, 0);

@@ -80,7 +80,8 @@ static int probe(const struct emb_bucket *b, uint64_t key, uint8_t tag)
 	return -1;
 }
 
-uint64_t index_get(struct store *s, struct stable *st, uint64_t key, struct ipos *pos)
+/* Find key in its home bucket or the next: its value, 0 if absent. */
+static uint64_t lookup(struct store *s, struct stable *st, uint64_t key, struct ipos *pos)
 {
 	if (!st->segs)
 		return 0;
@@ -104,6 +105,18 @@ uint64_t index_get(struct store *s, struct stable *st, uint64_t key, struct ipos
 	if (pos)
 		*pos = (struct ipos){ nb, i, 1, b };
 	return ld64(&nb->slot[i].val);
+}
+
+int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val)
+{
+	*val = lookup(s, st, key, NULL);
+	return 0;
+}
+
+int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val)
+{
+	*val = lookup(s, st, key, pos);
+	return 0;
 }
 
 /* ---- claims: free slots promised to the ops of one commit ------------- */

@@ -272,6 +272,8 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	s->sb = pmemobj_direct(pmemobj_root(s->pop, 0));
 	s->map_len = is_dev ? s->sb->pool_size : size;
 	s->is_pmem = pmem_is_pmem(s->base, s->map_len);
+	const char *verify = getenv("EMBFS_VERIFY");
+	s->no_verify = verify && !strcmp(verify, "0");
 	s->jr = S_PTR(s, s->sb->journal_off);
 	pthread_rwlock_init(&s->cat_lock, NULL);
 	pthread_mutex_init(&s->commit_lock, NULL);
@@ -359,11 +361,11 @@ int store_row_exists(struct store *s, uint32_t id, uint64_t row)
 	struct stable *st = tab_get(s, id);
 	if (!st)
 		return -ENOENT;
+	struct emb_version *v;
 	pthread_rwlock_rdlock(&st->lock);
-	uint64_t off = index_get(s, st, row, NULL);
-	int live = off && !ver_tomb(S_PTR(s, off));
+	int ret = chain_visible(s, st, row, EMB_NONE, &v);
 	pthread_rwlock_unlock(&st->lock);
-	return live;
+	return ret ? ret : v != NULL;
 }
 
 int store_table_extend(struct store *s, uint32_t id, uint64_t size)
@@ -381,6 +383,7 @@ int store_table_extend(struct store *s, uint32_t id, uint64_t size)
 
 struct keyvec {
 	struct store *s;
+	struct stable *st;
 	struct u64vec keys;
 };
 
@@ -388,7 +391,10 @@ struct keyvec {
 static int keyvec_push(void *arg, uint64_t key, uint64_t val)
 {
 	struct keyvec *k = arg;
-	return ver_tomb(S_PTR(k->s, val)) ? 0 : u64vec_push(&k->keys, key);
+	struct emb_version *v = ver_get(k->s, val, k->st->id, key, k->st->t->row_size);
+	if (!v)
+		return -EIO;
+	return ver_tomb(v) ? 0 : u64vec_push(&k->keys, key);
 }
 
 /* SEEK_DATA/SEEK_HOLE: the index is a hash, so a sorted copy of the row ids
@@ -401,7 +407,7 @@ static int seek_prepare(struct store *s, struct stable *st, uint64_t from, size_
 	uint64_t mod = st->mod;
 	int ret = 0;
 	if (!st->seek_keys || st->seek_mod != mod) {
-		struct keyvec k = { .s = s };
+		struct keyvec k = { .s = s, .st = st };
 		ret = index_walk(s, st, keyvec_push, &k);
 		if (!ret) {
 			u64_sort(k.keys.v, k.keys.n);
@@ -522,4 +528,5 @@ void store_stats_get(struct store *s, struct store_stats *st)
 	st->barriers = atomic_load(&s->n_barriers);
 	st->rows_written = atomic_load(&s->n_rows_written);
 	st->rows_read = atomic_load(&s->n_rows_read);
+	st->checksum_errors = atomic_load(&s->n_csum_errors);
 }

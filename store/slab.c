@@ -440,8 +440,8 @@ void slab_mark(struct store *s, uint64_t off)
 	pm_flush(s, w, 8);
 }
 
-/* PMem and DRAM bit off.  commit_lock held. */
-void slab_free(struct store *s, uint64_t off)
+/* PMem and DRAM bit off: 1 if off is a slot, 0 if not.  commit_lock held. */
+int slab_free(struct store *s, uint64_t off)
 {
 	uint64_t slot;
 	pthread_mutex_lock(&s->space_lock);
@@ -456,6 +456,7 @@ void slab_free(struct store *s, uint64_t off)
 		give_back(s, sl, slot);
 	}
 	pthread_mutex_unlock(&s->space_lock);
+	return sl != NULL;
 }
 
 /* Slots a class keeps unpromised: one commit's worth of copy-on-write. */

@@ -162,6 +162,18 @@ static int reclaim_apply(struct reclaim *rc)
 	struct emb_journal *j = s->jr;
 	if (!rc->nch)
 		return 0;
+	/* positions first: a damaged bucket fails the reclaim before it starts */
+	struct ipos *pos = calloc(rc->nch, sizeof(*pos));
+	if (!pos)
+		return -ENOMEM;
+	for (size_t c = 0; c < rc->nch; c++) {
+		uint64_t cur;
+		int ret = index_find(s, st, rc->ch[c].row, &pos[c], &cur);
+		if (ret || cur != rc->ch[c].old_head) {
+			free(pos);
+			return ret ? ret : -EIO;
+		}
+	}
 	uint64_t n = 0;
 	for (size_t i = 0; i < rc->nfrees; i++)
 		j->rec[n++] = (struct emb_jrec){ 0, rc->frees[i], 0, st->id, 0 };
@@ -170,9 +182,6 @@ static int reclaim_apply(struct reclaim *rc)
 			j->rec[rc->ch[c].first_free + k].row = rc->ch[c].row;
 	journal_seal(s, st, EMB_J_RECLAIM, n, 0);
 
-	struct ipos *pos = calloc(rc->nch, sizeof(*pos));
-	if (!pos)
-		return -ENOMEM;
 	pthread_rwlock_wrlock(&st->lock);
 	for (size_t i = 0; i < rc->nlinks; i++) {
 		struct emb_version *v = S_PTR(s, rc->links[i].ver);
@@ -182,7 +191,6 @@ static int reclaim_apply(struct reclaim *rc)
 	int64_t drows = 0;
 	for (size_t c = 0; c < rc->nch; c++) {
 		struct change *x = &rc->ch[c];
-		index_get(s, st, x->row, &pos[c]);
 		int was = !ver_tomb(S_PTR(s, x->old_head));
 		int now = x->head && !ver_tomb(S_PTR(s, x->head));
 		drows += now - was;
@@ -216,8 +224,16 @@ static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
 	uint64_t vs[EMB_MAX_SNAPS + 2];
 	int keep[EMB_MAX_SNAPS + 2];
 	size_t k = 0;
-	for (uint64_t o = head; o && k < EMB_MAX_SNAPS + 2; o = ((struct emb_version *)S_PTR(s, o))->prev)
-		vs[k++] = o;
+	struct chain ch;
+	int ret = chain_start(s, rc->st, row, head, &ch);
+	while (!ret && ch.v) {
+		vs[k++] = ch.off;
+		ret = chain_step(&ch);
+	}
+	if (ret || !k) { /* damaged: the whole chain stays as it is */
+		rc->remaining++;
+		return 0;
+	}
 	/* older versions first: each is seen by the snapshots in [batch, newer batch) */
 	int older_kept = 0;
 	for (size_t i = k; i-- > 1;) {
@@ -255,7 +271,7 @@ static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
 	if (!nfree)
 		return 0;
 	if (rc->nfrees + nfree > EMB_JOURNAL_CAP) {
-		int ret = reclaim_apply(rc);
+		ret = reclaim_apply(rc);
 		if (ret)
 			return ret;
 	}
@@ -344,8 +360,10 @@ int reclaim_recover(struct store *s, struct emb_journal *j)
 	uint64_t n = 0;
 	struct kv all = { 0 };
 	int ret = index_walk(s, st, kv_push, &all);
-	for (size_t i = 0; !ret && i < all.k.n; i++)
-		n += !ver_tomb(S_PTR(s, all.v.v[i]));
+	for (size_t i = 0; !ret && i < all.k.n; i++) {
+		struct emb_version *v = ver_get(s, all.v.v[i], st->id, all.k.v[i], st->t->row_size);
+		n += !v || !ver_tomb(v); /* a damaged head counts as a row */
+	}
 	free(all.k.v);
 	free(all.v.v);
 	if (ret)
@@ -707,15 +725,6 @@ int store_snap_table_next(struct store *s, uint32_t idx, uint32_t *cursor, struc
 	return ret;
 }
 
-/* The version of row that snapshot batch b sees.  st->lock held. */
-static struct emb_version *visible(struct store *s, struct stable *st, uint64_t row, uint64_t b)
-{
-	struct emb_version *v = S_PTR(s, index_get(s, st, row, NULL));
-	while (v && v->batch > b)
-		v = S_PTR(s, v->prev);
-	return v && !ver_tomb(v) ? v : NULL;
-}
-
 /* Resolve (snapshot, table) to the live table state and the snapshot batch. */
 static int snap_resolve(struct store *s, uint32_t idx, uint32_t id, struct stable **stp, uint64_t *batch,
 			uint32_t *rs)
@@ -774,9 +783,12 @@ static int snap_keys(struct store *s, uint32_t idx, uint32_t id, struct stable *
 	pthread_rwlock_rdlock(&st->lock);
 	ret = index_walk(s, st, kv_push, &all);
 	size_t n = 0;
-	for (size_t i = 0; !ret && i < all.k.n; i++)
-		if (visible(s, st, all.k.v[i], b))
+	for (size_t i = 0; !ret && i < all.k.n; i++) {
+		struct emb_version *v;
+		ret = chain_visible(s, st, all.k.v[i], b, &v);
+		if (!ret && v)
 			all.k.v[n++] = all.k.v[i];
+	}
 	pthread_rwlock_unlock(&st->lock);
 	free(all.v.v);
 	if (ret) {

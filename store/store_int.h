@@ -76,6 +76,8 @@ struct store {
 	uint32_t n_live;
 
 	_Atomic uint64_t n_commits, n_barriers, n_rows_written, n_rows_read;
+	_Atomic uint64_t n_csum_errors; /* damage found (ver.c, index.c) */
+	int no_verify;               /* EMBFS_VERIFY=0: reads skip the bytes' digest (bench only) */
 
 	struct spill *sp;            /* spill tier, NULL when none is attached (spill.c) */
 	uint64_t row_cap;            /* with a spill tier: slab bytes row versions may take; protected by space_lock */
@@ -90,6 +92,16 @@ static inline void *S_PTR(const struct store *s, uint64_t off)
 static inline uint64_t S_OFF(const struct store *s, const void *p)
 {
 	return p ? (uint64_t)((const char *)p - s->base) : 0;
+}
+
+/* libpmemobj's pool header and descriptor: no embfs object starts below. */
+#define EMB_HEAP_LO 8192u
+
+/* [off, off + len) lies inside the pool mapping, past libpmemobj's pool
+ * descriptor, and off is a multiple of align: safe to dereference. */
+static inline int pool_range_ok(const struct store *s, uint64_t off, uint64_t len, uint64_t align)
+{
+	return off >= EMB_HEAP_LO && off % align == 0 && len <= s->map_len && off <= s->map_len - len;
 }
 
 static inline uint64_t ld64(const uint64_t *p)
@@ -173,7 +185,7 @@ int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls);
 int slab_alloc(struct store *s, uint32_t cls, uint64_t *off);
 void slab_unreserve(struct store *s, uint64_t off);
 void slab_mark(struct store *s, uint64_t off);   /* PMem bit on, flushed */
-void slab_free(struct store *s, uint64_t off);   /* PMem and DRAM bit off, flushed */
+int slab_free(struct store *s, uint64_t off);    /* PMem and DRAM bit off, flushed; 1 if off is a slot */
 void slab_release_all(struct store *s);
 int slab_load_all(struct store *s);
 /* n > 0: promise n slots of row_size's class (see slab.c); n < 0: release. */
@@ -197,7 +209,6 @@ int rows_read_at(struct store *s, struct stable *st, const uint64_t *rows, size_
  * commit_lock held. */
 int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
 int relink_recover(struct store *s, struct emb_journal *j);
-int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
 /* Bytes a record of a row of len bytes takes on the spill device. */
 uint32_t spill_rec_size(uint32_t len);
 /* Read back the records of these stubs of st: how many fail.  commit_lock held. */
@@ -219,7 +230,12 @@ struct ipos {
 };
 int index_load(struct store *s, struct stable *st);
 void index_unload(struct stable *st);
-uint64_t index_get(struct store *s, struct stable *st, uint64_t key, struct ipos *pos);
+/* The value stored for key (0 = none) for a reader (st->lock shared, or
+ * commit_lock): 0 or -EIO when what it probed is damaged. */
+int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val);
+/* The same for a writer about to change the entry (commit_lock held): also
+ * its position, and the buckets it would change are verified. */
+int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val);
 struct claims;
 struct claims *claims_new(size_t n);
 void claims_free(struct claims *c);
@@ -252,6 +268,40 @@ static inline uint32_t ver_table(const struct emb_version *v)
 {
 	return v->table & ~EMB_VER_FLAGS;
 }
+
+/* ver.c: version checksums and validated access (see there). */
+uint32_t ver_csum(const struct emb_version *v, uint32_t rs);
+void ver_seal(struct emb_version *v, uint32_t rs);
+/* Mark a freed slot as holding no version (flushed). */
+void ver_poison(struct store *s, uint64_t off);
+/* Count one piece of damage found (pool.checksum_errors). */
+void csum_error(struct store *s);
+/* The version at off if it is a sound version of row of table id (rows of
+ * rs bytes); NULL (counted) if the offset or the version is damaged. */
+struct emb_version *ver_get(struct store *s, uint64_t off, uint32_t id, uint64_t row, uint32_t rs);
+
+/* A walk of one row's version chain, newest first, each version validated. */
+struct chain {
+	struct store *s;
+	uint32_t id, rs;
+	uint64_t row;
+	uint64_t off;            /* current version, 0 past the oldest */
+	struct emb_version *v;   /* NULL past the oldest */
+	uint64_t pred;           /* the version whose prev is off, 0 = the index */
+	uint32_t depth;
+};
+/* Start at head (the index's value for row; 0 = none): 0 or -EIO. */
+int chain_start(struct store *s, struct stable *st, uint64_t row, uint64_t head, struct chain *c);
+/* Step to the next older version: 0 or -EIO (damaged link, batches not
+ * decreasing, chain too long). */
+int chain_step(struct chain *c);
+/* head and the version it links to are sound: 0 or -EIO. */
+int chain_check_head(struct store *s, struct stable *st, uint64_t row, uint64_t head);
+/* The version of row that batch b sees (EMB_NONE: the newest) into *out,
+ * NULL for a hole or a tombstone: 0 or -EIO.  st->lock held, or commit_lock. */
+int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out);
+/* Is off in row's chain?  1, 0 or -EIO.  commit_lock held (or at mount). */
+int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
 
 /* snap.c */
 int snap_load(struct store *s);

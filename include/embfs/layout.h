@@ -25,7 +25,7 @@
 
 #define EMB_LAYOUT "embfs"
 #define EMB_MAGIC "EMBFSPL\0"
-#define EMB_LAYOUT_VERSION 1u
+#define EMB_LAYOUT_VERSION 2u /* 2: checksummed versions, index buckets and metadata */
 
 #define EMB_NAME_MAX 255
 #define EMB_LABEL_MAX 63
@@ -124,6 +124,13 @@ struct emb_table {
  * prev links to the next older version a snapshot still needs (0 = none), so
  * a chain's batches strictly decrease.  A tombstone (EMB_VER_TOMB in table)
  * records a delete while an older version is still needed.
+ *
+ * csum (store/ver.c) is a 32-bit digest of the version's key -- row, batch,
+ * table with EMB_VER_TOMB but without EMB_VER_SPILL -- followed, in a version
+ * that holds its bytes (neither tombstone nor stub), by the row bytes.  prev
+ * is not covered (reclaim and spill relinks change it by 8-byte stores).  A
+ * freed slot has row = UINT64_MAX (no row id is), so a damaged link to it
+ * never passes for a version.
  */
 #define EMB_VER_TOMB 0x80000000u
 #define EMB_VER_SPILL 0x40000000u /* a stub: the row bytes are on the spill device */
@@ -133,14 +140,15 @@ struct emb_version {
 	uint64_t batch;
 	uint64_t prev;
 	uint32_t table;  /* catalog slot, | EMB_VER_TOMB, | EMB_VER_SPILL */
-	uint32_t csum;   /* XXH32 of the row bytes */
+	uint32_t csum;   /* digest of the key and (not in a stub or tombstone) the row bytes */
 	/* row bytes follow (not in a stub) */
 };
 
 /*
  * A version whose bytes were moved to the spill device keeps its place in
- * its chain as a stub: the same header (EMB_VER_SPILL set, csum still that of
- * the bytes) and where the bytes are.  Stubs have a class of their own.
+ * its chain as a stub: the same header (EMB_VER_SPILL set, csum that of the
+ * key alone: the record on the device carries the bytes' checksum and the
+ * same key) and where the bytes are.  Stubs have a class of their own.
  */
 struct emb_stub {
 	struct emb_version v;
