@@ -146,7 +146,7 @@ int catalog_load(struct store *s)
 			if (!(t->flags & EMB_T_USED))
 				continue;
 			if (t->row_size == 0 || t->row_size > EMB_ROW_MAX ||
-			    memchr(t->name, 0, sizeof(t->name)) == NULL)
+			    memchr(t->name, 0, sizeof(t->name)) == NULL || index_check(s, t, NULL, 0))
 				return -EIO;
 			struct stable *st = stable_new(s, id, t);
 			if (!st)

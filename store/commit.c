@@ -279,7 +279,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		pm_flush(s, v, sizeof(*v) + rs);
 		slab_mark(s, u[i].new_off);
 		if (u[i].claimed)
-			index_fill(s, &u[i].pos, u[i].row, index_hash(s, u[i].row), u[i].new_off);
+			index_fill(s, st, &u[i].pos, u[i].row, index_hash(s, u[i].row), u[i].new_off);
 	}
 	pm_barrier(s);
 
@@ -319,7 +319,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		if (u[i].old_off && !u[i].retain)
 			ver_free(s, u[i].old_off);
 		if (u[i].del && !u[i].tomb)
-			index_ovf_dec(s, &u[i].pos);
+			index_ovf_dec(s, st, &u[i].pos);
 		if (u[i].retain)
 			snap_charge(s, (struct emb_version *)S_PTR(s, u[i].old_off), u[i].batch, cls);
 		if (s->sp)
@@ -391,6 +391,11 @@ int commit_recover(struct store *s)
 	if (j->count == 0)
 		return 0;
 	s->recovered = 1;
+	/* index changes of these rows may be torn from their bucket checksums */
+	struct stable *jst = journal_valid(j) ? tab_get(s, j->table) : NULL;
+	if (jst)
+		for (uint64_t i = 0; i < j->count; i++)
+			index_reseal(s, jst, j->rec[i].row);
 	if (journal_valid(j) && j->kind == EMB_J_RECLAIM) {
 		int ret = reclaim_recover(s, j);
 		if (ret)

@@ -210,7 +210,7 @@ static int reclaim_apply(struct reclaim *rc)
 		ver_free(s, rc->frees[i]);
 	for (size_t c = 0; c < rc->nch; c++)
 		if (!rc->ch[c].head)
-			index_ovf_dec(s, &pos[c]);
+			index_ovf_dec(s, st, &pos[c]);
 	free(pos);
 	journal_clear(s);
 	rc->nch = rc->nfrees = rc->nlinks = 0;

@@ -706,6 +706,8 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 		struct emb_seg *seg = st->segs[*di];
 		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS && !full; bi++) {
 			struct emb_bucket *b = &seg->bucket[bi];
+			if (index_bucket_check(s, b))
+				continue; /* damaged: its rows stay */
 			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
 			while (m && !full) {
 				int si = __builtin_ctzll(m);

@@ -228,6 +228,9 @@ struct ipos {
 	int home_ovf;          /* entry sits in the neighbour of its home bucket */
 	struct emb_bucket *home;
 };
+/* The directory and segment headers of t's index are sound (mount): 0, or
+ * -EIO with a reason in err. */
+int index_check(struct store *s, const struct emb_table *t, char *err, size_t n);
 int index_load(struct store *s, struct stable *st);
 void index_unload(struct stable *st);
 /* The value stored for key (0 = none) for a reader (st->lock shared, or
@@ -244,12 +247,18 @@ void claims_reset(struct claims *c);
  * happened (positions and claims are stale: start over), or -errno. */
 int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t key,
 		struct ipos *pos);
-void index_fill(struct store *s, const struct ipos *pos, uint64_t key, uint64_t hash_key_for_tag, uint64_t val);
+void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key, uint64_t hash_key_for_tag,
+		uint64_t val);
 uint64_t index_hash(const struct store *s, uint64_t key);
 void index_publish(struct store *s, const struct ipos *pos);
 void index_set_val(struct store *s, const struct ipos *pos, uint64_t val);
 void index_unpublish(struct store *s, const struct ipos *pos);
-void index_ovf_dec(struct store *s, const struct ipos *pos);
+/* Takes st->lock exclusive. */
+void index_ovf_dec(struct store *s, struct stable *st, const struct ipos *pos);
+/* A bucket's checksum matches: 0, or -EIO (counted). */
+int index_bucket_check(struct store *s, const struct emb_bucket *b);
+/* Recompute the checksums of key's home and next bucket (recovery). */
+void index_reseal(struct store *s, struct stable *st, uint64_t key);
 /* Call fn for every stored (key, val); stops early when fn returns non-zero. */
 int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, uint64_t), void *arg);
 int index_destroy(struct store *s, struct stable *st);

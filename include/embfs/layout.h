@@ -170,9 +170,12 @@ struct emb_slab {
 
 /*
  * Index bucket: 256 bytes = 4 cache lines.  Line 0 holds the control word
- * (valid bitmap, overflow count), the 14 one-byte tags and the first two
- * slots; a lookup reads line 0, compares tags, then reads the one slot line
- * that matches.  An entry is published by one 8-byte store of ctl.
+ * (valid bitmap, overflow count), the 14 one-byte tags, the checksum and the
+ * first two slots; a lookup reads line 0, compares tags, then reads the one
+ * slot line that matches.  An entry is published by one 8-byte store of ctl.
+ * csum (store/index.c) covers the valid bits and the overflow count of ctl
+ * and, for each valid slot, its tag, key and value; an empty bucket's is not
+ * zero, so a zeroed block of buckets does not pass for empty ones.
  */
 struct emb_slot {
 	uint64_t key;  /* row id */
@@ -181,24 +184,32 @@ struct emb_slot {
 struct emb_bucket {
 	uint64_t ctl;  /* bits 0..13 valid, bits 16..23 overflow count */
 	uint8_t tags[EMB_BUCKET_SLOTS];
-	uint8_t pad[10];
+	uint16_t reserved;
+	uint32_t csum;
+	uint32_t pad;
 	struct emb_slot slot[EMB_BUCKET_SLOTS];
 };
 #define EMB_CTL_VALID_MASK ((1ull << EMB_BUCKET_SLOTS) - 1)
 #define EMB_CTL_OVF_SHIFT 16
 #define EMB_CTL_OVF_MASK (0xffull << EMB_CTL_OVF_SHIFT)
 
+/* A segment's header is written once, when the segment is made. */
+#define EMB_SEG_MAGIC 0x474553424d45ull /* "EMBSEG" */
 struct emb_seg {
+	uint64_t magic;
 	uint32_t local_depth;
 	uint32_t reserved;
+	uint64_t prefix;    /* the top local_depth bits of the hashes of its keys */
 	uint64_t raw_off;   /* PMEMoid offset of the allocation (seg is aligned inside it) */
-	uint8_t pad[48];
+	uint64_t csum;      /* XXH64 of the fields above */
+	uint8_t pad[24];
 	struct emb_bucket bucket[EMB_SEG_BUCKETS];
 };
 
+#define EMB_DIR_MAGIC 0x52494442u /* "BDIR" */
 struct emb_dir {
 	uint32_t global_depth;
-	uint32_t reserved;
+	uint32_t magic;
 	uint64_t seg[];     /* 1 << global_depth offsets of emb_seg */
 };
 
@@ -327,6 +338,7 @@ _Static_assert(sizeof(struct emb_snap) == 320, "snapshot record");
 _Static_assert(sizeof(struct emb_version) == 32, "version header");
 _Static_assert(sizeof(struct emb_bucket) == 256, "bucket is 256 bytes");
 _Static_assert(offsetof(struct emb_bucket, slot[2]) == 64, "two slots in line 0");
+_Static_assert(offsetof(struct emb_bucket, csum) == 24, "bucket checksum in line 0");
 _Static_assert(sizeof(struct emb_seg) == 64 + 256 * EMB_SEG_BUCKETS, "segment");
 _Static_assert(sizeof(struct emb_table) == 512, "catalog entry");
 _Static_assert(sizeof(struct emb_jrec) == 32, "journal record");
