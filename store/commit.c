@@ -99,6 +99,27 @@ static int journal_valid(const struct emb_journal *j)
 	return j->count > 0 && j->count <= EMB_JOURNAL_CAP && journal_csum(j, j->count) == j->csum;
 }
 
+int journal_check(struct store *s, char *err, size_t n)
+{
+	const struct emb_journal *j = s->jr;
+	if (j->magic != EMB_JOURNAL_MAGIC)
+		return store_err(err, n, -EIO, "journal is damaged (bad magic)");
+	if (j->count > EMB_JOURNAL_CAP || (j->count && s->sb->clean))
+		return store_err(err, n, -EIO, "journal is damaged (%llu records%s)", (unsigned long long)j->count,
+				 s->sb->clean ? " after a clean unmount" : "");
+	if (!journal_valid(j))
+		return 0; /* empty, or a seal a crash cut short: nothing to replay */
+	if (j->kind > EMB_J_RELINK || j->table >= EMB_NTABLES)
+		return store_err(err, n, -EIO, "journal is damaged (kind or table)");
+	for (uint64_t i = 0; i < j->count; i++) {
+		const struct emb_jrec *r = &j->rec[i];
+		if (r->table != j->table || (r->old_off && !pool_range_ok(s, r->old_off, sizeof(struct emb_stub), 8)) ||
+		    (r->new_off && !pool_range_ok(s, r->new_off, sizeof(struct emb_stub), 8)))
+			return store_err(err, n, -EIO, "journal is damaged (record %llu)", (unsigned long long)i);
+	}
+	return 0;
+}
+
 /* Decide what happens to each row: a new version replaces the newest one,
  * which is kept (chained) if a live snapshot needs it and freed otherwise; a
  * delete removes the row, or writes a tombstone when older versions must
@@ -485,7 +506,5 @@ int trim_locked(struct store *s, struct stable *st)
 	free(c.keys.v);
 	if (ret)
 		return ret;
-	st64(&t->trim_from, EMB_NONE);
-	pm_persist(s, &t->trim_from, 8);
-	return 0;
+	return catalog_trim_done(s, st);
 }

@@ -410,6 +410,7 @@ static int seg_put(struct store *s, struct emb_seg *seg, uint64_t key, uint64_t 
 static int index_create(struct store *s, struct stable *st)
 {
 	volatile int ret = 0;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		struct emb_seg *seg = seg_new_tx(s, 0, 0);
 		PMEMoid d = pmemobj_tx_zalloc(sizeof(struct emb_dir) + 8, 0);
@@ -422,9 +423,11 @@ static int index_create(struct store *s, struct stable *st)
 		st->t->dir_off = d.off;
 		pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
 		st->t->nsegs = 1;
+		catalog_seal_tx(st->t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
 	return index_load(s, st);
@@ -443,6 +446,7 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 	for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++)
 		if (index_bucket_check(s, &old->bucket[bi]))
 			return -EIO;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		struct emb_seg *n[2] = { seg_new_tx(s, ld + 1, old->prefix << 1),
 					 seg_new_tx(s, ld + 1, (old->prefix << 1) | 1) };
@@ -492,10 +496,12 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 		}
 		pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
 		st->t->nsegs++;
+		catalog_seal_tx(st->t);
 		seg_free_tx(s, old);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
 	return index_load(s, st);
@@ -633,6 +639,7 @@ int index_destroy(struct store *s, struct stable *st)
 	if (!st->t->dir_off)
 		return 0;
 	pthread_rwlock_wrlock(&st->lock);
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		size_t n = (size_t)1 << st->gd;
 		for (size_t di = 0; di < n;) {
@@ -645,9 +652,11 @@ int index_destroy(struct store *s, struct stable *st)
 		st->t->dir_off = 0;
 		pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
 		st->t->nsegs = 0;
+		catalog_seal_tx(st->t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret)
 		index_unload(st);
 	pthread_rwlock_unlock(&st->lock);

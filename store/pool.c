@@ -6,7 +6,11 @@
  * (libpmemobj's copy_on_write.at_open), checked, and closed; only a pool that
  * passes is opened for real.  libpmemobj itself checks its pool header
  * checksum and heap; embfs checks its superblock's magic, layout version and
- * the checksum of the superblock's static part.
+ * the checksums of the superblock's static and dynamic parts, then every
+ * structure reached from it (store_validate: journal, slab classes, index
+ * reserve, catalog and each table's index directory, snapshot records, spill
+ * segment table), and validates it again after the real open, before
+ * recovery writes anything.
  */
 
 #include <errno.h>
@@ -39,6 +43,54 @@ int store_err(char *err, size_t n, int code, const char *fmt, ...)
 static uint64_t super_csum(const struct emb_super *sb)
 {
 	return XXH64(sb, EMB_SUPER_STATIC_LEN, 0);
+}
+
+#define SEED_SUPER 0x5355504552ull /* "SUPER" */
+
+/* The superblock's fields changed only in transactions, next_gen .. spill_off. */
+static uint64_t super_dyn_csum(const struct emb_super *sb)
+{
+	size_t from = offsetof(struct emb_super, next_gen), to = offsetof(struct emb_super, spill_off) + 8;
+	return XXH64((const char *)sb + from, to - from, SEED_SUPER);
+}
+
+void super_seal_tx(struct store *s)
+{
+	pmemobj_tx_add_range_direct(&s->sb->dyn_csum, 8);
+	s->sb->dyn_csum = super_dyn_csum(s->sb);
+}
+
+/* The superblock's dynamic part and the offsets in it. */
+static int super_validate(struct store *s, char *err, size_t n)
+{
+	const struct emb_super *sb = s->sb;
+	if (super_dyn_csum(sb) != sb->dyn_csum)
+		return store_err(err, n, -EIO, "superblock is damaged (checksum mismatch)");
+	if (!pool_range_ok(s, sb->journal_off, sizeof(struct emb_journal), 16) ||
+	    !pool_range_ok(s, sb->snaps_off, sizeof(struct emb_snaps), 16) ||
+	    !pool_range_ok(s, sb->resv_off, sizeof(struct emb_resv), 16))
+		return store_err(err, n, -EIO, "superblock is damaged (an offset outside the pool)");
+	for (uint32_t c = 0; c < EMB_CAT_CHUNKS; c++)
+		if (sb->cat_chunks[c] &&
+		    !pool_range_ok(s, sb->cat_chunks[c], EMB_CAT_PER_CHUNK * sizeof(struct emb_table), 16))
+			return store_err(err, n, -EIO, "superblock is damaged (catalog chunk %u outside the pool)", c);
+	return 0;
+}
+
+int store_validate(struct store *s, char *err, size_t n)
+{
+	int ret = super_validate(s, err, n);
+	if (!ret)
+		ret = journal_check(s, err, n);
+	if (!ret)
+		ret = slab_check(s, err, n);
+	if (!ret)
+		ret = catalog_check(s, err, n);
+	if (!ret)
+		ret = snap_check(s, err, n);
+	if (!ret)
+		ret = spill_table_check(s, err, n);
+	return ret;
 }
 
 static int super_check(PMEMobjpool *pop, char *err, size_t n)
@@ -109,6 +161,17 @@ int store_check(const char *path, char *err, size_t n)
 		if (!is_dev && sb->pool_size > size)
 			ret = store_err(err, n, -EIO, "pool is truncated (%llu bytes, made with %llu)",
 				   (unsigned long long)size, (unsigned long long)sb->pool_size);
+	}
+	if (!ret) {
+		struct store chk = { .pop = pop, .base = (char *)pop, .sb = pmemobj_direct(pmemobj_root(pop, 0)) };
+		chk.map_len = is_dev ? chk.sb->pool_size : size;
+		chk.jr = S_PTR(&chk, chk.sb->journal_off);
+		ret = store_validate(&chk, err, n);
+		if (ret && err && n) {
+			char why[256];
+			snprintf(why, sizeof(why), "%s", err);
+			store_err(err, n, ret, "%s: %s", path, why);
+		}
 	}
 	pmemobj_close(pop);
 	return ret;
@@ -229,10 +292,18 @@ int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, siz
 		sb->batch = 1;
 		PMEMoid j = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
 		sb->journal_off = j.off;
+		struct emb_journal *jr = pmemobj_direct(j);
+		jr->magic = EMB_JOURNAL_MAGIC;
+		pmemobj_persist(pop, jr, 64);
 		PMEMoid sn = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
 		sb->snaps_off = sn.off;
+		snap_records_init(pmemobj_direct(sn));
+		pmemobj_persist(pop, pmemobj_direct(sn), sizeof(struct emb_snaps));
 		PMEMoid rv = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
 		sb->resv_off = rv.off;
+		resv_seal(pmemobj_direct(rv));
+		pmemobj_persist(pop, pmemobj_direct(rv), 16);
+		sb->dyn_csum = super_dyn_csum(sb);
 	} TX_ONABORT {
 		ret = store_err(err, n, pm_tx_errno(), "%s: cannot initialise the pool: %s", path,
 			   pmemobj_errormsg());
@@ -278,7 +349,17 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	pthread_rwlock_init(&s->cat_lock, NULL);
 	pthread_mutex_init(&s->commit_lock, NULL);
 	pthread_mutex_init(&s->space_lock, NULL);
+	pthread_mutex_init(&s->meta_lock, NULL);
 
+	ret = store_validate(s, err, n); /* again: the pool may have changed since the check */
+	if (ret) {
+		if (err && n) {
+			char why[256];
+			snprintf(why, sizeof(why), "%s", err);
+			store_err(err, n, ret, "%s: %s", path, why);
+		}
+		goto fail;
+	}
 	ret = catalog_load(s);
 	if (!ret)
 		ret = snap_load(s);
@@ -334,6 +415,7 @@ void store_close(struct store *s)
 	pthread_rwlock_destroy(&s->cat_lock);
 	pthread_mutex_destroy(&s->commit_lock);
 	pthread_mutex_destroy(&s->space_lock);
+	pthread_mutex_destroy(&s->meta_lock);
 	free(s);
 }
 

@@ -14,6 +14,13 @@
  * to be freed; at recovery a named version no longer reachable from its row's
  * chain is freed, so a crash leaks nothing and frees nothing still linked.
  * The record is marked dropping first; mount finishes an interrupted drop.
+ *
+ * Damage: each record's csum covers what changes only in transactions (gen,
+ * batch, whether it is used, creation time, the table array and its length,
+ * the name, the table array's bytes); a free record carries a free record's
+ * checksum (all are sealed at mkfs and on drop).  flags change by stores
+ * (durable, dropping): they sit in one 8-byte word with their complement,
+ * stored at once.  snap_check() verifies every record at mount.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -32,9 +39,91 @@ static struct emb_snap_table *rec_tables(struct store *s, const struct emb_snap 
 	return S_PTR(s, r->tables_off);
 }
 
+static uint32_t rec_flags(const struct emb_snap *r)
+{
+	return (uint32_t)__atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
+}
+
+static uint64_t flags_word(uint32_t f)
+{
+	return (uint64_t)f | (uint64_t)(uint32_t)~f << 32;
+}
+
+/* Flags and their complement in one 8-byte store, persisted. */
+static void rec_flags_set(struct store *s, struct emb_snap *r, uint32_t f)
+{
+	__atomic_store_n(&r->flags, flags_word(f), __ATOMIC_RELEASE);
+	pm_persist(s, &r->flags, 8);
+}
+
 static int rec_live(const struct emb_snap *r)
 {
-	return (r->flags & EMB_S_USED) && !(r->flags & EMB_S_DROPPING);
+	uint32_t f = rec_flags(r);
+	return (f & EMB_S_USED) && !(f & EMB_S_DROPPING);
+}
+
+#define SEED_SNAP 0x534e4150ull /* "SNAP" */
+
+/* What a record's csum covers; its table array must lie inside the pool. */
+static uint64_t rec_csum(const char *base, const struct emb_snap *r)
+{
+	struct {
+		uint64_t gen, batch, created, tables_off;
+		uint32_t used, ntables;
+	} k = { r->gen, r->batch, r->created_ns, r->tables_off, (uint32_t)(r->flags & EMB_S_USED), r->ntables };
+	uint64_t h = XXH64(&k, sizeof(k), SEED_SNAP);
+	h = XXH64(r->name, sizeof(r->name), h);
+	if (r->tables_off)
+		h = XXH64(base + r->tables_off, (size_t)r->ntables * sizeof(struct emb_snap_table), h);
+	return h;
+}
+
+/* A free record, sealed. */
+static void rec_clear(struct emb_snap *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->flags = flags_word(0);
+	r->csum = rec_csum(NULL, r);
+}
+
+void snap_records_init(struct emb_snaps *sn)
+{
+	for (uint32_t i = 0; i < EMB_MAX_SNAPS; i++)
+		rec_clear(&sn->s[i]);
+}
+
+static int rec_bad(char *err, size_t n, uint32_t i, const char *why)
+{
+	return store_err(err, n, -EIO, "snapshot record %u is damaged (%s)", i, why);
+}
+
+int snap_check(struct store *s, char *err, size_t n)
+{
+	const struct emb_snaps *sn = S_PTR(s, s->sb->snaps_off);
+	for (uint32_t i = 0; i < EMB_MAX_SNAPS; i++) {
+		const struct emb_snap *r = &sn->s[i];
+		uint32_t f = (uint32_t)r->flags;
+		size_t bytes = (size_t)r->ntables * sizeof(struct emb_snap_table);
+		if ((uint32_t)(r->flags >> 32) != (uint32_t)~f || (f & ~(EMB_S_USED | EMB_S_DURABLE | EMB_S_DROPPING)) ||
+		    (!(f & EMB_S_USED) && f))
+			return rec_bad(err, n, i, "flags");
+		if (r->ntables > EMB_NTABLES || !r->tables_off != !r->ntables ||
+		    (r->tables_off && !pool_range_ok(s, r->tables_off, bytes, 8)))
+			return rec_bad(err, n, i, "table array outside the pool");
+		if (r->csum != rec_csum(s->base, r))
+			return rec_bad(err, n, i, "checksum mismatch");
+		if (!(f & EMB_S_USED))
+			continue;
+		const struct emb_snap_table *t = S_PTR(s, r->tables_off);
+		if (!memchr(r->name, 0, sizeof(r->name)))
+			return rec_bad(err, n, i, "name");
+		for (uint32_t k = 0; k < r->ntables; k++)
+			if (t[k].id >= EMB_NTABLES || !memchr(t[k].name, 0, sizeof(t[k].name)) ||
+			    store_geometry_check(t[k].dim, t[k].dtype) ||
+			    t[k].row_size != t[k].dim * store_dtype_size(t[k].dtype))
+				return rec_bad(err, n, i, "table record");
+	}
+	return 0;
 }
 
 /* Sorted batches of live snapshots.  snap_lock held exclusive (or at load). */
@@ -392,7 +481,7 @@ static void fill_snap(const struct emb_snap *r, uint32_t idx, struct store_snap 
 	out->created_ns = r->created_ns;
 	out->excl_bytes = ld64(&r->excl_bytes);
 	out->ntables = r->ntables;
-	out->durable = !!(__atomic_load_n(&r->flags, __ATOMIC_ACQUIRE) & EMB_S_DURABLE);
+	out->durable = !!(rec_flags(r) & EMB_S_DURABLE);
 	memcpy(out->name, r->name, sizeof(out->name));
 }
 
@@ -436,7 +525,7 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 		goto out;
 	}
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS && idx < 0; i++)
-		if (!(rec(s, i)->flags & EMB_S_USED))
+		if (!(rec_flags(rec(s, i)) & EMB_S_USED))
 			idx = (int)i;
 	if (idx < 0) {
 		ret = -ENOSPC;
@@ -446,6 +535,7 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 	for (uint32_t i = 0; i < EMB_NTABLES; i++)
 		n += s->tab[i] && !(s->tab[i]->t->flags & EMB_T_ORPHAN);
 	struct emb_snap *r = rec(s, (uint32_t)idx);
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		uint64_t toff = 0;
 		if (n) {
@@ -474,15 +564,18 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 		memset(r, 0, sizeof(*r));
 		r->gen = ++s->sb->snap_seq;
 		r->batch = s->sb->batch;
-		r->flags = EMB_S_USED | (durable ? EMB_S_DURABLE : 0);
+		r->flags = flags_word(EMB_S_USED | (durable ? EMB_S_DURABLE : 0));
 		r->ntables = n;
 		r->created_ns = now_ns();
 		r->tables_off = toff;
 		strcpy(r->name, name);
+		r->csum = rec_csum(s->base, r);
 		s->sb->batch = r->batch + 1;
+		super_seal_tx(s);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret) {
 		live_rebuild(s);
 		if (out)
@@ -499,11 +592,9 @@ int store_snap_set_durable(struct store *s, uint32_t idx)
 	if (idx >= EMB_MAX_SNAPS)
 		return -EINVAL;
 	struct emb_snap *r = rec(s, idx);
-	uint32_t f = __atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
-	if ((f & EMB_S_USED) && !(f & EMB_S_DURABLE)) {
-		__atomic_store_n(&r->flags, f | EMB_S_DURABLE, __ATOMIC_RELEASE);
-		pm_persist(s, &r->flags, 4);
-	}
+	uint32_t f = rec_flags(r);
+	if ((f & EMB_S_USED) && !(f & EMB_S_DURABLE))
+		rec_flags_set(s, r, f | EMB_S_DURABLE);
 	return 0;
 }
 
@@ -535,23 +626,23 @@ static int drop_locked(struct store *s, uint32_t idx)
 	volatile int ret = snap_reclaim_all(s);
 	if (ret)
 		return ret;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		if (r->tables_off)
 			pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->tables_off)));
 		pmemobj_tx_add_range_direct(r, sizeof(*r));
-		memset(r, 0, sizeof(*r));
+		rec_clear(r);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	return ret;
 }
 
 static int mark_dropping(struct store *s, uint32_t idx)
 {
 	struct emb_snap *r = rec(s, idx);
-	uint32_t f = r->flags | EMB_S_DROPPING;
-	__atomic_store_n(&r->flags, f, __ATOMIC_RELEASE);
-	pm_persist(s, &r->flags, 4);
+	rec_flags_set(s, r, rec_flags(r) | EMB_S_DROPPING);
 	live_rebuild(s);
 	return 0;
 }
@@ -575,8 +666,8 @@ int snap_recover(struct store *s)
 	int ret = 0;
 	pthread_mutex_lock(&s->commit_lock);
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS && !ret; i++) {
-		struct emb_snap *r = rec(s, i);
-		if (!(r->flags & EMB_S_USED) || ((r->flags & EMB_S_DURABLE) && !(r->flags & EMB_S_DROPPING)))
+		uint32_t f = rec_flags(rec(s, i));
+		if (!(f & EMB_S_USED) || ((f & EMB_S_DURABLE) && !(f & EMB_S_DROPPING)))
 			continue;
 		s->recovered = 1;
 		pthread_rwlock_wrlock(&s->snap_lock);

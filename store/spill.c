@@ -1415,6 +1415,34 @@ static uint64_t seg_size_for(uint64_t size)
 	return size >= (4ull << 30) ? 8u << 20 : size >= (256ull << 20) ? 4u << 20 : 1u << 20;
 }
 
+#define SEED_SPILL 0x5350494c4cull /* "SPILL" */
+
+static uint64_t table_csum(const struct emb_spill *pm)
+{
+	return XXH64(pm, offsetof(struct emb_spill, seq), SEED_SPILL);
+}
+
+int spill_table_check(struct store *s, char *err, size_t n)
+{
+	uint64_t off = s->sb->spill_off;
+	if (!off)
+		return 0;
+	const struct emb_spill *pm = S_PTR(s, off);
+	if (!pool_range_ok(s, off, sizeof(*pm), 8) || memcmp(pm->magic, EMB_SPILL_MAGIC, 8) ||
+	    pm->csum != table_csum(pm))
+		return store_err(err, n, -EIO, "spill segment table is damaged (checksum mismatch)");
+	if (!pm->nsegs || !pm->seg_size || pm->seg_size % BLK || pm->nsegs > (pm->size - EMB_SPILL_HDR) / pm->seg_size ||
+	    !pool_range_ok(s, off, sizeof(*pm) + pm->nsegs * sizeof(pm->seg[0]), 8))
+		return store_err(err, n, -EIO, "spill segment table is damaged (geometry)");
+	for (uint64_t k = 0; k < pm->nsegs; k++) {
+		const struct emb_sseg *g = &pm->seg[k];
+		if (g->state > EMB_SEG_SEALED || g->fill > pm->seg_size || g->fill % BLK)
+			return store_err(err, n, -EIO, "spill segment table is damaged (segment %llu)",
+					 (unsigned long long)k);
+	}
+	return 0;
+}
+
 /* Format a new spill device: header on the device, then the segment table
  * in the pool (a crash in between leaves a header naming this pool and no
  * table: formatted again next time). */
@@ -1450,6 +1478,7 @@ static int format(struct store *s, int fd, uint64_t size, const char *path, char
 		return ret;
 	volatile int tret = 0;
 	struct emb_super *sb = s->sb;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		PMEMoid o = pmemobj_tx_zalloc(sizeof(struct emb_spill) + nsegs * sizeof(struct emb_sseg), 0);
 		struct emb_spill *pm = pmemobj_direct(o);
@@ -1458,11 +1487,14 @@ static int format(struct store *s, int fd, uint64_t size, const char *path, char
 		pm->size = size;
 		pm->seg_size = seg;
 		pm->nsegs = nsegs;
+		pm->csum = table_csum(pm);
 		pmemobj_tx_add_range_direct(&sb->spill_off, 8);
 		sb->spill_off = o.off;
+		super_seal_tx(s);
 	} TX_ONABORT {
 		tret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (tret)
 		return store_err(err, n, tret, "pool has no room for the spill segment table: %s", strerror(-tret));
 	return 0;

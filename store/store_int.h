@@ -61,6 +61,11 @@ struct store {
 	pthread_rwlock_t cat_lock;   /* catalog and the name hash */
 	pthread_mutex_t commit_lock; /* journal, index structure, PMem slab bitmaps */
 	pthread_mutex_t space_lock;  /* DRAM slab state and promises (slab.c) */
+	/* held around every transaction that changes a checksummed structure
+	 * (superblock dynamic part, catalog entry, snapshot record, index
+	 * reserve): their checksums are recomputed in it.  Innermost: nothing
+	 * else is taken while it is held. */
+	pthread_mutex_t meta_lock;
 	struct stable **tab;         /* by catalog slot; protected by cat_lock */
 	struct stable **names;       /* name hash buckets; protected by cat_lock */
 	size_t nnames;
@@ -123,6 +128,13 @@ static inline void max64(uint64_t *p, uint64_t v)
 }
 
 uint64_t now_ns(void);
+/* pool.c: inside a transaction (meta_lock held), after the superblock's
+ * dynamic fields changed: their checksum follows. */
+void super_seal_tx(struct store *s);
+/* Every structure reached from the superblock is sound (mount, before
+ * recovery): 0, or -EIO with a one-line reason in err.  Reads only
+ * s->base, map_len, sb and jr. */
+int store_validate(struct store *s, char *err, size_t n);
 /* Put a one-line reason in err (if err and n) and return code. */
 int store_err(char *err, size_t n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
@@ -191,6 +203,10 @@ int slab_load_all(struct store *s);
 /* n > 0: promise n slots of row_size's class (see slab.c); n < 0: release. */
 int slab_promise(struct store *s, uint32_t row_size, int64_t n);
 int slab_resv_release(struct store *s);
+/* r->csum follows r->n and its blocks (a new pool's reserve). */
+void resv_seal(struct emb_resv *r);
+/* Slab classes, slab headers and the index reserve are sound (mount). */
+int slab_check(struct store *s, char *err, size_t n);
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
 int slab_class_stub(struct store *s, uint32_t *cls);
 struct sslab *slab_pick_victim(struct store *s, struct u64vec *used);
@@ -214,6 +230,8 @@ uint32_t spill_rec_size(uint32_t len);
 /* Read back the records of these stubs of st: how many fail.  commit_lock held. */
 int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n);
 void spill_detach(struct store *s);
+/* The spill segment table, if any, is sound (mount). */
+int spill_table_check(struct store *s, char *err, size_t n);
 #define SPILL_MAX_WAITS 8
 /* A write found no room for `need` bytes of slots: let the mover free some.
  * 0 = try again. */
@@ -314,6 +332,10 @@ int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
 
 /* snap.c */
 int snap_load(struct store *s);
+/* A new pool's snapshot records: all free, each with its checksum. */
+void snap_records_init(struct emb_snaps *sn);
+/* Every snapshot record (free ones too) and its table array is sound. */
+int snap_check(struct store *s, char *err, size_t n);
 int snap_recover(struct store *s);
 /* A version of batch b_old, replaced by one of batch b_new: does a live
  * snapshot still see it?  snap_lock held (shared). */
@@ -336,10 +358,21 @@ int trim_locked(struct store *s, struct stable *st);
 uint64_t journal_csum(const struct emb_journal *j, uint64_t count);
 void journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint);
 void journal_clear(struct store *s);
+/* The journal is sound: magic, empty after a clean unmount, sealed records
+ * naming versions inside the pool (mount). */
+int journal_check(struct store *s, char *err, size_t n);
 
 /* catalog.c */
 struct stable *tab_get(struct store *s, uint32_t id);
 int catalog_load(struct store *s);
+/* Every catalog entry (free ones too) and each table's index directory is
+ * sound (mount). */
+int catalog_check(struct store *s, char *err, size_t n);
+/* Inside a transaction (meta_lock held), after covered fields of t changed:
+ * its checksum follows. */
+void catalog_seal_tx(struct emb_table *t);
+/* A truncate's rows are gone: clear trim_from (a transaction). */
+int catalog_trim_done(struct store *s, struct stable *st);
 void catalog_unload(struct store *s);
 int catalog_recover(struct store *s);
 int catalog_free_locked(struct store *s, struct stable *st);

@@ -16,6 +16,19 @@
  * All offsets are PMEMoid offsets inside this pool (0 = none).  All fields are
  * fixed width and little endian (the only supported host order).  A change to
  * any structure here bumps EMB_LAYOUT_VERSION.
+ *
+ * Damage (layout 2).  What changes only inside libpmemobj transactions is
+ * covered by a checksum recomputed in the same transaction and verified at
+ * mount before recovery writes anything: the superblock's dynamic part
+ * (dyn_csum), each catalog entry (free ones included), each snapshot record
+ * with its table array, the index reserve and the spill segment table.  The
+ * journal has a magic (its records are checksummed), slab and index segment
+ * headers are checked against their geometry.  Row versions and index
+ * buckets, which commits change by 8-byte stores, carry checksums verified
+ * when read (store/ver.c, store/index.c).  Fields changed by plain 8-byte
+ * stores are not covered: the superblock's clean, mount_count and batch, a
+ * table's size, nrows and times, a snapshot's excl_bytes, the spill
+ * segments' state and counts (range-checked), slab bitmaps.
  */
 #ifndef EMBFS_LAYOUT_H
 #define EMBFS_LAYOUT_H
@@ -88,7 +101,8 @@ struct emb_super {
 	uint64_t snap_seq;    /* generation counter for snapshot records */
 	uint64_t resv_off;    /* emb_resv: heap held back for index growth */
 	uint64_t spill_off;   /* emb_spill: the spill device's segment table, 0 = never spilled */
-	uint8_t reserved1[224];
+	uint8_t reserved1[216];
+	uint64_t dyn_csum;    /* XXH64 of next_gen .. spill_off (changed only in transactions) */
 };
 #define EMB_SUPER_STATIC_LEN offsetof(struct emb_super, static_csum)
 
@@ -114,7 +128,8 @@ struct emb_table {
 	uint64_t dir_off;   /* emb_dir of the row index, 0 = no rows yet */
 	uint64_t trim_from; /* rows >= this must be dropped (crash during truncate); UINT64_MAX = none */
 	uint64_t nsegs;     /* index segments (space accounting) */
-	uint8_t reserved1[152];
+	uint64_t csum;      /* XXH64 of all but size, nrows, the times and itself (see catalog.c) */
+	uint8_t reserved1[144];
 	char name[EMB_NAME_MAX + 1];
 };
 
@@ -229,9 +244,11 @@ struct emb_journal {
 	uint64_t nrows_before; /* the table's row count before the commit */
 	uint64_t size_hint;    /* the file size the commit extends to */
 	uint64_t csum;         /* XXH64 of the fields above and the records */
-	uint8_t pad[16];
+	uint64_t magic;        /* EMB_JOURNAL_MAGIC */
+	uint8_t pad[8];
 	struct emb_jrec rec[EMB_JOURNAL_CAP];
 };
+#define EMB_JOURNAL_MAGIC 0x4c4e524a424d45ull /* "EMBJRNL" */
 
 #define EMB_J_COMMIT 0u
 #define EMB_J_RECLAIM 1u /* records name versions unlinked from their chains: free if unreachable */
@@ -242,6 +259,7 @@ struct emb_journal {
 #define EMB_RESV_MAX 32000u
 struct emb_resv {
 	uint64_t n;
+	uint64_t csum;         /* XXH64 of n and block[0..n) */
 	uint64_t block[EMB_RESV_MAX];
 };
 
@@ -259,13 +277,16 @@ struct emb_snap_table {
 struct emb_snap {
 	uint64_t gen;
 	uint64_t batch;        /* holds the newest version of each row with batch <= this */
-	uint32_t flags;
-	uint32_t ntables;
+	uint64_t flags;        /* EMB_S_* in the low half, their complement in the high half:
+				* one 8-byte store changes both (store/snap.c) */
 	uint64_t created_ns;
 	uint64_t tables_off;   /* emb_snap_table[ntables] */
 	uint64_t excl_bytes;   /* space only this snapshot holds (recomputed at rmdir) */
+	uint32_t ntables;
+	uint32_t reserved;
+	uint64_t csum;         /* XXH64 of gen, batch, EMB_S_USED, created_ns, tables_off,
+				* ntables, name and the table array (a free record's too) */
 	char name[EMB_NAME_MAX + 1];
-	uint8_t reserved[16];
 };
 struct emb_snaps {
 	struct emb_snap s[EMB_MAX_SNAPS];
@@ -310,7 +331,8 @@ struct emb_spill {
 	uint8_t uuid[16];
 	uint64_t size, seg_size, nsegs;
 	uint64_t seq;
-	uint64_t reserved[3];
+	uint64_t csum;         /* XXH64 of magic .. nsegs (fixed at format) */
+	uint64_t reserved[2];
 	struct emb_sseg seg[];
 };
 #define EMB_SREC_MAGIC 0x52424d45u /* "EMBR" */
@@ -329,6 +351,7 @@ _Static_assert(sizeof(struct emb_spill) == 80, "spill table header");
 _Static_assert(sizeof(struct emb_sseg) == 32, "segment entry");
 _Static_assert(sizeof(struct emb_spill_disk) <= EMB_SPILL_HDR, "spill header");
 _Static_assert(sizeof(struct emb_super) % 8 == 0, "super");
+_Static_assert(offsetof(struct emb_super, reserved1) == offsetof(struct emb_super, spill_off) + 8, "super tail");
 _Static_assert(sizeof(struct emb_journal) <= EMB_CHUNK_ALLOC, "journal fits a chunk");
 _Static_assert(sizeof(struct emb_snaps) <= EMB_CHUNK_ALLOC, "snapshot table fits a chunk");
 _Static_assert(sizeof(struct emb_resv) <= EMB_CHUNK_ALLOC, "reserve table fits a chunk");
