@@ -20,8 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -133,28 +137,31 @@ static const char *printable(const char *m, char *buf, size_t n)
 	return buf;
 }
 
-int store_check(const char *path, char *err, size_t n)
+/* Tell the parent which code runs now: 'L' libpmemobj, 'E' embfs's own
+ * checks (fd < 0: checking in this process). */
+static void check_phase(int fd, char phase)
 {
-	uint64_t size;
-	int is_dev, one = 1, zero = 0;
-	int ret = target_size(path, &size, &is_dev, err, n);
-	if (ret)
-		return ret;
-	if (!is_dev && size < PMEMOBJ_MIN_POOL)
-		return store_err(err, n, -EINVAL, "%s: not an embfs pool (%llu bytes, too small)", path,
-			    (unsigned long long)size);
+	if (fd >= 0 && write(fd, &phase, 1) != 1)
+		return;
+}
+
+/* The checks of store_check(), in this process. */
+static int check_here(const char *path, uint64_t size, int is_dev, int fd, char *err, size_t n)
+{
+	int one = 1, zero = 0, ret;
+	char msg[256];
+	check_phase(fd, 'L');
 	pmemobj_ctl_set(NULL, "copy_on_write.at_open", &one);
 	PMEMobjpool *pop = pmemobj_open(path, EMB_LAYOUT);
 	int e = errno;
 	pmemobj_ctl_set(NULL, "copy_on_write.at_open", &zero);
 	if (!pop && (e == EAGAIN || e == EWOULDBLOCK))
 		return store_err(err, n, -EBUSY, "%s: pool is in use (another embfs has it open)", path);
-	if (!pop) {
-		char msg[256];
-		return store_err(err, n, e == EINVAL ? -EINVAL : -e,
+	if (!pop)
+		return store_err(err, n, e == EINVAL || e <= 0 ? -EINVAL : -e,
 			    "%s: not an embfs pool, or damaged (libpmemobj: %s)", path,
 			    printable(pmemobj_errormsg(), msg, sizeof(msg)));
-	}
+	check_phase(fd, 'E');
 	ret = super_check(pop, err, n);
 	if (!ret) {
 		struct emb_super *sb = pmemobj_direct(pmemobj_root(pop, 0));
@@ -173,8 +180,121 @@ int store_check(const char *path, char *err, size_t n)
 			store_err(err, n, ret, "%s: %s", path, why);
 		}
 	}
+	check_phase(fd, 'L');
 	pmemobj_close(pop);
-	return ret;
+	if (ret)
+		return ret;
+	/* libpmemobj's own consistency check: its heap and lanes */
+	errno = 0;
+	int ok = pmemobj_check(path, EMB_LAYOUT);
+	e = errno;
+	if (ok < 0 && (e == EAGAIN || e == EWOULDBLOCK))
+		return store_err(err, n, -EBUSY, "%s: pool is in use (another embfs has it open)", path);
+	if (ok != 1)
+		return store_err(err, n, -EIO, "%s: damaged (libpmemobj: %s)", path,
+				 printable(pmemobj_errormsg(), msg, sizeof(msg)));
+	return 0;
+}
+
+#define CHECK_TIMEOUT_MS (600 * 1000)
+
+/* Everything the check child wrote: phase bytes, then 'R', its return
+ * value and its message.  0, or -ETIMEDOUT (the child was killed). */
+static int check_collect(int fd, pid_t pid, char *buf, size_t cap, size_t *got)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	*got = 0;
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		long ms = (long)(t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+		if (ms >= CHECK_TIMEOUT_MS) {
+			kill(pid, SIGKILL);
+			return -ETIMEDOUT;
+		}
+		struct pollfd p = { fd, POLLIN, 0 };
+		int r = poll(&p, 1, (int)(CHECK_TIMEOUT_MS - ms));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			continue;
+		char tmp[512];
+		ssize_t k = read(fd, tmp, sizeof(tmp));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return 0;
+		size_t take = (size_t)k < cap - *got ? (size_t)k : cap - *got;
+		memcpy(buf + *got, tmp, take);
+		*got += take;
+	}
+}
+
+int store_check(const char *path, char *err, size_t n)
+{
+	uint64_t size;
+	int is_dev;
+	int ret = target_size(path, &size, &is_dev, err, n);
+	if (ret)
+		return ret;
+	if (!is_dev && size < PMEMOBJ_MIN_POOL)
+		return store_err(err, n, -EINVAL, "%s: not an embfs pool (%llu bytes, too small)", path,
+			    (unsigned long long)size);
+	/* a damaged pool can crash libpmemobj itself: check in a child */
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC))
+		return store_err(err, n, -errno, "%s: cannot check the pool: %s", path, strerror(errno));
+	pid_t pid = fork();
+	if (pid < 0) {
+		ret = -errno;
+		close(pfd[0]);
+		close(pfd[1]);
+		return store_err(err, n, ret, "%s: cannot check the pool: %s", path, strerror(-ret));
+	}
+	if (pid == 0) {
+		char msg[512] = "";
+		int dn = open("/dev/null", O_WRONLY);
+		close(pfd[0]);
+		if (dn >= 0) { /* a crash report would not be one line */
+			dup2(dn, STDOUT_FILENO);
+			dup2(dn, STDERR_FILENO);
+		}
+		if (getenv("EMBFS_TEST_CHECK_CRASH")) { /* tests: a check that crashes */
+			check_phase(pfd[1], 'L');
+			raise(SIGSEGV);
+		}
+		int32_t r = check_here(path, size, is_dev, pfd[1], msg, sizeof(msg));
+		char out[1 + sizeof(r) + sizeof(msg)];
+		out[0] = 'R';
+		memcpy(out + 1, &r, sizeof(r));
+		size_t len = strlen(msg) + 1;
+		memcpy(out + 1 + sizeof(r), msg, len);
+		_exit(write(pfd[1], out, 1 + sizeof(r) + len) < 0);
+	}
+	close(pfd[1]);
+	char buf[1024];
+	size_t got;
+	int timed_out = check_collect(pfd[0], pid, buf, sizeof(buf) - 1, &got);
+	close(pfd[0]);
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	char *res = memchr(buf, 'R', got);
+	if (res && (size_t)(buf + got - res) > 1 + sizeof(int32_t)) {
+		int32_t r;
+		memcpy(&r, res + 1, sizeof(r));
+		buf[got] = 0;
+		return store_err(err, n, r, "%s", res + 1 + sizeof(r));
+	}
+	const char *who = got && buf[got - 1] == 'E' ? "embfs" : "libpmemobj";
+	if (timed_out)
+		return store_err(err, n, -EIO, "%s: damaged (%s did not finish checking it in %d s)", path, who,
+				 CHECK_TIMEOUT_MS / 1000);
+	if (WIFSIGNALED(st))
+		return store_err(err, n, -EIO, "%s: damaged (%s crashed while checking it: SIG%s)", path, who,
+				 sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
+	return store_err(err, n, -EIO, "%s: damaged (%s crashed while checking it: exit status %d)", path, who,
+			 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 /* Any non-zero byte in the file's data extents (first 64 MiB of data)? */
