@@ -41,6 +41,7 @@ struct uop {
 	int skip;    /* nothing to do */
 	int claimed; /* pos is a claimed free slot */
 	int full;    /* an op writes the whole row: the old bytes are not needed */
+	int damaged; /* its newest version is damaged (ver.c) and the update replaces it whole */
 	char *old;   /* the old bytes of a spilled row that is partly rewritten */
 };
 
@@ -113,11 +114,27 @@ int journal_check(struct store *s, char *err, size_t n)
 		return store_err(err, n, -EIO, "journal is damaged (kind or table)");
 	for (uint64_t i = 0; i < j->count; i++) {
 		const struct emb_jrec *r = &j->rec[i];
-		if (r->table != j->table || (r->old_off && !pool_range_ok(s, r->old_off, sizeof(struct emb_stub), 8)) ||
+		int old_ok = !r->old_off || (r->flags & EMB_JR_DAMAGED) ||
+			     pool_range_ok(s, r->old_off, sizeof(struct emb_stub), 8);
+		if (r->table != j->table || !old_ok || (r->flags & ~EMB_JR_DAMAGED) ||
 		    (r->new_off && !pool_range_ok(s, r->new_off, sizeof(struct emb_stub), 8)))
 			return store_err(err, n, -EIO, "journal is damaged (record %llu)", (unsigned long long)i);
 	}
 	return 0;
+}
+
+/* The row's newest version is damaged and the update replaces the whole row
+ * (or deletes it): the new version (or tombstone) takes its place and links
+ * to it while a live snapshot may need what it hid (such reads stay EIO);
+ * the damaged slot is never freed nor read.  So rewriting a damaged row
+ * heals its live view. */
+static void plan_damaged(struct store *s, struct uop *u)
+{
+	int keep = s->n_live > 0;
+	u->live = 1;
+	u->retain = u->skip = 0;
+	u->tomb = u->del && keep;
+	u->prev = keep ? u->old_off : 0;
 }
 
 /* Decide what happens to each row: a new version replaces the newest one,
@@ -126,6 +143,10 @@ int journal_check(struct store *s, char *err, size_t n)
  * stay reachable. */
 static void plan(struct store *s, struct uop *u)
 {
+	if (u->damaged) {
+		plan_damaged(s, u);
+		return;
+	}
 	struct emb_version *v = S_PTR(s, u->old_off);
 	u->live = v && !ver_tomb(v);
 	u->retain = u->tomb = u->skip = 0;
@@ -158,8 +179,14 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		claims_reset(c);
 		for (size_t i = 0; i < nu && !ret; i++) {
 			ret = index_find(s, st, u[i].row, &u[i].pos, &u[i].old_off);
-			if (!ret && u[i].old_off) /* plan() reads it, A3 may copy its bytes */
-				ret = chain_check_head(s, st, u[i].row, u[i].old_off);
+			u[i].damaged = 0;
+			/* plan() reads the old version, A3 may copy its bytes */
+			if (!ret && u[i].old_off && !ver_get(s, u[i].old_off, st->id, u[i].row, st->t->row_size)) {
+				if (u[i].full || u[i].del)
+					u[i].damaged = 1;
+				else
+					ret = -EIO; /* its bytes are needed */
+			}
 			if (ret)
 				break;
 			u[i].found = u[i].old_off != 0;
@@ -233,7 +260,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	/* a partial update of a spilled row needs its bytes from the device */
 	for (size_t i = 0; i < nu; i++) {
 		struct emb_version *ov = S_PTR(s, u[i].old_off);
-		if (!u[i].live || u[i].full || u[i].del || !ver_stub(ov))
+		if (!u[i].live || u[i].damaged || u[i].full || u[i].del || !ver_stub(ov))
 			continue;
 		if (!(u[i].old = malloc(rs))) {
 			ret = -ENOMEM;
@@ -262,7 +289,8 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	uint64_t nrec = 0;
 	for (size_t i = 0; i < nu; i++)
 		if (!u[i].skip)
-			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id, 0 };
+			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id,
+							    u[i].damaged ? EMB_JR_DAMAGED : 0 };
 	journal_seal(s, st, EMB_J_COMMIT, nrec, size_hint);
 
 	/* A3: new versions, copy-on-write */
@@ -277,7 +305,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 		struct emb_version *ov = S_PTR(s, u[i].old_off);
 		if (u[i].old)
 			memcpy(v + 1, u[i].old, rs);
-		else if (u[i].live && !ver_stub(ov))
+		else if (u[i].live && !u[i].damaged && !ver_stub(ov))
 			memmove(v + 1, ov + 1, rs); /* the same slot only if a bitmap is damaged */
 		else
 			memset(v + 1, 0, rs);
@@ -337,7 +365,7 @@ static int commit_chunk(struct store *s, struct stable *st, const struct store_r
 	for (size_t i = 0; i < nu; i++) {
 		if (u[i].skip)
 			continue;
-		if (u[i].old_off && !u[i].retain)
+		if (u[i].old_off && !u[i].retain && !u[i].damaged)
 			ver_free(s, u[i].old_off);
 		if (u[i].del && !u[i].tomb)
 			index_ovf_dec(s, st, &u[i].pos);
@@ -437,11 +465,12 @@ int commit_recover(struct store *s)
 			if (index_get(s, st, r->row, &cur))
 				continue; /* damaged: keep both versions (a leak, never a loss) */
 			int done = r->new_off ? cur == r->new_off : cur != r->old_off;
+			int damaged = r->flags & EMB_JR_DAMAGED; /* never read nor freed */
 			if (done) {
 				struct emb_version *nv = S_PTR(s, r->new_off);
 				any = 1;
-				nrows += live_ver(s, r->new_off) - live_ver(s, r->old_off);
-				if (r->old_off && !(nv && nv->prev == r->old_off))
+				nrows += live_ver(s, r->new_off) - (damaged ? 1 : live_ver(s, r->old_off));
+				if (r->old_off && !damaged && !(nv && nv->prev == r->old_off))
 					ver_free(s, r->old_off);
 			} else if (r->new_off) {
 				ver_free(s, r->new_off);

@@ -322,8 +322,6 @@ int chain_start(struct store *s, struct stable *st, uint64_t row, uint64_t head,
 /* Step to the next older version: 0 or -EIO (damaged link, batches not
  * decreasing, chain too long). */
 int chain_step(struct chain *c);
-/* head and the version it links to are sound: 0 or -EIO. */
-int chain_check_head(struct store *s, struct stable *st, uint64_t row, uint64_t head);
 /* The version of row that batch b sees (EMB_NONE: the newest) into *out,
  * NULL for a hole or a tombstone: 0 or -EIO.  st->lock held, or commit_lock. */
 int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out);

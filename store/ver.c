@@ -104,15 +104,6 @@ int chain_step(struct chain *c)
 	return c->v ? 0 : -EIO;
 }
 
-int chain_check_head(struct store *s, struct stable *st, uint64_t row, uint64_t head)
-{
-	struct chain c;
-	int ret = chain_start(s, st, row, head, &c);
-	if (!ret && c.v)
-		ret = chain_step(&c);
-	return ret;
-}
-
 int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out)
 {
 	uint64_t head;

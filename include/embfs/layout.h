@@ -234,8 +234,9 @@ struct emb_jrec {
 	uint64_t old_off;   /* version replaced or deleted, 0 = none */
 	uint64_t new_off;   /* version written, 0 = delete */
 	uint32_t table;
-	uint32_t reserved;
+	uint32_t flags;     /* EMB_JR_* */
 };
+#define EMB_JR_DAMAGED 1u /* old_off failed its checks: recovery never reads nor frees it */
 struct emb_journal {
 	uint64_t count;        /* records valid when csum matches */
 	uint64_t seq;
