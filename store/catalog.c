@@ -599,8 +599,10 @@ int store_table_truncate(struct store *s, uint32_t id, uint64_t size)
 		pmemobj_tx_add_range_direct(&t->size, offsetof(struct emb_table, dir_off) -
 							  offsetof(struct emb_table, size));
 		pmemobj_tx_add_range_direct(&t->trim_from, 8);
-		st64(&t->size, size);
-		t->mtime_ns = t->ctime_ns = now_ns();
+		uint64_t now = now_ns();
+		st64(&t->size, size); /* getattr reads these without the commit lock */
+		st64(&t->mtime_ns, now);
+		st64(&t->ctime_ns, now);
 		if (shrink) {
 			t->trim_from = size;
 			catalog_seal_tx(t);
