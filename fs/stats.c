@@ -28,6 +28,7 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 	fprintf(f, "pool.free_bytes %llu\n", (unsigned long long)s.free_bytes);
 	fprintf(f, "pool.slabs %llu\n", (unsigned long long)s.slabs);
 	fprintf(f, "pool.recovered %d\n", s.recovered);
+	fprintf(f, "pool.checksum_errors %llu\n", (unsigned long long)s.checksum_errors);
 	fprintf(f, "tables %llu\n", (unsigned long long)s.tables);
 	fprintf(f, "rows %llu\n", (unsigned long long)s.rows);
 	fprintf(f, "store.commits %llu\n", (unsigned long long)s.commits);

@@ -3,6 +3,13 @@
  * tables are created.  Entry changes other than size/times/row count (which
  * commits publish with 8-byte stores) run in libpmemobj transactions.  A DRAM
  * name hash is built at mount from the catalog: O(tables), never O(rows).
+ *
+ * Each entry's csum (XXH64) covers everything but size, nrows, the times and
+ * itself: flags, mode, owner, geometry, index root, trim_from, nsegs, name.
+ * Every transaction that changes those recomputes it (catalog_seal_tx, under
+ * meta_lock).  A free entry carries the checksum of an all-zero entry:
+ * entries are sealed free when their chunk is allocated and when a table is
+ * freed, so a zeroed block of the catalog is not taken for free slots.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -88,6 +95,64 @@ static void name_remove(struct store *s, struct stable *st)
 		}
 }
 
+#define SEED_CAT 0x434154414cull /* "CATAL" */
+
+static uint64_t entry_csum(const struct emb_table *t)
+{
+	const char *p = (const char *)t;
+	size_t dir = offsetof(struct emb_table, dir_off), sum = offsetof(struct emb_table, csum);
+	size_t rest = offsetof(struct emb_table, reserved1);
+	uint64_t h = XXH64(p, offsetof(struct emb_table, size), SEED_CAT);
+	h = XXH64(p + dir, sum - dir, h);
+	return XXH64(p + rest, sizeof(*t) - rest, h);
+}
+
+void catalog_seal_tx(struct emb_table *t)
+{
+	pmemobj_tx_add_range_direct(&t->csum, 8);
+	t->csum = entry_csum(t);
+}
+
+/* Entry k of catalog chunk c is damaged: why. */
+static int entry_bad(char *err, size_t n, uint32_t id, const char *why)
+{
+	return store_err(err, n, -EIO, "catalog entry %u is damaged (%s)", id, why);
+}
+
+int catalog_check(struct store *s, char *err, size_t n)
+{
+	static const struct emb_table zero;
+	uint64_t free_sum = entry_csum(&zero);
+	for (uint32_t c = 0; c < EMB_CAT_CHUNKS; c++) {
+		if (!s->sb->cat_chunks[c])
+			continue;
+		const struct emb_table *tab = S_PTR(s, s->sb->cat_chunks[c]);
+		for (uint32_t k = 0; k < EMB_CAT_PER_CHUNK; k++) {
+			const struct emb_table *t = &tab[k];
+			uint32_t id = c * EMB_CAT_PER_CHUNK + k;
+			if (!(t->flags & EMB_T_USED)) {
+				if (t->flags || t->csum != free_sum)
+					return entry_bad(err, n, id, "checksum mismatch");
+				continue;
+			}
+			if (t->csum != entry_csum(t))
+				return entry_bad(err, n, id, "checksum mismatch");
+			if (t->flags & ~(EMB_T_USED | EMB_T_ORPHAN | EMB_T_ZOMBIE | EMB_T_DYING) ||
+			    ((t->flags & EMB_T_ZOMBIE) && !(t->flags & EMB_T_ORPHAN)) ||
+			    ((t->flags & EMB_T_DYING) && !(t->flags & EMB_T_ORPHAN)))
+				return entry_bad(err, n, id, "flags");
+			if (store_geometry_check(t->dim, t->dtype) || t->row_size != t->dim * store_dtype_size(t->dtype))
+				return entry_bad(err, n, id, "geometry");
+			if (!memchr(t->name, 0, sizeof(t->name)) || name_check(t->name))
+				return entry_bad(err, n, id, "name");
+			char why[200];
+			if (index_check(s, t, why, sizeof(why)))
+				return store_err(err, n, -EIO, "table '%.64s' (catalog entry %u): %s", t->name, id, why);
+		}
+	}
+	return 0;
+}
+
 static struct emb_table *entry(struct store *s, uint32_t id)
 {
 	uint64_t off = s->sb->cat_chunks[id / EMB_CAT_PER_CHUNK];
@@ -147,7 +212,7 @@ int catalog_load(struct store *s)
 				continue;
 			if (t->row_size == 0 || t->row_size > EMB_ROW_MAX ||
 			    memchr(t->name, 0, sizeof(t->name)) == NULL)
-				return -EIO;
+				return -EIO; /* store_validate() said why */
 			struct stable *st = stable_new(s, id, t);
 			if (!st)
 				return -ENOMEM;
@@ -180,13 +245,22 @@ static int slot_find(struct store *s, uint32_t *id)
 	for (volatile uint32_t c = 0; c < EMB_CAT_CHUNKS; c++) {
 		if (!s->sb->cat_chunks[c]) {
 			volatile int ret = 0;
+			static const struct emb_table zero;
+			uint64_t free_sum = entry_csum(&zero);
+			pthread_mutex_lock(&s->meta_lock);
 			TX_BEGIN(s->pop) {
 				PMEMoid o = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
+				struct emb_table *tab = pmemobj_direct(o);
+				for (uint32_t k = 0; k < EMB_CAT_PER_CHUNK; k++)
+					tab[k].csum = free_sum;
+				pmemobj_persist(s->pop, tab, EMB_CAT_PER_CHUNK * sizeof(*tab));
 				pmemobj_tx_add_range_direct(&s->sb->cat_chunks[c], 8);
 				s->sb->cat_chunks[c] = o.off;
+				super_seal_tx(s);
 			} TX_ONABORT {
 				ret = pm_tx_errno();
 			} TX_END
+			pthread_mutex_unlock(&s->meta_lock);
 			if (ret)
 				return ret;
 		}
@@ -219,6 +293,7 @@ int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_
 		goto out;
 	struct emb_table *volatile t = entry(s, *id);
 	uint64_t now = now_ns();
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(t, sizeof(*t));
 		pmemobj_tx_add_range_direct(&s->sb->next_gen, 8);
@@ -234,9 +309,12 @@ int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_
 		t->trim_from = EMB_NONE;
 		strcpy(t->name, name);
 		t->flags = EMB_T_USED;
+		catalog_seal_tx(t);
+		super_seal_tx(s);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		goto out;
 	struct stable *st = stable_new(s, *id, t);
@@ -300,6 +378,7 @@ int store_table_setattr(struct store *s, uint32_t id, const struct store_attr *a
 		goto out;
 	}
 	struct emb_table *t = st->t;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, dir_off));
 		if (mask & STORE_SET_MODE)
@@ -313,9 +392,11 @@ int store_table_setattr(struct store *s, uint32_t id, const struct store_attr *a
 		if (mask & STORE_SET_MTIME)
 			t->mtime_ns = a->mtime_ns;
 		t->ctime_ns = (mask & STORE_SET_CTIME) ? a->ctime_ns : now_ns();
+		catalog_seal_tx(t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
 	return ret;
@@ -340,15 +421,18 @@ int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_
 		ret = -EBUSY;
 		goto out;
 	}
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, dir_off));
 		t->dim = dim;
 		t->dtype = dtype;
 		t->row_size = dim * store_dtype_size(dtype);
 		t->ctime_ns = now_ns();
+		catalog_seal_tx(t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
 	pthread_rwlock_unlock(&s->snap_lock);
@@ -365,13 +449,16 @@ int store_table_unlink(struct store *s, const char *name)
 		ret = -ENOENT;
 		goto out;
 	}
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(st->t, offsetof(struct emb_table, dir_off));
 		st->t->flags |= EMB_T_ORPHAN;
 		st->t->ctime_ns = now_ns();
+		catalog_seal_tx(st->t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret)
 		name_remove(s, st);
 out:
@@ -397,20 +484,24 @@ int store_table_rename(struct store *s, const char *oldname, const char *newname
 	name_remove(s, st);
 	if (victim)
 		name_remove(s, victim);
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		uint64_t now = now_ns();
 		if (victim) {
 			pmemobj_tx_add_range_direct(victim->t, offsetof(struct emb_table, dir_off));
 			victim->t->flags |= EMB_T_ORPHAN;
 			victim->t->ctime_ns = now;
+			catalog_seal_tx(victim->t);
 		}
 		pmemobj_tx_add_range_direct(st->t, sizeof(*st->t));
 		st->t->ctime_ns = now;
 		memset(st->t->name, 0, sizeof(st->t->name));
 		strcpy(st->t->name, newname);
+		st->t->csum = entry_csum(st->t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (ret && victim)
 		name_insert(s, victim);
 	name_insert(s, st);
@@ -426,12 +517,15 @@ int catalog_free_locked(struct store *s, struct stable *st)
 	volatile int ret = index_destroy(s, st);
 	if (ret)
 		return ret;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(st->t, sizeof(*st->t));
 		memset(st->t, 0, sizeof(*st->t));
+		st->t->csum = entry_csum(st->t); /* a free entry's */
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
 	pthread_rwlock_wrlock(&s->cat_lock);
@@ -446,12 +540,15 @@ static int release_locked(struct store *s, struct stable *st)
 {
 	volatile int ret = 0;
 	if (!(st->t->flags & EMB_T_ZOMBIE)) {
+		pthread_mutex_lock(&s->meta_lock);
 		TX_BEGIN(s->pop) {
 			pmemobj_tx_add_range_direct(&st->t->flags, 4);
 			st->t->flags |= EMB_T_ZOMBIE;
+			catalog_seal_tx(st->t);
 		} TX_ONABORT {
 			ret = pm_tx_errno();
 		} TX_END
+		pthread_mutex_unlock(&s->meta_lock);
 		if (ret)
 			return ret;
 	}
@@ -502,23 +599,42 @@ int store_table_truncate(struct store *s, uint32_t id, uint64_t size)
 	}
 	struct emb_table *t = st->t;
 	int shrink = size < t->size;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(&t->size, offsetof(struct emb_table, dir_off) -
 							  offsetof(struct emb_table, size));
 		pmemobj_tx_add_range_direct(&t->trim_from, 8);
-		pthread_rwlock_wrlock(&st->lock);
-		t->size = size;
-		pthread_rwlock_unlock(&st->lock);
-		t->mtime_ns = t->ctime_ns = now_ns();
-		if (shrink)
+		uint64_t now = now_ns();
+		st64(&t->size, size); /* getattr reads these without the commit lock */
+		st64(&t->mtime_ns, now);
+		st64(&t->ctime_ns, now);
+		if (shrink) {
 			t->trim_from = size;
+			catalog_seal_tx(t);
+		}
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret && shrink)
 		ret = trim_locked(s, st);
 out:
 	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}
+
+int catalog_trim_done(struct store *s, struct stable *st)
+{
+	volatile int ret = 0;
+	pthread_mutex_lock(&s->meta_lock);
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_add_range_direct(&st->t->trim_from, 8);
+		st->t->trim_from = EMB_NONE;
+		catalog_seal_tx(st->t);
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	return ret;
 }
 

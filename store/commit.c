@@ -41,6 +41,7 @@ struct uop {
 	int skip;    /* nothing to do */
 	int claimed; /* pos is a claimed free slot */
 	int full;    /* an op writes the whole row: the old bytes are not needed */
+	int damaged; /* its newest version is damaged (ver.c) and the update replaces it whole */
 	char *old;   /* the old bytes of a spilled row that is partly rewritten */
 };
 
@@ -99,12 +100,53 @@ static int journal_valid(const struct emb_journal *j)
 	return j->count > 0 && j->count <= EMB_JOURNAL_CAP && journal_csum(j, j->count) == j->csum;
 }
 
+int journal_check(struct store *s, char *err, size_t n)
+{
+	const struct emb_journal *j = s->jr;
+	if (j->magic != EMB_JOURNAL_MAGIC)
+		return store_err(err, n, -EIO, "journal is damaged (bad magic)");
+	if (j->count > EMB_JOURNAL_CAP || (j->count && s->sb->clean))
+		return store_err(err, n, -EIO, "journal is damaged (%llu records%s)", (unsigned long long)j->count,
+				 s->sb->clean ? " after a clean unmount" : "");
+	if (!journal_valid(j))
+		return 0; /* empty, or a seal a crash cut short: nothing to replay */
+	if (j->kind > EMB_J_RELINK || j->table >= EMB_NTABLES)
+		return store_err(err, n, -EIO, "journal is damaged (kind or table)");
+	for (uint64_t i = 0; i < j->count; i++) {
+		const struct emb_jrec *r = &j->rec[i];
+		int old_ok = !r->old_off || (r->flags & EMB_JR_DAMAGED) ||
+			     pool_range_ok(s, r->old_off, sizeof(struct emb_stub), 8);
+		if (r->table != j->table || !old_ok || (r->flags & ~EMB_JR_DAMAGED) ||
+		    (r->new_off && !pool_range_ok(s, r->new_off, sizeof(struct emb_stub), 8)))
+			return store_err(err, n, -EIO, "journal is damaged (record %llu)", (unsigned long long)i);
+	}
+	return 0;
+}
+
+/* The row's newest version is damaged and the update replaces the whole row
+ * (or deletes it): the new version (or tombstone) takes its place and links
+ * to it while a live snapshot may need what it hid (such reads stay EIO);
+ * the damaged slot is never freed nor read.  So rewriting a damaged row
+ * heals its live view. */
+static void plan_damaged(struct store *s, struct uop *u)
+{
+	int keep = s->n_live > 0;
+	u->live = 1;
+	u->retain = u->skip = 0;
+	u->tomb = u->del && keep;
+	u->prev = keep ? u->old_off : 0;
+}
+
 /* Decide what happens to each row: a new version replaces the newest one,
  * which is kept (chained) if a live snapshot needs it and freed otherwise; a
  * delete removes the row, or writes a tombstone when older versions must
  * stay reachable. */
 static void plan(struct store *s, struct uop *u)
 {
+	if (u->damaged) {
+		plan_damaged(s, u);
+		return;
+	}
 	struct emb_version *v = S_PTR(s, u->old_off);
 	u->live = v && !ver_tomb(v);
 	u->retain = u->tomb = u->skip = 0;
@@ -136,7 +178,17 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		int ret = 0;
 		claims_reset(c);
 		for (size_t i = 0; i < nu && !ret; i++) {
-			u[i].old_off = index_get(s, st, u[i].row, &u[i].pos);
+			ret = index_find(s, st, u[i].row, &u[i].pos, &u[i].old_off);
+			u[i].damaged = 0;
+			/* plan() reads the old version, A3 may copy its bytes */
+			if (!ret && u[i].old_off && !ver_get(s, u[i].old_off, st->id, u[i].row, st->t->row_size)) {
+				if (u[i].full || u[i].del)
+					u[i].damaged = 1;
+				else
+					ret = -EIO; /* its bytes are needed */
+			}
+			if (ret)
+				break;
 			u[i].found = u[i].old_off != 0;
 			u[i].claimed = 0;
 			plan(s, &u[i]);
@@ -159,7 +211,8 @@ static inline int writes(const struct uop *u)
 /* A slot of the row class is freed in step C. */
 static inline int frees(struct store *s, const struct uop *u)
 {
-	return !u->skip && u->old_off && !u->retain && !ver_stub((struct emb_version *)S_PTR(s, u->old_off));
+	return !u->skip && u->old_off && !u->retain && !u->damaged &&
+	       !ver_stub((struct emb_version *)S_PTR(s, u->old_off));
 }
 
 /* One group of row updates, planned whole before anything changes. */
@@ -248,7 +301,7 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 	for (size_t i = 0; i < g->nu; i++) {
 		struct uop *x = &g->u[i];
 		struct emb_version *ov = S_PTR(s, x->old_off);
-		if (!x->live || x->full || x->del || !ver_stub(ov))
+		if (!x->live || x->damaged || x->full || x->del || !ver_stub(ov))
 			continue;
 		if (!(x->old = malloc(rs))) {
 			ret = -ENOMEM;
@@ -314,7 +367,8 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 	uint64_t nrec = 0;
 	for (size_t i = from; i < to; i++)
 		if (!u[i].skip)
-			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id, 0 };
+			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id,
+							    u[i].damaged ? EMB_JR_DAMAGED : 0 };
 	journal_seal(s, st, EMB_J_COMMIT, nrec, size_hint);
 
 	/* A3: new versions, copy-on-write */
@@ -330,8 +384,8 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 		char *d = (char *)(v + 1);
 		if (u[i].old)
 			memcpy(d, u[i].old, rs);
-		else if (u[i].live && !ver_stub(ov))
-			memcpy(d, ov + 1, rs);
+		else if (u[i].live && !u[i].damaged && !ver_stub(ov))
+			memmove(d, ov + 1, rs); /* the same slot only if a bitmap is damaged */
 		else
 			memset(d, 0, rs);
 		if (!u[i].tomb)
@@ -342,11 +396,11 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 				else
 					memset(d, 0, rs); /* deleted, then written again */
 			}
-		v->csum = u[i].tomb ? 0 : XXH32(d, rs, 0);
+		ver_seal(v, rs);
 		pm_flush(s, v, sizeof(*v) + rs);
 		slab_mark(s, u[i].new_off);
 		if (u[i].claimed)
-			index_fill(s, &u[i].pos, u[i].row, index_hash(s, u[i].row), u[i].new_off);
+			index_fill(s, st, &u[i].pos, u[i].row, index_hash(s, u[i].row), u[i].new_off);
 	}
 	pm_barrier(s);
 
@@ -383,10 +437,10 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 	for (size_t i = from; i < to; i++) {
 		if (u[i].skip)
 			continue;
-		if (u[i].old_off && !u[i].retain)
+		if (u[i].old_off && !u[i].retain && !u[i].damaged)
 			ver_free(s, u[i].old_off);
 		if (u[i].del && !u[i].tomb)
-			index_ovf_dec(s, &u[i].pos);
+			index_ovf_dec(s, st, &u[i].pos);
 		if (u[i].retain)
 			snap_charge(s, (struct emb_version *)S_PTR(s, u[i].old_off), u[i].batch, g->cls);
 		if (s->sp)
@@ -491,6 +545,11 @@ int commit_recover(struct store *s)
 	if (j->count == 0)
 		return 0;
 	s->recovered = 1;
+	/* index changes of these rows may be torn from their bucket checksums */
+	struct stable *jst = journal_valid(j) ? tab_get(s, j->table) : NULL;
+	if (jst)
+		for (uint64_t i = 0; i < j->count; i++)
+			index_reseal(s, jst, j->rec[i].row);
 	if (journal_valid(j) && j->kind == EMB_J_RECLAIM) {
 		int ret = reclaim_recover(s, j);
 		if (ret)
@@ -507,13 +566,16 @@ int commit_recover(struct store *s)
 		int any = 0;
 		for (uint64_t i = 0; i < j->count; i++) {
 			struct emb_jrec *r = &j->rec[i];
-			uint64_t cur = index_get(s, st, r->row, NULL);
+			uint64_t cur;
+			if (index_get(s, st, r->row, &cur))
+				continue; /* damaged: keep both versions (a leak, never a loss) */
 			int done = r->new_off ? cur == r->new_off : cur != r->old_off;
+			int damaged = r->flags & EMB_JR_DAMAGED; /* never read nor freed */
 			if (done) {
 				struct emb_version *nv = S_PTR(s, r->new_off);
 				any = 1;
-				nrows += live_ver(s, r->new_off) - live_ver(s, r->old_off);
-				if (r->old_off && !(nv && nv->prev == r->old_off))
+				nrows += live_ver(s, r->new_off) - (damaged ? 1 : live_ver(s, r->old_off));
+				if (r->old_off && !damaged && !(nv && nv->prev == r->old_off))
 					ver_free(s, r->old_off);
 			} else if (r->new_off) {
 				ver_free(s, r->new_off);
@@ -552,7 +614,11 @@ int trim_locked(struct store *s, struct stable *st)
 	int ret = 0;
 	if (lim == EMB_NONE)
 		return 0;
-	if (lim % rs && index_get(s, st, lim / rs, NULL)) {
+	uint64_t last;
+	ret = index_get(s, st, lim / rs, &last);
+	if (ret)
+		return ret;
+	if (lim % rs && last) {
 		static const char zeros[EMB_ROW_MAX];
 		struct store_rowop op = { lim / rs, (uint32_t)(lim % rs), (uint32_t)(rs - lim % rs), zeros, 0 };
 		ret = commit_locked(s, st, &op, 1, 0, 0);
@@ -579,7 +645,5 @@ int trim_locked(struct store *s, struct stable *st)
 	free(c.keys.v);
 	if (ret)
 		return ret;
-	st64(&t->trim_from, EMB_NONE);
-	pm_persist(s, &t->trim_from, 8);
-	return 0;
+	return catalog_trim_done(s, st);
 }

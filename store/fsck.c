@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "store_int.h"
 
@@ -38,28 +37,23 @@ static void check_stub(struct walk *w, struct emb_version *v)
 		w->r->bad_stubs++; /* no memory to check it */
 }
 
-/* Every version of a row's chain: right row and table, checksum, batches
- * strictly decreasing. */
+/* Every version of a row's chain is sound (ver.c: right row and table,
+ * checksum, batches strictly decreasing). */
 static int check_entry(void *arg, uint64_t key, uint64_t val)
 {
 	struct walk *w = arg;
-	struct emb_version *v = S_PTR(w->s, val);
-	w->count += v && !ver_tomb(v);
-	uint64_t newer = UINT64_MAX;
-	for (int depth = 0; v; depth++) {
-		if (v->row != key || ver_table(v) != w->st->id || v->batch >= newer ||
-		    depth > (int)EMB_MAX_SNAPS + 1 ||
-		    (!ver_tomb(v) && !ver_stub(v) && v->csum != XXH32(v + 1, w->st->t->row_size, 0))) {
-			w->r->bad_versions++;
-			break;
-		}
-		if (u64vec_push(&w->refs, S_OFF(w->s, v)))
+	struct chain c;
+	int ret = chain_start(w->s, w->st, key, val, &c);
+	w->count += ret || (c.v && !ver_tomb(c.v)); /* a damaged head counts as a row */
+	while (!ret && c.v) {
+		if (u64vec_push(&w->refs, c.off))
 			return -ENOMEM;
-		if (ver_stub(v))
-			check_stub(w, v);
-		newer = v->batch;
-		v = S_PTR(w->s, v->prev);
+		if (ver_stub(c.v))
+			check_stub(w, c.v);
+		ret = chain_step(&c);
 	}
+	if (ret || !val)
+		w->r->bad_versions++;
 	return 0;
 }
 

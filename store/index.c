@@ -18,7 +18,33 @@
  *
  * Locking: readers hold st->lock shared.  All changes run under commit_lock;
  * those that move or free memory readers could see (publish, split, destroy)
- * also hold st->lock exclusive.
+ * or that change what a bucket's checksum covers also hold st->lock
+ * exclusive, so a reader never sees a bucket between a change and its new
+ * checksum.
+ *
+ * Damage.  Each bucket's csum covers the valid bits and the overflow count
+ * of ctl and, for each valid slot, its tag, key and value: the XOR of one
+ * digest of the covered ctl bits and one per valid slot (slot index, tag,
+ * key, value), so a change updates it from the old and new digests of what
+ * it touched.  Filling a free slot changes nothing covered.  A reader checks
+ * a bucket only when a lookup misses (a hit is checked by the version it
+ * leads to, ver.c: a damaged key, value, tag or valid bit either leads to a
+ * version that fails, or turns the hit into a miss); a miss checks the home
+ * bucket and the neighbour it probed, so a row never reads as a hole because
+ * its entry was damaged.  Writers (index_find, index_claim) check the buckets
+ * they will change, a split checks the whole segment it copies, and walks
+ * check every bucket: no checksum is ever recomputed over damage.  The
+ * directory and the segment headers (magic, local depth, the hash prefix a
+ * segment holds, an XXH64 of the header) are checked at mount (index_check).
+ *
+ * Crash consistency of checksums.  A covered field and the checksum are two
+ * stores, not one.  Every change of a covered field happens either while the
+ * journal is sealed with the row it concerns -- commit A3 (home bucket's
+ * overflow count), B (publish, value, unpublish) and C (overflow count);
+ * reclaim_apply (value, unpublish, overflow count); relink_apply (value) --
+ * or inside a libpmemobj transaction (index_create, index_split,
+ * index_destroy).  Recovery recomputes the checksums of the home and next
+ * bucket of every journaled row (index_reseal) before anything reads them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -40,6 +66,124 @@ static inline size_t dir_idx(uint64_t h, uint32_t gd)
 uint64_t index_hash(const struct store *s, uint64_t key)
 {
 	return XXH3_64bits_withSeed(&key, sizeof(key), s->sb->hash_seed);
+}
+
+/* ---- bucket checksums --------------------------------------------------- */
+
+#define CTL_COVERED (EMB_CTL_VALID_MASK | EMB_CTL_OVF_MASK)
+#define SEED_CTL 0x454d4243544cull  /* "EMBCTL" */
+#define SEED_SLOT 0x454d42534c54ull /* "EMBSLT" */
+
+static inline uint32_t fold(uint64_t h)
+{
+	return (uint32_t)(h ^ (h >> 32));
+}
+
+static uint32_t h_ctl(uint64_t ctl)
+{
+	uint64_t c = ctl & CTL_COVERED;
+	return fold(XXH3_64bits_withSeed(&c, sizeof(c), SEED_CTL));
+}
+
+static uint32_t h_slot(const struct emb_bucket *b, int i, uint64_t val)
+{
+	struct {
+		uint64_t key, val;
+		uint32_t idx, tag;
+	} e = { ld64(&b->slot[i].key), val, (uint32_t)i, __atomic_load_n(&b->tags[i], __ATOMIC_RELAXED) };
+	return fold(XXH3_64bits_withSeed(&e, sizeof(e), SEED_SLOT));
+}
+
+/* The checksum b should carry. */
+static uint32_t bucket_sum(const struct emb_bucket *b)
+{
+	uint64_t ctl = ld64(&b->ctl);
+	uint32_t c = h_ctl(ctl);
+	for (uint64_t m = ctl & EMB_CTL_VALID_MASK; m; m &= m - 1) {
+		int i = __builtin_ctzll(m);
+		c ^= h_slot(b, i, ld64(&b->slot[i].val));
+	}
+	return c;
+}
+
+static inline uint32_t csum_ld(const struct emb_bucket *b)
+{
+	return __atomic_load_n(&b->csum, __ATOMIC_RELAXED);
+}
+
+static inline void csum_st(struct emb_bucket *b, uint32_t c)
+{
+	__atomic_store_n(&b->csum, c, __ATOMIC_RELAXED);
+}
+
+int index_bucket_check(struct store *s, const struct emb_bucket *b)
+{
+	if (bucket_sum(b) == csum_ld(b))
+		return 0;
+	csum_error(s);
+	return -EIO;
+}
+
+/* ctl becomes nctl: store both and the checksum updated to match. */
+static void ctl_set(struct store *s, struct emb_bucket *b, uint64_t nctl, uint32_t slot_delta)
+{
+	uint64_t ctl = ld64(&b->ctl);
+	csum_st(b, csum_ld(b) ^ h_ctl(ctl) ^ h_ctl(nctl) ^ slot_delta);
+	st64(&b->ctl, nctl);
+	pm_flush(s, b, 32);
+}
+
+static void bucket_seal(struct emb_bucket *b)
+{
+	csum_st(b, bucket_sum(b));
+}
+
+/* ---- directory ---------------------------------------------------------- */
+
+static uint64_t seg_csum(const struct emb_seg *g)
+{
+	return XXH64(g, offsetof(struct emb_seg, csum), 0);
+}
+
+int index_check(struct store *s, const struct emb_table *t, char *err, size_t n)
+{
+	if (!t->dir_off)
+		return t->nsegs ? store_err(err, n, -EIO, "no index directory, %llu segments",
+					    (unsigned long long)t->nsegs) : 0;
+	if (!pool_range_ok(s, t->dir_off, sizeof(struct emb_dir), 8))
+		return store_err(err, n, -EIO, "index directory outside the pool");
+	const struct emb_dir *d = S_PTR(s, t->dir_off);
+	uint32_t gd = d->global_depth;
+	if (d->magic != EMB_DIR_MAGIC || gd > EMB_MAX_DEPTH)
+		return store_err(err, n, -EIO, "index directory is damaged (magic or depth)");
+	size_t cnt = (size_t)1 << gd;
+	if (!pool_range_ok(s, t->dir_off, sizeof(*d) + cnt * 8, 8))
+		return store_err(err, n, -EIO, "index directory outside the pool");
+	uint64_t nseg = 0;
+	/* a dying index (index_destroy) has freed the segments below free_at */
+	size_t from = (t->flags & EMB_T_DYING) ? (size_t)t->free_at : 0;
+	if (from > cnt)
+		return store_err(err, n, -EIO, "index destroy cursor past the directory");
+	for (size_t i = from; i < cnt; nseg++) {
+		uint64_t off = d->seg[i];
+		if (!pool_range_ok(s, off, sizeof(struct emb_seg), 64))
+			return store_err(err, n, -EIO, "index directory entry %zu points outside the pool", i);
+		const struct emb_seg *g = S_PTR(s, off);
+		if (g->magic != EMB_SEG_MAGIC || g->csum != seg_csum(g) || g->local_depth > gd ||
+		    off - g->raw_off >= 64)
+			return store_err(err, n, -EIO, "index segment %zu is damaged (header)", i);
+		size_t span = (size_t)1 << (gd - g->local_depth);
+		if (i % span || g->prefix != i >> (gd - g->local_depth))
+			return store_err(err, n, -EIO, "index segment %zu is damaged (hash prefix)", i);
+		for (size_t k = 1; k < span; k++)
+			if (d->seg[i + k] != off)
+				return store_err(err, n, -EIO, "index directory entry %zu is damaged", i + k);
+		i += span;
+	}
+	if (nseg != t->nsegs)
+		return store_err(err, n, -EIO, "index has %llu segments, the catalog says %llu",
+				 (unsigned long long)nseg, (unsigned long long)t->nsegs);
+	return 0;
 }
 
 int index_load(struct store *s, struct stable *st)
@@ -80,7 +224,8 @@ static int probe(const struct emb_bucket *b, uint64_t key, uint8_t tag)
 	return -1;
 }
 
-uint64_t index_get(struct store *s, struct stable *st, uint64_t key, struct ipos *pos)
+/* Find key in its home bucket or the next: its value, 0 if absent. */
+static uint64_t lookup(struct store *s, struct stable *st, uint64_t key, struct ipos *pos)
 {
 	if (!st->segs)
 		return 0;
@@ -104,6 +249,57 @@ uint64_t index_get(struct store *s, struct stable *st, uint64_t key, struct ipos
 	if (pos)
 		*pos = (struct ipos){ nb, i, 1, b };
 	return ld64(&nb->slot[i].val);
+}
+
+/* The buckets a lookup of key probes (nb NULL when only the home one). */
+static void probed(struct store *s, struct stable *st, uint64_t key, struct emb_bucket **b,
+		   struct emb_bucket **nb)
+{
+	uint64_t h = index_hash(s, key);
+	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
+	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
+	*b = &seg->bucket[bi];
+	*nb = ld64(&(*b)->ctl) & EMB_CTL_OVF_MASK ? &seg->bucket[(bi + 1) & (EMB_SEG_BUCKETS - 1)] : NULL;
+}
+
+int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val)
+{
+	*val = lookup(s, st, key, NULL);
+	if (*val || !st->segs)
+		return 0;
+	struct emb_bucket *b, *nb;
+	probed(s, st, key, &b, &nb);
+	int ret = index_bucket_check(s, b);
+	if (!ret && nb)
+		ret = index_bucket_check(s, nb);
+	return ret;
+}
+
+int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val)
+{
+	*val = lookup(s, st, key, pos);
+	if (!st->segs)
+		return 0;
+	struct emb_bucket *b, *nb;
+	probed(s, st, key, &b, &nb);
+	int ret = index_bucket_check(s, b);
+	if (!ret && nb)
+		ret = index_bucket_check(s, nb);
+	return ret;
+}
+
+void index_reseal(struct store *s, struct stable *st, uint64_t key)
+{
+	if (!st->segs)
+		return;
+	uint64_t h = index_hash(s, key);
+	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
+	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
+	for (unsigned k = 0; k < 2; k++) {
+		struct emb_bucket *b = &seg->bucket[(bi + k) & (EMB_SEG_BUCKETS - 1)];
+		bucket_seal(b);
+		pm_flush(s, b, 32);
+	}
 }
 
 /* ---- claims: free slots promised to the ops of one commit ------------- */
@@ -169,13 +365,21 @@ static int free_slot(struct claims *c, struct emb_bucket *b, struct claim **ce)
 
 /* ---- structure changes (transactions) --------------------------------- */
 
-static struct emb_seg *seg_new_tx(struct store *s, uint32_t ld)
+/* A new empty segment (every bucket sealed empty), persisted. */
+static struct emb_seg *seg_new_tx(struct store *s, uint32_t ld, uint64_t prefix)
 {
 	PMEMoid o = pmemobj_tx_xalloc(sizeof(struct emb_seg) + 64, 0, POBJ_XALLOC_ZERO | s->xa_seg);
 	char *raw = pmemobj_direct(o);
 	struct emb_seg *seg = (struct emb_seg *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+	seg->magic = EMB_SEG_MAGIC;
 	seg->local_depth = ld;
+	seg->prefix = prefix;
 	seg->raw_off = o.off;
+	seg->csum = seg_csum(seg);
+	uint32_t empty = h_ctl(0);
+	for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++)
+		seg->bucket[bi].csum = empty;
+	pmemobj_persist(s->pop, seg, sizeof(*seg));
 	return seg;
 }
 
@@ -210,21 +414,24 @@ static int seg_put(struct store *s, struct emb_seg *seg, uint64_t key, uint64_t 
 static int index_create(struct store *s, struct stable *st)
 {
 	volatile int ret = 0;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
-		struct emb_seg *seg = seg_new_tx(s, 0);
-		pmemobj_persist(s->pop, seg, 64);
+		struct emb_seg *seg = seg_new_tx(s, 0, 0);
 		PMEMoid d = pmemobj_tx_xalloc(sizeof(struct emb_dir) + 8, 0, POBJ_XALLOC_ZERO | s->xa_dir[0]);
 		struct emb_dir *dir = pmemobj_direct(d);
 		dir->global_depth = 0;
+		dir->magic = EMB_DIR_MAGIC;
 		dir->seg[0] = S_OFF(s, seg);
 		pmemobj_persist(s->pop, dir, sizeof(*dir) + 8);
 		pmemobj_tx_add_range_direct(&st->t->dir_off, 8);
 		st->t->dir_off = d.off;
 		pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
 		st->t->nsegs = 1;
+		catalog_seal_tx(st->t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
 	atomic_fetch_add(&s->idx_segs, 1);
@@ -241,8 +448,14 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 
 	if (ld >= EMB_MAX_DEPTH)
 		return -E2BIG; /* no room will help: see index_grow */
+	/* what is copied must be sound: no checksum is recomputed over damage */
+	for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++)
+		if (index_bucket_check(s, &old->bucket[bi]))
+			return -EIO;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
-		struct emb_seg *n[2] = { seg_new_tx(s, ld + 1), seg_new_tx(s, ld + 1) };
+		struct emb_seg *n[2] = { seg_new_tx(s, ld + 1, old->prefix << 1),
+					 seg_new_tx(s, ld + 1, (old->prefix << 1) | 1) };
 		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++) {
 			struct emb_bucket *b = &old->bucket[bi];
 			uint64_t m = b->ctl & EMB_CTL_VALID_MASK;
@@ -255,8 +468,11 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 					pmemobj_tx_abort(ENOSPC);
 			}
 		}
-		pmemobj_persist(s->pop, n[0], sizeof(*n[0]));
-		pmemobj_persist(s->pop, n[1], sizeof(*n[1]));
+		for (int k = 0; k < 2; k++) {
+			for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++)
+				bucket_seal(&n[k]->bucket[bi]);
+			pmemobj_persist(s->pop, n[k], sizeof(*n[k]));
+		}
 		struct emb_dir *dir = S_PTR(s, st->t->dir_off);
 		if (ld == gd) {
 			size_t cnt = (size_t)1 << gd;
@@ -264,7 +480,7 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 							s->xa_dir[gd + 1 <= EMB_MAX_DEPTH ? gd + 1 : 0]);
 			struct emb_dir *ndir = pmemobj_direct(nd);
 			ndir->global_depth = gd + 1;
-			ndir->reserved = 0;
+			ndir->magic = EMB_DIR_MAGIC;
 			for (size_t i = 0; i < cnt; i++) {
 				uint64_t o = dir->seg[i];
 				if (i == di) {
@@ -287,10 +503,12 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 		}
 		pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
 		st->t->nsegs++;
+		catalog_seal_tx(st->t);
 		seg_free_tx(s, old);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
 	atomic_fetch_add(&s->idx_segs, 1);
@@ -335,6 +553,8 @@ int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t k
 	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
 	struct emb_bucket *b = &seg->bucket[bi];
 	struct claim *ce;
+	if (index_bucket_check(s, b))
+		return -EIO;
 	int i = free_slot(c, b, &ce);
 	if (i >= 0) {
 		ce->mask |= 1u << i;
@@ -346,6 +566,8 @@ int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t k
 	/* the overflow count must not wrap: count pending claims too (bits 16+) */
 	uint64_t pend = home->mask >> 16;
 	uint64_t ovf = (ld64(&b->ctl) & EMB_CTL_OVF_MASK) >> EMB_CTL_OVF_SHIFT;
+	if (index_bucket_check(s, nb))
+		return -EIO;
 	i = free_slot(c, nb, &ce);
 	if (i >= 0 && ovf + pend < 255) {
 		ce->mask |= 1u << i;
@@ -357,8 +579,10 @@ int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t k
 	return index_grow(s, st, di);
 }
 
-/* Write key and value into a claimed (still invisible) slot. */
-void index_fill(struct store *s, const struct ipos *pos, uint64_t key, uint64_t h, uint64_t val)
+/* Write key and value into a claimed (still invisible) slot; an entry in
+ * the neighbour raises its home bucket's overflow count. */
+void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key, uint64_t h,
+		uint64_t val)
 {
 	struct emb_bucket *b = pos->b;
 	st64(&b->slot[pos->slot].key, key);
@@ -367,43 +591,47 @@ void index_fill(struct store *s, const struct ipos *pos, uint64_t key, uint64_t 
 	pm_flush(s, &b->slot[pos->slot], sizeof(b->slot[0]));
 	pm_flush(s, b, 64);
 	if (pos->home_ovf) {
-		st64(&pos->home->ctl, ld64(&pos->home->ctl) + (1ull << EMB_CTL_OVF_SHIFT));
-		pm_flush(s, pos->home, 8);
+		pthread_rwlock_wrlock(&st->lock);
+		ctl_set(s, pos->home, ld64(&pos->home->ctl) + (1ull << EMB_CTL_OVF_SHIFT), 0);
+		pthread_rwlock_unlock(&st->lock);
 	}
 }
 
 void index_publish(struct store *s, const struct ipos *pos)
 {
-	st64(&pos->b->ctl, ld64(&pos->b->ctl) | (1ull << pos->slot));
-	pm_flush(s, pos->b, 8);
+	struct emb_bucket *b = pos->b;
+	ctl_set(s, b, ld64(&b->ctl) | (1ull << pos->slot), h_slot(b, pos->slot, ld64(&b->slot[pos->slot].val)));
 }
 
 void index_set_val(struct store *s, const struct ipos *pos, uint64_t val)
 {
-	st64(&pos->b->slot[pos->slot].val, val);
-	pm_flush(s, &pos->b->slot[pos->slot].val, 8);
+	struct emb_bucket *b = pos->b;
+	uint64_t old = ld64(&b->slot[pos->slot].val);
+	csum_st(b, csum_ld(b) ^ h_slot(b, pos->slot, old) ^ h_slot(b, pos->slot, val));
+	st64(&b->slot[pos->slot].val, val);
+	pm_flush(s, &b->slot[pos->slot].val, 8);
+	pm_flush(s, b, 32);
 }
 
 void index_unpublish(struct store *s, const struct ipos *pos)
 {
-	st64(&pos->b->ctl, ld64(&pos->b->ctl) & ~(1ull << pos->slot));
-	pm_flush(s, pos->b, 8);
+	struct emb_bucket *b = pos->b;
+	ctl_set(s, b, ld64(&b->ctl) & ~(1ull << pos->slot), h_slot(b, pos->slot, ld64(&b->slot[pos->slot].val)));
 }
 
-void index_ovf_dec(struct store *s, const struct ipos *pos)
+void index_ovf_dec(struct store *s, struct stable *st, const struct ipos *pos)
 {
 	if (!pos->home_ovf)
 		return;
+	pthread_rwlock_wrlock(&st->lock);
 	uint64_t c = ld64(&pos->home->ctl);
-	if (c & EMB_CTL_OVF_MASK) {
-		st64(&pos->home->ctl, c - (1ull << EMB_CTL_OVF_SHIFT));
-		pm_flush(s, pos->home, 8);
-	}
+	if (c & EMB_CTL_OVF_MASK)
+		ctl_set(s, pos->home, c - (1ull << EMB_CTL_OVF_SHIFT), 0);
+	pthread_rwlock_unlock(&st->lock);
 }
 
 int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, uint64_t), void *arg)
 {
-	(void)s;
 	if (!st->segs)
 		return 0;
 	size_t n = (size_t)1 << st->gd;
@@ -411,6 +639,8 @@ int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, u
 		struct emb_seg *seg = st->segs[di];
 		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++) {
 			struct emb_bucket *b = &seg->bucket[bi];
+			if (index_bucket_check(s, b))
+				return -EIO;
 			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
 			while (m) {
 				int i = __builtin_ctzll(m);
@@ -449,18 +679,22 @@ int index_destroy(struct store *s, struct stable *st)
 	index_unload(st); /* readers find no rows from here on */
 	pthread_rwlock_unlock(&st->lock);
 	if (!(t->flags & EMB_T_DYING)) {
+		pthread_mutex_lock(&s->meta_lock);
 		TX_BEGIN(s->pop) {
 			pmemobj_tx_add_range_direct(&t->flags, 4);
 			pmemobj_tx_add_range_direct(&t->free_at, 8);
 			t->flags |= EMB_T_DYING;
 			t->free_at = 0;
+			catalog_seal_tx(t);
 		} TX_ONABORT {
 			ret = pm_tx_errno();
 		} TX_END
+		pthread_mutex_unlock(&s->meta_lock);
 		if (ret)
 			return ret;
 	}
 	while (t->free_at < n) {
+		pthread_mutex_lock(&s->meta_lock);
 		TX_BEGIN(s->pop) {
 			pmemobj_tx_add_range_direct(&t->free_at, 8);
 			pmemobj_tx_add_range_direct(&t->nsegs, 8);
@@ -473,12 +707,15 @@ int index_destroy(struct store *s, struct stable *st)
 				if (t->nsegs)
 					t->nsegs--;
 			}
+			catalog_seal_tx(t);
 		} TX_ONABORT {
 			ret = pm_tx_errno();
 		} TX_END
+		pthread_mutex_unlock(&s->meta_lock);
 		if (ret)
 			return ret;
 	}
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_free(pmemobj_oid(dir));
 		pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, reserved1));
@@ -486,9 +723,11 @@ int index_destroy(struct store *s, struct stable *st)
 		t->nsegs = 0;
 		t->free_at = 0;
 		t->flags &= ~EMB_T_DYING;
+		catalog_seal_tx(t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret && counted) {
 		atomic_fetch_sub(&s->idx_segs, nsegs);
 		atomic_fetch_sub(&s->idx_dir_bytes, sizeof(struct emb_dir) + (8ull << gd));

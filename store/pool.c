@@ -6,7 +6,11 @@
  * (libpmemobj's copy_on_write.at_open), checked, and closed; only a pool that
  * passes is opened for real.  libpmemobj itself checks its pool header
  * checksum and heap; embfs checks its superblock's magic, layout version and
- * the checksum of the superblock's static part.
+ * the checksums of the superblock's static and dynamic parts, then every
+ * structure reached from it (store_validate: journal, slab classes, index
+ * reserve, catalog and each table's index directory, snapshot records, spill
+ * segment table), and validates it again after the real open, before
+ * recovery writes anything.
  */
 
 #include <errno.h>
@@ -16,8 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -39,6 +47,54 @@ int store_err(char *err, size_t n, int code, const char *fmt, ...)
 static uint64_t super_csum(const struct emb_super *sb)
 {
 	return XXH64(sb, EMB_SUPER_STATIC_LEN, 0);
+}
+
+#define SEED_SUPER 0x5355504552ull /* "SUPER" */
+
+/* The superblock's fields changed only in transactions, next_gen .. spill_off. */
+static uint64_t super_dyn_csum(const struct emb_super *sb)
+{
+	size_t from = offsetof(struct emb_super, next_gen), to = offsetof(struct emb_super, spill_off) + 8;
+	return XXH64((const char *)sb + from, to - from, SEED_SUPER);
+}
+
+void super_seal_tx(struct store *s)
+{
+	pmemobj_tx_add_range_direct(&s->sb->dyn_csum, 8);
+	s->sb->dyn_csum = super_dyn_csum(s->sb);
+}
+
+/* The superblock's dynamic part and the offsets in it. */
+static int super_validate(struct store *s, char *err, size_t n)
+{
+	const struct emb_super *sb = s->sb;
+	if (super_dyn_csum(sb) != sb->dyn_csum)
+		return store_err(err, n, -EIO, "superblock is damaged (checksum mismatch)");
+	if (!pool_range_ok(s, sb->journal_off, sizeof(struct emb_journal), 16) ||
+	    !pool_range_ok(s, sb->snaps_off, sizeof(struct emb_snaps), 16) ||
+	    !pool_range_ok(s, sb->resv_off, sizeof(struct emb_resv), 16))
+		return store_err(err, n, -EIO, "superblock is damaged (an offset outside the pool)");
+	for (uint32_t c = 0; c < EMB_CAT_CHUNKS; c++)
+		if (sb->cat_chunks[c] &&
+		    !pool_range_ok(s, sb->cat_chunks[c], EMB_CAT_PER_CHUNK * sizeof(struct emb_table), 16))
+			return store_err(err, n, -EIO, "superblock is damaged (catalog chunk %u outside the pool)", c);
+	return 0;
+}
+
+int store_validate(struct store *s, char *err, size_t n)
+{
+	int ret = super_validate(s, err, n);
+	if (!ret)
+		ret = journal_check(s, err, n);
+	if (!ret)
+		ret = slab_check(s, err, n);
+	if (!ret)
+		ret = catalog_check(s, err, n);
+	if (!ret)
+		ret = snap_check(s, err, n);
+	if (!ret)
+		ret = spill_table_check(s, err, n);
+	return ret;
 }
 
 static int super_check(PMEMobjpool *pop, char *err, size_t n)
@@ -81,28 +137,31 @@ static const char *printable(const char *m, char *buf, size_t n)
 	return buf;
 }
 
-int store_check(const char *path, char *err, size_t n)
+/* Tell the parent which code runs now: 'L' libpmemobj, 'E' embfs's own
+ * checks (fd < 0: checking in this process). */
+static void check_phase(int fd, char phase)
 {
-	uint64_t size;
-	int is_dev, one = 1, zero = 0;
-	int ret = target_size(path, &size, &is_dev, err, n);
-	if (ret)
-		return ret;
-	if (!is_dev && size < PMEMOBJ_MIN_POOL)
-		return store_err(err, n, -EINVAL, "%s: not an embfs pool (%llu bytes, too small)", path,
-			    (unsigned long long)size);
+	if (fd >= 0 && write(fd, &phase, 1) != 1)
+		return;
+}
+
+/* The checks of store_check(), in this process. */
+static int check_here(const char *path, uint64_t size, int is_dev, int fd, char *err, size_t n)
+{
+	int one = 1, zero = 0, ret;
+	char msg[256];
+	check_phase(fd, 'L');
 	pmemobj_ctl_set(NULL, "copy_on_write.at_open", &one);
 	PMEMobjpool *pop = pmemobj_open(path, EMB_LAYOUT);
 	int e = errno;
 	pmemobj_ctl_set(NULL, "copy_on_write.at_open", &zero);
 	if (!pop && (e == EAGAIN || e == EWOULDBLOCK))
 		return store_err(err, n, -EBUSY, "%s: pool is in use (another embfs has it open)", path);
-	if (!pop) {
-		char msg[256];
-		return store_err(err, n, e == EINVAL ? -EINVAL : -e,
+	if (!pop)
+		return store_err(err, n, e == EINVAL || e <= 0 ? -EINVAL : -e,
 			    "%s: not an embfs pool, or damaged (libpmemobj: %s)", path,
 			    printable(pmemobj_errormsg(), msg, sizeof(msg)));
-	}
+	check_phase(fd, 'E');
 	ret = super_check(pop, err, n);
 	if (!ret) {
 		struct emb_super *sb = pmemobj_direct(pmemobj_root(pop, 0));
@@ -110,8 +169,137 @@ int store_check(const char *path, char *err, size_t n)
 			ret = store_err(err, n, -EIO, "pool is truncated (%llu bytes, made with %llu)",
 				   (unsigned long long)size, (unsigned long long)sb->pool_size);
 	}
+	if (!ret) {
+		struct store chk = { .pop = pop, .base = (char *)pop, .sb = pmemobj_direct(pmemobj_root(pop, 0)) };
+		chk.map_len = is_dev ? chk.sb->pool_size : size;
+		chk.jr = S_PTR(&chk, chk.sb->journal_off);
+		ret = store_validate(&chk, err, n);
+		if (ret && err && n) {
+			char why[256];
+			snprintf(why, sizeof(why), "%s", err);
+			store_err(err, n, ret, "%s: %s", path, why);
+		}
+	}
+	check_phase(fd, 'L');
 	pmemobj_close(pop);
-	return ret;
+	if (ret)
+		return ret;
+	/* libpmemobj's own consistency check: its heap and lanes */
+	errno = 0;
+	int ok = pmemobj_check(path, EMB_LAYOUT);
+	e = errno;
+	if (ok < 0 && (e == EAGAIN || e == EWOULDBLOCK))
+		return store_err(err, n, -EBUSY, "%s: pool is in use (another embfs has it open)", path);
+	if (ok != 1)
+		return store_err(err, n, -EIO, "%s: damaged (libpmemobj: %s)", path,
+				 printable(pmemobj_errormsg(), msg, sizeof(msg)));
+	return 0;
+}
+
+#define CHECK_TIMEOUT_MS (600 * 1000)
+
+/* Everything the check child wrote: phase bytes, then 'R', its return
+ * value and its message.  0, or -ETIMEDOUT (the child was killed). */
+static int check_collect(int fd, pid_t pid, char *buf, size_t cap, size_t *got)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	*got = 0;
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		long ms = (long)(t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+		if (ms >= CHECK_TIMEOUT_MS) {
+			kill(pid, SIGKILL);
+			return -ETIMEDOUT;
+		}
+		struct pollfd p = { fd, POLLIN, 0 };
+		int r = poll(&p, 1, (int)(CHECK_TIMEOUT_MS - ms));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			continue;
+		char tmp[512];
+		ssize_t k = read(fd, tmp, sizeof(tmp));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return 0;
+		size_t take = (size_t)k < cap - *got ? (size_t)k : cap - *got;
+		memcpy(buf + *got, tmp, take);
+		*got += take;
+	}
+}
+
+int store_check(const char *path, char *err, size_t n)
+{
+	uint64_t size;
+	int is_dev;
+	int ret = target_size(path, &size, &is_dev, err, n);
+	if (ret)
+		return ret;
+	if (!is_dev && size < PMEMOBJ_MIN_POOL)
+		return store_err(err, n, -EINVAL, "%s: not an embfs pool (%llu bytes, too small)", path,
+			    (unsigned long long)size);
+	/* a damaged pool can crash libpmemobj itself: check in a child */
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC))
+		return store_err(err, n, -errno, "%s: cannot check the pool: %s", path, strerror(errno));
+	pid_t pid = fork();
+	if (pid < 0) {
+		ret = -errno;
+		close(pfd[0]);
+		close(pfd[1]);
+		return store_err(err, n, ret, "%s: cannot check the pool: %s", path, strerror(-ret));
+	}
+	if (pid == 0) {
+		char msg[512] = "";
+		int dn = open("/dev/null", O_WRONLY);
+		close(pfd[0]);
+		if (dn >= 0) { /* a crash report would not be one line */
+			dup2(dn, STDOUT_FILENO);
+			dup2(dn, STDERR_FILENO);
+		}
+		/* a crash ends the child by its signal, even where a sanitizer
+		 * would catch it */
+		static const int fatal[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
+		for (size_t k = 0; k < sizeof(fatal) / sizeof(fatal[0]); k++)
+			signal(fatal[k], SIG_DFL);
+		if (getenv("EMBFS_TEST_CHECK_CRASH")) { /* tests: a check that crashes */
+			check_phase(pfd[1], 'L');
+			raise(SIGSEGV);
+		}
+		int32_t r = check_here(path, size, is_dev, pfd[1], msg, sizeof(msg));
+		char out[1 + sizeof(r) + sizeof(msg)];
+		out[0] = 'R';
+		memcpy(out + 1, &r, sizeof(r));
+		size_t len = strlen(msg) + 1;
+		memcpy(out + 1 + sizeof(r), msg, len);
+		_exit(write(pfd[1], out, 1 + sizeof(r) + len) < 0);
+	}
+	close(pfd[1]);
+	char buf[1024];
+	size_t got;
+	int timed_out = check_collect(pfd[0], pid, buf, sizeof(buf) - 1, &got);
+	close(pfd[0]);
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	char *res = memchr(buf, 'R', got);
+	if (res && (size_t)(buf + got - res) > 1 + sizeof(int32_t)) {
+		int32_t r;
+		memcpy(&r, res + 1, sizeof(r));
+		buf[got] = 0;
+		return store_err(err, n, r, "%s", res + 1 + sizeof(r));
+	}
+	const char *who = got && buf[got - 1] == 'E' ? "embfs" : "libpmemobj";
+	if (timed_out)
+		return store_err(err, n, -EIO, "%s: damaged (%s did not finish checking it in %d s)", path, who,
+				 CHECK_TIMEOUT_MS / 1000);
+	if (WIFSIGNALED(st))
+		return store_err(err, n, -EIO, "%s: damaged (%s crashed while checking it: SIG%s)", path, who,
+				 sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
+	return store_err(err, n, -EIO, "%s: damaged (%s crashed while checking it: exit status %d)", path, who,
+			 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 /* Any non-zero byte in the file's data extents (first 64 MiB of data)? */
@@ -231,10 +419,18 @@ int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, siz
 		sb->batch = 1;
 		PMEMoid j = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
 		sb->journal_off = j.off;
+		struct emb_journal *jr = pmemobj_direct(j);
+		jr->magic = EMB_JOURNAL_MAGIC;
+		pmemobj_persist(pop, jr, 64);
 		PMEMoid sn = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
 		sb->snaps_off = sn.off;
+		snap_records_init(pmemobj_direct(sn));
+		pmemobj_persist(pop, pmemobj_direct(sn), sizeof(struct emb_snaps));
 		PMEMoid rv = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
 		sb->resv_off = rv.off;
+		resv_seal(pmemobj_direct(rv));
+		pmemobj_persist(pop, pmemobj_direct(rv), 16);
+		sb->dyn_csum = super_dyn_csum(sb);
 	} TX_ONABORT {
 		ret = store_err(err, n, pm_tx_errno(), "%s: cannot initialise the pool: %s", path,
 			   pmemobj_errormsg());
@@ -303,14 +499,26 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	s->sb = pmemobj_direct(pmemobj_root(s->pop, 0));
 	s->map_len = is_dev ? s->sb->pool_size : size;
 	s->is_pmem = pmem_is_pmem(s->base, s->map_len);
+	const char *verify = getenv("EMBFS_VERIFY");
+	s->no_verify = verify && !strcmp(verify, "0");
 	s->jr = S_PTR(s, s->sb->journal_off);
 	pthread_rwlock_init(&s->cat_lock, NULL);
 	pthread_mutex_init(&s->commit_lock, NULL);
 	pthread_mutex_init(&s->space_lock, NULL);
+	pthread_mutex_init(&s->meta_lock, NULL);
 
 	ret = alloc_classes_register(s);
 	if (ret) {
 		store_err(err, n, ret, "%s: libpmemobj allocation classes: %s", path, pmemobj_errormsg());
+		goto fail;
+	}
+	ret = store_validate(s, err, n); /* again: the pool may have changed since the check */
+	if (ret) {
+		if (err && n) {
+			char why[256];
+			snprintf(why, sizeof(why), "%s", err);
+			store_err(err, n, ret, "%s: %s", path, why);
+		}
 		goto fail;
 	}
 	ret = catalog_load(s);
@@ -368,6 +576,7 @@ void store_close(struct store *s)
 	pthread_rwlock_destroy(&s->cat_lock);
 	pthread_mutex_destroy(&s->commit_lock);
 	pthread_mutex_destroy(&s->space_lock);
+	pthread_mutex_destroy(&s->meta_lock);
 	free(s);
 }
 
@@ -404,12 +613,12 @@ int store_row_batch(struct store *s, uint32_t id, uint64_t row, uint64_t *batch)
 	struct stable *st = tab_get(s, id);
 	if (!st)
 		return -ENOENT;
+	struct emb_version *v;
 	pthread_rwlock_rdlock(&st->lock);
-	struct emb_version *v = S_PTR(s, index_get(s, st, row, NULL));
-	int live = v && !ver_tomb(v);
-	*batch = live ? v->batch : 0;
+	int ret = chain_visible(s, st, row, EMB_NONE, &v);
+	*batch = !ret && v ? v->batch : 0;
 	pthread_rwlock_unlock(&st->lock);
-	return live;
+	return ret ? ret : v != NULL;
 }
 
 int store_row_exists(struct store *s, uint32_t id, uint64_t row)
@@ -417,11 +626,11 @@ int store_row_exists(struct store *s, uint32_t id, uint64_t row)
 	struct stable *st = tab_get(s, id);
 	if (!st)
 		return -ENOENT;
+	struct emb_version *v;
 	pthread_rwlock_rdlock(&st->lock);
-	uint64_t off = index_get(s, st, row, NULL);
-	int live = off && !ver_tomb(S_PTR(s, off));
+	int ret = chain_visible(s, st, row, EMB_NONE, &v);
 	pthread_rwlock_unlock(&st->lock);
-	return live;
+	return ret ? ret : v != NULL;
 }
 
 int store_table_extend(struct store *s, uint32_t id, uint64_t size)
@@ -439,6 +648,7 @@ int store_table_extend(struct store *s, uint32_t id, uint64_t size)
 
 struct keyvec {
 	struct store *s;
+	struct stable *st;
 	struct u64vec keys;
 };
 
@@ -446,7 +656,10 @@ struct keyvec {
 static int keyvec_push(void *arg, uint64_t key, uint64_t val)
 {
 	struct keyvec *k = arg;
-	return ver_tomb(S_PTR(k->s, val)) ? 0 : u64vec_push(&k->keys, key);
+	struct emb_version *v = ver_get(k->s, val, k->st->id, key, k->st->t->row_size);
+	if (!v)
+		return -EIO;
+	return ver_tomb(v) ? 0 : u64vec_push(&k->keys, key);
 }
 
 /* SEEK_DATA/SEEK_HOLE: the index is a hash, so a sorted copy of the row ids
@@ -459,7 +672,7 @@ static int seek_prepare(struct store *s, struct stable *st, uint64_t from, size_
 	uint64_t mod = st->mod;
 	int ret = 0;
 	if (!st->seek_keys || st->seek_mod != mod) {
-		struct keyvec k = { .s = s };
+		struct keyvec k = { .s = s, .st = st };
 		ret = index_walk(s, st, keyvec_push, &k);
 		if (!ret) {
 			u64_sort(k.keys.v, k.keys.n);
@@ -580,4 +793,5 @@ void store_stats_get(struct store *s, struct store_stats *st)
 	st->barriers = atomic_load(&s->n_barriers);
 	st->rows_written = atomic_load(&s->n_rows_written);
 	st->rows_read = atomic_load(&s->n_rows_read);
+	st->checksum_errors = atomic_load(&s->n_csum_errors);
 }

@@ -18,10 +18,19 @@
  * Locking: space_lock protects the DRAM state here (classes, slabs, bitmap
  * copies, promises); the public functions take it.  PMem bitmap words are
  * changed only under commit_lock.
+ *
+ * Damage: the class table is covered by the superblock's checksum; slab
+ * headers are checked at mount against their class (magic, slot size, slot
+ * count and data offset of the class's geometry, links inside the pool, as
+ * many slabs as the class counts); the index reserve carries a checksum.
+ * Bitmaps are not covered: a bit lost on a used slot lets the slot be handed
+ * out again, and the version it held then fails its checks (EIO, never
+ * wrong bytes).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "store_int.h"
 
@@ -78,6 +87,7 @@ static int class_of_slot_locked(struct store *s, uint32_t ss, uint32_t *cls)
 		return -ENOSPC;
 	struct emb_class *c = &s->sb->classes[free_i];
 	volatile int ret = 0;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(c, sizeof(*c));
 		uint32_t n;
@@ -85,9 +95,11 @@ static int class_of_slot_locked(struct store *s, uint32_t ss, uint32_t *cls)
 		slab_geometry(ss, &c->slab_size, &n);
 		c->head = 0;
 		c->nslabs = 0;
+		super_seal_tx(s);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
 	s->cls[free_i].slot_size = ss;
@@ -196,6 +208,26 @@ static int class_load(struct store *s, uint32_t cls)
 	return 0;
 }
 
+#define SEED_RESV 0x52455356ull /* "RESV" */
+
+static uint64_t resv_csum(const struct emb_resv *r)
+{
+	uint64_t n = r->n <= EMB_RESV_MAX ? r->n : 0;
+	return XXH64(r->block, n * 8, XXH64(&r->n, 8, SEED_RESV));
+}
+
+void resv_seal(struct emb_resv *r)
+{
+	r->csum = resv_csum(r);
+}
+
+/* Inside a transaction that changed r. */
+static void resv_seal_tx(struct emb_resv *r)
+{
+	pmemobj_tx_add_range_direct(&r->csum, 8);
+	resv_seal(r);
+}
+
 /* Hold back heap for index growth: whole chunks, so that a block given back
  * serves whatever a split allocates (segments and directories come from
  * one-chunk runs, pool.c).  space_lock held. */
@@ -212,6 +244,7 @@ static int resv_grow(struct store *s, uint64_t want)
 	while (r->n < want) {
 		volatile int ret = 0;
 		uint64_t k = want - r->n < 16 ? want - r->n : 16;
+		pthread_mutex_lock(&s->meta_lock);
 		TX_BEGIN(s->pop) {
 			pmemobj_tx_add_range_direct(&r->n, 8);
 			pmemobj_tx_add_range_direct(&r->block[r->n], k * 8);
@@ -219,9 +252,11 @@ static int resv_grow(struct store *s, uint64_t want)
 				PMEMoid o = pmemobj_tx_alloc(EMB_CHUNK_ALLOC, 0);
 				r->block[r->n++] = o.off;
 			}
+			resv_seal_tx(r);
 		} TX_ONABORT {
 			ret = pm_tx_errno();
 		} TX_END
+		pthread_mutex_unlock(&s->meta_lock);
 		if (ret)
 			return ret;
 	}
@@ -235,13 +270,16 @@ static void resv_shrink(struct store *s, uint64_t want)
 	struct emb_resv *volatile r = S_PTR(s, s->sb->resv_off);
 	volatile int failed = 0;
 	while (r->n > want && !failed) {
+		pthread_mutex_lock(&s->meta_lock);
 		TX_BEGIN(s->pop) {
 			pmemobj_tx_add_range_direct(&r->n, 8);
 			for (int k = 0; k < 16 && r->n > want; k++)
 				pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->block[--r->n])));
+			resv_seal_tx(r);
 		} TX_ONABORT {
 			failed = 1; /* kept: tried again at the next release */
 		} TX_END
+		pthread_mutex_unlock(&s->meta_lock);
 	}
 }
 
@@ -275,13 +313,16 @@ static int resv_release_locked(struct store *s)
 	volatile int ret = 0;
 	if (!r->n)
 		return -ENOSPC;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->block[r->n - 1])));
 		pmemobj_tx_add_range_direct(&r->n, 8);
 		r->n--;
+		resv_seal_tx(r);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	return ret;
 }
 
@@ -311,6 +352,7 @@ static int slab_grow(struct store *s, uint32_t cls)
 		return -ENOSPC;
 	}
 
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		PMEMoid o = pmemobj_tx_zalloc(alloc, 0);
 		char *raw = pmemobj_direct(o);
@@ -325,9 +367,11 @@ static int slab_grow(struct store *s, uint32_t cls)
 		pmemobj_tx_add_range_direct(pc, sizeof(*pc));
 		pc->head = S_OFF(s, h);
 		pc->nslabs++;
+		super_seal_tx(s);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
 	return class_push(s, cls, h);
@@ -497,8 +541,8 @@ void slab_mark(struct store *s, uint64_t off)
 	pm_flush(s, w, 8);
 }
 
-/* PMem and DRAM bit off.  commit_lock held. */
-void slab_free(struct store *s, uint64_t off)
+/* PMem and DRAM bit off: 1 if off is a slot, 0 if not.  commit_lock held. */
+int slab_free(struct store *s, uint64_t off)
 {
 	uint64_t slot;
 	pthread_mutex_lock(&s->space_lock);
@@ -513,6 +557,7 @@ void slab_free(struct store *s, uint64_t off)
 		give_back(s, sl, slot);
 	}
 	pthread_mutex_unlock(&s->space_lock);
+	return sl != NULL;
 }
 
 /* Slots a class keeps unpromised: one commit's worth of copy-on-write. */
@@ -626,15 +671,18 @@ int slab_give_back(struct store *s, struct sslab *sl)
 		return -EIO;
 	}
 	uint64_t *volatile lp = link;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(lp, 8);
 		pmemobj_tx_add_range_direct(&pc->nslabs, 8);
 		*lp = sl->hdr->next;
 		pc->nslabs--;
+		super_seal_tx(s);
 		pmemobj_tx_free(pmemobj_oid(S_PTR(s, sl->hdr->raw_off)));
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret) {
 		c->nfree -= sl->nfree;
 		size_t k = 0;
@@ -656,6 +704,53 @@ int slab_give_back(struct store *s, struct sslab *sl)
 	}
 	pthread_mutex_unlock(&s->space_lock);
 	return ret;
+}
+
+static int class_bad(char *err, size_t n, uint32_t i, uint32_t ss, uint64_t k, const char *why)
+{
+	return store_err(err, n, -EIO, "slab class %u (%u-byte slots) is damaged: slab %llu: %s", i, ss,
+			 (unsigned long long)k, why);
+}
+
+int slab_check(struct store *s, char *err, size_t n)
+{
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
+		const struct emb_class *pc = &s->sb->classes[i];
+		uint32_t ss = pc->slot_size, alloc, nslots;
+		if (!ss)
+			continue;
+		if (ss < EMB_STUB_SLOT || ss > slot_size_for(EMB_ROW_MAX) || (ss != EMB_STUB_SLOT && ss % 32))
+			return class_bad(err, n, i, ss, 0, "slot size");
+		for (uint32_t k = 0; k < i; k++)
+			if (s->sb->classes[k].slot_size == ss)
+				return class_bad(err, n, i, ss, 0, "two classes of one slot size");
+		slab_geometry(ss, &alloc, &nslots);
+		if (pc->slab_size != alloc)
+			return class_bad(err, n, i, ss, 0, "slab size");
+		uint64_t k = 0;
+		for (uint64_t off = pc->head; off; k++) {
+			if (k >= pc->nslabs)
+				return class_bad(err, n, i, ss, k, "more slabs than the class counts");
+			if (!pool_range_ok(s, off, sizeof(struct emb_slab), 64))
+				return class_bad(err, n, i, ss, k, "outside the pool");
+			const struct emb_slab *h = S_PTR(s, off);
+			if (h->magic != EMB_SLAB_MAGIC || h->slot_size != ss || h->nslots != nslots ||
+			    h->data_off != data_off_for(nslots) || off - h->raw_off >= 64 ||
+			    !pool_range_ok(s, off, h->data_off + (uint64_t)nslots * ss, 64))
+				return class_bad(err, n, i, ss, k, "header");
+			off = h->next;
+		}
+		if (k != pc->nslabs)
+			return class_bad(err, n, i, ss, k, "fewer slabs than the class counts");
+	}
+	const struct emb_resv *r = S_PTR(s, s->sb->resv_off);
+	if (r->n > EMB_RESV_MAX || r->csum != resv_csum(r))
+		return store_err(err, n, -EIO, "index reserve is damaged (checksum mismatch)");
+	for (uint64_t k = 0; k < r->n; k++)
+		if (!pool_range_ok(s, r->block[k], EMB_CHUNK_ALLOC, 16))
+			return store_err(err, n, -EIO, "index reserve is damaged (block %llu outside the pool)",
+					 (unsigned long long)k);
+	return 0;
 }
 
 void slab_release_all(struct store *s)

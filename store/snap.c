@@ -14,6 +14,13 @@
  * to be freed; at recovery a named version no longer reachable from its row's
  * chain is freed, so a crash leaks nothing and frees nothing still linked.
  * The record is marked dropping first; mount finishes an interrupted drop.
+ *
+ * Damage: each record's csum covers what changes only in transactions (gen,
+ * batch, whether it is used, creation time, the table array and its length,
+ * the name, the table array's bytes); a free record carries a free record's
+ * checksum (all are sealed at mkfs and on drop).  flags change by stores
+ * (durable, dropping): they sit in one 8-byte word with their complement,
+ * stored at once.  snap_check() verifies every record at mount.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -33,16 +40,93 @@ static struct emb_snap_table *rec_tables(struct store *s, const struct emb_snap 
 }
 
 /* flags change under snap_lock exclusive, except EMB_S_DURABLE, which
- * store_snap_set_durable sets atomically under snap_lock shared */
+ * store_snap_set_durable sets under snap_lock shared (every such writer
+ * stores the same word) */
 static uint32_t rec_flags(const struct emb_snap *r)
 {
-	return __atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
+	return (uint32_t)__atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
+}
+
+static uint64_t flags_word(uint32_t f)
+{
+	return (uint64_t)f | (uint64_t)(uint32_t)~f << 32;
+}
+
+/* Flags and their complement in one 8-byte store, persisted. */
+static void rec_flags_set(struct store *s, struct emb_snap *r, uint32_t f)
+{
+	__atomic_store_n(&r->flags, flags_word(f), __ATOMIC_RELEASE);
+	pm_persist(s, &r->flags, 8);
 }
 
 static int rec_live(const struct emb_snap *r)
 {
 	uint32_t f = rec_flags(r);
 	return (f & EMB_S_USED) && !(f & EMB_S_DROPPING);
+}
+
+#define SEED_SNAP 0x534e4150ull /* "SNAP" */
+
+/* What a record's csum covers; its table array must lie inside the pool. */
+static uint64_t rec_csum(const char *base, const struct emb_snap *r)
+{
+	struct {
+		uint64_t gen, batch, created, tables_off;
+		uint32_t used, ntables;
+	} k = { r->gen, r->batch, r->created_ns, r->tables_off, (uint32_t)(r->flags & EMB_S_USED), r->ntables };
+	uint64_t h = XXH64(&k, sizeof(k), SEED_SNAP);
+	h = XXH64(r->name, sizeof(r->name), h);
+	if (r->tables_off)
+		h = XXH64(base + r->tables_off, (size_t)r->ntables * sizeof(struct emb_snap_table), h);
+	return h;
+}
+
+/* A free record, sealed. */
+static void rec_clear(struct emb_snap *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->flags = flags_word(0);
+	r->csum = rec_csum(NULL, r);
+}
+
+void snap_records_init(struct emb_snaps *sn)
+{
+	for (uint32_t i = 0; i < EMB_MAX_SNAPS; i++)
+		rec_clear(&sn->s[i]);
+}
+
+static int rec_bad(char *err, size_t n, uint32_t i, const char *why)
+{
+	return store_err(err, n, -EIO, "snapshot record %u is damaged (%s)", i, why);
+}
+
+int snap_check(struct store *s, char *err, size_t n)
+{
+	const struct emb_snaps *sn = S_PTR(s, s->sb->snaps_off);
+	for (uint32_t i = 0; i < EMB_MAX_SNAPS; i++) {
+		const struct emb_snap *r = &sn->s[i];
+		uint32_t f = (uint32_t)r->flags;
+		size_t bytes = (size_t)r->ntables * sizeof(struct emb_snap_table);
+		if ((uint32_t)(r->flags >> 32) != (uint32_t)~f || (f & ~(EMB_S_USED | EMB_S_DURABLE | EMB_S_DROPPING)) ||
+		    (!(f & EMB_S_USED) && f))
+			return rec_bad(err, n, i, "flags");
+		if (r->ntables > EMB_NTABLES || !r->tables_off != !r->ntables ||
+		    (r->tables_off && !pool_range_ok(s, r->tables_off, bytes, 8)))
+			return rec_bad(err, n, i, "table array outside the pool");
+		if (r->csum != rec_csum(s->base, r))
+			return rec_bad(err, n, i, "checksum mismatch");
+		if (!(f & EMB_S_USED))
+			continue;
+		const struct emb_snap_table *t = S_PTR(s, r->tables_off);
+		if (!memchr(r->name, 0, sizeof(r->name)))
+			return rec_bad(err, n, i, "name");
+		for (uint32_t k = 0; k < r->ntables; k++)
+			if (t[k].id >= EMB_NTABLES || !memchr(t[k].name, 0, sizeof(t[k].name)) ||
+			    store_geometry_check(t[k].dim, t[k].dtype) ||
+			    t[k].row_size != t[k].dim * store_dtype_size(t[k].dtype))
+				return rec_bad(err, n, i, "table record");
+	}
+	return 0;
 }
 
 /* Sorted batches of live snapshots.  snap_lock held exclusive (or at load). */
@@ -170,6 +254,18 @@ static int reclaim_apply(struct reclaim *rc)
 	struct emb_journal *j = s->jr;
 	if (!rc->nch)
 		return 0;
+	/* positions first: a damaged bucket fails the reclaim before it starts */
+	struct ipos *pos = calloc(rc->nch, sizeof(*pos));
+	if (!pos)
+		return -ENOMEM;
+	for (size_t c = 0; c < rc->nch; c++) {
+		uint64_t cur;
+		int ret = index_find(s, st, rc->ch[c].row, &pos[c], &cur);
+		if (ret || cur != rc->ch[c].old_head) {
+			free(pos);
+			return ret ? ret : -EIO;
+		}
+	}
 	uint64_t n = 0;
 	for (size_t i = 0; i < rc->nfrees; i++)
 		j->rec[n++] = (struct emb_jrec){ 0, rc->frees[i], 0, st->id, 0 };
@@ -178,9 +274,6 @@ static int reclaim_apply(struct reclaim *rc)
 			j->rec[rc->ch[c].first_free + k].row = rc->ch[c].row;
 	journal_seal(s, st, EMB_J_RECLAIM, n, 0);
 
-	struct ipos *pos = calloc(rc->nch, sizeof(*pos));
-	if (!pos)
-		return -ENOMEM;
 	pthread_rwlock_wrlock(&st->lock);
 	for (size_t i = 0; i < rc->nlinks; i++) {
 		struct emb_version *v = S_PTR(s, rc->links[i].ver);
@@ -190,7 +283,6 @@ static int reclaim_apply(struct reclaim *rc)
 	int64_t drows = 0;
 	for (size_t c = 0; c < rc->nch; c++) {
 		struct change *x = &rc->ch[c];
-		index_get(s, st, x->row, &pos[c]);
 		int was = !ver_tomb(S_PTR(s, x->old_head));
 		int now = x->head && !ver_tomb(S_PTR(s, x->head));
 		drows += now - was;
@@ -210,7 +302,7 @@ static int reclaim_apply(struct reclaim *rc)
 		ver_free(s, rc->frees[i]);
 	for (size_t c = 0; c < rc->nch; c++)
 		if (!rc->ch[c].head)
-			index_ovf_dec(s, &pos[c]);
+			index_ovf_dec(s, st, &pos[c]);
 	free(pos);
 	journal_clear(s);
 	rc->nch = rc->nfrees = rc->nlinks = 0;
@@ -224,8 +316,16 @@ static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
 	uint64_t vs[EMB_MAX_SNAPS + 2];
 	int keep[EMB_MAX_SNAPS + 2];
 	size_t k = 0;
-	for (uint64_t o = head; o && k < EMB_MAX_SNAPS + 2; o = ((struct emb_version *)S_PTR(s, o))->prev)
-		vs[k++] = o;
+	struct chain ch;
+	int ret = chain_start(s, rc->st, row, head, &ch);
+	while (!ret && ch.v) {
+		vs[k++] = ch.off;
+		ret = chain_step(&ch);
+	}
+	if (ret || !k) { /* damaged: the whole chain stays as it is */
+		rc->remaining++;
+		return 0;
+	}
 	/* older versions first: each is seen by the snapshots in [batch, newer batch) */
 	int older_kept = 0;
 	for (size_t i = k; i-- > 1;) {
@@ -263,7 +363,7 @@ static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
 	if (!nfree)
 		return 0;
 	if (rc->nfrees + nfree > EMB_JOURNAL_CAP) {
-		int ret = reclaim_apply(rc);
+		ret = reclaim_apply(rc);
 		if (ret)
 			return ret;
 	}
@@ -352,8 +452,10 @@ int reclaim_recover(struct store *s, struct emb_journal *j)
 	uint64_t n = 0;
 	struct kv all = { 0 };
 	int ret = index_walk(s, st, kv_push, &all);
-	for (size_t i = 0; !ret && i < all.k.n; i++)
-		n += !ver_tomb(S_PTR(s, all.v.v[i]));
+	for (size_t i = 0; !ret && i < all.k.n; i++) {
+		struct emb_version *v = ver_get(s, all.v.v[i], st->id, all.k.v[i], st->t->row_size);
+		n += !v || !ver_tomb(v); /* a damaged head counts as a row */
+	}
 	free(all.k.v);
 	free(all.v.v);
 	if (ret)
@@ -426,7 +528,7 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 		goto out;
 	}
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS && idx < 0; i++)
-		if (!(rec(s, i)->flags & EMB_S_USED))
+		if (!(rec_flags(rec(s, i)) & EMB_S_USED))
 			idx = (int)i;
 	if (idx < 0) {
 		ret = -ENOSPC;
@@ -436,6 +538,7 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 	for (uint32_t i = 0; i < EMB_NTABLES; i++)
 		n += s->tab[i] && !(s->tab[i]->t->flags & EMB_T_ORPHAN);
 	struct emb_snap *r = rec(s, (uint32_t)idx);
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		uint64_t toff = 0;
 		if (n) {
@@ -464,15 +567,18 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 		memset(r, 0, sizeof(*r));
 		r->gen = ++s->sb->snap_seq;
 		r->batch = s->sb->batch;
-		r->flags = EMB_S_USED | (durable ? EMB_S_DURABLE : 0);
+		r->flags = flags_word(EMB_S_USED | (durable ? EMB_S_DURABLE : 0));
 		r->ntables = n;
 		r->created_ns = now_ns();
 		r->tables_off = toff;
 		strcpy(r->name, name);
+		r->csum = rec_csum(s->base, r);
 		s->sb->batch = r->batch + 1;
+		super_seal_tx(s);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret) {
 		live_rebuild(s);
 		if (out)
@@ -491,15 +597,13 @@ int store_snap_set_durable(struct store *s, uint32_t idx, uint64_t gen)
 	struct emb_snap *r = rec(s, idx);
 	int ret = 0;
 	/* shared: a drop (exclusive) cannot run meanwhile, so the record stays
-	 * the one named by gen; the flag is set atomically, never a stale
-	 * load-then-store over a concurrent change */
+	 * the one named by gen */
 	pthread_rwlock_rdlock(&s->snap_lock);
+	uint32_t f = rec_flags(r);
 	if (!rec_live(r) || r->gen != gen)
 		ret = -ENOENT; /* dropped, and maybe the slot reused */
-	else if (!(rec_flags(r) & EMB_S_DURABLE)) {
-		__atomic_fetch_or(&r->flags, EMB_S_DURABLE, __ATOMIC_ACQ_REL);
-		pm_persist(s, &r->flags, 4);
-	}
+	else if (!(f & EMB_S_DURABLE))
+		rec_flags_set(s, r, f | EMB_S_DURABLE);
 	pthread_rwlock_unlock(&s->snap_lock);
 	return ret;
 }
@@ -532,22 +636,23 @@ static int drop_locked(struct store *s, uint32_t idx)
 	volatile int ret = snap_reclaim_all(s);
 	if (ret)
 		return ret;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		if (r->tables_off)
 			pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->tables_off)));
 		pmemobj_tx_add_range_direct(r, sizeof(*r));
-		memset(r, 0, sizeof(*r));
+		rec_clear(r);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	return ret;
 }
 
 static int mark_dropping(struct store *s, uint32_t idx)
 {
 	struct emb_snap *r = rec(s, idx);
-	__atomic_fetch_or(&r->flags, EMB_S_DROPPING, __ATOMIC_ACQ_REL);
-	pm_persist(s, &r->flags, 4);
+	rec_flags_set(s, r, rec_flags(r) | EMB_S_DROPPING);
 	live_rebuild(s);
 	return 0;
 }
@@ -571,8 +676,8 @@ int snap_recover(struct store *s)
 	int ret = 0;
 	pthread_mutex_lock(&s->commit_lock);
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS && !ret; i++) {
-		struct emb_snap *r = rec(s, i);
-		if (!(r->flags & EMB_S_USED) || ((r->flags & EMB_S_DURABLE) && !(r->flags & EMB_S_DROPPING)))
+		uint32_t f = rec_flags(rec(s, i));
+		if (!(f & EMB_S_USED) || ((f & EMB_S_DURABLE) && !(f & EMB_S_DROPPING)))
 			continue;
 		s->recovered = 1;
 		pthread_rwlock_wrlock(&s->snap_lock);
@@ -721,15 +826,6 @@ int store_snap_table_next(struct store *s, uint32_t idx, uint32_t *cursor, struc
 	return ret;
 }
 
-/* The version of row that snapshot batch b sees.  st->lock held. */
-static struct emb_version *visible(struct store *s, struct stable *st, uint64_t row, uint64_t b)
-{
-	struct emb_version *v = S_PTR(s, index_get(s, st, row, NULL));
-	while (v && v->batch > b)
-		v = S_PTR(s, v->prev);
-	return v && !ver_tomb(v) ? v : NULL;
-}
-
 /* Resolve (snapshot, table) to the live table state and the snapshot batch. */
 static int snap_resolve(struct store *s, uint32_t idx, uint32_t id, struct stable **stp, uint64_t *batch,
 			uint32_t *rs)
@@ -788,9 +884,12 @@ static int snap_keys(struct store *s, uint32_t idx, uint32_t id, struct stable *
 	pthread_rwlock_rdlock(&st->lock);
 	ret = index_walk(s, st, kv_push, &all);
 	size_t n = 0;
-	for (size_t i = 0; !ret && i < all.k.n; i++)
-		if (visible(s, st, all.k.v[i], b))
+	for (size_t i = 0; !ret && i < all.k.n; i++) {
+		struct emb_version *v;
+		ret = chain_visible(s, st, all.k.v[i], b, &v);
+		if (!ret && v)
 			all.k.v[n++] = all.k.v[i];
+	}
 	pthread_rwlock_unlock(&st->lock);
 	free(all.v.v);
 	if (ret) {

@@ -200,13 +200,16 @@ static void seg_live_add(struct store *s, uint64_t loc, uint32_t rsz, int sign)
 
 void ver_free(struct store *s, uint64_t off)
 {
+	if (!pool_range_ok(s, off, sizeof(struct emb_stub), 8))
+		return;
 	struct emb_version *v = S_PTR(s, off);
-	if (v && ver_stub(v)) {
+	if (ver_stub(v)) {
 		struct stable *st = tab_get(s, ver_table(v));
 		if (st)
 			seg_live_add(s, STUB(s, off)->loc, spill_rec_size(st->t->row_size), -1);
 	}
-	slab_free(s, off);
+	if (slab_free(s, off))
+		ver_poison(s, off);
 }
 
 /* ---- device reads ----------------------------------------------------- */
@@ -345,16 +348,6 @@ static void device_read(struct spill *sp, struct sreq *q, size_t n)
 	free(buf);
 }
 
-/* The version of row that batch b sees (EMB_NONE: the newest); NULL for a
- * hole or a tombstone.  st->lock held. */
-static struct emb_version *resolve(struct store *s, struct stable *st, uint64_t row, uint64_t b)
-{
-	struct emb_version *v = S_PTR(s, index_get(s, st, row, NULL));
-	while (v && b != EMB_NONE && v->batch > b)
-		v = S_PTR(s, v->prev);
-	return v && !ver_tomb(v) ? v : NULL;
-}
-
 static void pin(struct spill *sp, uint64_t loc, int d)
 {
 	uint64_t k = seg_of(sp->pm, loc);
@@ -395,7 +388,10 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 	pthread_rwlock_rdlock(&st->lock);
 	for (size_t i = 0; i < n; i++) {
 		char *dst = buf + i * rs;
-		struct emb_version *v = resolve(s, st, rows[i], b);
+		struct emb_version *v;
+		ret = chain_visible(s, st, rows[i], b, &v);
+		if (ret)
+			break; /* damaged: EIO (counted) */
 		if (stored)
 			stored[i] = v != NULL;
 		if (vbatch)
@@ -436,7 +432,12 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 		/* a header that does not match: moved (look again) or damaged */
 		for (int tries = 0; !ret && q[k].ret == -ESTALE && tries < 4; tries++) {
 			pthread_rwlock_rdlock(&st->lock);
-			struct emb_version *v = resolve(s, st, q[k].row, b);
+			struct emb_version *v;
+			if (chain_visible(s, st, q[k].row, b, &v)) {
+				pthread_rwlock_unlock(&st->lock);
+				q[k].ret = -EIO;
+				break;
+			}
 			if (!v || !ver_stub(v) || ((struct emb_stub *)v)->loc == q[k].loc) {
 				if (!v)
 					memset(q[k].dst, 0, rs);
@@ -526,22 +527,25 @@ struct rl {
 	int newer;                    /* victim whose stub links to this one, -1 = none */
 };
 
-/* Is off in row's version chain?  commit_lock held (or at mount). */
-int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off)
-{
-	int k = 0;
-	for (uint64_t o = index_get(s, st, row, NULL); o && k < (int)EMB_MAX_SNAPS + 2;
-	     o = ((struct emb_version *)S_PTR(s, o))->prev, k++)
-		if (o == off)
-			return 1;
-	return 0;
-}
-
-/* Replace r[i].old by r[i].new_ (already written and flushed) in its chain.
+/* Replace r[i].old by r[i].new_ (already written and flushed) in its chain:
+ * 0, or -EIO (nothing changed) if an index entry to change is damaged.
  * commit_lock held. */
-static void relink_apply(struct store *s, struct stable *st, struct rl *r, size_t n)
+static int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t n)
 {
 	struct emb_journal *j = s->jr;
+	struct ipos *pos = calloc(n, sizeof(*pos));
+	if (!pos)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t cur;
+		int ret = r[i].pred ? 0 : index_find(s, st, r[i].row, &pos[i], &cur);
+		if (!ret && !r[i].pred && cur != r[i].old)
+			ret = -EIO;
+		if (ret) {
+			free(pos);
+			return ret;
+		}
+	}
 	for (size_t i = 0; i < n; i++)
 		j->rec[i] = (struct emb_jrec){ r[i].row, r[i].old, r[i].new_, st->id, 0 };
 	journal_seal(s, st, EMB_J_RELINK, n, 0);
@@ -551,9 +555,7 @@ static void relink_apply(struct store *s, struct stable *st, struct rl *r, size_
 	pthread_rwlock_wrlock(&st->lock);
 	for (size_t i = 0; i < n; i++) {
 		if (r[i].pred == 0) {
-			struct ipos pos;
-			if (index_get(s, st, r[i].row, &pos) == r[i].old)
-				index_set_val(s, &pos, r[i].new_);
+			index_set_val(s, &pos[i], r[i].new_);
 		} else if (r[i].pred != EMB_NONE) {
 			struct emb_version *p = S_PTR(s, r[i].pred);
 			st64(&p->prev, r[i].new_);
@@ -566,6 +568,8 @@ static void relink_apply(struct store *s, struct stable *st, struct rl *r, size_
 	for (size_t i = 0; i < n; i++)
 		ver_free(s, r[i].old);
 	journal_clear(s);
+	free(pos);
+	return 0;
 }
 
 int relink_recover(struct store *s, struct emb_journal *j)
@@ -575,13 +579,16 @@ int relink_recover(struct store *s, struct emb_journal *j)
 		return -EIO;
 	for (uint64_t i = 0; i < j->count; i++) {
 		struct emb_jrec *r = &j->rec[i];
-		if (chain_has(s, st, r->row, r->new_off)) {
+		int linked = chain_has(s, st, r->row, r->new_off);
+		if (linked < 0)
+			continue; /* a damaged chain: keep both (a leak, never a loss) */
+		uint64_t drop = r->new_off;
+		if (linked) {
 			slab_mark(s, r->new_off);
-			if (!chain_has(s, st, r->row, r->old_off))
-				slab_free(s, r->old_off);
-		} else {
-			slab_free(s, r->new_off);
+			drop = chain_has(s, st, r->row, r->old_off) == 0 ? r->old_off : 0;
 		}
+		if (drop && slab_free(s, drop))
+			ver_poison(s, drop);
 	}
 	pm_barrier(s);
 	return 0;
@@ -716,16 +723,19 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 		struct emb_seg *seg = st->segs[*di];
 		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS && !full; bi++) {
 			struct emb_bucket *b = &seg->bucket[bi];
+			if (index_bucket_check(s, b))
+				continue; /* damaged: its rows stay */
 			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
 			while (m && !full) {
 				int si = __builtin_ctzll(m);
 				m &= m - 1;
-				uint64_t row = b->slot[si].key;
-				uint64_t prevo = 0;
+				uint64_t row = ld64(&b->slot[si].key);
 				int newer = -1;
-				int k = 0;
-				for (uint64_t o = b->slot[si].val; o && k < (int)EMB_MAX_SNAPS + 2; k++) {
-					struct emb_version *x = S_PTR(s, o);
+				struct chain c;
+				/* versions of a damaged chain move up to the damage */
+				int cr = chain_start(s, st, row, ld64(&b->slot[si].val), &c);
+				for (int k = 0; !cr && c.v; k++) {
+					struct emb_version *x = c.v;
 					int take = !ver_stub(x) && !ver_tomb(x) &&
 						   (k > 0 || all || !heat_test_clear(sp, st->id, row));
 					if (take) {
@@ -735,14 +745,13 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 							break;
 						}
 						put_rec(sp->wbuf + at, st->id, row, x->batch, x + 1, rs);
-						v[nv] = (struct rl){ row, o, 0, k == 0 ? 0 : prevo, at, rsz, newer };
+						v[nv] = (struct rl){ row, c.off, 0, c.pred, at, rsz, newer };
 						newer = (int)nv++;
 						pos = at + rsz;
 					} else {
 						newer = -1;
 					}
-					prevo = o;
-					o = x->prev;
+					cr = chain_step(&c);
 				}
 			}
 		}
@@ -777,6 +786,7 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 		struct emb_stub *n = STUB(s, v[i].new_);
 		n->v = *o;
 		n->v.table |= EMB_VER_SPILL;
+		ver_seal(&n->v, rs);
 		n->loc = at + v[i].loc;
 		v[i].loc = n->loc;
 	}
@@ -788,7 +798,13 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 	}
 	for (size_t i = 0; i < nv; i++)
 		pm_flush(s, STUB(s, v[i].new_), sizeof(struct emb_stub));
-	relink_apply(s, st, v, nv);
+	ret = relink_apply(s, st, v, nv);
+	if (ret) {
+		for (size_t i = 0; i < nv; i++)
+			slab_unreserve(s, v[i].new_);
+		free(v);
+		return ret;
+	}
 	for (size_t i = 0; i < nv; i++)
 		seg_live_add(s, v[i].loc, rsz, 1);
 	atomic_fetch_add_explicit(&sp->spilled, nv, memory_order_relaxed);
@@ -832,19 +848,21 @@ static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_
 				offs[keep++] = offs[i];
 				continue;
 			}
-			/* its place in the chain */
-			uint64_t pred = EMB_NONE, p = 0;
-			int d = 0;
-			for (uint64_t o = index_get(s, st, x->row, NULL); o && d < (int)EMB_MAX_SNAPS + 2; d++) {
-				if (o == offs[i]) {
-					pred = p;
+			/* its place in the chain, which validates it */
+			uint64_t pred = EMB_NONE, head;
+			struct chain c;
+			int cr = index_get(s, st, x->row, &head);
+			if (!cr)
+				cr = chain_start(s, st, x->row, head, &c);
+			while (!cr && c.v) {
+				if (c.off == offs[i]) {
+					pred = c.pred;
 					break;
 				}
-				p = o;
-				o = ((struct emb_version *)S_PTR(s, o))->prev;
+				cr = chain_step(&c);
 			}
 			if (pred == EMB_NONE)
-				continue; /* not linked: not ours to move */
+				continue; /* not linked (or damaged): not ours to move */
 			seen[nv] = x->row;
 			v[nv] = (struct rl){ x->row, offs[i], 0, pred, EMB_NONE, rsz, -1 };
 			if (!ver_tomb(x)) {
@@ -876,9 +894,15 @@ static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_
 				ns->v.table |= EMB_VER_SPILL;
 				ns->loc = v[i].loc = base + v[i].loc;
 			}
+			ver_seal(&ns->v, rs);
 			pm_flush(s, ns, sizeof(*ns));
 		}
-		relink_apply(s, st, v, nv);
+		ret = relink_apply(s, st, v, nv);
+		if (ret) {
+			for (size_t i = 0; i < nv; i++)
+				slab_unreserve(s, v[i].new_);
+			break;
+		}
 		for (size_t i = 0; i < nv; i++)
 			if (v[i].loc != EMB_NONE)
 				seg_live_add(s, v[i].loc, rsz, 1);
@@ -1002,8 +1026,11 @@ static int promote(struct store *s)
 		struct stable *st = tab_get(s, q[i].table);
 		if (!st)
 			continue;
-		uint64_t head = index_get(s, st, q[i].row, NULL);
-		struct emb_version *v = S_PTR(s, head);
+		uint64_t head;
+		struct chain c;
+		if (index_get(s, st, q[i].row, &head) || chain_start(s, st, q[i].row, head, &c))
+			continue;
+		struct emb_version *v = c.v;
 		if (!v || !ver_stub(v) || ver_tomb(v))
 			continue;
 		uint32_t cls;
@@ -1019,10 +1046,13 @@ static int promote(struct store *s)
 		nv->batch = v->batch;
 		nv->prev = v->prev;
 		nv->table = v->table & ~EMB_VER_SPILL;
-		nv->csum = v->csum;
+		ver_seal(nv, st->t->row_size);
 		pm_flush(s, nv, sizeof(*nv) + st->t->row_size);
 		struct rl r = { q[i].row, head, off, 0, 0, 0, -1 };
-		relink_apply(s, st, &r, 1);
+		if (relink_apply(s, st, &r, 1)) {
+			slab_unreserve(s, off);
+			continue;
+		}
 		heat_ref(sp, st->id, q[i].row);
 		done++;
 	}
@@ -1041,14 +1071,10 @@ struct recount {
 static int recount_row(void *arg, uint64_t key, uint64_t val)
 {
 	struct recount *rc = arg;
-	(void)key;
-	int k = 0;
-	for (uint64_t o = val; o && k < (int)EMB_MAX_SNAPS + 2; k++) {
-		struct emb_version *v = S_PTR(rc->s, o);
-		if (ver_stub(v))
-			seg_live_add(rc->s, STUB(rc->s, o)->loc, rc->rsz, 1);
-		o = v->prev;
-	}
+	struct chain c;
+	for (int cr = chain_start(rc->s, rc->st, key, val, &c); !cr && c.v; cr = chain_step(&c))
+		if (ver_stub(c.v))
+			seg_live_add(rc->s, STUB(rc->s, c.off)->loc, rc->rsz, 1);
 	return 0;
 }
 
@@ -1078,13 +1104,13 @@ static int recount_locked(struct store *s)
  * commit_lock held. */
 static uint64_t stub_at(struct store *s, struct stable *st, uint64_t row, uint64_t loc)
 {
-	int d = 0;
-	for (uint64_t o = index_get(s, st, row, NULL); o && d < (int)EMB_MAX_SNAPS + 2; d++) {
-		struct emb_version *v = S_PTR(s, o);
-		if (ver_stub(v) && STUB(s, o)->loc == loc)
-			return o;
-		o = v->prev;
-	}
+	uint64_t head;
+	struct chain c;
+	if (index_get(s, st, row, &head))
+		return 0;
+	for (int r = chain_start(s, st, row, head, &c); !r && c.v; r = chain_step(&c))
+		if (ver_stub(c.v) && STUB(s, c.off)->loc == loc)
+			return c.off;
 	return 0;
 }
 
@@ -1427,6 +1453,34 @@ static uint64_t seg_size_for(uint64_t size)
 	return size >= (4ull << 30) ? 8u << 20 : size >= (256ull << 20) ? 4u << 20 : 1u << 20;
 }
 
+#define SEED_SPILL 0x5350494c4cull /* "SPILL" */
+
+static uint64_t table_csum(const struct emb_spill *pm)
+{
+	return XXH64(pm, offsetof(struct emb_spill, seq), SEED_SPILL);
+}
+
+int spill_table_check(struct store *s, char *err, size_t n)
+{
+	uint64_t off = s->sb->spill_off;
+	if (!off)
+		return 0;
+	const struct emb_spill *pm = S_PTR(s, off);
+	if (!pool_range_ok(s, off, sizeof(*pm), 8) || memcmp(pm->magic, EMB_SPILL_MAGIC, 8) ||
+	    pm->csum != table_csum(pm))
+		return store_err(err, n, -EIO, "spill segment table is damaged (checksum mismatch)");
+	if (!pm->nsegs || !pm->seg_size || pm->seg_size % BLK || pm->nsegs > (pm->size - EMB_SPILL_HDR) / pm->seg_size ||
+	    !pool_range_ok(s, off, sizeof(*pm) + pm->nsegs * sizeof(pm->seg[0]), 8))
+		return store_err(err, n, -EIO, "spill segment table is damaged (geometry)");
+	for (uint64_t k = 0; k < pm->nsegs; k++) {
+		const struct emb_sseg *g = &pm->seg[k];
+		if (g->state > EMB_SEG_SEALED || g->fill > pm->seg_size || g->fill % BLK)
+			return store_err(err, n, -EIO, "spill segment table is damaged (segment %llu)",
+					 (unsigned long long)k);
+	}
+	return 0;
+}
+
 /* Format a new spill device: header on the device, then the segment table
  * in the pool (a crash in between leaves a header naming this pool and no
  * table: formatted again next time). */
@@ -1462,6 +1516,7 @@ static int format(struct store *s, int fd, uint64_t size, const char *path, char
 		return ret;
 	volatile int tret = 0;
 	struct emb_super *sb = s->sb;
+	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		PMEMoid o = pmemobj_tx_zalloc(sizeof(struct emb_spill) + nsegs * sizeof(struct emb_sseg), 0);
 		struct emb_spill *pm = pmemobj_direct(o);
@@ -1470,11 +1525,14 @@ static int format(struct store *s, int fd, uint64_t size, const char *path, char
 		pm->size = size;
 		pm->seg_size = seg;
 		pm->nsegs = nsegs;
+		pm->csum = table_csum(pm);
 		pmemobj_tx_add_range_direct(&sb->spill_off, 8);
 		sb->spill_off = o.off;
+		super_seal_tx(s);
 	} TX_ONABORT {
 		tret = pm_tx_errno();
 	} TX_END
+	pthread_mutex_unlock(&s->meta_lock);
 	if (tret)
 		return store_err(err, n, tret, "pool has no room for the spill segment table: %s", strerror(-tret));
 	return 0;

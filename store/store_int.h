@@ -11,6 +11,8 @@
  *   st->seek_lock      a table's sorted-key caches
  *   st->lock           a table's index: readers shared, publish/split exclusive
  *   space_lock         DRAM slab state and promises; the index-room reserve
+ *   meta_lock          around a transaction that reseals checksummed metadata
+ *                      (superblock, catalog entry, reserve, snapshot record)
  *   sp->mu, ring locks spill mover state, io_uring rings (leaves)
  *
  * store_table_set_geometry once took cat_lock before snap_lock while
@@ -78,6 +80,11 @@ struct store {
 	pthread_rwlock_t cat_lock;   /* catalog and the name hash */
 	pthread_mutex_t commit_lock; /* journal, index structure, PMem slab bitmaps */
 	pthread_mutex_t space_lock;  /* DRAM slab state and promises (slab.c) */
+	/* held around every transaction that changes a checksummed structure
+	 * (superblock dynamic part, catalog entry, snapshot record, index
+	 * reserve): their checksums are recomputed in it.  Innermost: nothing
+	 * else is taken while it is held. */
+	pthread_mutex_t meta_lock;
 	struct stable **tab;         /* by catalog slot; protected by cat_lock */
 	struct stable **names;       /* name hash buckets; protected by cat_lock */
 	size_t nnames;
@@ -93,6 +100,8 @@ struct store {
 	uint32_t n_live;
 
 	_Atomic uint64_t n_commits, n_barriers, n_rows_written, n_rows_read;
+	_Atomic uint64_t n_csum_errors; /* damage found (ver.c, index.c) */
+	int no_verify;               /* EMBFS_VERIFY=0: reads skip the bytes' digest (bench only) */
 
 	struct spill *sp;            /* spill tier, NULL when none is attached (spill.c) */
 	uint64_t row_cap;            /* with a spill tier: slab bytes row versions may take; protected by space_lock */
@@ -116,6 +125,16 @@ static inline uint64_t S_OFF(const struct store *s, const void *p)
 	return p ? (uint64_t)((const char *)p - s->base) : 0;
 }
 
+/* libpmemobj's pool header and descriptor: no embfs object starts below. */
+#define EMB_HEAP_LO 8192u
+
+/* [off, off + len) lies inside the pool mapping, past libpmemobj's pool
+ * descriptor, and off is a multiple of align: safe to dereference. */
+static inline int pool_range_ok(const struct store *s, uint64_t off, uint64_t len, uint64_t align)
+{
+	return off >= EMB_HEAP_LO && off % align == 0 && len <= s->map_len && off <= s->map_len - len;
+}
+
 static inline uint64_t ld64(const uint64_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
@@ -135,6 +154,13 @@ static inline void max64(uint64_t *p, uint64_t v)
 }
 
 uint64_t now_ns(void);
+/* pool.c: inside a transaction (meta_lock held), after the superblock's
+ * dynamic fields changed: their checksum follows. */
+void super_seal_tx(struct store *s);
+/* Every structure reached from the superblock is sound (mount, before
+ * recovery): 0, or -EIO with a one-line reason in err.  Reads only
+ * s->base, map_len, sb and jr. */
+int store_validate(struct store *s, char *err, size_t n);
 /* Put a one-line reason in err (if err and n) and return code. */
 int store_err(char *err, size_t n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
@@ -197,7 +223,7 @@ int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls);
 int slab_alloc(struct store *s, uint32_t cls, uint64_t *off);
 void slab_unreserve(struct store *s, uint64_t off);
 void slab_mark(struct store *s, uint64_t off);   /* PMem bit on, flushed */
-void slab_free(struct store *s, uint64_t off);   /* PMem and DRAM bit off, flushed */
+int slab_free(struct store *s, uint64_t off);    /* PMem and DRAM bit off, flushed; 1 if off is a slot */
 void slab_release_all(struct store *s);
 int slab_load_all(struct store *s);
 /* Rows one commit may cover in class cls: its copy-on-write slots come out of
@@ -212,6 +238,10 @@ int slab_promise(struct store *s, uint32_t row_size, int64_t n);
 /* Run fn(arg) (an index allocation); while it fails with -ENOSPC, give one
  * block of the index-room reserve back to the heap and run it again. */
 int slab_resv_run(struct store *s, int (*fn)(void *), void *arg);
+/* r->csum follows r->n and its blocks (a new pool's reserve). */
+void resv_seal(struct emb_resv *r);
+/* Slab classes, slab headers and the index reserve are sound (mount). */
+int slab_check(struct store *s, char *err, size_t n);
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
 int slab_class_stub(struct store *s, uint32_t *cls);
 struct sslab *slab_pick_victim(struct store *s, struct u64vec *used);
@@ -236,12 +266,13 @@ static inline int rows_read_at(struct store *s, struct stable *st, const uint64_
  * commit_lock held. */
 int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
 int relink_recover(struct store *s, struct emb_journal *j);
-int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
 /* Bytes a record of a row of len bytes takes on the spill device. */
 uint32_t spill_rec_size(uint32_t len);
 /* Read back the records of these stubs of st: how many fail.  commit_lock held. */
 int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n);
 void spill_detach(struct store *s);
+/* The spill segment table, if any, is sound (mount). */
+int spill_table_check(struct store *s, char *err, size_t n);
 #define SPILL_MAX_WAITS 8
 /* A write found no room for `need` bytes of slots: let the mover free some.
  * 0 = try again. */
@@ -256,9 +287,17 @@ struct ipos {
 	int home_ovf;          /* entry sits in the neighbour of its home bucket */
 	struct emb_bucket *home;
 };
+/* The directory and segment headers of t's index are sound (mount): 0, or
+ * -EIO with a reason in err. */
+int index_check(struct store *s, const struct emb_table *t, char *err, size_t n);
 int index_load(struct store *s, struct stable *st);
 void index_unload(struct stable *st);
-uint64_t index_get(struct store *s, struct stable *st, uint64_t key, struct ipos *pos);
+/* The value stored for key (0 = none) for a reader (st->lock shared, or
+ * commit_lock): 0 or -EIO when what it probed is damaged. */
+int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val);
+/* The same for a writer about to change the entry (commit_lock held): also
+ * its position, and the buckets it would change are verified. */
+int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val);
 struct claims;
 struct claims *claims_new(size_t n);
 void claims_free(struct claims *c);
@@ -267,12 +306,18 @@ void claims_reset(struct claims *c);
  * happened (positions and claims are stale: start over), or -errno. */
 int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t key,
 		struct ipos *pos);
-void index_fill(struct store *s, const struct ipos *pos, uint64_t key, uint64_t hash_key_for_tag, uint64_t val);
+void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key, uint64_t hash_key_for_tag,
+		uint64_t val);
 uint64_t index_hash(const struct store *s, uint64_t key);
 void index_publish(struct store *s, const struct ipos *pos);
 void index_set_val(struct store *s, const struct ipos *pos, uint64_t val);
 void index_unpublish(struct store *s, const struct ipos *pos);
-void index_ovf_dec(struct store *s, const struct ipos *pos);
+/* Takes st->lock exclusive. */
+void index_ovf_dec(struct store *s, struct stable *st, const struct ipos *pos);
+/* A bucket's checksum matches: 0, or -EIO (counted). */
+int index_bucket_check(struct store *s, const struct emb_bucket *b);
+/* Recompute the checksums of key's home and next bucket (recovery). */
+void index_reseal(struct store *s, struct stable *st, uint64_t key);
 /* Call fn for every stored (key, val); stops early when fn returns non-zero. */
 int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, uint64_t), void *arg);
 int index_destroy(struct store *s, struct stable *st);
@@ -292,8 +337,44 @@ static inline uint32_t ver_table(const struct emb_version *v)
 	return v->table & ~EMB_VER_FLAGS;
 }
 
+/* ver.c: version checksums and validated access (see there). */
+uint32_t ver_csum(const struct emb_version *v, uint32_t rs);
+void ver_seal(struct emb_version *v, uint32_t rs);
+/* Mark a freed slot as holding no version (flushed). */
+void ver_poison(struct store *s, uint64_t off);
+/* Count one piece of damage found (pool.checksum_errors). */
+void csum_error(struct store *s);
+/* The version at off if it is a sound version of row of table id (rows of
+ * rs bytes); NULL (counted) if the offset or the version is damaged. */
+struct emb_version *ver_get(struct store *s, uint64_t off, uint32_t id, uint64_t row, uint32_t rs);
+
+/* A walk of one row's version chain, newest first, each version validated. */
+struct chain {
+	struct store *s;
+	uint32_t id, rs;
+	uint64_t row;
+	uint64_t off;            /* current version, 0 past the oldest */
+	struct emb_version *v;   /* NULL past the oldest */
+	uint64_t pred;           /* the version whose prev is off, 0 = the index */
+	uint32_t depth;
+};
+/* Start at head (the index's value for row; 0 = none): 0 or -EIO. */
+int chain_start(struct store *s, struct stable *st, uint64_t row, uint64_t head, struct chain *c);
+/* Step to the next older version: 0 or -EIO (damaged link, batches not
+ * decreasing, chain too long). */
+int chain_step(struct chain *c);
+/* The version of row that batch b sees (EMB_NONE: the newest) into *out,
+ * NULL for a hole or a tombstone: 0 or -EIO.  st->lock held, or commit_lock. */
+int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out);
+/* Is off in row's chain?  1, 0 or -EIO.  commit_lock held (or at mount). */
+int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
+
 /* snap.c */
 int snap_load(struct store *s);
+/* A new pool's snapshot records: all free, each with its checksum. */
+void snap_records_init(struct emb_snaps *sn);
+/* Every snapshot record (free ones too) and its table array is sound. */
+int snap_check(struct store *s, char *err, size_t n);
 int snap_recover(struct store *s);
 /* A version of batch b_old, replaced by one of batch b_new: does a live
  * snapshot still see it?  snap_lock held (shared). */
@@ -317,10 +398,21 @@ int trim_locked(struct store *s, struct stable *st);
 uint64_t journal_csum(const struct emb_journal *j, uint64_t count);
 void journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint);
 void journal_clear(struct store *s);
+/* The journal is sound: magic, empty after a clean unmount, sealed records
+ * naming versions inside the pool (mount). */
+int journal_check(struct store *s, char *err, size_t n);
 
 /* catalog.c */
 struct stable *tab_get(struct store *s, uint32_t id);
 int catalog_load(struct store *s);
+/* Every catalog entry (free ones too) and each table's index directory is
+ * sound (mount). */
+int catalog_check(struct store *s, char *err, size_t n);
+/* Inside a transaction (meta_lock held), after covered fields of t changed:
+ * its checksum follows. */
+void catalog_seal_tx(struct emb_table *t);
+/* A truncate's rows are gone: clear trim_from (a transaction). */
+int catalog_trim_done(struct store *s, struct stable *st);
 void catalog_unload(struct store *s);
 int catalog_recover(struct store *s);
 int catalog_free_locked(struct store *s, struct stable *st);

@@ -16,6 +16,19 @@
  * All offsets are PMEMoid offsets inside this pool (0 = none).  All fields are
  * fixed width and little endian (the only supported host order).  A change to
  * any structure here bumps EMB_LAYOUT_VERSION.
+ *
+ * Damage (layout 2).  What changes only inside libpmemobj transactions is
+ * covered by a checksum recomputed in the same transaction and verified at
+ * mount before recovery writes anything: the superblock's dynamic part
+ * (dyn_csum), each catalog entry (free ones included), each snapshot record
+ * with its table array, the index reserve and the spill segment table.  The
+ * journal has a magic (its records are checksummed), slab and index segment
+ * headers are checked against their geometry.  Row versions and index
+ * buckets, which commits change by 8-byte stores, carry checksums verified
+ * when read (store/ver.c, store/index.c).  Fields changed by plain 8-byte
+ * stores are not covered: the superblock's clean, mount_count and batch, a
+ * table's size, nrows and times, a snapshot's excl_bytes, the spill
+ * segments' state and counts (range-checked), slab bitmaps.
  */
 #ifndef EMBFS_LAYOUT_H
 #define EMBFS_LAYOUT_H
@@ -25,7 +38,7 @@
 
 #define EMB_LAYOUT "embfs"
 #define EMB_MAGIC "EMBFSPL\0"
-#define EMB_LAYOUT_VERSION 1u
+#define EMB_LAYOUT_VERSION 2u /* 2: checksummed versions, index buckets and metadata */
 
 #define EMB_NAME_MAX 255
 #define EMB_LABEL_MAX 63
@@ -89,10 +102,12 @@ struct emb_super {
 	uint64_t resv_off;    /* emb_resv: heap held back for index growth */
 	uint64_t spill_off;   /* emb_spill: the spill device's segment table, 0 = never spilled */
 	/* times of the root directory and of .snapshots (store/dirs.c): 0 in a
-	 * pool made before they were kept, which then shows created_ns */
+	 * pool made before they were kept, which then shows created_ns; changed
+	 * by 8-byte stores, so outside dyn_csum */
 	uint64_t root_mtime_ns, root_ctime_ns;
 	uint64_t snaps_mtime_ns, snaps_ctime_ns;
-	uint8_t reserved1[192];
+	uint8_t reserved1[184];
+	uint64_t dyn_csum;    /* XXH64 of next_gen .. spill_off (changed only in transactions) */
 };
 #define EMB_SUPER_STATIC_LEN offsetof(struct emb_super, static_csum)
 
@@ -120,7 +135,8 @@ struct emb_table {
 	uint64_t trim_from; /* rows >= this must be dropped (crash during truncate); UINT64_MAX = none */
 	uint64_t nsegs;     /* index segments (space accounting) */
 	uint64_t free_at;   /* EMB_T_DYING: directory entries below this are freed */
-	uint8_t reserved1[144];
+	uint64_t csum;      /* XXH64 of all but size, nrows, the times and itself (see catalog.c) */
+	uint8_t reserved1[136];
 	char name[EMB_NAME_MAX + 1];
 };
 
@@ -130,6 +146,13 @@ struct emb_table {
  * prev links to the next older version a snapshot still needs (0 = none), so
  * a chain's batches strictly decrease.  A tombstone (EMB_VER_TOMB in table)
  * records a delete while an older version is still needed.
+ *
+ * csum (store/ver.c) is a 32-bit digest of the version's key -- row, batch,
+ * table with EMB_VER_TOMB but without EMB_VER_SPILL -- followed, in a version
+ * that holds its bytes (neither tombstone nor stub), by the row bytes.  prev
+ * is not covered (reclaim and spill relinks change it by 8-byte stores).  A
+ * freed slot has row = UINT64_MAX (no row id is), so a damaged link to it
+ * never passes for a version.
  */
 #define EMB_VER_TOMB 0x80000000u
 #define EMB_VER_SPILL 0x40000000u /* a stub: the row bytes are on the spill device */
@@ -139,14 +162,15 @@ struct emb_version {
 	uint64_t batch;
 	uint64_t prev;
 	uint32_t table;  /* catalog slot, | EMB_VER_TOMB, | EMB_VER_SPILL */
-	uint32_t csum;   /* XXH32 of the row bytes */
+	uint32_t csum;   /* digest of the key and (not in a stub or tombstone) the row bytes */
 	/* row bytes follow (not in a stub) */
 };
 
 /*
  * A version whose bytes were moved to the spill device keeps its place in
- * its chain as a stub: the same header (EMB_VER_SPILL set, csum still that of
- * the bytes) and where the bytes are.  Stubs have a class of their own.
+ * its chain as a stub: the same header (EMB_VER_SPILL set, csum that of the
+ * key alone: the record on the device carries the bytes' checksum and the
+ * same key) and where the bytes are.  Stubs have a class of their own.
  */
 struct emb_stub {
 	struct emb_version v;
@@ -168,9 +192,12 @@ struct emb_slab {
 
 /*
  * Index bucket: 256 bytes = 4 cache lines.  Line 0 holds the control word
- * (valid bitmap, overflow count), the 14 one-byte tags and the first two
- * slots; a lookup reads line 0, compares tags, then reads the one slot line
- * that matches.  An entry is published by one 8-byte store of ctl.
+ * (valid bitmap, overflow count), the 14 one-byte tags, the checksum and the
+ * first two slots; a lookup reads line 0, compares tags, then reads the one
+ * slot line that matches.  An entry is published by one 8-byte store of ctl.
+ * csum (store/index.c) covers the valid bits and the overflow count of ctl
+ * and, for each valid slot, its tag, key and value; an empty bucket's is not
+ * zero, so a zeroed block of buckets does not pass for empty ones.
  */
 struct emb_slot {
 	uint64_t key;  /* row id */
@@ -179,24 +206,32 @@ struct emb_slot {
 struct emb_bucket {
 	uint64_t ctl;  /* bits 0..13 valid, bits 16..23 overflow count */
 	uint8_t tags[EMB_BUCKET_SLOTS];
-	uint8_t pad[10];
+	uint16_t reserved;
+	uint32_t csum;
+	uint32_t pad;
 	struct emb_slot slot[EMB_BUCKET_SLOTS];
 };
 #define EMB_CTL_VALID_MASK ((1ull << EMB_BUCKET_SLOTS) - 1)
 #define EMB_CTL_OVF_SHIFT 16
 #define EMB_CTL_OVF_MASK (0xffull << EMB_CTL_OVF_SHIFT)
 
+/* A segment's header is written once, when the segment is made. */
+#define EMB_SEG_MAGIC 0x474553424d45ull /* "EMBSEG" */
 struct emb_seg {
+	uint64_t magic;
 	uint32_t local_depth;
 	uint32_t reserved;
+	uint64_t prefix;    /* the top local_depth bits of the hashes of its keys */
 	uint64_t raw_off;   /* PMEMoid offset of the allocation (seg is aligned inside it) */
-	uint8_t pad[48];
+	uint64_t csum;      /* XXH64 of the fields above */
+	uint8_t pad[24];
 	struct emb_bucket bucket[EMB_SEG_BUCKETS];
 };
 
+#define EMB_DIR_MAGIC 0x52494442u /* "BDIR" */
 struct emb_dir {
 	uint32_t global_depth;
-	uint32_t reserved;
+	uint32_t magic;
 	uint64_t seg[];     /* 1 << global_depth offsets of emb_seg */
 };
 
@@ -206,8 +241,9 @@ struct emb_jrec {
 	uint64_t old_off;   /* version replaced or deleted, 0 = none */
 	uint64_t new_off;   /* version written, 0 = delete */
 	uint32_t table;
-	uint32_t reserved;
+	uint32_t flags;     /* EMB_JR_* */
 };
+#define EMB_JR_DAMAGED 1u /* old_off failed its checks: recovery never reads nor frees it */
 struct emb_journal {
 	uint64_t count;        /* records valid when csum matches */
 	uint64_t seq;
@@ -216,9 +252,11 @@ struct emb_journal {
 	uint64_t nrows_before; /* the table's row count before the commit */
 	uint64_t size_hint;    /* the file size the commit extends to */
 	uint64_t csum;         /* XXH64 of the fields above and the records */
-	uint8_t pad[16];
+	uint64_t magic;        /* EMB_JOURNAL_MAGIC */
+	uint8_t pad[8];
 	struct emb_jrec rec[EMB_JOURNAL_CAP];
 };
+#define EMB_JOURNAL_MAGIC 0x4c4e524a424d45ull /* "EMBJRNL" */
 
 #define EMB_J_COMMIT 0u
 #define EMB_J_RECLAIM 1u /* records name versions unlinked from their chains: free if unreachable */
@@ -229,6 +267,7 @@ struct emb_journal {
 #define EMB_RESV_MAX 32000u
 struct emb_resv {
 	uint64_t n;
+	uint64_t csum;         /* XXH64 of n and block[0..n) */
 	uint64_t block[EMB_RESV_MAX];
 };
 
@@ -246,13 +285,16 @@ struct emb_snap_table {
 struct emb_snap {
 	uint64_t gen;
 	uint64_t batch;        /* holds the newest version of each row with batch <= this */
-	uint32_t flags;
-	uint32_t ntables;
+	uint64_t flags;        /* EMB_S_* in the low half, their complement in the high half:
+				* one 8-byte store changes both (store/snap.c) */
 	uint64_t created_ns;
 	uint64_t tables_off;   /* emb_snap_table[ntables] */
 	uint64_t excl_bytes;   /* space only this snapshot holds (recomputed at rmdir) */
+	uint32_t ntables;
+	uint32_t reserved;
+	uint64_t csum;         /* XXH64 of gen, batch, EMB_S_USED, created_ns, tables_off,
+				* ntables, name and the table array (a free record's too) */
 	char name[EMB_NAME_MAX + 1];
-	uint8_t reserved[16];
 };
 struct emb_snaps {
 	struct emb_snap s[EMB_MAX_SNAPS];
@@ -297,7 +339,8 @@ struct emb_spill {
 	uint8_t uuid[16];
 	uint64_t size, seg_size, nsegs;
 	uint64_t seq;
-	uint64_t reserved[3];
+	uint64_t csum;         /* XXH64 of magic .. nsegs (fixed at format) */
+	uint64_t reserved[2];
 	struct emb_sseg seg[];
 };
 #define EMB_SREC_MAGIC 0x52424d45u /* "EMBR" */
@@ -316,7 +359,8 @@ _Static_assert(sizeof(struct emb_spill) == 80, "spill table header");
 _Static_assert(sizeof(struct emb_sseg) == 32, "segment entry");
 _Static_assert(sizeof(struct emb_spill_disk) <= EMB_SPILL_HDR, "spill header");
 _Static_assert(sizeof(struct emb_super) % 8 == 0, "super");
-_Static_assert(offsetof(struct emb_super, root_mtime_ns) % 8 == 0, "directory times: 8-byte stores");
+_Static_assert(offsetof(struct emb_super, root_mtime_ns) == offsetof(struct emb_super, spill_off) + 8,
+	       "directory times follow the fields dyn_csum covers, 8-byte aligned");
 _Static_assert(sizeof(struct emb_journal) <= EMB_CHUNK_ALLOC, "journal fits a chunk");
 _Static_assert(sizeof(struct emb_snaps) <= EMB_CHUNK_ALLOC, "snapshot table fits a chunk");
 _Static_assert(sizeof(struct emb_resv) <= EMB_CHUNK_ALLOC, "reserve table fits a chunk");
@@ -326,6 +370,7 @@ _Static_assert(sizeof(struct emb_snap) == 320, "snapshot record");
 _Static_assert(sizeof(struct emb_version) == 32, "version header");
 _Static_assert(sizeof(struct emb_bucket) == 256, "bucket is 256 bytes");
 _Static_assert(offsetof(struct emb_bucket, slot[2]) == 64, "two slots in line 0");
+_Static_assert(offsetof(struct emb_bucket, csum) == 24, "bucket checksum in line 0");
 _Static_assert(sizeof(struct emb_seg) == 64 + 256 * EMB_SEG_BUCKETS, "segment");
 _Static_assert(sizeof(struct emb_table) == 512, "catalog entry");
 _Static_assert(sizeof(struct emb_jrec) == 32, "journal record");

@@ -236,6 +236,7 @@ struct store_stats {
 	uint64_t snapshots;
 	int is_pmem;
 	int recovered;          /* mount found an unclean shutdown */
+	uint64_t checksum_errors; /* damaged versions or index buckets met (each gave EIO) */
 	char label[EMB_LABEL_MAX + 1];
 	uint8_t uuid[16];
 };

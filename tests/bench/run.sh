@@ -21,6 +21,10 @@
 #   teardown  clean unmount of the main mount
 #   cache1    row cache at 1% of the table vs cache_size=0, two daemons on
 #             copies of the pool, O_DIRECT read/write/rmw
+#   verify    the cost of checksum verification on the store's read path:
+#             two daemons with cache_size=0 on copies of the pool, one with
+#             EMBFS_VERIFY=0 (reads skip the row digest); batched gathers
+#             and per-row O_DIRECT preads, runs interleaved
 #   durable   pool as a plain file on the root disk (msync, no PMem):
 #             writes with an fsync every SYNC_EVERY rows vs a file on disk
 #   spill     SSD spill tier: a 256 MiB pool on /dev/shm + 16 MiB row cache
@@ -678,6 +682,61 @@ section_cache1() {
 	rmdir "$MNT0"
 }
 
+# verify: what verifying each row's checksum costs the read path.  Two
+# daemons with no row cache (every read reaches the store) on copies of the
+# pool, one started with EMBFS_VERIFY=0 (reads skip the bytes' digest; the
+# header and bounds checks stay); gathers of BATCH_IDS Zipf ids through
+# .embfs/rows and per-row O_DIRECT preads, runs interleaved.
+section_verify() {
+	gb=$BUILD/bench/gatherbench
+	bsz=${BATCH_IDS:-4096}
+	[ -x "$gb" ] || fail "$gb not built (run make)"
+	say ""
+	say "verify: row checksums verified vs not (EMBFS_VERIFY=0), cache_size=0 both, pools on /dev/shm;" \
+		"gathers of $bsz Zipf ids and O_DIRECT preads, 1 thread, $RUNS x $SECS s"
+	need_kb=$(du -k "$W/pool" | awk '{ print $1 + 262144 }')
+	avail_kb=$(df -Pk "$W" | awk 'NR == 2 { print $4 }')
+	if [ "${avail_kb:-0}" -lt "$need_kb" ]; then
+		say "  /dev/shm has $((avail_kb >> 10)) MiB free, the pool copy needs ~$((need_kb >> 10)); skipped"
+		result verify "skipped" - - - - "no room for a pool copy on /dev/shm"
+		return
+	fi
+	cp --sparse=always "$W/pool" "$W/pool0" || fail "copy of the pool"
+	mount_pool "$W/pool" "$MNT" "cache_size=0" 1
+	PID=$DPID
+	MNT0=$W/mnt0
+	mkdir "$MNT0" || fail "mkdir $MNT0"
+	export EMBFS_VERIFY=0
+	mount_pool "$W/pool0" "$MNT0" "cache_size=0" 1
+	unset EMBFS_VERIFY
+	PID0=$DPID
+	gv=""; g0=""; gp=""; gp0=""
+	n=1
+	while [ $n -le "$RUNS" ]; do
+		seed=$((SEED * 1000 + n))
+		o=$("$gb" -m batch -t 1 -b "$bsz" -n "$ROWS" -d "$SECS" -s "$seed" "$MNT/$TABLE.emb") || fail "gatherbench (verify)"
+		o0=$("$gb" -m batch -t 1 -b "$bsz" -n "$ROWS" -d "$SECS" -s "$seed" "$MNT0/$TABLE.emb") || fail "gatherbench (no verify)"
+		echo "$o" >>"$W/runs.log"; echo "$o0" >>"$W/runs.log"
+		gv="$gv $(field "$o" rows_per_s)"; g0="$g0 $(field "$o0" rows_per_s)"
+		gp="$gp $(field "$o" p50_batch_us)"; gp0="$gp0 $(field "$o0" p50_batch_us)"
+		say "  gather run $n/$RUNS: verify $(mrows "$(field "$o" rows_per_s)") | no verify $(mrows "$(field "$o0" rows_per_s)")"
+		n=$((n + 1))
+	done
+	r=$(ratio "$(med $gv)" "$(med $g0)")
+	result verify "gather 1thr verify vs not" "$(med $gv)" "$(med $g0)" "$(med $gp)" "$(med $gp0)" \
+		"base = EMBFS_VERIFY=0 mount; p50 per batch of $bsz; checksum cost $(awk -v r="$r" 'BEGIN { if (r == "-") print "-"; else printf "%.1f%%", 100 * (1 - r) }')"
+	run_ab "pread" "verify" "$MNT/$TABLE.emb" "no verify" "$MNT0/$TABLE.emb" -o read -t 1 -D
+	r=$(ratio "$A_MED" "$B_MED")
+	result verify "pread 1thr O_DIRECT verify vs not" "$A_MED" "$B_MED" "$A_P50" "$B_P50" \
+		"base = EMBFS_VERIFY=0 mount; one FUSE round trip per row; faster in $A_WINS/$RUNS pairs"
+	[ "$(stat_field pool.checksum_errors)" = 0 ] || fail "checksum errors on a sound pool"
+	umount_pool "$PID" "$MNT"
+	PID=""
+	umount_pool "$PID0" "$MNT0"
+	rm -f "$W/pool0"
+	rmdir "$MNT0"
+}
+
 # durable: the default set-up, a pool that is a plain file on the root disk
 # (libpmemobj persists by msync), row writes made durable by an fsync every
 # SYNC_EVERY rows (group commit), against the same writes and fsyncs on a
@@ -974,7 +1033,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" runs a subset (setup first, teardown after
 # the sections that use its mount)
-for s_name in ${SECTIONS:-setup rowio hit batch snap teardown snapscale cache1 durable spill missrate}; do
+for s_name in ${SECTIONS:-setup rowio hit batch snap teardown snapscale cache1 verify durable spill missrate}; do
 	section "$s_name"
 done
 
