@@ -683,17 +683,38 @@ static int stage_commit(struct cache *c, struct stage *s)
 		if (it[i].table == it[i - 1].table && it[i].row == it[i - 1].row)
 			it[i].rank = it[i - 1].rank + 1;
 	qsort(it, n, sizeof(*it), cmp_item_rank);
-	for (size_t i = 0; i < n && !ret;) {
+	/* a table whose write-back fails keeps the rest of its rows for the next
+	 * round (a later rank must not land before an earlier one), but the
+	 * other tables go on: one failing table never holds up the others */
+	uint32_t *failed = NULL;
+	size_t nfailed = 0;
+	int stop = 0; /* no memory to remember a failed table: hold the rest back */
+	for (size_t i = 0; i < n;) {
 		size_t j = i;
 		while (j < n && it[j].rank == it[i].rank && it[j].table == it[i].table) {
 			wb[j - i] = (struct cache_wb){ it[j].row, it[j].data, it[j].batch };
 			j++;
 		}
-		ret = c->ops->writeback(c->ctx, it[i].table, wb, j - i);
+		int skip = stop;
+		for (size_t f = 0; f < nfailed && !skip; f++)
+			skip = failed[f] == it[i].table;
+		int r = skip ? -EAGAIN : c->ops->writeback(c->ctx, it[i].table, wb, j - i);
+		if (r && !skip) {
+			uint32_t *p = realloc(failed, (nfailed + 1) * sizeof(*failed));
+			if (p) {
+				failed = p;
+				failed[nfailed++] = it[i].table;
+			} else {
+				stop = 1;
+			}
+			if (!ret)
+				ret = r;
+		}
 		for (size_t m = i; m < j; m++)
-			it[m].done = ret == 0;
+			it[m].done = r == 0;
 		i = j;
 	}
+	free(failed);
 	for (size_t i = 0; i < n; i++) {
 		if (it[i].staged != SIZE_MAX) {
 			ok[it[i].staged] = it[i].done;
