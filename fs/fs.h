@@ -46,6 +46,7 @@ struct embfs {
 	uint32_t def_dim, def_dtype;
 	_Atomic uint64_t *nlookup;  /* kernel references per table id */
 	_Atomic uint64_t n_read, n_write, n_read_bytes, n_write_bytes, n_fsync, n_snaps;
+	_Atomic int failure_logged; /* the pool's failure (store_health) was logged */
 	struct batch *batch;        /* batch.c: .embfs/rows threads and counters */
 	struct pcache *pc;          /* pcache.c: stale kernel pages after scatters */
 	/* Writes into the cache hold it shared from reading the batch id until
@@ -68,6 +69,9 @@ void rows_credit_end(struct embfs *fs, uint32_t rs, int64_t credit);
 /* Around writes into the cache: the batch id to stamp them with. */
 uint64_t rows_batch_begin(struct embfs *fs);
 void rows_batch_end(struct embfs *fs);
+/* After a store call failed with ret: when the pool itself has failed (a
+ * write-back of its file failed), log why, once; 1 if it has. */
+int rows_pool_failed(struct embfs *fs, int ret);
 /* Make the store see every cached write of table id (id < 0: all). */
 int rows_sync(struct embfs *fs, int64_t id);
 /* Before/after a change made in the store directly (truncate, punch,

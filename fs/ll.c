@@ -688,6 +688,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 	atomic_fetch_add_explicit(&fs->n_write, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&fs->n_write_bytes, size, memory_order_relaxed);
 	if (ret)
+		rows_pool_failed(fs, ret);
+	if (ret)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_write(req, size);

@@ -132,11 +132,23 @@ int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t 
 	return ret;
 }
 
+int rows_pool_failed(struct embfs *fs, int ret)
+{
+	char why[200];
+	if ((ret != -EIO && ret != -EROFS) || !store_health(fs->st, why, sizeof(why)))
+		return 0;
+	if (!atomic_exchange(&fs->failure_logged, 1))
+		fprintf(stderr, "embfs: %s: %s\n", fs->conf.pool, why);
+	return 1;
+}
+
 int rows_sync(struct embfs *fs, int64_t id)
 {
 	int ret = fs->cache ? cache_flush(fs->cache, id) : 0;
 	int r = store_sync(fs->st);
-	return ret ? ret : r;
+	ret = ret ? ret : r;
+	rows_pool_failed(fs, ret);
+	return ret;
 }
 
 int rows_before_change(struct embfs *fs, uint32_t id)
@@ -190,7 +202,7 @@ static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, 
 		ops[i] = (struct store_rowop){ rows[i].row, 0, a.row_size, rows[i].data, rows[i].batch };
 	ret = store_rows_writeback(fs->st, table, ops, n);
 	free(ops);
-	if (ret)
+	if (ret && !rows_pool_failed(fs, ret)) /* a failed pool is logged once, not each round */
 		fprintf(stderr, "embfs: writing back %zu rows of table %u: %s\n", n, table, strerror(-ret));
 	return ret;
 }

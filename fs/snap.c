@@ -180,6 +180,7 @@ void snapfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 		cache_set_snapshot(fs->cache, sn.batch);
 	pthread_rwlock_unlock(&fs->snap_rw);
 	if (ret) {
+		rows_pool_failed(fs, ret);
 		fuse_reply_err(req, -ret);
 		return;
 	}

@@ -29,6 +29,11 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 	fprintf(f, "pool.slabs %llu\n", (unsigned long long)s.slabs);
 	fprintf(f, "pool.recovered %d\n", s.recovered);
 	fprintf(f, "pool.checksum_errors %llu\n", (unsigned long long)s.checksum_errors);
+	char why[200];
+	if (store_health(fs->st, why, sizeof(why)))
+		fprintf(f, "pool.state failed (%s)\n", why);
+	else
+		fprintf(f, "pool.state ok\n");
 	fprintf(f, "tables %llu\n", (unsigned long long)s.tables);
 	fprintf(f, "rows %llu\n", (unsigned long long)s.rows);
 	fprintf(f, "store.commits %llu\n", (unsigned long long)s.commits);

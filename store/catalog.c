@@ -260,6 +260,7 @@ static int slot_find(struct store *s, uint32_t *id)
 			} TX_ONABORT {
 				ret = pm_tx_errno();
 			} TX_END
+			ret = pm_tx_end(s, ret);
 			pthread_mutex_unlock(&s->meta_lock);
 			if (ret)
 				return ret;
@@ -278,6 +279,8 @@ static int slot_find(struct store *s, uint32_t *id)
 int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_t uid,
 		       uint32_t gid, uint32_t dim, uint32_t dtype, uint32_t *id)
 {
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
 	int ret = name_check(name);
 	if (ret)
 		return ret;
@@ -314,6 +317,7 @@ int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		goto out;
@@ -370,6 +374,8 @@ int store_table_getattr(struct store *s, uint32_t id, struct store_attr *a)
 
 int store_table_setattr(struct store *s, uint32_t id, const struct store_attr *a, unsigned mask)
 {
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
 	volatile int ret = 0;
 	pthread_rwlock_wrlock(&s->cat_lock);
 	struct stable *st = tab_get(s, id);
@@ -396,6 +402,7 @@ int store_table_setattr(struct store *s, uint32_t id, const struct store_attr *a
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
@@ -404,6 +411,8 @@ out:
 
 int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_t dtype)
 {
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
 	volatile int ret = store_geometry_check(dim, dtype);
 	if (ret)
 		return ret;
@@ -432,6 +441,7 @@ int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
@@ -442,6 +452,8 @@ out:
 
 int store_table_unlink(struct store *s, const char *name)
 {
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
 	volatile int ret = 0;
 	pthread_rwlock_wrlock(&s->cat_lock);
 	struct stable *st = name_find(s, name);
@@ -458,6 +470,7 @@ int store_table_unlink(struct store *s, const char *name)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret)
 		name_remove(s, st);
@@ -468,6 +481,8 @@ out:
 
 int store_table_rename(struct store *s, const char *oldname, const char *newname)
 {
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
 	volatile int ret = name_check(newname);
 	if (ret)
 		return ret;
@@ -501,6 +516,7 @@ int store_table_rename(struct store *s, const char *oldname, const char *newname
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (ret && victim)
 		name_insert(s, victim);
@@ -525,6 +541,7 @@ int catalog_free_locked(struct store *s, struct stable *st)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
@@ -548,6 +565,7 @@ static int release_locked(struct store *s, struct stable *st)
 		} TX_ONABORT {
 			ret = pm_tx_errno();
 		} TX_END
+		ret = pm_tx_end(s, ret);
 		pthread_mutex_unlock(&s->meta_lock);
 		if (ret)
 			return ret;
@@ -562,6 +580,8 @@ static int release_locked(struct store *s, struct stable *st)
 
 int store_table_release(struct store *s, uint32_t id)
 {
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
 	pthread_mutex_lock(&s->commit_lock);
 	struct stable *st = tab_get(s, id);
 	int ret = 0;
@@ -590,6 +610,8 @@ int store_table_next(struct store *s, uint32_t *cursor, struct store_attr *a)
 
 int store_table_truncate(struct store *s, uint32_t id, uint64_t size)
 {
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
 	volatile int ret = 0;
 	pthread_mutex_lock(&s->commit_lock);
 	struct stable *st = tab_get(s, id);
@@ -615,6 +637,7 @@ int store_table_truncate(struct store *s, uint32_t id, uint64_t size)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret && shrink)
 		ret = trim_locked(s, st);
@@ -634,6 +657,7 @@ int catalog_trim_done(struct store *s, struct stable *st)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	return ret;
 }

@@ -72,8 +72,8 @@ uint64_t journal_csum(const struct emb_journal *j, uint64_t count)
 }
 
 /* Seal records rec[0..n) of one table's change in the journal and make them
- * durable (one barrier).  commit_lock held. */
-void journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint)
+ * durable (one barrier): 0 or -EIO.  commit_lock held. */
+int journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint)
 {
 	struct emb_journal *j = s->jr;
 	j->seq++;
@@ -84,15 +84,15 @@ void journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n,
 	j->size_hint = size_hint;
 	j->csum = journal_csum(j, n);
 	pm_flush(s, j, 64 + n * sizeof(j->rec[0]));
-	pm_barrier(s);
+	return pm_barrier(s);
 }
 
-/* The change is done: empty the journal (one barrier). */
-void journal_clear(struct store *s)
+/* The change is done: empty the journal (one barrier): 0 or -EIO. */
+int journal_clear(struct store *s)
 {
 	st64(&s->jr->count, 0);
 	pm_flush(s, s->jr, 64);
-	pm_barrier(s);
+	return pm_barrier(s);
 }
 
 static int journal_valid(const struct emb_journal *j)
@@ -369,7 +369,9 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 		if (!u[i].skip)
 			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id,
 							    u[i].damaged ? EMB_JR_DAMAGED : 0 };
-	journal_seal(s, st, EMB_J_COMMIT, nrec, size_hint);
+	int ret = journal_seal(s, st, EMB_J_COMMIT, nrec, size_hint);
+	if (ret)
+		return ret; /* the pool failed: nothing of this commit is visible */
 
 	/* A3: new versions, copy-on-write */
 	for (size_t i = from; i < to; i++) {
@@ -402,7 +404,8 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 		if (u[i].claimed)
 			index_fill(s, st, &u[i].pos, u[i].row, index_hash(s, u[i].row), u[i].new_off);
 	}
-	pm_barrier(s);
+	if ((ret = pm_barrier(s)))
+		return ret; /* not published: recovery frees the new versions */
 
 	/* B: publish */
 	int64_t drows = 0;
@@ -431,7 +434,8 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 	st64(&t->ctime_ns, now);
 	pthread_rwlock_unlock(&st->lock);
 	pm_flush(s, t, 128);
-	pm_barrier(s);
+	if ((ret = pm_barrier(s)))
+		return ret; /* readers see the rows; the journal decides after a crash */
 
 	/* C: free what was replaced and is not kept for a snapshot */
 	for (size_t i = from; i < to; i++) {
@@ -446,10 +450,10 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 		if (s->sp)
 			spill_note_write(s, st->id, u[i].row);
 	}
-	journal_clear(s);
+	ret = journal_clear(s);
 	atomic_fetch_add_explicit(&s->n_commits, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->n_rows_written, to - from, memory_order_relaxed);
-	return 0;
+	return ret;
 }
 
 /* Apply ops as one group: planned and given its room whole first, so an
@@ -497,7 +501,7 @@ int commit_locked(struct store *s, struct stable *st, const struct store_rowop *
 		max64(&st->t->size, size_hint);
 		st64(&st->t->mtime_ns, now_ns());
 		pm_flush(s, st->t, 128);
-		pm_barrier(s);
+		return pm_barrier(s);
 	}
 	return 0;
 }
@@ -508,6 +512,10 @@ static int write_group(struct store *s, uint32_t id, const struct store_rowop *o
 	struct stable *st = tab_get(s, id);
 	if (!st)
 		return -ENOENT;
+	/* a failed pool takes no change: a new write is refused (EROFS), a
+	 * write-back cannot make its rows durable (EIO) */
+	if (pm_writable(s))
+		return promised ? -EIO : -EROFS;
 	for (int waits = 0;; waits++) {
 		pthread_mutex_lock(&s->commit_lock);
 		int ret = commit_locked(s, st, ops, n, size_hint, promised);
@@ -586,11 +594,12 @@ int commit_recover(struct store *s)
 		if (any)
 			max64(&st->t->size, j->size_hint);
 		pm_flush(s, st->t, 128);
-		pm_barrier(s);
+		int ret = pm_barrier(s);
+		if (ret)
+			return ret;
 	}
 	st64(&j->count, 0);
-	pm_persist(s, j, 64);
-	return 0;
+	return pm_persist(s, j, 64);
 }
 
 struct collect {

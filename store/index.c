@@ -431,6 +431,7 @@ static int index_create(struct store *s, struct stable *st)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
@@ -444,7 +445,7 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 {
 	struct emb_seg *old = st->segs[di];
 	uint32_t ld = old->local_depth, gd = st->gd;
-	int ret = 0;
+	volatile int ret = 0;
 
 	if (ld >= EMB_MAX_DEPTH)
 		return -E2BIG; /* no room will help: see index_grow */
@@ -508,6 +509,7 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
@@ -689,6 +691,7 @@ int index_destroy(struct store *s, struct stable *st)
 		} TX_ONABORT {
 			ret = pm_tx_errno();
 		} TX_END
+		ret = pm_tx_end(s, ret);
 		pthread_mutex_unlock(&s->meta_lock);
 		if (ret)
 			return ret;
@@ -711,6 +714,7 @@ int index_destroy(struct store *s, struct stable *st)
 		} TX_ONABORT {
 			ret = pm_tx_errno();
 		} TX_END
+		ret = pm_tx_end(s, ret);
 		pthread_mutex_unlock(&s->meta_lock);
 		if (ret)
 			return ret;
@@ -727,6 +731,7 @@ int index_destroy(struct store *s, struct stable *st)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret && counted) {
 		atomic_fetch_sub(&s->idx_segs, nsegs);

@@ -495,6 +495,7 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	}
 	enum pobj_stats_enabled stats = POBJ_STATS_ENABLED_BOTH;
 	pmemobj_ctl_set(s->pop, "stats.enabled", &stats);
+	pm_open(s);
 	s->base = (char *)s->pop;
 	s->sb = pmemobj_direct(pmemobj_root(s->pop, 0));
 	s->map_len = is_dev ? s->sb->pool_size : size;
@@ -541,7 +542,11 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	}
 	st64(&s->sb->mount_count, s->sb->mount_count + 1);
 	st64(&s->sb->clean, 0);
-	pm_persist(s, &s->sb->clean, 16);
+	ret = pm_persist(s, &s->sb->clean, 16);
+	if (ret) {
+		store_err(err, n, ret, "%s: %s", path, s->fail_why);
+		goto fail;
+	}
 	*out = s;
 	return 0;
 fail:
@@ -555,9 +560,17 @@ fail:
 int store_sync(struct store *s)
 {
 	pthread_mutex_lock(&s->commit_lock);
-	pm_barrier(s);
+	int ret = pm_barrier(s);
 	pthread_mutex_unlock(&s->commit_lock);
-	return 0;
+	return ret;
+}
+
+int store_health(struct store *s, char *why, size_t n)
+{
+	int ret = pm_failed(s);
+	if (ret && why && n)
+		snprintf(why, n, "%s", s->fail_why);
+	return ret;
 }
 
 void store_close(struct store *s)
@@ -566,9 +579,13 @@ void store_close(struct store *s)
 		return;
 	spill_detach(s);
 	pthread_mutex_lock(&s->commit_lock);
-	pm_barrier(s);
-	st64(&s->sb->clean, 1);
-	pm_persist(s, &s->sb->clean, 8);
+	/* a failed pool is not marked clean: the next mount recovers from what
+	 * reached the disk */
+	if (pm_barrier(s) == 0) {
+		st64(&s->sb->clean, 1);
+		if (pm_persist(s, &s->sb->clean, 8))
+			(void)0; /* failed now: the pool stays unclean on disk */
+	}
 	pthread_mutex_unlock(&s->commit_lock);
 	catalog_unload(s);
 	slab_release_all(s);
@@ -635,6 +652,8 @@ int store_row_exists(struct store *s, uint32_t id, uint64_t row)
 
 int store_table_extend(struct store *s, uint32_t id, uint64_t size)
 {
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
 	struct stable *st = tab_get(s, id);
 	if (!st)
 		return -ENOENT;
@@ -747,6 +766,8 @@ static uint64_t heap_used_fn(struct store *s)
 
 int store_space_reserve(struct store *s, uint32_t row_size, int64_t rows)
 {
+	if (rows > 0 && pm_writable(s))
+		return -EROFS; /* the pool failed: no write can be promised */
 	for (int waits = 0;; waits++) {
 		int ret = slab_promise(s, row_size, rows);
 		if (ret != -ENOSPC || rows <= 0 || !s->sp || waits == SPILL_MAX_WAITS ||

@@ -99,6 +99,7 @@ static int class_of_slot_locked(struct store *s, uint32_t ss, uint32_t *cls)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
@@ -256,6 +257,7 @@ static int resv_grow(struct store *s, uint64_t want)
 		} TX_ONABORT {
 			ret = pm_tx_errno();
 		} TX_END
+		ret = pm_tx_end(s, ret);
 		pthread_mutex_unlock(&s->meta_lock);
 		if (ret)
 			return ret;
@@ -279,6 +281,7 @@ static void resv_shrink(struct store *s, uint64_t want)
 		} TX_ONABORT {
 			failed = 1; /* kept: tried again at the next release */
 		} TX_END
+		failed |= pm_failed(s) != 0;
 		pthread_mutex_unlock(&s->meta_lock);
 	}
 }
@@ -322,6 +325,7 @@ static int resv_release_locked(struct store *s)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	return ret;
 }
@@ -371,6 +375,7 @@ static int slab_grow(struct store *s, uint32_t cls)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
@@ -682,6 +687,7 @@ int slab_give_back(struct store *s, struct sslab *sl)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret) {
 		c->nfree -= sl->nfree;

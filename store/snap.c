@@ -52,11 +52,11 @@ static uint64_t flags_word(uint32_t f)
 	return (uint64_t)f | (uint64_t)(uint32_t)~f << 32;
 }
 
-/* Flags and their complement in one 8-byte store, persisted. */
-static void rec_flags_set(struct store *s, struct emb_snap *r, uint32_t f)
+/* Flags and their complement in one 8-byte store, persisted: 0 or -EIO. */
+static int rec_flags_set(struct store *s, struct emb_snap *r, uint32_t f)
 {
 	__atomic_store_n(&r->flags, flags_word(f), __ATOMIC_RELEASE);
-	pm_persist(s, &r->flags, 8);
+	return pm_persist(s, &r->flags, 8);
 }
 
 static int rec_live(const struct emb_snap *r)
@@ -272,7 +272,11 @@ static int reclaim_apply(struct reclaim *rc)
 	for (size_t c = 0; c < rc->nch; c++)
 		for (uint32_t k = 0; k < rc->ch[c].nfree; k++)
 			j->rec[rc->ch[c].first_free + k].row = rc->ch[c].row;
-	journal_seal(s, st, EMB_J_RECLAIM, n, 0);
+	int ret = journal_seal(s, st, EMB_J_RECLAIM, n, 0);
+	if (ret) {
+		free(pos);
+		return ret;
+	}
 
 	pthread_rwlock_wrlock(&st->lock);
 	for (size_t i = 0; i < rc->nlinks; i++) {
@@ -296,7 +300,10 @@ static int reclaim_apply(struct reclaim *rc)
 	st->mod++;
 	pthread_rwlock_unlock(&st->lock);
 	pm_flush(s, st->t, 128);
-	pm_barrier(s);
+	if ((ret = pm_barrier(s))) {
+		free(pos);
+		return ret;
+	}
 
 	for (size_t i = 0; i < rc->nfrees; i++)
 		ver_free(s, rc->frees[i]);
@@ -304,9 +311,9 @@ static int reclaim_apply(struct reclaim *rc)
 		if (!rc->ch[c].head)
 			index_ovf_dec(s, st, &pos[c]);
 	free(pos);
-	journal_clear(s);
+	ret = journal_clear(s);
 	rc->nch = rc->nfrees = rc->nlinks = 0;
-	return 0;
+	return ret;
 }
 
 /* Decide which versions of one row's chain stay; queue the changes. */
@@ -462,8 +469,7 @@ int reclaim_recover(struct store *s, struct emb_journal *j)
 		return ret;
 	st64(&st->t->nrows, n);
 	pm_flush(s, st->t, 128);
-	pm_barrier(s);
-	return 0;
+	return pm_barrier(s);
 }
 
 /* ---- snapshot records --------------------------------------------------- */
@@ -504,12 +510,14 @@ uint64_t store_batch_get(struct store *s)
 int store_batch_set(struct store *s, uint64_t b)
 {
 	pthread_rwlock_wrlock(&s->snap_lock);
-	int ret = 0;
-	if (b < s->sb->batch || b == UINT64_MAX)
+	int ret = pm_writable(s);
+	if (ret)
+		;
+	else if (b < s->sb->batch || b == UINT64_MAX)
 		ret = -EINVAL;
 	else if (b != s->sb->batch) {
 		st64(&s->sb->batch, b);
-		pm_persist(s, &s->sb->batch, 8);
+		ret = pm_persist(s, &s->sb->batch, 8);
 	}
 	pthread_rwlock_unlock(&s->snap_lock);
 	return ret;
@@ -517,6 +525,8 @@ int store_batch_set(struct store *s, uint64_t b)
 
 int store_snap_create(struct store *s, const char *name, int durable, struct store_snap *out)
 {
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
 	volatile int ret = name_ok(name);
 	if (ret)
 		return ret;
@@ -578,6 +588,7 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret) {
 		live_rebuild(s);
@@ -603,7 +614,7 @@ int store_snap_set_durable(struct store *s, uint32_t idx, uint64_t gen)
 	if (!rec_live(r) || r->gen != gen)
 		ret = -ENOENT; /* dropped, and maybe the slot reused */
 	else if (!(f & EMB_S_DURABLE))
-		rec_flags_set(s, r, f | EMB_S_DURABLE);
+		ret = rec_flags_set(s, r, f | EMB_S_DURABLE);
 	pthread_rwlock_unlock(&s->snap_lock);
 	return ret;
 }
@@ -645,6 +656,7 @@ static int drop_locked(struct store *s, uint32_t idx)
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
+	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	return ret;
 }
@@ -652,9 +664,9 @@ static int drop_locked(struct store *s, uint32_t idx)
 static int mark_dropping(struct store *s, uint32_t idx)
 {
 	struct emb_snap *r = rec(s, idx);
-	rec_flags_set(s, r, rec_flags(r) | EMB_S_DROPPING);
+	int ret = rec_flags_set(s, r, rec_flags(r) | EMB_S_DROPPING);
 	live_rebuild(s);
-	return 0;
+	return ret;
 }
 
 int store_snap_drop(struct store *s, const char *name)
@@ -662,10 +674,12 @@ int store_snap_drop(struct store *s, const char *name)
 	pthread_mutex_lock(&s->commit_lock);
 	pthread_rwlock_wrlock(&s->snap_lock);
 	int idx = find_locked(s, name);
-	if (idx >= 0)
-		mark_dropping(s, (uint32_t)idx);
+	int ret = idx < 0 ? -ENOENT : pm_writable(s);
+	if (!ret)
+		ret = mark_dropping(s, (uint32_t)idx);
 	pthread_rwlock_unlock(&s->snap_lock);
-	int ret = idx < 0 ? -ENOENT : drop_locked(s, (uint32_t)idx);
+	if (!ret)
+		ret = drop_locked(s, (uint32_t)idx);
 	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
 }
@@ -681,9 +695,10 @@ int snap_recover(struct store *s)
 			continue;
 		s->recovered = 1;
 		pthread_rwlock_wrlock(&s->snap_lock);
-		mark_dropping(s, i);
+		ret = mark_dropping(s, i);
 		pthread_rwlock_unlock(&s->snap_lock);
-		ret = drop_locked(s, i);
+		if (!ret)
+			ret = drop_locked(s, i);
 	}
 	pthread_mutex_unlock(&s->commit_lock);
 	return ret;

@@ -548,7 +548,11 @@ static int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t
 	}
 	for (size_t i = 0; i < n; i++)
 		j->rec[i] = (struct emb_jrec){ r[i].row, r[i].old, r[i].new_, st->id, 0 };
-	journal_seal(s, st, EMB_J_RELINK, n, 0);
+	int ret = journal_seal(s, st, EMB_J_RELINK, n, 0);
+	if (ret) {
+		free(pos);
+		return ret;
+	}
 
 	for (size_t i = 0; i < n; i++)
 		slab_mark(s, r[i].new_);
@@ -563,13 +567,13 @@ static int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t
 		}
 	}
 	pthread_rwlock_unlock(&st->lock);
-	pm_barrier(s);
+	free(pos);
+	if ((ret = pm_barrier(s)))
+		return ret;
 
 	for (size_t i = 0; i < n; i++)
 		ver_free(s, r[i].old);
-	journal_clear(s);
-	free(pos);
-	return 0;
+	return journal_clear(s);
 }
 
 int relink_recover(struct store *s, struct emb_journal *j)
@@ -590,8 +594,7 @@ int relink_recover(struct store *s, struct emb_journal *j)
 		if (drop && slab_free(s, drop))
 			ver_poison(s, drop);
 	}
-	pm_barrier(s);
-	return 0;
+	return pm_barrier(s);
 }
 
 /* ---- writing segments (commit_lock held) ------------------------------ */
@@ -627,9 +630,8 @@ static int seg_next(struct store *s, int compacting)
 	g->seq = ++pm->seq;
 	g->state = EMB_SEG_OPEN;
 	pm_flush(s, g, sizeof(*g));
-	pm_persist(s, &pm->seq, 8);
 	sp->open_seg = (int64_t)k;
-	return 0;
+	return pm_persist(s, &pm->seq, 8);
 }
 
 /* Make sure the open segment has `need` bytes left (for the mover's own
@@ -1094,7 +1096,9 @@ static int recount_locked(struct store *s)
 		struct recount rc = { s, st, spill_rec_size(st->t->row_size) };
 		ret = index_walk(s, st, recount_row, &rc);
 	}
-	pm_barrier(s);
+	int r = pm_barrier(s);
+	if (!ret)
+		ret = r;
 	if (!ret)
 		s->sp->recount = 0;
 	return ret;
@@ -1190,8 +1194,9 @@ static int compact_seg(struct store *s, uint64_t k)
 			ret = seg_next(s, 1); /* not one more record fits the open segment */
 		else if (!ret && nmv)
 			ret = seg_write(s, pos, &at);
+		if (!ret && nmv) /* the fill covers the copies before any stub points there */
+			ret = pm_barrier(s);
 		if (!ret && nmv) {
-			pm_barrier(s); /* the fill covers the copies before any stub points there */
 			for (size_t i = 0; i < nmv; i++) {
 				struct stable *st = tab_get(s, mv[i].table);
 				struct emb_stub *st_ = STUB(s, mv[i].stub);
@@ -1203,7 +1208,7 @@ static int compact_seg(struct store *s, uint64_t k)
 				seg_live_add(s, old, mv[i].rsz, -1);
 				seg_live_add(s, at + mv[i].loc, mv[i].rsz, 1);
 			}
-			pm_barrier(s);
+			ret = pm_barrier(s);
 			atomic_fetch_add(&sp->compact_moved, nmv);
 			atomic_fetch_add(&sp->compact_bytes, pos);
 		}
@@ -1233,11 +1238,11 @@ static int compact_seg(struct store *s, uint64_t k)
 	g->fill = g->live = 0;
 	g->nlive = 0;
 	g->state = EMB_SEG_FREE;
-	pm_persist(s, g, sizeof(*g));
+	int ret = pm_persist(s, g, sizeof(*g));
 	pthread_mutex_unlock(&s->commit_lock);
 	atomic_fetch_add(&sp->compacted_segs, 1);
 	atomic_store(&sp->compact_total, 0);
-	return 0;
+	return ret;
 }
 
 /* The sealed segment most worth compacting, or EMB_NONE: compaction runs
@@ -1342,6 +1347,8 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 /* One round of the mover's work (what: STORE_SPILL_*). */
 static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
 {
+	if (pm_writable(s))
+		return -EROFS; /* a failed pool moves nothing */
 	pthread_mutex_lock(&s->sp->round_lock);
 	int64_t r = mover_round_locked(s, what, need);
 	pthread_mutex_unlock(&s->sp->round_lock);
@@ -1532,6 +1539,7 @@ static int format(struct store *s, int fd, uint64_t size, const char *path, char
 	} TX_ONABORT {
 		tret = pm_tx_errno();
 	} TX_END
+	tret = pm_tx_end(s, tret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (tret)
 		return store_err(err, n, tret, "pool has no room for the spill segment table: %s", strerror(-tret));

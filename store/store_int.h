@@ -102,6 +102,9 @@ struct store {
 	_Atomic uint64_t n_commits, n_barriers, n_rows_written, n_rows_read;
 	_Atomic uint64_t n_csum_errors; /* damage found (ver.c, index.c) */
 	int no_verify;               /* EMBFS_VERIFY=0: reads skip the bytes' digest (bench only) */
+	_Atomic int failed;          /* an msync failed: errno; the pool is read-only (pm.c) */
+	uint64_t msync_seen;         /* the process's msync failures when the pool was opened */
+	char fail_why[160];          /* why, set once with failed */
 
 	struct spill *sp;            /* spill tier, NULL when none is attached (spill.c) */
 	uint64_t row_cap;            /* with a spill tier: slab bytes row versions may take; protected by space_lock */
@@ -212,10 +215,20 @@ static inline size_t u64_lower_bound(const uint64_t *v, size_t n, uint64_t x)
 }
 
 /* pm.c: persistence.  flush records a range; barrier makes every flushed
- * range (on PMem) or every store to the mapping (otherwise) durable. */
+ * range (on PMem) or every store to the mapping (otherwise) durable.
+ * Barrier and persist return 0, or -EIO once the pool file has failed a
+ * write-back (see pm.c): callers stop and pass it up. */
 void pm_flush(struct store *s, const void *addr, size_t len);
-void pm_barrier(struct store *s);
-void pm_persist(struct store *s, const void *addr, size_t len);
+int pm_barrier(struct store *s) __attribute__((warn_unused_result));
+int pm_persist(struct store *s, const void *addr, size_t len) __attribute__((warn_unused_result));
+/* At open: msync failures before now are not this pool's. */
+void pm_open(struct store *s);
+/* -EIO once the pool has failed (an msync failed), else 0. */
+int pm_failed(struct store *s);
+/* Before a change: 0, or -EROFS once the pool has failed. */
+int pm_writable(struct store *s);
+/* After a transaction that returned ret: ret, or -EIO if a persist inside it failed. */
+int pm_tx_end(struct store *s, int ret);
 int pm_tx_errno(void);
 
 /* slab.c */
@@ -396,8 +409,9 @@ int commit_locked(struct store *s, struct stable *st, const struct store_rowop *
 int commit_recover(struct store *s);
 int trim_locked(struct store *s, struct stable *st);
 uint64_t journal_csum(const struct emb_journal *j, uint64_t count);
-void journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint);
-void journal_clear(struct store *s);
+int journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint)
+	__attribute__((warn_unused_result));
+int journal_clear(struct store *s) __attribute__((warn_unused_result));
 /* The journal is sound: magic, empty after a clean unmount, sealed records
  * naming versions inside the pool (mount). */
 int journal_check(struct store *s, char *err, size_t n);

@@ -53,8 +53,15 @@ int store_check(const char *path, char *err, size_t errlen);
 /* Make everything durable, mark the pool clean and close it. */
 void store_close(struct store *s);
 
-/* One persist barrier over everything written so far. */
+/* One persist barrier over everything written so far: 0, or -EIO when the
+ * pool file cannot be made durable (see store_health). */
 int store_sync(struct store *s);
+
+/* 0 while the pool takes changes; -EIO once persisting it failed (an msync
+ * of a pool on a plain file returned an error): from then on reads are
+ * served, changes are refused (EROFS; write-back and sync: EIO) until it is
+ * opened again, and why is a one-line reason. */
+int store_health(struct store *s, char *why, size_t n);
 
 /* ---- catalog ---------------------------------------------------------- */
 
