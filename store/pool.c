@@ -22,6 +22,7 @@
 #include <string.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -244,6 +245,7 @@ int store_check(const char *path, char *err, size_t n)
 	int pfd[2];
 	if (pipe2(pfd, O_CLOEXEC))
 		return store_err(err, n, -errno, "%s: cannot check the pool: %s", path, strerror(errno));
+	pid_t parent = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
 		ret = -errno;
@@ -253,6 +255,11 @@ int store_check(const char *path, char *err, size_t n)
 	}
 	if (pid == 0) {
 		char msg[512] = "";
+		/* the check dies with its caller: a killed daemon leaves no checker
+		 * holding the pool open */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
 		int dn = open("/dev/null", O_WRONLY);
 		close(pfd[0]);
 		if (dn >= 0) { /* a crash report would not be one line */
