@@ -52,9 +52,7 @@ struct btarget {
 	int writable;      /* SCATTER allowed */
 	uint32_t snap;     /* snapshot record idx + 1; 0 = the live table */
 	int cached;        /* rows live in fs->cache under id: PREFETCH can pin them */
-	/* whole rows ids[0..n) into buf, packed: 0 or -errno; holes read as zeros */
-	int (*read_rows)(struct embfs *fs, const struct btarget *t, const uint64_t *ids, uint32_t n,
-			 char *buf);
+	struct store_view view; /* what the rows are read from when not cached */
 };
 
 enum { PF_PENDING = 1, PF_PINNED = 2 };
@@ -126,12 +124,14 @@ static inline struct bfd *FH(struct fuse_file_info *fi)
 
 /* ---- targets ---------------------------------------------------------- */
 
-static int live_read_rows(struct embfs *fs, const struct btarget *t, const uint64_t *ids, uint32_t n,
-			  char *buf)
+/* Rows of the target: a live table's through the row cache when there is
+ * one, everything else (no cache, a snapshot's table) through its view. */
+static int read_rows(struct embfs *fs, const struct btarget *t, const uint64_t *ids, uint32_t n, char *buf)
 {
-	if (fs->cache)
+	if (t->cached)
 		return cache_read_rows(fs->cache, t->id, t->row_size, ids, n, buf);
-	return store_rows_read(fs->st, t->id, ids, n, buf, NULL);
+	int ret = store_rows_read(fs->st, &t->view, ids, n, buf, NULL, NULL);
+	return ret == -ENOENT ? -ESTALE : ret;
 }
 
 /*
@@ -140,37 +140,30 @@ static int live_read_rows(struct embfs *fs, const struct btarget *t, const uint6
  * Snapshot tables go here too: writable = 0 (SCATTER gets EROFS), read_rows
  * through the snapshot's reader, cached = 0 unless their rows are cached.
  */
-/* Rows of a table inside a snapshot: read-only, straight from the store. */
-static int snap_read_rows(struct embfs *fs, const struct btarget *t, const uint64_t *ids, uint32_t n,
-			  char *buf)
-{
-	int ret = store_snap_rows_read(fs->st, t->snap - 1, t->id, ids, n, buf, NULL);
-	return ret == -ENOENT ? -ESTALE : ret;
-}
-
 static int resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
 {
 	struct store_attr a;
 	if (snapfs_is_table(ino)) {
 		uint32_t idx = (uint32_t)((ino - INO_SNAPT0) >> 16), id = (uint32_t)((ino - INO_SNAPT0) & 0xffff);
-		struct store_snap sn;
-		if (store_snap_table_getattr(fs->st, idx, id, &a) || store_snap_get(fs->st, idx, &sn))
+		struct store_view v;
+		if (store_view_snap(fs->st, idx, id, &v) || store_view_getattr(fs->st, &v, &a))
 			return -EINVAL;
 		int ret = snapfs_ensure_durable(fs, idx);
 		if (ret)
 			return ret;
-		*t = (struct btarget){ .ino = ino, .id = a.id, .gen = sn.gen, .row_size = a.row_size,
+		*t = (struct btarget){ .ino = ino, .id = a.id, .gen = v.snap_gen, .row_size = a.row_size,
 				       .mode = a.mode & ~0222u, .uid = a.uid, .gid = a.gid, .writable = 0,
-				       .snap = idx + 1, .cached = 0, .read_rows = snap_read_rows };
+				       .snap = idx + 1, .cached = 0, .view = v };
 		return 0;
 	}
 	if (ino < INO_TABLE0 || ino - INO_TABLE0 >= (uint64_t)EMB_CAT_PER_CHUNK * EMB_CAT_CHUNKS)
 		return -EINVAL;
-	if (store_table_getattr(fs->st, (uint32_t)(ino - INO_TABLE0), &a))
+	struct store_view v;
+	if (store_view_live(fs->st, (uint32_t)(ino - INO_TABLE0), &v) || store_view_getattr(fs->st, &v, &a))
 		return -EINVAL;
 	*t = (struct btarget){ .ino = ino, .id = a.id, .gen = a.gen, .row_size = a.row_size,
 			       .mode = a.mode, .uid = a.uid, .gid = a.gid, .writable = 1,
-			       .cached = fs->cache != NULL, .read_rows = live_read_rows };
+			       .cached = fs->cache != NULL, .view = v };
 	return 0;
 }
 
@@ -695,7 +688,7 @@ static int gather(struct embfs *fs, struct bfd *f)
 		pf_del(&f->pf, e);
 	}
 	pthread_mutex_unlock(&f->pf_lock);
-	ret = t->read_rows(fs, t, ids, n, f->resp);
+	ret = read_rows(fs, t, ids, n, f->resp);
 	for (uint32_t i = 0; i < nun; i++)
 		cache_unpin(fs->cache, t->id, f->unpin[i]);
 	if (nun) {

@@ -58,6 +58,16 @@ struct embfs {
 
 extern const struct fuse_lowlevel_ops embfs_ops;
 
+/* Rows of live table id straight from the store (a live view): as
+ * store_rows_read(). */
+static inline int fs_store_read(struct embfs *fs, uint32_t id, const uint64_t *rows, size_t n, void *buf,
+				uint8_t *stored, uint64_t *vbatch)
+{
+	struct store_view v;
+	int ret = store_view_live(fs->st, id, &v);
+	return ret ? ret : store_rows_read(fs->st, &v, rows, n, buf, stored, vbatch);
+}
+
 /* rows.c: byte ranges of a table <-> rows, through the cache when there is one. */
 int rows_read(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, char *buf);
 int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data);

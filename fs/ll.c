@@ -949,8 +949,9 @@ static int punch(struct embfs *fs, uint32_t id, const struct store_attr *a, uint
 	if (!ops)
 		return -ENOMEM;
 	uint64_t r = off / rs, found;
-	int ret = 0;
-	while (!ret && (ret = store_row_next(fs->st, id, r, &found)) == 1) {
+	struct store_view v;
+	int ret = store_view_live(fs->st, id, &v);
+	while (!ret && (ret = store_row_next(fs->st, &v, r, &found)) == 1) {
 		uint64_t rstart = found * rs;
 		if (rstart >= end) {
 			ret = 0;
@@ -1025,9 +1026,12 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, stru
 		return;
 	}
 	/* the store answers: it must hold every row written so far */
+	struct store_view v;
 	int ret = rows_before_change(fs, id);
 	if (!ret)
-		ret = store_table_getattr(fs->st, id, &a);
+		ret = store_view_live(fs->st, id, &v);
+	if (!ret)
+		ret = store_view_getattr(fs->st, &v, &a);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -1038,7 +1042,7 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, stru
 		return;
 	}
 	if (whence == SEEK_DATA) {
-		ret = store_row_next(fs->st, id, o / rs, &r);
+		ret = store_row_next(fs->st, &v, o / rs, &r);
 		if (ret < 0) {
 			fuse_reply_err(req, -ret);
 			return;
@@ -1050,7 +1054,7 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, stru
 			fuse_reply_lseek(req, (off_t)pos);
 		return;
 	}
-	ret = store_row_hole(fs->st, id, o / rs, &r);
+	ret = store_row_hole(fs->st, &v, o / rs, &r);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;

@@ -455,7 +455,7 @@ static int capture(struct embfs *fs, struct pc_tab *t, uint32_t id, uint32_t rs,
 {
 	struct pcache *pc = fs->pc;
 	int ret = fs->cache ? cache_read_rows(fs->cache, id, rs, rows, n, buf)
-			    : store_rows_read(fs->st, id, rows, n, buf, NULL);
+			    : fs_store_read(fs, id, rows, n, buf, NULL, NULL);
 	uint8_t *ok = NULL;
 	if (ret < 0) {
 		if (!(ok = calloc(n, 1)))
@@ -463,7 +463,7 @@ static int capture(struct embfs *fs, struct pc_tab *t, uint32_t id, uint32_t rs,
 		for (size_t i = 0; i < n; i++) {
 			char *row = buf + i * rs;
 			int r = fs->cache ? cache_read(fs->cache, id, rs, rows[i], 0, rs, row)
-					  : store_row_read(fs->st, id, rows[i], row);
+					  : fs_store_read(fs, id, &rows[i], 1, row, NULL, NULL);
 			ok[i] = r >= 0;
 		}
 	}

@@ -21,7 +21,7 @@ static int whole_rows(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t first
 	for (size_t i = 0; i < n; i++)
 		ids[i] = first + i;
 	int ret = fs->cache ? cache_read_rows(fs->cache, id, rs, ids, n, buf)
-			    : store_rows_read(fs->st, id, ids, n, buf, NULL);
+			    : fs_store_read(fs, id, ids, n, buf, NULL, NULL);
 	if (ids != sids)
 		free(ids);
 	return ret < 0 ? ret : 0;
@@ -45,11 +45,11 @@ int rows_read(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t l
 		if (fs->cache) {
 			ret = cache_read(fs->cache, id, rs, r, in, (uint32_t)take, buf + done);
 		} else if (in == 0 && take == rs) {
-			ret = store_row_read(fs->st, id, r, buf + done);
+			ret = fs_store_read(fs, id, &r, 1, buf + done, NULL, NULL);
 		} else {
 			if (!row && !(row = malloc(rs)))
 				return -ENOMEM;
-			ret = store_row_read(fs->st, id, r, row);
+			ret = fs_store_read(fs, id, &r, 1, row, NULL, NULL);
 			memcpy(buf + done, row + in, take);
 		}
 		ret = ret < 0 ? ret : 0;
@@ -174,10 +174,8 @@ uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows)
 static int cb_fetch(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t *batch)
 {
 	struct embfs *fs = ctx;
-	if (!buf)
-		return store_row_batch(fs->st, table, row, batch);
 	uint8_t stored = 0;
-	int ret = store_rows_read_batch(fs->st, table, &row, 1, buf, &stored, batch);
+	int ret = fs_store_read(fs, table, &row, 1, buf, &stored, batch); /* buf NULL: a probe */
 	return ret ? ret : stored;
 }
 
@@ -185,7 +183,7 @@ static int cb_fetch_rows(void *ctx, uint32_t table, const uint64_t *rows, size_t
 			 uint8_t *stored, uint64_t *batch)
 {
 	struct embfs *fs = ctx;
-	return store_rows_read_batch(fs->st, table, rows, n, buf, stored, batch);
+	return fs_store_read(fs, table, rows, n, buf, stored, batch);
 }
 
 static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n)

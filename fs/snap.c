@@ -48,6 +48,13 @@ static int tab_ino(fuse_ino_t ino, uint32_t *idx, uint32_t *id)
 	return *idx < EMB_MAX_SNAPS;
 }
 
+/* Table id of snapshot idx: its view and attributes. */
+static int snap_view(struct embfs *fs, uint32_t idx, uint32_t id, struct store_view *v, struct store_attr *a)
+{
+	int ret = store_view_snap(fs->st, idx, id, v);
+	return ret ? ret : store_view_getattr(fs->st, v, a);
+}
+
 static void dir_stat(fuse_ino_t ino, const struct store_snap *sn, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -78,7 +85,8 @@ int snapfs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st)
 	}
 	if (!tab_ino(ino, &idx, &id))
 		return -ENOENT;
-	int ret = store_snap_table_getattr(fs->st, idx, id, &a);
+	struct store_view v;
+	int ret = snap_view(fs, idx, id, &v, &a);
 	if (ret)
 		return ret;
 	fs_table_stat(fs, &a, st, 1);
@@ -265,7 +273,8 @@ void snapfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	int ret = store_snap_table_getattr(fs->st, idx, id, &a);
+	struct store_view v;
+	int ret = snap_view(fs, idx, id, &v, &a);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -290,7 +299,7 @@ void snapfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 	}
 	for (uint64_t i = 0; i < nr; i++)
 		ids[i] = r0 + i;
-	ret = store_snap_rows_read(fs->st, idx, id, ids, nr, rows, NULL);
+	ret = store_rows_read(fs->st, &v, ids, nr, rows, NULL, NULL);
 	if (ret < 0)
 		fuse_reply_err(req, -ret);
 	else
@@ -309,7 +318,8 @@ void snapfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence)
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	int ret = store_snap_table_getattr(fs->st, idx, id, &a);
+	struct store_view v;
+	int ret = snap_view(fs, idx, id, &v, &a);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -320,7 +330,7 @@ void snapfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence)
 		return;
 	}
 	if (whence == SEEK_DATA) {
-		ret = store_snap_row_next(fs->st, idx, id, o / rs, &r);
+		ret = store_row_next(fs->st, &v, o / rs, &r);
 		uint64_t pos = ret == 1 ? (r * rs > o ? r * rs : o) : UINT64_MAX;
 		if (ret < 0)
 			fuse_reply_err(req, -ret);
@@ -330,7 +340,7 @@ void snapfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence)
 			fuse_reply_lseek(req, (off_t)pos);
 		return;
 	}
-	ret = store_snap_row_hole(fs->st, idx, id, o / rs, &r);
+	ret = store_row_hole(fs->st, &v, o / rs, &r);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -343,9 +353,10 @@ void snapfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence)
 int snapfs_table_attr(struct embfs *fs, fuse_ino_t ino, struct store_attr *a)
 {
 	uint32_t idx, id;
+	struct store_view v;
 	if (!tab_ino(ino, &idx, &id))
 		return -ENODATA;
-	return store_snap_table_getattr(fs->st, idx, id, a);
+	return snap_view(fs, idx, id, &v, a);
 }
 
 int snapfs_is_table(fuse_ino_t ino)

@@ -189,8 +189,8 @@ static void stable_free(struct store *s, struct stable *st)
 {
 	__atomic_store_n(&s->tab[st->id], NULL, __ATOMIC_RELEASE);
 	index_unload(st);
-	free(st->seek_keys);
-	free(st->snap_keys);
+	free(st->live_keys.v);
+	free(st->snap_keys.v);
 	pthread_rwlock_destroy(&st->lock);
 	pthread_mutex_destroy(&st->seek_lock);
 	free(st);

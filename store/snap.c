@@ -812,17 +812,6 @@ int store_snap_table_lookup(struct store *s, uint32_t idx, const char *name, uin
 	return ret;
 }
 
-int store_snap_table_getattr(struct store *s, uint32_t idx, uint32_t id, struct store_attr *a)
-{
-	const struct emb_snap *r;
-	pthread_rwlock_rdlock(&s->snap_lock);
-	const struct emb_snap_table *t = snap_table(s, idx, id, &r);
-	if (t)
-		snap_attr(r, t, a);
-	pthread_rwlock_unlock(&s->snap_lock);
-	return t ? 0 : -ENOENT;
-}
-
 int store_snap_table_next(struct store *s, uint32_t idx, uint32_t *cursor, struct store_attr *a)
 {
 	int ret = 0;
@@ -841,114 +830,26 @@ int store_snap_table_next(struct store *s, uint32_t idx, uint32_t *cursor, struc
 	return ret;
 }
 
-/* Resolve (snapshot, table) to the live table state and the snapshot batch. */
-static int snap_resolve(struct store *s, uint32_t idx, uint32_t id, struct stable **stp, uint64_t *batch,
-			uint32_t *rs)
+/* Table id inside snapshot idx (whose generation must be snap_gen): its
+ * attributes (a may be NULL), the batch the snapshot sees and the table's
+ * state now.  -ENOENT: no such snapshot or table in it; -ESTALE: the slot
+ * holds another snapshot now. */
+int snap_table_view(struct store *s, uint32_t idx, uint64_t snap_gen, uint32_t id, struct store_attr *a,
+		    uint64_t *batch, struct stable **stp)
 {
 	const struct emb_snap *r;
 	pthread_rwlock_rdlock(&s->snap_lock);
 	const struct emb_snap_table *t = snap_table(s, idx, id, &r);
-	struct stable *st = t ? tab_get(s, id) : NULL;
-	int ret = !t ? -ENOENT : (!st || st->t->gen != t->gen) ? -EIO : 0;
+	int ret = !t ? -ENOENT : r->gen != snap_gen ? -ESTALE : 0;
 	if (!ret) {
-		*stp = st;
+		struct stable *st = tab_get(s, id);
+		if (!st || st->t->gen != t->gen)
+			ret = -EIO; /* a table a snapshot holds stays (a zombie) until the snapshot goes */
+		if (a)
+			snap_attr(r, t, a);
 		*batch = r->batch;
-		*rs = t->row_size;
+		*stp = st;
 	}
 	pthread_rwlock_unlock(&s->snap_lock);
 	return ret;
-}
-
-int store_snap_row_read(struct store *s, uint32_t idx, uint32_t id, uint64_t row, void *buf)
-{
-	uint8_t stored = 0;
-	int ret = store_snap_rows_read(s, idx, id, &row, 1, buf, &stored);
-	return ret ? ret : stored;
-}
-
-int store_snap_rows_read(struct store *s, uint32_t idx, uint32_t id, const uint64_t *rows, size_t n,
-			 void *buf, uint8_t *stored)
-{
-	struct stable *st;
-	uint64_t b;
-	uint32_t rs;
-	int ret = snap_resolve(s, idx, id, &st, &b, &rs);
-	if (ret)
-		return ret;
-	return rows_read_at(s, st, rows, n, buf, b, stored);
-}
-
-/* Sorted rows a snapshot sees, cached per table; seek_lock held on success. */
-static int snap_keys(struct store *s, uint32_t idx, uint32_t id, struct stable **stp)
-{
-	struct stable *st;
-	uint64_t b;
-	uint32_t rs;
-	struct store_snap info;
-	int ret = snap_resolve(s, idx, id, &st, &b, &rs);
-	if (!ret)
-		ret = store_snap_get(s, idx, &info);
-	if (ret)
-		return ret;
-	pthread_mutex_lock(&st->seek_lock);
-	if (st->snap_keys && st->snap_keys_gen == info.gen) {
-		*stp = st;
-		return 0;
-	}
-	struct kv all = { 0 };
-	pthread_rwlock_rdlock(&st->lock);
-	ret = index_walk(s, st, kv_push, &all);
-	size_t n = 0;
-	for (size_t i = 0; !ret && i < all.k.n; i++) {
-		struct emb_version *v;
-		ret = chain_visible(s, st, all.k.v[i], b, &v);
-		if (!ret && v)
-			all.k.v[n++] = all.k.v[i];
-	}
-	pthread_rwlock_unlock(&st->lock);
-	free(all.v.v);
-	if (ret) {
-		free(all.k.v);
-		pthread_mutex_unlock(&st->seek_lock);
-		return ret;
-	}
-	u64_sort(all.k.v, n);
-	free(st->snap_keys);
-	st->snap_keys = all.k.v;
-	st->snap_n = n;
-	st->snap_keys_gen = info.gen;
-	*stp = st;
-	return 0;
-}
-
-int store_snap_row_next(struct store *s, uint32_t idx, uint32_t id, uint64_t from, uint64_t *found)
-{
-	struct stable *st;
-	int ret = snap_keys(s, idx, id, &st);
-	if (ret)
-		return ret;
-	size_t i = u64_lower_bound(st->snap_keys, st->snap_n, from);
-	if (i < st->snap_n) {
-		*found = st->snap_keys[i];
-		ret = 1;
-	}
-	pthread_mutex_unlock(&st->seek_lock);
-	return ret;
-}
-
-int store_snap_row_hole(struct store *s, uint32_t idx, uint32_t id, uint64_t from, uint64_t *hole)
-{
-	struct stable *st;
-	int ret = snap_keys(s, idx, id, &st);
-	if (ret)
-		return ret;
-	size_t i = u64_lower_bound(st->snap_keys, st->snap_n, from);
-	uint64_t r = from;
-	while (i < st->snap_n && st->snap_keys[i] == r) {
-		i++;
-		r++;
-	}
-	*hole = r;
-	pthread_mutex_unlock(&st->seek_lock);
-	return 0;
 }

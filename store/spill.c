@@ -387,7 +387,7 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 
 	pthread_rwlock_rdlock(&st->lock);
 	for (size_t i = 0; i < n; i++) {
-		char *dst = buf + i * rs;
+		char *dst = buf ? buf + i * rs : NULL;
 		struct emb_version *v;
 		ret = chain_visible(s, st, rows[i], b, &v);
 		if (ret)
@@ -396,6 +396,8 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 			stored[i] = v != NULL;
 		if (vbatch)
 			vbatch[i] = v ? v->batch : 0;
+		if (!buf)
+			continue; /* a probe: which rows are stored, not their bytes */
 		if (!v) {
 			memset(dst, 0, rs);
 			continue;

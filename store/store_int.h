@@ -50,6 +50,13 @@ struct sclass {
 	size_t n, cap, cursor;
 };
 
+/* Sorted ids of the rows a view sees (seek.c); valid while tag matches. */
+struct seek_keys {
+	uint64_t *v;
+	size_t n;
+	uint64_t tag;          /* the live view's st->mod, or the snapshot's generation */
+};
+
 /* DRAM state of one table. */
 struct stable {
 	uint32_t id;
@@ -59,13 +66,8 @@ struct stable {
 	struct emb_seg **segs;
 	uint64_t mod;          /* bumped when the set of stored rows changes; protected by lock */
 	pthread_mutex_t seek_lock;
-	uint64_t *seek_keys;   /* sorted stored row ids, valid while seek_mod == mod; protected by seek_lock */
-	size_t seek_n;
-	uint64_t seek_mod;
+	struct seek_keys live_keys, snap_keys; /* protected by seek_lock */
 	struct stable *name_next; /* name hash chain; protected by cat_lock */
-	uint64_t *snap_keys;   /* rows visible in snapshot snap_keys_gen, sorted; protected by seek_lock */
-	size_t snap_n;
-	uint64_t snap_keys_gen;
 };
 
 struct store {
@@ -399,6 +401,12 @@ void snap_charge(struct store *s, const struct emb_version *v, uint64_t b_new, u
 int reclaim_table(struct store *s, struct stable *st, int count);
 int snap_reclaim_all(struct store *s);
 int reclaim_recover(struct store *s, struct emb_journal *j);
+/* Table id inside snapshot idx of generation snap_gen (see snap.c). */
+int snap_table_view(struct store *s, uint32_t idx, uint64_t snap_gen, uint32_t id, struct store_attr *a,
+		    uint64_t *batch, struct stable **stp);
+/* view.c: the table and batch a view reads (a: its attributes, may be NULL). */
+int view_resolve(struct store *s, const struct store_view *v, struct stable **stp, uint64_t *batch,
+		 struct store_attr *a);
 /* Live snapshots that hold this table (id, gen). */
 int snap_refs(struct store *s, const struct stable *st);
 

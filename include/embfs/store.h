@@ -122,28 +122,40 @@ int store_dir_times(struct store *s, enum store_dir which, struct store_dir_time
  * become now (never go back), durable with the next commit or barrier. */
 int store_dir_touch(struct store *s, enum store_dir which);
 
+/* ---- read views --------------------------------------------------------
+ *
+ * Every read of a table's rows or attributes goes through a view: the table
+ * as it is now (live) or as a snapshot holds it.  One code path serves both.
+ * A view is a value naming the table by catalog slot and generation (and the
+ * snapshot by record slot and generation); kept after the table was freed or
+ * the snapshot dropped, it reads -ESTALE, never another table's rows.
+ */
+struct store_view {
+	uint32_t id;         /* the table's catalog slot */
+	uint32_t snap;       /* snapshot record slot + 1; 0 = the live table */
+	uint64_t gen;        /* the table's generation */
+	uint64_t snap_gen;   /* the snapshot's generation (0 for a live view) */
+};
+/* -ENOENT: no such table (in that snapshot). */
+int store_view_live(struct store *s, uint32_t id, struct store_view *v);
+int store_view_snap(struct store *s, uint32_t snap_idx, uint32_t id, struct store_view *v);
+/* Attributes: a snapshot's as it recorded them (read-only file). */
+int store_view_getattr(struct store *s, const struct store_view *v, struct store_attr *a);
+
+/* Rows rows[0..n) as the view sees them into buf (row i at buf + i *
+ * row_size; holes read as zeros); stored[i] (if not NULL) says whether row i
+ * is stored, vbatch[i] (if not NULL) the batch id of the version read (0: a
+ * hole).  buf == NULL: only stored/vbatch (no bytes, no device read).  Rows
+ * on the spill device are read in one io_uring submission.  -EIO if a row is
+ * damaged (its version or device record fails its checksum). */
+int store_rows_read(struct store *s, const struct store_view *v, const uint64_t *rows, size_t n, void *buf,
+		    uint8_t *stored, uint64_t *vbatch);
+/* Smallest row >= from the view sees: 1 with *found set, 0 if none. */
+int store_row_next(struct store *s, const struct store_view *v, uint64_t from, uint64_t *found);
+/* Smallest row >= from that the view does not see (a hole). */
+int store_row_hole(struct store *s, const struct store_view *v, uint64_t from, uint64_t *hole);
+
 /* ---- rows ------------------------------------------------------------- */
-
-/* Copy row `row` into buf (row_size bytes).  1 = stored, 0 = hole (buf is
- * zero-filled). */
-int store_row_read(struct store *s, uint32_t id, uint64_t row, void *buf);
-
-/* Rows rows[0..n) into buf (row i at buf + i * row_size); stored[i] (if not
- * NULL) says whether row i is stored.  Rows on the spill device are read in
- * one io_uring submission.  -EIO if any row's record fails its checksum. */
-int store_rows_read(struct store *s, uint32_t id, const uint64_t *rows, size_t n, void *buf,
-		    uint8_t *stored);
-
-/* As store_rows_read(), and batch[i] (if not NULL) = the batch id of row i's
- * stored version (0 for a hole). */
-int store_rows_read_batch(struct store *s, uint32_t id, const uint64_t *rows, size_t n, void *buf,
-			  uint8_t *stored, uint64_t *batch);
-
-/* 1 if the row is stored, 0 if it is a hole. */
-int store_row_exists(struct store *s, uint32_t id, uint64_t row);
-/* As store_row_exists(), and *batch = the batch id of its stored version (0
- * for a hole). */
-int store_row_batch(struct store *s, uint32_t id, uint64_t row, uint64_t *batch);
 
 /* Raise the size to at least size and set mtime/ctime, without a commit: the
  * new values become durable with the next commit or barrier. */
@@ -168,11 +180,6 @@ int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops
 /* store_rows_write() of rows a write-back cache promised room for
  * (store_space_reserve): they may use the promised slots. */
 int store_rows_writeback(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n);
-
-/* Smallest stored row >= from: 1 with *found set, 0 if none. */
-int store_row_next(struct store *s, uint32_t id, uint64_t from, uint64_t *found);
-/* Smallest row >= from that is not stored (a hole). */
-int store_row_hole(struct store *s, uint32_t id, uint64_t from, uint64_t *hole);
 
 /* Promise room for rows of row_size a write-back cache holds but has not
  * written yet (rows > 0; -ENOSPC when the pool cannot take them), or give it
@@ -217,13 +224,7 @@ int store_snap_next(struct store *s, uint32_t *cursor, struct store_snap *out);
 
 /* Tables inside a snapshot, by their id (catalog slot, as when taken). */
 int store_snap_table_lookup(struct store *s, uint32_t idx, const char *name, uint32_t *id);
-int store_snap_table_getattr(struct store *s, uint32_t idx, uint32_t id, struct store_attr *a);
 int store_snap_table_next(struct store *s, uint32_t idx, uint32_t *cursor, struct store_attr *a);
-int store_snap_row_read(struct store *s, uint32_t idx, uint32_t id, uint64_t row, void *buf);
-int store_snap_rows_read(struct store *s, uint32_t idx, uint32_t id, const uint64_t *rows, size_t n,
-			 void *buf, uint8_t *stored);
-int store_snap_row_next(struct store *s, uint32_t idx, uint32_t id, uint64_t from, uint64_t *found);
-int store_snap_row_hole(struct store *s, uint32_t idx, uint32_t id, uint64_t from, uint64_t *hole);
 /* Live snapshots holding table id (geometry cannot change while > 0). */
 int store_table_snaps(struct store *s, uint32_t id);
 

@@ -71,4 +71,54 @@ static inline unsigned long long test_seed(const char *how)
 		}                                                                         \
 	} while (0)
 
+#ifdef EMBFS_STORE_H
+/* Reads through views, by table id (live) or snapshot slot and table id:
+ * row reads return 1 stored, 0 hole, -errno. */
+static inline int t_view(struct store *s, int64_t snap, uint32_t id, struct store_view *v)
+{
+	return snap < 0 ? store_view_live(s, id, v) : store_view_snap(s, (uint32_t)snap, id, v);
+}
+
+static inline int t_rows_read_at(struct store *s, int64_t snap, uint32_t id, const uint64_t *rows, size_t n,
+				 void *buf, uint8_t *stored)
+{
+	struct store_view v;
+	int ret = t_view(s, snap, id, &v);
+	return ret ? ret : store_rows_read(s, &v, rows, n, buf, stored, NULL);
+}
+
+static inline int t_row_read_at(struct store *s, int64_t snap, uint32_t id, uint64_t row, void *buf)
+{
+	uint8_t st = 0;
+	int ret = t_rows_read_at(s, snap, id, &row, 1, buf, &st);
+	return ret ? ret : st;
+}
+
+#define t_row_read(s, id, row, buf) t_row_read_at((s), -1, (id), (row), (buf))
+#define t_rows_read(s, id, rows, n, buf, stored) t_rows_read_at((s), -1, (id), (rows), (n), (buf), (stored))
+#define t_row_exists(s, id, row) t_row_read_at((s), -1, (id), (row), NULL)
+#define t_snap_row_read(s, idx, id, row, buf) t_row_read_at((s), (idx), (id), (row), (buf))
+#define t_snap_rows_read(s, idx, id, rows, n, buf, stored) t_rows_read_at((s), (idx), (id), (rows), (n), (buf), (stored))
+
+static inline int t_seek(struct store *s, int64_t snap, uint32_t id, uint64_t from, uint64_t *out, int hole)
+{
+	struct store_view v;
+	int ret = t_view(s, snap, id, &v);
+	if (ret)
+		return ret;
+	return hole ? store_row_hole(s, &v, from, out) : store_row_next(s, &v, from, out);
+}
+#define t_row_next(s, id, from, found) t_seek((s), -1, (id), (from), (found), 0)
+#define t_row_hole(s, id, from, hole) t_seek((s), -1, (id), (from), (hole), 1)
+#define t_snap_row_next(s, idx, id, from, found) t_seek((s), (idx), (id), (from), (found), 0)
+#define t_snap_row_hole(s, idx, id, from, hole) t_seek((s), (idx), (id), (from), (hole), 1)
+
+static inline int t_snap_table_getattr(struct store *s, uint32_t idx, uint32_t id, struct store_attr *a)
+{
+	struct store_view v;
+	int ret = store_view_snap(s, idx, id, &v);
+	return ret ? ret : store_view_getattr(s, &v, a);
+}
+#endif
+
 #endif

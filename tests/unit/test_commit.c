@@ -83,7 +83,7 @@ static void expect_rows(struct store *s, uint32_t id, uint32_t rs, uint64_t from
 	uint8_t *got = malloc(rs), *want = malloc(rs);
 	CHECK(got && want);
 	for (size_t i = 0; i < n; i++) {
-		int st = store_row_read(s, id, from + i, got);
+		int st = t_row_read(s, id, from + i, got);
 		if (gen == 0) {
 			CHECK(st == 0);
 			continue;

@@ -348,7 +348,7 @@ static void walk_view(struct store *s, int t, int w, uint32_t sidx, uint32_t id,
 	qsort(want, nw, sizeof(*want), cmp_u64);
 	uint64_t from = 0, found;
 	for (;;) {
-		int r = w ? store_snap_row_next(s, sidx, id, from, &found) : store_row_next(s, id, from, &found);
+		int r = w ? t_snap_row_next(s, sidx, id, from, &found) : t_row_next(s, id, from, &found);
 		if (r < 0) {
 			io_err(o, r, "walk");
 			break;
@@ -398,7 +398,7 @@ static void read_view(struct store *s, int t, int w, struct outcome *o)
 		return;
 	}
 	struct store_attr a;
-	r = w ? store_snap_table_getattr(s, sidx, id, &a) : store_table_getattr(s, id, &a);
+	r = w ? t_snap_table_getattr(s, sidx, id, &a) : store_table_getattr(s, id, &a);
 	if (r || a.row_size != tb->rs) {
 		wrong(o, "%s view %d: getattr %d, row_size %u", tb->name, w, r, r ? 0 : a.row_size);
 		return;
@@ -408,13 +408,13 @@ static void read_view(struct store *s, int t, int w, struct outcome *o)
 	CHECK(buf);
 	for (size_t i0 = 0; i0 < tb->n; i0 += 512) {
 		size_t n = tb->n - i0 < 512 ? tb->n - i0 : 512;
-		r = w ? store_snap_rows_read(s, sidx, id, tb->ids + i0, n, buf, stored)
-		      : store_rows_read(s, id, tb->ids + i0, n, buf, stored);
+		r = w ? t_snap_rows_read(s, sidx, id, tb->ids + i0, n, buf, stored)
+		      : t_rows_read(s, id, tb->ids + i0, n, buf, stored);
 		for (size_t k = 0; k < n; k++) {
 			size_t i = i0 + k;
 			if (r) { /* a failed gather: row by row */
-				int rr = w ? store_snap_row_read(s, sidx, id, tb->ids[i], buf + k * rs)
-					   : store_row_read(s, id, tb->ids[i], buf + k * rs);
+				int rr = w ? t_snap_row_read(s, sidx, id, tb->ids[i], buf + k * rs)
+					   : t_row_read(s, id, tb->ids[i], buf + k * rs);
 				if (rr < 0) {
 					io_err(o, rr, "row read");
 					continue;

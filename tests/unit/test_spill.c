@@ -294,7 +294,7 @@ static void check_range(struct store *s, uint32_t id, uint64_t r0, uint64_t r1, 
 		size_t k = n - j < 1024 ? (size_t)(n - j) : 1024;
 		for (size_t i = 0; i < k; i++)
 			ids[i] = r0 + (j + i) * 7919 % n;
-		OK(store_rows_read(s, id, ids, k, got, stored));
+		OK(t_rows_read(s, id, ids, k, got, stored));
 		for (size_t i = 0; i < k; i++) {
 			fill(want, ids[i], gen);
 			if (!stored[i] || memcmp(got[i], want, RS)) {
@@ -325,10 +325,10 @@ static void test_basic(void)
 	CHECK(st.pmem_row_bytes <= st.pmem_high);
 	check_all(s, id, n, 1);
 	uint8_t row[RS], want[RS];
-	CHECK(store_row_read(s, id, 4242, row) == 1);
+	CHECK(t_row_read(s, id, 4242, row) == 1);
 	fill(want, 4242, 1);
 	CHECK(!memcmp(row, want, RS));
-	CHECK(store_row_read(s, id, n + 5, row) == 0);
+	CHECK(t_row_read(s, id, n + 5, row) == 0);
 	fsck_clean(s);
 	printf("  %llu of %llu rows spilled, %llu device reads, footprint %llu KiB\n",
 	       (unsigned long long)st.live_versions, (unsigned long long)n,
@@ -372,13 +372,13 @@ static void test_basic(void)
 		hot[i] = (uint64_t)i * 997 % n;
 	static uint8_t got[64][RS];
 	uint64_t reads0 = sstats(s).reads;
-	OK(store_rows_read(s, id, hot, 64, got, NULL));
-	OK(store_rows_read(s, id, hot, 64, got, NULL));
+	OK(t_rows_read(s, id, hot, 64, got, NULL));
+	OK(t_rows_read(s, id, hot, 64, got, NULL));
 	CHECK(sstats(s).reads > reads0);
 	OK(store_spill_run(s, STORE_SPILL_PROMOTE));
 	CHECK(sstats(s).promoted > 0);
 	uint64_t reads1 = sstats(s).reads;
-	OK(store_rows_read(s, id, hot, 64, got, NULL));
+	OK(t_rows_read(s, id, hot, 64, got, NULL));
 	CHECK(sstats(s).reads == reads1); /* every one came from the pool */
 	for (int i = 0; i < 64; i++) {
 		fill(want, hot[i], hot[i] < n / 2 ? 2 : 1);
@@ -418,7 +418,7 @@ static void check_rows(struct store *s, uint32_t id, uint32_t len, uint64_t r0, 
 	uint8_t *got = malloc(len), *want = malloc(len);
 	CHECK(got && want);
 	for (uint64_t r = r0; r < r1; r++) {
-		int ret = store_row_read(s, id, r, got);
+		int ret = t_row_read(s, id, r, got);
 		fillv(want, len, id, r, gen);
 		if (ret != 1 || memcmp(got, want, len)) {
 			fprintf(stderr, "table %u row %llu: read %d, %s\n", id, (unsigned long long)r, ret,
@@ -593,7 +593,7 @@ static void test_random(void)
 		if (step % 100 == 0) {
 			for (uint64_t r = 0; r < n; r += 1 + (uint64_t)rand() % 16) {
 				uint8_t got[RS];
-				int st = store_row_read(s, id, r, got);
+				int st = t_row_read(s, id, r, got);
 				CHECK(st == has[r]);
 				CHECK(!memcmp(got, shadow + r * RS, RS));
 			}
@@ -605,7 +605,7 @@ static void test_random(void)
 	s = open_pool();
 	for (uint64_t r = 0; r < n; r++) {
 		uint8_t got[RS];
-		CHECK(store_row_read(s, id, r, got) == has[r]);
+		CHECK(t_row_read(s, id, r, got) == has[r]);
 		CHECK(!memcmp(got, shadow + r * RS, RS));
 	}
 	fsck_clean(s);
@@ -634,7 +634,7 @@ static void test_snap(void)
 	CHECK(st.live_versions == 2 * n); /* both generations are on the device */
 	uint8_t got[RS], want[RS];
 	for (uint64_t r = 0; r < n; r++) {
-		CHECK(store_snap_row_read(s, sn.idx, id, r, got) == 1);
+		CHECK(t_snap_row_read(s, sn.idx, id, r, got) == 1);
 		fill(want, r, 1);
 		CHECK(!memcmp(got, want, RS));
 	}
@@ -708,7 +708,7 @@ static void test_corrupt(void)
 	s = open_pool();
 	uint8_t got[RS], want[RS];
 	for (uint64_t r = 0; r < n; r++) {
-		int ret = store_row_read(s, id, r, got);
+		int ret = t_row_read(s, id, r, got);
 		if (r == 1234 || r == 77) {
 			CHECK(ret == -EIO);
 			continue;
@@ -719,7 +719,7 @@ static void test_corrupt(void)
 	}
 	uint64_t ids[3] = { 5, 1234, 6 };
 	static uint8_t three[3][RS];
-	CHECK(store_rows_read(s, id, ids, 3, three, NULL) == -EIO);
+	CHECK(t_rows_read(s, id, ids, 3, three, NULL) == -EIO);
 	CHECK(sstats(s).csum_errors >= 3);
 	/* compaction copies a live record whose bytes are damaged as it is: its
 	 * row still gives EIO and no stub points into a freed segment (row 77's
@@ -745,7 +745,7 @@ static void test_corrupt(void)
 	int nc = compact_stale(s, rec_size(RS), 1, 16, &reclaimed, &stale);
 	printf("  %d compactions with a damaged record in the way\n", nc);
 	CHECK(nc > 0);
-	CHECK(store_row_read(s, id, 1234, got) == -EIO);
+	CHECK(t_row_read(s, id, 1234, got) == -EIO);
 	struct store_fsck f;
 	OK(store_fsck(s, &f));
 	CHECK(f.bad_stubs == 1 && f.seg_live_off == 0 && f.bad_versions == 0 && f.leaked_slots == 0);
@@ -753,7 +753,7 @@ static void test_corrupt(void)
 	fill(want, 1234, 9);
 	op = (struct store_rowop){ 1234, 0, RS, want, 0 };
 	OK(store_rows_write(s, id, &op, 1, 0));
-	CHECK(store_row_read(s, id, 1234, got) == 1 && !memcmp(got, want, RS));
+	CHECK(t_row_read(s, id, 1234, got) == 1 && !memcmp(got, want, RS));
 	/* the freed segments are written again */
 	write_all(s, id, n, 3);
 	OK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL));
@@ -859,7 +859,7 @@ static void test_crash(void)
 		/* every row is whole: a generation >= the last finished round */
 		uint8_t got[RS], want[RS];
 		for (uint64_t r = 0; r < CN; r++) {
-			CHECK(store_row_read(s, id, r, got) == 1);
+			CHECK(t_row_read(s, id, r, got) == 1);
 			uint8_t gen = (uint8_t)((got[0] - (uint8_t)(r * 131)) * 183); /* 7 * 183 = 1 mod 256 */
 			fill(want, r, gen);
 			CHECK(!memcmp(got, want, RS));
@@ -893,7 +893,7 @@ static void *t_reader(void *arg)
 	while (!tstop) {
 		for (int i = 0; i < 256; i++) /* skewed: some rows turn hot */
 			ids[i] = rand_r(&rseed) % 4 ? (uint64_t)rand_r(&rseed) % TN : (uint64_t)rand_r(&rseed) % 512;
-		if (store_rows_read(ts, tid, ids, 256, got, NULL)) {
+		if (t_rows_read(ts, tid, ids, 256, got, NULL)) {
 			tbad++;
 			continue;
 		}
@@ -1003,7 +1003,7 @@ static void test_rounds(void)
 	CHECK(st.compacted_segs > 0);
 	uint8_t got[RS], want[RS];
 	for (uint64_t r = 0; r < RN; r++) {
-		CHECK(store_row_read(s, id, r, got) == 1);
+		CHECK(t_row_read(s, id, r, got) == 1);
 		fill(want, r, gen[r]);
 		CHECK(!memcmp(got, want, RS));
 	}

@@ -95,10 +95,10 @@ static void test_rows(void)
 	}
 	for (size_t i = 0; i < 5; i++) {
 		fill(row, 256, ids[i], 1);
-		CHECK(store_row_read(s, id, ids[i], got) == 1);
+		CHECK(t_row_read(s, id, ids[i], got) == 1);
 		CHECK(!memcmp(row, got, 256));
 	}
-	CHECK(store_row_read(s, id, 2, got) == 0);
+	CHECK(t_row_read(s, id, 2, got) == 0);
 	for (int i = 0; i < 256; i++)
 		CHECK(got[i] == 0);
 
@@ -109,17 +109,17 @@ static void test_rows(void)
 	OK(store_rows_write(s, id, ops, 1, 0));
 	fill(row, 256, 77, 1);
 	memset(row + 100, 0xAB, 10);
-	CHECK(store_row_read(s, id, 77, got) == 1 && !memcmp(row, got, 256));
+	CHECK(t_row_read(s, id, 77, got) == 1 && !memcmp(row, got, 256));
 	OK(store_rows_write(s, id, ops, 3, 0)); /* write, delete, write */
 	memset(row, 0, 256);
 	memset(row + 5, 0xAB, 10);
-	CHECK(store_row_read(s, id, 77, got) == 1 && !memcmp(row, got, 256));
+	CHECK(t_row_read(s, id, 77, got) == 1 && !memcmp(row, got, 256));
 
 	/* SEEK_DATA / SEEK_HOLE support */
 	uint64_t r;
-	CHECK(store_row_next(s, id, 2, &r) == 1 && r == 77);
-	CHECK(store_row_next(s, id, (uint64_t)(INT64_MAX / 256) + 1, &r) == 0);
-	CHECK(store_row_hole(s, id, 0, &r) == 0 && r == 2);
+	CHECK(t_row_next(s, id, 2, &r) == 1 && r == 77);
+	CHECK(t_row_next(s, id, (uint64_t)(INT64_MAX / 256) + 1, &r) == 0);
+	CHECK(t_row_hole(s, id, 0, &r) == 0 && r == 2);
 
 	struct store_attr a;
 	OK(store_table_getattr(s, id, &a));
@@ -128,7 +128,7 @@ static void test_rows(void)
 	fsck_clean(s);
 	s = reopen(s);
 	fill(row, 256, 1ull << 40, 1);
-	CHECK(store_row_read(s, id, 1ull << 40, got) == 1 && !memcmp(row, got, 256));
+	CHECK(t_row_read(s, id, 1ull << 40, got) == 1 && !memcmp(row, got, 256));
 	fsck_clean(s);
 
 	/* truncate mid-row: the tail is zeroed, later rows dropped */
@@ -137,8 +137,8 @@ static void test_rows(void)
 	CHECK(a.nrows == 2 && a.size == 356);
 	fill(row, 256, 1, 1);
 	memset(row + 100, 0, 156);
-	CHECK(store_row_read(s, id, 1, got) == 1 && !memcmp(row, got, 256));
-	CHECK(store_row_read(s, id, 1ull << 40, got) == 0);
+	CHECK(t_row_read(s, id, 1, got) == 1 && !memcmp(row, got, 256));
+	CHECK(t_row_read(s, id, 1ull << 40, got) == 0);
 	fsck_clean(s);
 	store_close(s);
 }
@@ -183,9 +183,9 @@ static void test_many(void)
 	for (uint64_t k = 0; k < nw; k++) {
 		uint64_t rid = k * 0x9E3779B97F4A7C15ull >> 20;
 		fill(want, 64, rid, 2);
-		CHECK(store_row_read(s, id, rid, got) == 1 && !memcmp(want, got, 64));
+		CHECK(t_row_read(s, id, rid, got) == 1 && !memcmp(want, got, 64));
 		if (k + 1 < nw && rids[k] + 1 < rids[k + 1]) /* the id after a written one is a hole */
-			CHECK(store_row_read(s, id, rids[k] + 1, got) == 0);
+			CHECK(t_row_read(s, id, rids[k] + 1, got) == 0);
 	}
 	free(rids);
 	fsck_clean(s);
@@ -230,9 +230,9 @@ static void test_enospc(void)
 	CHECK(a.nrows == written); /* the failed batch added nothing */
 	for (uint64_t r = 0; r < written; r += 13) {
 		fill(want, 1024, r, 3);
-		CHECK(store_row_read(s, id, r, got) == 1 && !memcmp(want, got, 1024));
+		CHECK(t_row_read(s, id, r, got) == 1 && !memcmp(want, got, 1024));
 	}
-	CHECK(store_row_read(s, id, written, got) == 0);
+	CHECK(t_row_read(s, id, written, got) == 0);
 	fsck_clean(s);
 	/* deleting rows makes room again */
 	for (int i = 0; i < B; i++)
@@ -245,7 +245,7 @@ static void test_enospc(void)
 	OK(store_table_getattr(s, id, &a));
 	CHECK(a.nrows == written - B + B / 2);
 	for (uint64_t r = 0; r < written + B / 2; r++) {
-		int st = store_row_read(s, id, r, got);
+		int st = t_row_read(s, id, r, got);
 		if (r < B) {
 			CHECK(st == 0);
 			continue;
@@ -360,7 +360,7 @@ static void shadow_apply(struct shadow *w, const struct store_rowop *ops, size_t
 static int row_matches(struct store *s, uint32_t idx, uint32_t id, const struct shadow *w, uint64_t r)
 {
 	uint8_t got[256];
-	int st = idx == UINT32_MAX ? store_row_read(s, id, r, got) : store_snap_row_read(s, idx, id, r, got);
+	int st = idx == UINT32_MAX ? t_row_read(s, id, r, got) : t_snap_row_read(s, idx, id, r, got);
 	CHECK(st == 0 || st == 1);
 	return st == w->has[r] && !memcmp(got, w->bytes + r * w->rs, w->rs);
 }
@@ -532,7 +532,7 @@ static void rowat(struct store *s, uint32_t id, uint64_t row, uint64_t gen)
 static void expect_snap(struct store *s, uint32_t idx, uint32_t id, uint64_t row, uint64_t gen)
 {
 	uint8_t got[64], want[64];
-	int r = store_snap_row_read(s, idx, id, row, got);
+	int r = t_snap_row_read(s, idx, id, row, got);
 	if (gen == 0) {
 		CHECK(r == 0);
 		return;
@@ -573,15 +573,15 @@ static void test_snap(void)
 	expect_snap(s, s2.idx, id, 60, 0);
 	expect_snap(s, s2.idx, id, 95, 0);
 	uint8_t buf[64];
-	CHECK(store_row_read(s, id, 60, buf) == 0 && store_row_read(s, id, 95, buf) == 0);
+	CHECK(t_row_read(s, id, 60, buf) == 0 && t_row_read(s, id, 95, buf) == 0);
 	struct store_attr a;
 	OK(store_table_getattr(s, id, &a));
 	CHECK(a.nrows == 89);
-	OK(store_snap_table_getattr(s, s1.idx, id, &a));
+	OK(t_snap_table_getattr(s, s1.idx, id, &a));
 	CHECK(a.size == 100 * 64 && a.nrows == 100);
 	uint64_t r;
-	CHECK(store_snap_row_next(s, s2.idx, id, 60, &r) == 1 && r == 61);
-	CHECK(store_snap_row_hole(s, s1.idx, id, 0, &r) == 0 && r == 100);
+	CHECK(t_snap_row_next(s, s2.idx, id, 60, &r) == 1 && r == 61);
+	CHECK(t_snap_row_hole(s, s1.idx, id, 0, &r) == 0 && r == 100);
 	CHECK(store_table_set_geometry(s, id, 8, EMB_DT_F32) == -EBUSY);
 
 	/* unlink: the table lives on for the snapshots (a zombie) */

@@ -1,0 +1,116 @@
+/*
+ * SEEK_DATA/SEEK_HOLE over a view.  The index is a hash, so the sorted ids of
+ * the rows a view sees are collected on the first seek and kept per table:
+ * the live view's until the set of stored rows changes (st->mod), one
+ * snapshot's until another snapshot is sought (its keys never change).
+ * Locking: st->seek_lock (the caches), then st->lock shared for the walk.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "store_int.h"
+
+struct collect {
+	struct store *s;
+	struct stable *st;
+	uint64_t batch;
+	struct u64vec keys;
+};
+
+/* A row the view sees: its visible version exists and is not a tombstone. */
+static int collect_row(void *arg, uint64_t key, uint64_t val)
+{
+	struct collect *c = arg;
+	struct emb_version *v;
+	(void)val;
+	int ret = chain_visible(c->s, c->st, key, c->batch, &v);
+	if (ret)
+		return ret;
+	return v ? u64vec_push(&c->keys, key) : 0;
+}
+
+/* The sorted keys of (st, batch) into cache k, rebuilt when its tag changed.
+ * seek_lock held. */
+static int keys_get(struct store *s, struct stable *st, uint64_t batch, uint64_t tag, struct seek_keys *k)
+{
+	if (k->v && k->tag == tag)
+		return 0;
+	struct collect c = { .s = s, .st = st, .batch = batch };
+	pthread_rwlock_rdlock(&st->lock);
+	int ret = index_walk(s, st, collect_row, &c);
+	pthread_rwlock_unlock(&st->lock);
+	if (ret) {
+		free(c.keys.v);
+		return ret;
+	}
+	u64_sort(c.keys.v, c.keys.n);
+	free(k->v);
+	k->v = c.keys.v;
+	k->n = c.keys.n;
+	k->tag = tag;
+	if (!k->v) /* no rows: still a valid (empty) cache */
+		k->v = malloc(1);
+	return k->v ? 0 : -ENOMEM;
+}
+
+/* The view's sorted keys, with seek_lock held on success. */
+static int view_keys(struct store *s, const struct store_view *v, struct stable **stp, struct seek_keys **kp)
+{
+	struct stable *st;
+	uint64_t batch;
+	int ret = view_resolve(s, v, &st, &batch, NULL);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&st->seek_lock);
+	struct seek_keys *k = v->snap ? &st->snap_keys : &st->live_keys;
+	uint64_t tag;
+	if (v->snap) {
+		tag = v->snap_gen;
+	} else {
+		pthread_rwlock_rdlock(&st->lock);
+		tag = st->mod;
+		pthread_rwlock_unlock(&st->lock);
+	}
+	ret = keys_get(s, st, batch, tag, k);
+	if (ret) {
+		pthread_mutex_unlock(&st->seek_lock);
+		return ret;
+	}
+	*stp = st;
+	*kp = k;
+	return 0;
+}
+
+int store_row_next(struct store *s, const struct store_view *v, uint64_t from, uint64_t *found)
+{
+	struct stable *st;
+	struct seek_keys *k;
+	int ret = view_keys(s, v, &st, &k);
+	if (ret)
+		return ret;
+	size_t i = u64_lower_bound(k->v, k->n, from);
+	if (i < k->n) {
+		*found = k->v[i];
+		ret = 1;
+	}
+	pthread_mutex_unlock(&st->seek_lock);
+	return ret;
+}
+
+int store_row_hole(struct store *s, const struct store_view *v, uint64_t from, uint64_t *hole)
+{
+	struct stable *st;
+	struct seek_keys *k;
+	int ret = view_keys(s, v, &st, &k);
+	if (ret)
+		return ret;
+	size_t i = u64_lower_bound(k->v, k->n, from);
+	uint64_t r = from;
+	while (i < k->n && k->v[i] == r) {
+		i++;
+		r++;
+	}
+	*hole = r;
+	pthread_mutex_unlock(&st->seek_lock);
+	return 0;
+}
