@@ -95,24 +95,6 @@ static void name_remove(struct store *s, struct stable *st)
 		}
 }
 
-#define SEED_CAT 0x434154414cull /* "CATAL" */
-
-static uint64_t entry_csum(const struct emb_table *t)
-{
-	const char *p = (const char *)t;
-	size_t dir = offsetof(struct emb_table, dir_off), sum = offsetof(struct emb_table, csum);
-	size_t rest = offsetof(struct emb_table, reserved1);
-	uint64_t h = XXH64(p, offsetof(struct emb_table, size), SEED_CAT);
-	h = XXH64(p + dir, sum - dir, h);
-	return XXH64(p + rest, sizeof(*t) - rest, h);
-}
-
-void catalog_seal_tx(struct emb_table *t)
-{
-	pmemobj_tx_add_range_direct(&t->csum, 8);
-	t->csum = entry_csum(t);
-}
-
 /* Entry k of catalog chunk c is damaged: why. */
 static int entry_bad(char *err, size_t n, uint32_t id, const char *why)
 {
@@ -122,7 +104,7 @@ static int entry_bad(char *err, size_t n, uint32_t id, const char *why)
 int catalog_check(struct store *s, char *err, size_t n)
 {
 	static const struct emb_table zero;
-	uint64_t free_sum = entry_csum(&zero);
+	uint64_t free_sum = catalog_entry_csum(&zero);
 	for (uint32_t c = 0; c < EMB_CAT_CHUNKS; c++) {
 		if (!s->sb->cat_chunks[c])
 			continue;
@@ -135,7 +117,7 @@ int catalog_check(struct store *s, char *err, size_t n)
 					return entry_bad(err, n, id, "checksum mismatch");
 				continue;
 			}
-			if (t->csum != entry_csum(t))
+			if (t->csum != catalog_entry_csum(t))
 				return entry_bad(err, n, id, "checksum mismatch");
 			if (t->flags & ~(EMB_T_USED | EMB_T_ORPHAN | EMB_T_ZOMBIE | EMB_T_DYING) ||
 			    ((t->flags & EMB_T_ZOMBIE) && !(t->flags & EMB_T_ORPHAN)) ||
@@ -246,7 +228,7 @@ static int slot_find(struct store *s, uint32_t *id)
 		if (!s->sb->cat_chunks[c]) {
 			volatile int ret = 0;
 			static const struct emb_table zero;
-			uint64_t free_sum = entry_csum(&zero);
+			uint64_t free_sum = catalog_entry_csum(&zero);
 			pthread_mutex_lock(&s->meta_lock);
 			TX_BEGIN(s->pop) {
 				PMEMoid o = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
@@ -512,7 +494,7 @@ int store_table_rename(struct store *s, const char *oldname, const char *newname
 		st->t->ctime_ns = now;
 		memset(st->t->name, 0, sizeof(st->t->name));
 		strcpy(st->t->name, newname);
-		st->t->csum = entry_csum(st->t);
+		st->t->csum = catalog_entry_csum(st->t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
@@ -537,7 +519,7 @@ int catalog_free_locked(struct store *s, struct stable *st)
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(st->t, sizeof(*st->t));
 		memset(st->t, 0, sizeof(*st->t));
-		st->t->csum = entry_csum(st->t); /* a free entry's */
+		st->t->csum = catalog_entry_csum(st->t); /* a free entry's */
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END

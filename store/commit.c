@@ -60,69 +60,6 @@ static uint32_t *umap_slot(struct umap *m, const struct uop *u, uint64_t row)
 	}
 }
 
-uint64_t journal_csum(const struct emb_journal *j, uint64_t count)
-{
-	XXH64_state_t *x = XXH64_createState();
-	XXH64_reset(x, 0);
-	XXH64_update(x, j, offsetof(struct emb_journal, csum));
-	XXH64_update(x, j->rec, count * sizeof(j->rec[0]));
-	uint64_t h = XXH64_digest(x);
-	XXH64_freeState(x);
-	return h;
-}
-
-/* Seal records rec[0..n) of one table's change in the journal and make them
- * durable (one barrier): 0 or -EIO.  commit_lock held. */
-int journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint)
-{
-	struct emb_journal *j = s->jr;
-	j->seq++;
-	j->count = n;
-	j->kind = kind;
-	j->table = st->id;
-	j->nrows_before = st->t->nrows;
-	j->size_hint = size_hint;
-	j->csum = journal_csum(j, n);
-	pm_flush(s, j, 64 + n * sizeof(j->rec[0]));
-	return pm_barrier(s);
-}
-
-/* The change is done: empty the journal (one barrier): 0 or -EIO. */
-int journal_clear(struct store *s)
-{
-	st64(&s->jr->count, 0);
-	pm_flush(s, s->jr, 64);
-	return pm_barrier(s);
-}
-
-static int journal_valid(const struct emb_journal *j)
-{
-	return j->count > 0 && j->count <= EMB_JOURNAL_CAP && journal_csum(j, j->count) == j->csum;
-}
-
-int journal_check(struct store *s, char *err, size_t n)
-{
-	const struct emb_journal *j = s->jr;
-	if (j->magic != EMB_JOURNAL_MAGIC)
-		return store_err(err, n, -EIO, "journal is damaged (bad magic)");
-	if (j->count > EMB_JOURNAL_CAP || (j->count && s->sb->clean))
-		return store_err(err, n, -EIO, "journal is damaged (%llu records%s)", (unsigned long long)j->count,
-				 s->sb->clean ? " after a clean unmount" : "");
-	if (!journal_valid(j))
-		return 0; /* empty, or a seal a crash cut short: nothing to replay */
-	if (j->kind > EMB_J_RELINK || j->table >= EMB_NTABLES)
-		return store_err(err, n, -EIO, "journal is damaged (kind or table)");
-	for (uint64_t i = 0; i < j->count; i++) {
-		const struct emb_jrec *r = &j->rec[i];
-		int old_ok = !r->old_off || (r->flags & EMB_JR_DAMAGED) ||
-			     pool_range_ok(s, r->old_off, sizeof(struct emb_stub), 8);
-		if (r->table != j->table || !old_ok || (r->flags & ~EMB_JR_DAMAGED) ||
-		    (r->new_off && !pool_range_ok(s, r->new_off, sizeof(struct emb_stub), 8)))
-			return store_err(err, n, -EIO, "journal is damaged (record %llu)", (unsigned long long)i);
-	}
-	return 0;
-}
-
 /* The row's newest version is damaged and the update replaces the whole row
  * (or deletes it): the new version (or tombstone) takes its place and links
  * to it while a live snapshot may need what it hid (such reads stay EIO);
@@ -547,59 +484,38 @@ static int live_ver(struct store *s, uint64_t off)
 }
 
 /* Replay the journal after a crash (see the top of this file). */
-int commit_recover(struct store *s)
+/* Replay a sealed commit journal after a crash (see the top of this file).
+ * commit_lock held (or at mount). */
+int commit_replay(struct store *s, struct emb_journal *j)
 {
-	struct emb_journal *j = s->jr;
-	if (j->count == 0)
-		return 0;
-	s->recovered = 1;
-	/* index changes of these rows may be torn from their bucket checksums */
-	struct stable *jst = journal_valid(j) ? tab_get(s, j->table) : NULL;
-	if (jst)
-		for (uint64_t i = 0; i < j->count; i++)
-			index_reseal(s, jst, j->rec[i].row);
-	if (journal_valid(j) && j->kind == EMB_J_RECLAIM) {
-		int ret = reclaim_recover(s, j);
-		if (ret)
-			return ret;
-	} else if (journal_valid(j) && j->kind == EMB_J_RELINK) {
-		int ret = relink_recover(s, j);
-		if (ret)
-			return ret;
-	} else if (journal_valid(j)) {
-		struct stable *st = tab_get(s, j->table);
-		if (!st)
-			return -EIO;
-		int64_t nrows = (int64_t)j->nrows_before;
-		int any = 0;
-		for (uint64_t i = 0; i < j->count; i++) {
-			struct emb_jrec *r = &j->rec[i];
-			uint64_t cur;
-			if (index_get(s, st, r->row, &cur))
-				continue; /* damaged: keep both versions (a leak, never a loss) */
-			int done = r->new_off ? cur == r->new_off : cur != r->old_off;
-			int damaged = r->flags & EMB_JR_DAMAGED; /* never read nor freed */
-			if (done) {
-				struct emb_version *nv = S_PTR(s, r->new_off);
-				any = 1;
-				nrows += live_ver(s, r->new_off) - (damaged ? 1 : live_ver(s, r->old_off));
-				if (r->old_off && !damaged && !(nv && nv->prev == r->old_off))
-					ver_free(s, r->old_off);
-			} else if (r->new_off) {
-				ver_free(s, r->new_off);
-			}
+	struct stable *st = tab_get(s, j->table);
+	if (!st)
+		return -EIO;
+	int64_t nrows = (int64_t)j->nrows_before;
+	int any = 0;
+	for (uint64_t i = 0; i < j->count; i++) {
+		struct emb_jrec *r = &j->rec[i];
+		uint64_t cur;
+		if (index_get(s, st, r->row, &cur))
+			continue; /* damaged: keep both versions (a leak, never a loss) */
+		int done = r->new_off ? cur == r->new_off : cur != r->old_off;
+		int damaged = r->flags & EMB_JR_DAMAGED; /* never read nor freed */
+		if (done) {
+			struct emb_version *nv = S_PTR(s, r->new_off);
+			any = 1;
+			nrows += live_ver(s, r->new_off) - (damaged ? 1 : live_ver(s, r->old_off));
+			if (r->old_off && !damaged && !(nv && nv->prev == r->old_off))
+				ver_free(s, r->old_off);
+		} else if (r->new_off) {
+			ver_free(s, r->new_off);
 		}
-		/* the row count and size were published after the rows: redo them */
-		st64(&st->t->nrows, (uint64_t)nrows);
-		if (any)
-			max64(&st->t->size, j->size_hint);
-		pm_flush(s, st->t, 128);
-		int ret = pm_barrier(s);
-		if (ret)
-			return ret;
 	}
-	st64(&j->count, 0);
-	return pm_persist(s, j, 64);
+	/* the row count and size were published after the rows: redo them */
+	st64(&st->t->nrows, (uint64_t)nrows);
+	if (any)
+		max64(&st->t->size, j->size_hint);
+	pm_flush(s, st->t, 128);
+	return pm_barrier(s);
 }
 
 struct collect {

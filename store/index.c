@@ -537,7 +537,7 @@ static int index_grow(struct store *s, struct stable *st, size_t di)
 {
 	struct grow g = { s, st, di };
 	pthread_rwlock_wrlock(&st->lock);
-	int ret = slab_resv_run(s, grow_fn, &g);
+	int ret = resv_run(s, grow_fn, &g);
 	pthread_rwlock_unlock(&st->lock);
 	if (ret == -E2BIG)
 		ret = -ENOSPC;

@@ -81,13 +81,6 @@ int pm_tx_end(struct store *s, int ret)
 	return ret;
 }
 
-uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void pm_flush(struct store *s, const void *addr, size_t len)
 {
 	if (s->is_pmem)

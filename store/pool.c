@@ -34,53 +34,6 @@
 
 #define EMB_MIN_POOL (16ull << 20)
 
-int store_err(char *err, size_t n, int code, const char *fmt, ...)
-{
-	if (err && n) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, n, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
-
-static uint64_t super_csum(const struct emb_super *sb)
-{
-	return XXH64(sb, EMB_SUPER_STATIC_LEN, 0);
-}
-
-#define SEED_SUPER 0x5355504552ull /* "SUPER" */
-
-/* The superblock's fields changed only in transactions, next_gen .. spill_off. */
-static uint64_t super_dyn_csum(const struct emb_super *sb)
-{
-	size_t from = offsetof(struct emb_super, next_gen), to = offsetof(struct emb_super, spill_off) + 8;
-	return XXH64((const char *)sb + from, to - from, SEED_SUPER);
-}
-
-void super_seal_tx(struct store *s)
-{
-	pmemobj_tx_add_range_direct(&s->sb->dyn_csum, 8);
-	s->sb->dyn_csum = super_dyn_csum(s->sb);
-}
-
-/* The superblock's dynamic part and the offsets in it. */
-static int super_validate(struct store *s, char *err, size_t n)
-{
-	const struct emb_super *sb = s->sb;
-	if (super_dyn_csum(sb) != sb->dyn_csum)
-		return store_err(err, n, -EIO, "superblock is damaged (checksum mismatch)");
-	if (!pool_range_ok(s, sb->journal_off, sizeof(struct emb_journal), 16) ||
-	    !pool_range_ok(s, sb->snaps_off, sizeof(struct emb_snaps), 16) ||
-	    !pool_range_ok(s, sb->resv_off, sizeof(struct emb_resv), 16))
-		return store_err(err, n, -EIO, "superblock is damaged (an offset outside the pool)");
-	for (uint32_t c = 0; c < EMB_CAT_CHUNKS; c++)
-		if (sb->cat_chunks[c] &&
-		    !pool_range_ok(s, sb->cat_chunks[c], EMB_CAT_PER_CHUNK * sizeof(struct emb_table), 16))
-			return store_err(err, n, -EIO, "superblock is damaged (catalog chunk %u outside the pool)", c);
-	return 0;
-}
 
 int store_validate(struct store *s, char *err, size_t n)
 {
@@ -481,6 +434,38 @@ static int alloc_classes_register(struct store *s)
 	return 0;
 }
 
+/* After a crash: replay a sealed journal by its kind (each kind's replay
+ * lives with its owner), then empty it.  A journal whose seal a crash cut
+ * short was never acted on: emptied. */
+static int journal_replay(struct store *s)
+{
+	struct emb_journal *j = s->jr;
+	if (j->count == 0)
+		return 0;
+	s->recovered = 1;
+	int ret = 0;
+	if (journal_valid(j)) {
+		/* index changes of these rows may be torn from their bucket checksums */
+		struct stable *st = tab_get(s, j->table);
+		for (uint64_t i = 0; st && i < j->count; i++)
+			index_reseal(s, st, j->rec[i].row);
+		switch (j->kind) {
+		case EMB_J_RECLAIM:
+			ret = reclaim_replay(s, j);
+			break;
+		case EMB_J_RELINK:
+			ret = relink_replay(s, j);
+			break;
+		default:
+			ret = commit_replay(s, j);
+		}
+	}
+	if (ret)
+		return ret;
+	st64(&j->count, 0);
+	return pm_persist(s, j, 64);
+}
+
 int store_open(const char *path, struct store **out, char *err, size_t n)
 {
 	uint64_t size;
@@ -538,7 +523,7 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	}
 	if (!s->sb->clean)
 		s->recovered = 1;
-	ret = commit_recover(s);
+	ret = journal_replay(s);
 	if (!ret)
 		ret = snap_recover(s);
 	if (!ret)

@@ -447,7 +447,7 @@ int reclaim_table(struct store *s, struct stable *st, int count)
 	return ret ? ret : (int)(rc.remaining > INT32_MAX ? INT32_MAX : rc.remaining);
 }
 
-int reclaim_recover(struct store *s, struct emb_journal *j)
+int reclaim_replay(struct store *s, struct emb_journal *j)
 {
 	struct stable *st = tab_get(s, j->table);
 	if (!st)

@@ -578,7 +578,7 @@ static int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t
 	return journal_clear(s);
 }
 
-int relink_recover(struct store *s, struct emb_journal *j)
+int relink_replay(struct store *s, struct emb_journal *j)
 {
 	struct stable *st = tab_get(s, j->table);
 	if (!st)

@@ -162,6 +162,12 @@ uint64_t now_ns(void);
 /* pool.c: inside a transaction (meta_lock held), after the superblock's
  * dynamic fields changed: their checksum follows. */
 void super_seal_tx(struct store *s);
+/* meta.c: checksums of the superblock (static part, dynamic part) and of
+ * catalog entries, and the superblock's mount-time check. */
+uint64_t super_csum(const struct emb_super *sb);
+uint64_t super_dyn_csum(const struct emb_super *sb);
+int super_validate(struct store *s, char *err, size_t n);
+uint64_t catalog_entry_csum(const struct emb_table *t);
 /* Every structure reached from the superblock is sound (mount, before
  * recovery): 0, or -EIO with a one-line reason in err.  Reads only
  * s->base, map_len, sb and jr. */
@@ -250,11 +256,18 @@ size_t slab_commit_rows(struct store *s, uint32_t cls);
 int slab_ensure(struct store *s, uint32_t cls, uint64_t need, int promised);
 /* n > 0: promise n slots of row_size's class (see slab.c); n < 0: release. */
 int slab_promise(struct store *s, uint32_t row_size, int64_t n);
-/* Run fn(arg) (an index allocation); while it fails with -ENOSPC, give one
- * block of the index-room reserve back to the heap and run it again. */
-int slab_resv_run(struct store *s, int (*fn)(void *), void *arg);
+/* resv.c: the index-room reserve.  Run fn(arg) (an index allocation); while
+ * it fails with -ENOSPC, give one block of the reserve back to the heap and
+ * run it again (takes space_lock). */
+int resv_run(struct store *s, int (*fn)(void *), void *arg);
 /* r->csum follows r->n and its blocks (a new pool's reserve). */
 void resv_seal(struct emb_resv *r);
+/* Hold back what `rows` promised rows may need (grow only), or give back
+ * what `rows` no longer need (with hysteresis).  space_lock held. */
+int resv_hold(struct store *s, uint64_t rows);
+void resv_trim(struct store *s, uint64_t rows);
+/* The reserve's checksum and blocks are sound (mount). */
+int resv_check(struct store *s, char *err, size_t n);
 /* Slab classes, slab headers and the index reserve are sound (mount). */
 int slab_check(struct store *s, char *err, size_t n);
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
@@ -280,7 +293,7 @@ static inline int rows_read_at(struct store *s, struct stable *st, const uint64_
 /* The bytes of version v (a stub's from the spill device) into buf.
  * commit_lock held. */
 int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
-int relink_recover(struct store *s, struct emb_journal *j);
+int relink_replay(struct store *s, struct emb_journal *j);
 /* Bytes a record of a row of len bytes takes on the spill device. */
 uint32_t spill_rec_size(uint32_t len);
 /* Read back the records of these stubs of st: how many fail.  commit_lock held. */
@@ -400,7 +413,7 @@ void snap_charge(struct store *s, const struct emb_version *v, uint64_t b_new, u
  * of one table's version chains.  commit_lock held. */
 int reclaim_table(struct store *s, struct stable *st, int count);
 int snap_reclaim_all(struct store *s);
-int reclaim_recover(struct store *s, struct emb_journal *j);
+int reclaim_replay(struct store *s, struct emb_journal *j);
 /* Table id inside snapshot idx of generation snap_gen (see snap.c). */
 int snap_table_view(struct store *s, uint32_t idx, uint64_t snap_gen, uint32_t id, struct store_attr *a,
 		    uint64_t *batch, struct stable **stp);
@@ -414,9 +427,12 @@ int snap_refs(struct store *s, const struct stable *st);
 /* Apply ops as one group (see commit.c); promised: they were promised room. */
 int commit_locked(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
 		  uint64_t size_hint, int promised);
-int commit_recover(struct store *s);
+int commit_replay(struct store *s, struct emb_journal *j);
 int trim_locked(struct store *s, struct stable *st);
+/* journal.c */
 uint64_t journal_csum(const struct emb_journal *j, uint64_t count);
+/* Sealed: records there, checksum matching (a replay is due). */
+int journal_valid(const struct emb_journal *j);
 int journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint)
 	__attribute__((warn_unused_result));
 int journal_clear(struct store *s) __attribute__((warn_unused_result));

@@ -1,0 +1,25 @@
+/* Small helpers every store file uses: one-line errors and the clock. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "store_int.h"
+
+int store_err(char *err, size_t n, int code, const char *fmt, ...)
+{
+	if (err && n) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, n, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
