@@ -408,7 +408,7 @@ int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_
 		goto out;
 	}
 	struct emb_table *t = st->t;
-	if (t->nrows || snap_refs(s, st)) {
+	if (t->nrows || snapset_refs(s, st)) {
 		ret = -EBUSY;
 		goto out;
 	}

@@ -90,7 +90,7 @@ static void plan(struct store *s, struct uop *u)
 	u->prev = 0;
 	if (v && u->batch < v->batch)
 		u->batch = v->batch; /* batches never go back along a chain */
-	int need = v && snap_needed(s, v->batch, u->batch);
+	int need = v && snapset_needed(s, v->batch, u->batch);
 	if (u->del) {
 		if (!u->live) {
 			u->skip = 1; /* a hole already, for the live view */
@@ -383,7 +383,7 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 		if (u[i].del && !u[i].tomb)
 			index_ovf_dec(s, st, &u[i].pos);
 		if (u[i].retain)
-			snap_charge(s, (struct emb_version *)S_PTR(s, u[i].old_off), u[i].batch, g->cls);
+			snapset_charge(s, (struct emb_version *)S_PTR(s, u[i].old_off), u[i].batch, g->cls);
 		if (s->sp)
 			spill_note_write(s, st->id, u[i].row);
 	}

@@ -1,19 +1,14 @@
 /*
- * Snapshots: batch-versioned rows, the live snapshot set, snapshot reads,
- * and reclaim of what no snapshot needs any more.
+ * Snapshot records: taking, dropping, listing snapshots and the tables in
+ * them, and the batch id.
  *
  * A version v with the next newer version n (in its row's chain) is seen by
  * snapshot S exactly when v.batch <= S.batch < n.batch.  Commits keep a
- * replaced version when some live snapshot sees it (snap_needed) and link it
+ * replaced version when some live snapshot sees it (snapset.c) and link it
  * from the new one; nothing else changes at snapshot time, so taking one
  * costs O(tables): the catalog is copied into the record, no row is.
- *
- * Dropping a snapshot (and freeing an unlinked table) walks the chains of
- * every table and unlinks and frees the versions nobody sees any more.  The
- * chain surgery is journaled (EMB_J_RECLAIM): records name the versions about
- * to be freed; at recovery a named version no longer reachable from its row's
- * chain is freed, so a crash leaks nothing and frees nothing still linked.
- * The record is marked dropping first; mount finishes an interrupted drop.
+ * Dropping one marks the record dropping, reclaims what only it held
+ * (reclaim.c), then frees the record; mount finishes an interrupted drop.
  *
  * Damage: each record's csum covers what changes only in transactions (gen,
  * batch, whether it is used, creation time, the table array and its length,
@@ -29,23 +24,6 @@
 
 #include "store_int.h"
 
-static struct emb_snap *rec(struct store *s, uint32_t i)
-{
-	return &s->snaps->s[i];
-}
-
-static struct emb_snap_table *rec_tables(struct store *s, const struct emb_snap *r)
-{
-	return S_PTR(s, r->tables_off);
-}
-
-/* flags change under snap_lock exclusive, except EMB_S_DURABLE, which
- * store_snap_set_durable sets under snap_lock shared (every such writer
- * stores the same word) */
-static uint32_t rec_flags(const struct emb_snap *r)
-{
-	return (uint32_t)__atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
-}
 
 static uint64_t flags_word(uint32_t f)
 {
@@ -59,11 +37,6 @@ static int rec_flags_set(struct store *s, struct emb_snap *r, uint32_t f)
 	return pm_persist(s, &r->flags, 8);
 }
 
-static int rec_live(const struct emb_snap *r)
-{
-	uint32_t f = rec_flags(r);
-	return (f & EMB_S_USED) && !(f & EMB_S_DROPPING);
-}
 
 #define SEED_SNAP 0x534e4150ull /* "SNAP" */
 
@@ -129,347 +102,14 @@ int snap_check(struct store *s, char *err, size_t n)
 	return 0;
 }
 
-/* Sorted batches of live snapshots.  snap_lock held exclusive (or at load). */
-static void live_rebuild(struct store *s)
-{
-	uint32_t n = 0;
-	for (uint32_t i = 0; i < EMB_MAX_SNAPS; i++) {
-		struct emb_snap *r = rec(s, i);
-		if (!rec_live(r))
-			continue;
-		uint32_t k = n++;
-		while (k > 0 && s->live_batch[k - 1] > r->batch) {
-			s->live_batch[k] = s->live_batch[k - 1];
-			s->live_idx[k] = s->live_idx[k - 1];
-			k--;
-		}
-		s->live_batch[k] = r->batch;
-		s->live_idx[k] = i;
-	}
-	s->n_live = n;
-}
-
 int snap_load(struct store *s)
 {
 	s->snaps = S_PTR(s, s->sb->snaps_off);
 	if (!s->snaps)
 		return -EIO;
 	pthread_rwlock_init(&s->snap_lock, NULL);
-	live_rebuild(s);
+	snapset_rebuild(s);
 	return 0;
-}
-
-int snap_needed(struct store *s, uint64_t b_old, uint64_t b_new)
-{
-	size_t i = u64_lower_bound(s->live_batch, s->n_live, b_old);
-	return i < s->n_live && s->live_batch[i] < b_new;
-}
-
-/* How many of the sorted batches b[] lie in [lo, hi); *only = the index of
- * the one when there is exactly one. */
-static size_t holders(const uint64_t *b, size_t n, uint64_t lo, uint64_t hi, size_t *only)
-{
-	size_t i = u64_lower_bound(b, n, lo), k = 0;
-	*only = i;
-	while (i + k < n && b[i + k] < hi)
-		k++;
-	return k;
-}
-
-void snap_charge(struct store *s, const struct emb_version *v, uint64_t b_new, uint32_t cls)
-{
-	size_t only;
-	if (holders(s->live_batch, s->n_live, v->batch, b_new, &only) == 1) {
-		struct emb_snap *r = rec(s, s->live_idx[only]);
-		st64(&r->excl_bytes, r->excl_bytes + s->cls[cls].slot_size);
-	}
-}
-
-static int rec_holds(struct store *s, const struct emb_snap *r, uint32_t id, uint64_t gen)
-{
-	const struct emb_snap_table *t = rec_tables(s, r);
-	for (uint32_t k = 0; k < r->ntables; k++)
-		if (t[k].id == id && t[k].gen == gen)
-			return 1;
-	return 0;
-}
-
-int snap_refs(struct store *s, const struct stable *st)
-{
-	int n = 0;
-	for (uint32_t i = 0; i < s->n_live; i++)
-		n += rec_holds(s, rec(s, s->live_idx[i]), st->id, st->t->gen);
-	return n;
-}
-
-/* ---- reclaim ------------------------------------------------------------ */
-
-struct change {
-	uint64_t row;
-	uint64_t head;     /* new newest version, 0 = remove the row */
-	uint64_t old_head;
-	uint32_t first_free, nfree;
-	uint32_t first_link, nlink;
-};
-struct link {
-	uint64_t ver;      /* version whose prev changes */
-	uint64_t prev;
-};
-
-struct reclaim {
-	struct store *s;
-	struct stable *st;
-	const uint64_t *refb; /* batches of live snapshots holding the table */
-	const uint32_t *refi; /* their record index */
-	size_t nref;
-	int live;             /* the table is linked: its newest version serves the live view */
-	struct change *ch;
-	size_t nch, capch;
-	uint64_t *frees;
-	size_t nfrees, capfrees;
-	struct link *links;
-	size_t nlinks, caplinks;
-	uint64_t remaining;   /* rows left in the index */
-	uint32_t slot;
-	int count;            /* add kept versions to their only holder's excl_bytes */
-};
-
-#define GROW(arr, n, cap)                                                        \
-	do {                                                                     \
-		if ((n) == (cap)) {                                              \
-			size_t nc_ = (cap) ? 2 * (cap) : 256;                   \
-			void *p_ = realloc((arr), nc_ * sizeof(*(arr)));         \
-			if (!p_)                                                 \
-				return -ENOMEM;                                  \
-			(arr) = p_;                                              \
-			(cap) = nc_;                                             \
-		}                                                                \
-	} while (0)
-
-/* Journal, unlink and free one group of changes. */
-static int reclaim_apply(struct reclaim *rc)
-{
-	struct store *s = rc->s;
-	struct stable *st = rc->st;
-	struct emb_journal *j = s->jr;
-	if (!rc->nch)
-		return 0;
-	/* positions first: a damaged bucket fails the reclaim before it starts */
-	struct ipos *pos = calloc(rc->nch, sizeof(*pos));
-	if (!pos)
-		return -ENOMEM;
-	for (size_t c = 0; c < rc->nch; c++) {
-		uint64_t cur;
-		int ret = index_find(s, st, rc->ch[c].row, &pos[c], &cur);
-		if (ret || cur != rc->ch[c].old_head) {
-			free(pos);
-			return ret ? ret : -EIO;
-		}
-	}
-	uint64_t n = 0;
-	for (size_t i = 0; i < rc->nfrees; i++)
-		j->rec[n++] = (struct emb_jrec){ 0, rc->frees[i], 0, st->id, 0 };
-	for (size_t c = 0; c < rc->nch; c++)
-		for (uint32_t k = 0; k < rc->ch[c].nfree; k++)
-			j->rec[rc->ch[c].first_free + k].row = rc->ch[c].row;
-	int ret = journal_seal(s, st, EMB_J_RECLAIM, n, 0);
-	if (ret) {
-		free(pos);
-		return ret;
-	}
-
-	pthread_rwlock_wrlock(&st->lock);
-	for (size_t i = 0; i < rc->nlinks; i++) {
-		struct emb_version *v = S_PTR(s, rc->links[i].ver);
-		st64(&v->prev, rc->links[i].prev);
-		pm_flush(s, &v->prev, 8);
-	}
-	int64_t drows = 0;
-	for (size_t c = 0; c < rc->nch; c++) {
-		struct change *x = &rc->ch[c];
-		int was = !ver_tomb(S_PTR(s, x->old_head));
-		int now = x->head && !ver_tomb(S_PTR(s, x->head));
-		drows += now - was;
-		if (!x->head)
-			index_unpublish(s, &pos[c]);
-		else if (x->head != x->old_head)
-			index_set_val(s, &pos[c], x->head);
-	}
-	if (drows)
-		st64(&st->t->nrows, st->t->nrows + (uint64_t)drows);
-	st->mod++;
-	pthread_rwlock_unlock(&st->lock);
-	pm_flush(s, st->t, 128);
-	if ((ret = pm_barrier(s))) {
-		free(pos);
-		return ret;
-	}
-
-	for (size_t i = 0; i < rc->nfrees; i++)
-		ver_free(s, rc->frees[i]);
-	for (size_t c = 0; c < rc->nch; c++)
-		if (!rc->ch[c].head)
-			index_ovf_dec(s, st, &pos[c]);
-	free(pos);
-	ret = journal_clear(s);
-	rc->nch = rc->nfrees = rc->nlinks = 0;
-	return ret;
-}
-
-/* Decide which versions of one row's chain stay; queue the changes. */
-static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
-{
-	struct store *s = rc->s;
-	uint64_t vs[EMB_MAX_SNAPS + 2];
-	int keep[EMB_MAX_SNAPS + 2];
-	size_t k = 0;
-	struct chain ch;
-	int ret = chain_start(s, rc->st, row, head, &ch);
-	while (!ret && ch.v) {
-		vs[k++] = ch.off;
-		ret = chain_step(&ch);
-	}
-	if (ret || !k) { /* damaged: the whole chain stays as it is */
-		rc->remaining++;
-		return 0;
-	}
-	/* older versions first: each is seen by the snapshots in [batch, newer batch) */
-	int older_kept = 0;
-	for (size_t i = k; i-- > 1;) {
-		struct emb_version *v = S_PTR(s, vs[i]), *nv = S_PTR(s, vs[i - 1]);
-		size_t only;
-		size_t h = holders(rc->refb, rc->nref, v->batch, nv->batch, &only);
-		keep[i] = h > 0;
-		older_kept |= keep[i];
-		if (h == 1 && rc->count) {
-			struct emb_snap *r = rec(s, rc->refi[only]);
-			st64(&r->excl_bytes, r->excl_bytes + rc->slot);
-		}
-	}
-	struct emb_version *v0 = S_PTR(s, vs[0]);
-	size_t only;
-	size_t h0 = holders(rc->refb, rc->nref, v0->batch, UINT64_MAX, &only);
-	if (rc->live)
-		keep[0] = !ver_tomb(v0) || older_kept; /* a tombstone hides older versions */
-	else
-		keep[0] = h0 > 0;
-	if (!rc->live && h0 == 1 && rc->count) {
-		struct emb_snap *r = rec(s, rc->refi[only]);
-		st64(&r->excl_bytes, r->excl_bytes + rc->slot);
-	}
-
-	size_t nfree = 0;
-	for (size_t i = 0; i < k; i++)
-		nfree += !keep[i];
-	uint64_t newhead = 0;
-	for (size_t i = 0; i < k && !newhead; i++)
-		if (keep[i])
-			newhead = vs[i];
-	if (newhead)
-		rc->remaining++;
-	if (!nfree)
-		return 0;
-	if (rc->nfrees + nfree > EMB_JOURNAL_CAP) {
-		ret = reclaim_apply(rc);
-		if (ret)
-			return ret;
-	}
-	GROW(rc->ch, rc->nch, rc->capch);
-	struct change *c = &rc->ch[rc->nch++];
-	c->row = row;
-	c->head = newhead;
-	c->old_head = head;
-	c->first_free = (uint32_t)rc->nfrees;
-	c->nfree = (uint32_t)nfree;
-	for (size_t i = 0; i < k; i++) {
-		if (!keep[i]) {
-			GROW(rc->frees, rc->nfrees, rc->capfrees);
-			rc->frees[rc->nfrees++] = vs[i];
-			continue;
-		}
-		/* relink each kept version to the next kept older one */
-		uint64_t want = 0;
-		for (size_t m = i + 1; m < k && !want; m++)
-			if (keep[m])
-				want = vs[m];
-		if (((struct emb_version *)S_PTR(s, vs[i]))->prev != want) {
-			GROW(rc->links, rc->nlinks, rc->caplinks);
-			rc->links[rc->nlinks++] = (struct link){ vs[i], want };
-		}
-	}
-	return 0;
-}
-
-/* Every (row, newest version) of an index. */
-struct kv {
-	struct u64vec k, v;
-};
-
-static int kv_push(void *arg, uint64_t key, uint64_t val)
-{
-	struct kv *a = arg;
-	return u64vec_push(&a->k, key) ? -ENOMEM : u64vec_push(&a->v, val);
-}
-
-/* Returns the rows left in the table's index, or -errno.  count: also add
- * what each snapshot alone holds to its excl_bytes.  commit_lock held. */
-int reclaim_table(struct store *s, struct stable *st, int count)
-{
-	uint64_t refb[EMB_MAX_SNAPS];
-	uint32_t refi[EMB_MAX_SNAPS];
-	size_t nref = 0;
-	pthread_rwlock_rdlock(&s->snap_lock);
-	for (uint32_t i = 0; i < s->n_live; i++)
-		if (rec_holds(s, rec(s, s->live_idx[i]), st->id, st->t->gen)) {
-			refb[nref] = s->live_batch[i];
-			refi[nref++] = s->live_idx[i];
-		}
-	pthread_rwlock_unlock(&s->snap_lock);
-
-	uint32_t cls;
-	int ret = slab_class_for(s, st->t->row_size, &cls);
-	if (ret)
-		return ret;
-	struct reclaim rc = { .s = s, .st = st, .refb = refb, .refi = refi, .nref = nref,
-			      .live = !(st->t->flags & EMB_T_ZOMBIE), .slot = s->cls[cls].slot_size,
-			      .count = count };
-	struct kv all = { 0 };
-	ret = index_walk(s, st, kv_push, &all);
-	for (size_t i = 0; !ret && i < all.k.n; i++)
-		ret = reclaim_row(&rc, all.k.v[i], all.v.v[i]);
-	if (!ret)
-		ret = reclaim_apply(&rc);
-	free(all.k.v);
-	free(all.v.v);
-	free(rc.ch);
-	free(rc.frees);
-	free(rc.links);
-	return ret ? ret : (int)(rc.remaining > INT32_MAX ? INT32_MAX : rc.remaining);
-}
-
-int reclaim_replay(struct store *s, struct emb_journal *j)
-{
-	struct stable *st = tab_get(s, j->table);
-	if (!st)
-		return -EIO;
-	for (uint64_t i = 0; i < j->count; i++)
-		if (!chain_has(s, st, j->rec[i].row, j->rec[i].old_off))
-			ver_free(s, j->rec[i].old_off);
-	/* recount the live rows: the head updates may have been partial */
-	uint64_t n = 0;
-	struct kv all = { 0 };
-	int ret = index_walk(s, st, kv_push, &all);
-	for (size_t i = 0; !ret && i < all.k.n; i++) {
-		struct emb_version *v = ver_get(s, all.v.v[i], st->id, all.k.v[i], st->t->row_size);
-		n += !v || !ver_tomb(v); /* a damaged head counts as a row */
-	}
-	free(all.k.v);
-	free(all.v.v);
-	if (ret)
-		return ret;
-	st64(&st->t->nrows, n);
-	pm_flush(s, st->t, 128);
-	return pm_barrier(s);
 }
 
 /* ---- snapshot records --------------------------------------------------- */
@@ -591,7 +231,7 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret) {
-		live_rebuild(s);
+		snapset_rebuild(s);
 		if (out)
 			fill_snap(r, (uint32_t)idx, out);
 	}
@@ -617,26 +257,6 @@ int store_snap_set_durable(struct store *s, uint32_t idx, uint64_t gen)
 		ret = rec_flags_set(s, r, f | EMB_S_DURABLE);
 	pthread_rwlock_unlock(&s->snap_lock);
 	return ret;
-}
-
-/* Walk every table: free what the live snapshots need not keep, free
- * zombie tables left empty, and recount each snapshot's excl_bytes.
- * commit_lock held. */
-int snap_reclaim_all(struct store *s)
-{
-	int ret = 0;
-	for (uint32_t i = 0; i < EMB_MAX_SNAPS; i++)
-		if (rec_live(rec(s, i)))
-			st64(&rec(s, i)->excl_bytes, 0);
-	for (uint32_t i = 0; i < EMB_NTABLES && ret >= 0; i++) {
-		struct stable *st = tab_get(s, i);
-		if (!st)
-			continue;
-		ret = reclaim_table(s, st, 1);
-		if (ret == 0 && (st->t->flags & EMB_T_ZOMBIE))
-			ret = catalog_free_locked(s, st);
-	}
-	return ret < 0 ? ret : 0;
 }
 
 /* Free what the snapshots left need not keep; then the record.
@@ -665,7 +285,7 @@ static int mark_dropping(struct store *s, uint32_t idx)
 {
 	struct emb_snap *r = rec(s, idx);
 	int ret = rec_flags_set(s, r, rec_flags(r) | EMB_S_DROPPING);
-	live_rebuild(s);
+	snapset_rebuild(s);
 	return ret;
 }
 
@@ -747,7 +367,7 @@ int store_table_snaps(struct store *s, uint32_t id)
 	if (!st)
 		return -ENOENT;
 	pthread_rwlock_rdlock(&s->snap_lock);
-	int n = snap_refs(s, st);
+	int n = snapset_refs(s, st);
 	pthread_rwlock_unlock(&s->snap_lock);
 	return n;
 }

@@ -397,6 +397,40 @@ int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, 
 /* Is off in row's chain?  1, 0 or -EIO.  commit_lock held (or at mount). */
 int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
 
+/* Snapshot records (snap.c owns them; these read them). */
+static inline struct emb_snap *rec(struct store *s, uint32_t i)
+{
+	return &s->snaps->s[i];
+}
+
+static inline struct emb_snap_table *rec_tables(struct store *s, const struct emb_snap *r)
+{
+	return S_PTR(s, r->tables_off);
+}
+
+/* flags change under snap_lock exclusive, except EMB_S_DURABLE, which
+ * store_snap_set_durable sets under snap_lock shared (every such writer
+ * stores the same word) */
+static inline uint32_t rec_flags(const struct emb_snap *r)
+{
+	return (uint32_t)__atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
+}
+
+/* In use and not being dropped. */
+static inline int rec_live(const struct emb_snap *r)
+{
+	uint32_t f = rec_flags(r);
+	return (f & EMB_S_USED) && !(f & EMB_S_DROPPING);
+}
+
+/* snapset.c: the live snapshot set.  snap_lock held (exclusive to rebuild). */
+void snapset_rebuild(struct store *s);
+/* How many of the sorted batches b[] lie in [lo, hi); *only = the index of
+ * the one when there is exactly one. */
+size_t snapset_holders(const uint64_t *b, size_t n, uint64_t lo, uint64_t hi, size_t *only);
+/* Does record r hold table (id, gen)? */
+int snapset_holds(struct store *s, const struct emb_snap *r, uint32_t id, uint64_t gen);
+
 /* snap.c */
 int snap_load(struct store *s);
 /* A new pool's snapshot records: all free, each with its checksum. */
@@ -406,12 +440,16 @@ int snap_check(struct store *s, char *err, size_t n);
 int snap_recover(struct store *s);
 /* A version of batch b_old, replaced by one of batch b_new: does a live
  * snapshot still see it?  snap_lock held (shared). */
-int snap_needed(struct store *s, uint64_t b_old, uint64_t b_new);
+int snapset_needed(struct store *s, uint64_t b_old, uint64_t b_new);
 /* Account a version kept for snapshots (space only one snapshot holds). */
-void snap_charge(struct store *s, const struct emb_version *v, uint64_t b_new, uint32_t cls);
+void snapset_charge(struct store *s, const struct emb_version *v, uint64_t b_new, uint32_t cls);
 /* Free what no live snapshot (and, for a linked table, the live view) needs
  * of one table's version chains.  commit_lock held. */
+/* reclaim.c.  commit_lock held. */
 int reclaim_table(struct store *s, struct stable *st, int count);
+int reclaim_replay(struct store *s, struct emb_journal *j);
+/* Reclaim every table, free zombie tables left empty, recount each
+ * snapshot's excl_bytes. */
 int snap_reclaim_all(struct store *s);
 int reclaim_replay(struct store *s, struct emb_journal *j);
 /* Table id inside snapshot idx of generation snap_gen (see snap.c). */
@@ -421,7 +459,7 @@ int snap_table_view(struct store *s, uint32_t idx, uint64_t snap_gen, uint32_t i
 int view_resolve(struct store *s, const struct store_view *v, struct stable **stp, uint64_t *batch,
 		 struct store_attr *a);
 /* Live snapshots that hold this table (id, gen). */
-int snap_refs(struct store *s, const struct stable *st);
+int snapset_refs(struct store *s, const struct stable *st);
 
 /* commit.c */
 /* Apply ops as one group (see commit.c); promised: they were promised room. */
