@@ -391,47 +391,6 @@ out:
 	return ret;
 }
 
-int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_t dtype)
-{
-	if (pm_writable(s))
-		return -EROFS; /* the pool failed (pm.c) */
-	volatile int ret = store_geometry_check(dim, dtype);
-	if (ret)
-		return ret;
-	/* lock order (store_int.h): commit_lock, snap_lock, cat_lock */
-	pthread_mutex_lock(&s->commit_lock);
-	pthread_rwlock_rdlock(&s->snap_lock);
-	pthread_rwlock_wrlock(&s->cat_lock);
-	struct stable *st = tab_get(s, id);
-	if (!st) {
-		ret = -ENOENT;
-		goto out;
-	}
-	struct emb_table *t = st->t;
-	if (t->nrows || snapset_refs(s, st)) {
-		ret = -EBUSY;
-		goto out;
-	}
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
-		pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, dir_off));
-		t->dim = dim;
-		t->dtype = dtype;
-		t->row_size = dim * store_dtype_size(dtype);
-		t->ctime_ns = now_ns();
-		catalog_seal_tx(t);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
-out:
-	pthread_rwlock_unlock(&s->cat_lock);
-	pthread_rwlock_unlock(&s->snap_lock);
-	pthread_mutex_unlock(&s->commit_lock);
-	return ret;
-}
-
 int store_table_unlink(struct store *s, const char *name)
 {
 	if (pm_writable(s))
@@ -533,46 +492,6 @@ int catalog_free_locked(struct store *s, struct stable *st)
 	return 0;
 }
 
-/* An unlinked table nobody has open: keep only what live snapshots hold (a
- * zombie), or free it whole.  commit_lock held. */
-static int release_locked(struct store *s, struct stable *st)
-{
-	volatile int ret = 0;
-	if (!(st->t->flags & EMB_T_ZOMBIE)) {
-		pthread_mutex_lock(&s->meta_lock);
-		TX_BEGIN(s->pop) {
-			pmemobj_tx_add_range_direct(&st->t->flags, 4);
-			st->t->flags |= EMB_T_ZOMBIE;
-			catalog_seal_tx(st->t);
-		} TX_ONABORT {
-			ret = pm_tx_errno();
-		} TX_END
-		ret = pm_tx_end(s, ret);
-		pthread_mutex_unlock(&s->meta_lock);
-		if (ret)
-			return ret;
-	}
-	if (s->n_live) /* rows only snapshots hold now count as theirs */
-		return snap_reclaim_all(s);
-	ret = reclaim_table(s, st, 0);
-	if (ret == 0)
-		ret = catalog_free_locked(s, st);
-	return ret < 0 ? ret : 0;
-}
-
-int store_table_release(struct store *s, uint32_t id)
-{
-	if (pm_writable(s))
-		return -EROFS; /* the pool failed (pm.c) */
-	pthread_mutex_lock(&s->commit_lock);
-	struct stable *st = tab_get(s, id);
-	int ret = 0;
-	if (st && (st->t->flags & EMB_T_ORPHAN))
-		ret = release_locked(s, st);
-	pthread_mutex_unlock(&s->commit_lock);
-	return ret;
-}
-
 int store_table_next(struct store *s, uint32_t *cursor, struct store_attr *a)
 {
 	pthread_rwlock_rdlock(&s->cat_lock);
@@ -590,44 +509,6 @@ int store_table_next(struct store *s, uint32_t *cursor, struct store_attr *a)
 	return 0;
 }
 
-int store_table_truncate(struct store *s, uint32_t id, uint64_t size)
-{
-	if (pm_writable(s))
-		return -EROFS; /* the pool failed (pm.c) */
-	volatile int ret = 0;
-	pthread_mutex_lock(&s->commit_lock);
-	struct stable *st = tab_get(s, id);
-	if (!st) {
-		ret = -ENOENT;
-		goto out;
-	}
-	struct emb_table *t = st->t;
-	int shrink = size < t->size;
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
-		pmemobj_tx_add_range_direct(&t->size, offsetof(struct emb_table, dir_off) -
-							  offsetof(struct emb_table, size));
-		pmemobj_tx_add_range_direct(&t->trim_from, 8);
-		uint64_t now = now_ns();
-		st64(&t->size, size); /* getattr reads these without the commit lock */
-		st64(&t->mtime_ns, now);
-		st64(&t->ctime_ns, now);
-		if (shrink) {
-			t->trim_from = size;
-			catalog_seal_tx(t);
-		}
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
-	if (!ret && shrink)
-		ret = trim_locked(s, st);
-out:
-	pthread_mutex_unlock(&s->commit_lock);
-	return ret;
-}
-
 int catalog_trim_done(struct store *s, struct stable *st)
 {
 	volatile int ret = 0;
@@ -641,24 +522,5 @@ int catalog_trim_done(struct store *s, struct stable *st)
 	} TX_END
 	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
-	return ret;
-}
-
-/* After a crash: finish interrupted truncates, free unlinked tables. */
-int catalog_recover(struct store *s)
-{
-	int ret = 0;
-	pthread_mutex_lock(&s->commit_lock);
-	for (uint32_t i = 0; i < EMB_NTABLES && !ret; i++) {
-		struct stable *st = s->tab[i];
-		if (!st)
-			continue;
-		if (st->t->flags & EMB_T_ORPHAN) {
-			ret = release_locked(s, st);
-		} else if (st->t->trim_from != EMB_NONE) {
-			ret = trim_locked(s, st);
-		}
-	}
-	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
 }

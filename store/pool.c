@@ -527,7 +527,7 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	if (!ret)
 		ret = snap_recover(s);
 	if (!ret)
-		ret = catalog_recover(s);
+		ret = table_recover(s);
 	if (ret) {
 		store_err(err, n, ret, "%s: recovery failed: %s", path, strerror(-ret));
 		goto fail;
@@ -587,21 +587,6 @@ void store_close(struct store *s)
 	pthread_mutex_destroy(&s->space_lock);
 	pthread_mutex_destroy(&s->meta_lock);
 	free(s);
-}
-
-int store_table_extend(struct store *s, uint32_t id, uint64_t size)
-{
-	if (pm_writable(s))
-		return -EROFS; /* the pool failed (pm.c) */
-	struct stable *st = tab_get(s, id);
-	if (!st)
-		return -ENOENT;
-	uint64_t now = now_ns();
-	max64(&st->t->size, size);
-	st64(&st->t->mtime_ns, now);
-	st64(&st->t->ctime_ns, now);
-	pm_flush(s, st->t, 128);
-	return 0;
 }
 
 /* libpmemobj's own metadata: ~3 MiB of lanes, chunk headers (1/32768 of

@@ -490,7 +490,7 @@ void catalog_seal_tx(struct emb_table *t);
 /* A truncate's rows are gone: clear trim_from (a transaction). */
 int catalog_trim_done(struct store *s, struct stable *st);
 void catalog_unload(struct store *s);
-int catalog_recover(struct store *s);
+int table_recover(struct store *s);
 int catalog_free_locked(struct store *s, struct stable *st);
 
 #endif

@@ -1,0 +1,221 @@
+/*
+ * A table's life beyond its catalog entry: truncation (trim: delete the rows
+ * past the new size through commits, restartable from trim_from), geometry
+ * changes while it holds no rows, its size growing with writes, and its
+ * release after the last close of an unlinked table (rows only snapshots
+ * hold stay, as a zombie; everything else is freed).  Mount finishes an
+ * interrupted truncate or release (table_recover).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+struct collect {
+	uint64_t from;
+	struct u64vec keys;
+};
+
+static int collect_from(void *arg, uint64_t key, uint64_t val)
+{
+	struct collect *c = arg;
+	(void)val;
+	return key < c->from ? 0 : u64vec_push(&c->keys, key);
+}
+
+/* Drop every row at or past t->trim_from bytes: zero the tail of a partial
+ * last row, delete the rows after it, then clear trim_from.  commit_lock held. */
+int trim_locked(struct store *s, struct stable *st)
+{
+	struct emb_table *t = st->t;
+	uint64_t lim = t->trim_from, rs = t->row_size;
+	int ret = 0;
+	if (lim == EMB_NONE)
+		return 0;
+	uint64_t last;
+	ret = index_get(s, st, lim / rs, &last);
+	if (ret)
+		return ret;
+	if (lim % rs && last) {
+		static const char zeros[EMB_ROW_MAX];
+		struct store_rowop op = { lim / rs, (uint32_t)(lim % rs), (uint32_t)(rs - lim % rs), zeros, 0 };
+		ret = commit_locked(s, st, &op, 1, 0, 0);
+		if (ret)
+			return ret;
+	}
+	struct collect c = { (lim + rs - 1) / rs, { 0 } };
+	ret = index_walk(s, st, collect_from, &c);
+	/* in groups of TRIM_GROUP rows: a group is planned whole in DRAM, and a
+	 * trim interrupted by an error or a crash starts again from trim_from */
+	enum { TRIM_GROUP = 65536 };
+	for (size_t at = 0; !ret && at < c.keys.n; at += TRIM_GROUP) {
+		size_t k = c.keys.n - at < TRIM_GROUP ? c.keys.n - at : TRIM_GROUP;
+		struct store_rowop *ops = calloc(k, sizeof(*ops));
+		if (!ops) {
+			ret = -ENOMEM;
+			break;
+		}
+		for (size_t i = 0; i < k; i++)
+			ops[i].row = c.keys.v[at + i];
+		ret = commit_locked(s, st, ops, k, 0, 0);
+		free(ops);
+	}
+	free(c.keys.v);
+	if (ret)
+		return ret;
+	return catalog_trim_done(s, st);
+}
+
+int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_t dtype)
+{
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
+	volatile int ret = store_geometry_check(dim, dtype);
+	if (ret)
+		return ret;
+	/* lock order (store_int.h): commit_lock, snap_lock, cat_lock */
+	pthread_mutex_lock(&s->commit_lock);
+	pthread_rwlock_rdlock(&s->snap_lock);
+	pthread_rwlock_wrlock(&s->cat_lock);
+	struct stable *st = tab_get(s, id);
+	if (!st) {
+		ret = -ENOENT;
+		goto out;
+	}
+	struct emb_table *t = st->t;
+	if (t->nrows || snapset_refs(s, st)) {
+		ret = -EBUSY;
+		goto out;
+	}
+	pthread_mutex_lock(&s->meta_lock);
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, dir_off));
+		t->dim = dim;
+		t->dtype = dtype;
+		t->row_size = dim * store_dtype_size(dtype);
+		t->ctime_ns = now_ns();
+		catalog_seal_tx(t);
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	ret = pm_tx_end(s, ret);
+	pthread_mutex_unlock(&s->meta_lock);
+out:
+	pthread_rwlock_unlock(&s->cat_lock);
+	pthread_rwlock_unlock(&s->snap_lock);
+	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}
+
+/* An unlinked table nobody has open: keep only what live snapshots hold (a
+ * zombie), or free it whole.  commit_lock held. */
+static int release_locked(struct store *s, struct stable *st)
+{
+	volatile int ret = 0;
+	if (!(st->t->flags & EMB_T_ZOMBIE)) {
+		pthread_mutex_lock(&s->meta_lock);
+		TX_BEGIN(s->pop) {
+			pmemobj_tx_add_range_direct(&st->t->flags, 4);
+			st->t->flags |= EMB_T_ZOMBIE;
+			catalog_seal_tx(st->t);
+		} TX_ONABORT {
+			ret = pm_tx_errno();
+		} TX_END
+		ret = pm_tx_end(s, ret);
+		pthread_mutex_unlock(&s->meta_lock);
+		if (ret)
+			return ret;
+	}
+	if (s->n_live) /* rows only snapshots hold now count as theirs */
+		return snap_reclaim_all(s);
+	ret = reclaim_table(s, st, 0);
+	if (ret == 0)
+		ret = catalog_free_locked(s, st);
+	return ret < 0 ? ret : 0;
+}
+
+int store_table_release(struct store *s, uint32_t id)
+{
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
+	pthread_mutex_lock(&s->commit_lock);
+	struct stable *st = tab_get(s, id);
+	int ret = 0;
+	if (st && (st->t->flags & EMB_T_ORPHAN))
+		ret = release_locked(s, st);
+	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}
+
+int store_table_truncate(struct store *s, uint32_t id, uint64_t size)
+{
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
+	volatile int ret = 0;
+	pthread_mutex_lock(&s->commit_lock);
+	struct stable *st = tab_get(s, id);
+	if (!st) {
+		ret = -ENOENT;
+		goto out;
+	}
+	struct emb_table *t = st->t;
+	int shrink = size < t->size;
+	pthread_mutex_lock(&s->meta_lock);
+	TX_BEGIN(s->pop) {
+		pmemobj_tx_add_range_direct(&t->size, offsetof(struct emb_table, dir_off) -
+							  offsetof(struct emb_table, size));
+		pmemobj_tx_add_range_direct(&t->trim_from, 8);
+		uint64_t now = now_ns();
+		st64(&t->size, size); /* getattr reads these without the commit lock */
+		st64(&t->mtime_ns, now);
+		st64(&t->ctime_ns, now);
+		if (shrink) {
+			t->trim_from = size;
+			catalog_seal_tx(t);
+		}
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	ret = pm_tx_end(s, ret);
+	pthread_mutex_unlock(&s->meta_lock);
+	if (!ret && shrink)
+		ret = trim_locked(s, st);
+out:
+	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}
+
+/* After a crash: finish interrupted truncates, free unlinked tables. */
+int table_recover(struct store *s)
+{
+	int ret = 0;
+	pthread_mutex_lock(&s->commit_lock);
+	for (uint32_t i = 0; i < EMB_NTABLES && !ret; i++) {
+		struct stable *st = s->tab[i];
+		if (!st)
+			continue;
+		if (st->t->flags & EMB_T_ORPHAN) {
+			ret = release_locked(s, st);
+		} else if (st->t->trim_from != EMB_NONE) {
+			ret = trim_locked(s, st);
+		}
+	}
+	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}
+
+int store_table_extend(struct store *s, uint32_t id, uint64_t size)
+{
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
+	struct stable *st = tab_get(s, id);
+	if (!st)
+		return -ENOENT;
+	uint64_t now = now_ns();
+	max64(&st->t->size, size);
+	st64(&st->t->mtime_ns, now);
+	st64(&st->t->ctime_ns, now);
+	pm_flush(s, st->t, 128);
+	return 0;
+}
