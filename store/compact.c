@@ -1,0 +1,234 @@
+/*
+ * Compaction of the spill device: the live records of a mostly stale sealed
+ * segment are copied to the open one, each stub repointed with one 8-byte
+ * store, and the segment freed once no reader has it pinned; and the recount
+ * of live bytes per segment from the stubs after a crash.  Called by the
+ * mover (mover.c), one round at a time (round_lock).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spill.h"
+#include <time.h>
+#include <unistd.h>
+
+/* Live bytes of every segment from the stubs (after a crash). */
+struct recount {
+	struct store *s;
+	struct stable *st;
+	uint32_t rsz;
+};
+
+static int recount_row(void *arg, uint64_t key, uint64_t val)
+{
+	struct recount *rc = arg;
+	struct chain c;
+	for (int cr = chain_start(rc->s, rc->st, key, val, &c); !cr && c.v; cr = chain_step(&c))
+		if (ver_stub(c.v))
+			seg_live_add(rc->s, STUB(rc->s, c.off)->loc, rc->rsz, 1);
+	return 0;
+}
+
+int recount_locked(struct store *s)
+{
+	struct emb_spill *pm = s->sp->pm;
+	for (uint64_t k = 0; k < pm->nsegs; k++) {
+		pm->seg[k].live = 0;
+		pm->seg[k].nlive = 0;
+	}
+	pm_flush(s, pm->seg, pm->nsegs * sizeof(pm->seg[0]));
+	int ret = 0;
+	for (uint32_t i = 0; i < EMB_NTABLES && !ret; i++) {
+		struct stable *st = tab_get(s, i);
+		if (!st)
+			continue;
+		struct recount rc = { s, st, spill_rec_size(st->t->row_size) };
+		ret = index_walk(s, st, recount_row, &rc);
+	}
+	int r = pm_barrier(s);
+	if (!ret)
+		ret = r;
+	if (!ret)
+		s->sp->recount = 0;
+	return ret;
+}
+
+/* The stub of st's row that points at device offset loc, or 0.
+ * commit_lock held. */
+static uint64_t stub_at(struct store *s, struct stable *st, uint64_t row, uint64_t loc)
+{
+	uint64_t head;
+	struct chain c;
+	if (index_get(s, st, row, &head))
+		return 0;
+	for (int r = chain_start(s, st, row, head, &c); !r && c.v; r = chain_step(&c))
+		if (ver_stub(c.v) && STUB(s, c.off)->loc == loc)
+			return c.off;
+	return 0;
+}
+
+/* Copy the live records of sealed segment k to the open segment (filling it
+ * to its end, then the next), then free k.  The scan walks records by their
+ * sizes: one may start right after a record longer than a block, in its last
+ * block.  A live record is copied even when its checksum fails, so that its
+ * reads keep failing and no stub points into a freed segment. */
+int compact_seg(struct store *s, uint64_t k)
+{
+	struct spill *sp = s->sp;
+	struct emb_spill *pm = sp->pm;
+	uint64_t fill = pm->seg[k].fill, base = seg_base(sp, k);
+	for (uint64_t done = 0; done < fill;) {
+		ssize_t r = pread(sp->fd, sp->rbuf + done, fill - done, (off_t)(base + done));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -EIO;
+		done += (uint64_t)r;
+	}
+	atomic_store(&sp->compact_total, fill);
+	atomic_store(&sp->compact_done, 0);
+	uint64_t p = 0; /* scan position in the segment */
+	while (p < fill) {
+		uint64_t p0 = p, piece_end = p + COMPACT_PIECE < fill ? p + COMPACT_PIECE : fill;
+		struct timespec t0;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		pthread_mutex_lock(&s->commit_lock);
+		uint64_t lim = sp->open_seg >= 0 ? pm->seg_size - pm->seg[sp->open_seg].fill : 0;
+		if (lim > CHUNK_BYTES)
+			lim = CHUNK_BYTES;
+		struct moved { uint64_t stub, loc; uint32_t table, rsz; } *mv = NULL;
+		size_t nmv = 0, capmv = 0;
+		uint64_t pos = 0;
+		int ret = 0, room = 1;
+		memset(sp->wbuf, 0, lim);
+		while (p < piece_end && room && !ret) {
+			const struct emb_srec *r = (const struct emb_srec *)(sp->rbuf + p);
+			uint64_t in = p % BLK;
+			if (in + sizeof(*r) > BLK) { /* no record starts this late in a block */
+				p += BLK - in;
+				continue;
+			}
+			uint32_t rsz = r->magic == EMB_SREC_MAGIC && r->len <= EMB_ROW_MAX ? spill_rec_size(r->len) : 0;
+			if (!rsz || p + rsz > fill) {
+				p += 16;
+				continue;
+			}
+			struct stable *st = tab_get(s, r->table);
+			uint64_t found = st && st->t->row_size == r->len ? stub_at(s, st, r->row, base + p) : 0;
+			if (!found) { /* stale; or damage that looks like a header: step over it slowly */
+				p += rec_csum(r) == r->csum ? rsz : 16;
+				continue;
+			}
+			uint64_t at = place(pos, rsz);
+			if (at + rsz > lim) {
+				room = 0; /* the rest goes to the next segment */
+				break;
+			}
+			if (nmv == capmv) {
+				capmv = capmv ? capmv * 2 : 256;
+				void *q = realloc(mv, capmv * sizeof(*mv));
+				if (!q) {
+					ret = -ENOMEM;
+					break;
+				}
+				mv = q;
+			}
+			memcpy(sp->wbuf + at, r, rsz);
+			mv[nmv++] = (struct moved){ found, at, r->table, rsz };
+			pos = at + rsz;
+			p += rsz;
+		}
+		uint64_t at = 0;
+		if (!ret && !nmv && !room)
+			ret = seg_next(s, 1); /* not one more record fits the open segment */
+		else if (!ret && nmv)
+			ret = seg_write(s, pos, &at);
+		if (!ret && nmv) /* the fill covers the copies before any stub points there */
+			ret = pm_barrier(s);
+		if (!ret && nmv) {
+			for (size_t i = 0; i < nmv; i++) {
+				struct stable *st = tab_get(s, mv[i].table);
+				struct emb_stub *st_ = STUB(s, mv[i].stub);
+				uint64_t old = st_->loc;
+				pthread_rwlock_wrlock(&st->lock);
+				st64(&st_->loc, at + mv[i].loc);
+				pthread_rwlock_unlock(&st->lock);
+				pm_flush(s, &st_->loc, 8);
+				seg_live_add(s, old, mv[i].rsz, -1);
+				seg_live_add(s, at + mv[i].loc, mv[i].rsz, 1);
+			}
+			ret = pm_barrier(s);
+			atomic_fetch_add(&sp->compact_moved, nmv);
+			atomic_fetch_add(&sp->compact_bytes, pos);
+		}
+		pthread_mutex_unlock(&s->commit_lock);
+		free(mv);
+		if (ret)
+			return ret;
+		atomic_store(&sp->compact_done, p);
+		/* rate limit: the bytes read and written at compact_bps */
+		uint64_t bytes = (p - p0) + pos;
+		uint64_t want_ns = bytes * 1000000000ull / (sp->compact_bps ? sp->compact_bps : 1);
+		struct timespec t1;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		uint64_t took = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)(t1.tv_nsec - t0.tv_nsec);
+		if (!sp->manual && want_ns > took) {
+			struct timespec d = { (time_t)((want_ns - took) / 1000000000ull), (long)((want_ns - took) % 1000000000ull) };
+			nanosleep(&d, NULL);
+		}
+	}
+	pthread_mutex_lock(&s->commit_lock);
+	while (atomic_load(&sp->pins[k])) { /* readers still inside the old copies */
+		pthread_mutex_unlock(&s->commit_lock);
+		sched_yield();
+		pthread_mutex_lock(&s->commit_lock);
+	}
+	struct emb_sseg *g = &pm->seg[k];
+	g->fill = g->live = 0;
+	g->nlive = 0;
+	g->state = EMB_SEG_FREE;
+	int ret = pm_persist(s, g, sizeof(*g));
+	pthread_mutex_unlock(&s->commit_lock);
+	atomic_fetch_add(&sp->compacted_segs, 1);
+	atomic_store(&sp->compact_total, 0);
+	return ret;
+}
+
+/* The sealed segment most worth compacting, or EMB_NONE: compaction runs
+ * when written bytes exceed 1.5x the live ones (so they stay within 2x) or
+ * when free segments run out; forced: whatever has stale bytes.  *ratio:
+ * the share of that segment's bytes that are live. */
+uint64_t compact_pick(struct store *s, int forced, double *ratio)
+{
+	struct emb_spill *pm = s->sp->pm;
+	uint64_t written = 0, live = 0, best = EMB_NONE;
+	double best_ratio = 2.0;
+	pthread_mutex_lock(&s->commit_lock);
+	*ratio = 2.0;
+	if (s->sp->recount) {
+		pthread_mutex_unlock(&s->commit_lock);
+		return EMB_NONE;
+	}
+	for (uint64_t k = 0; k < pm->nsegs; k++) {
+		const struct emb_sseg *g = &pm->seg[k];
+		if (g->state == EMB_SEG_FREE)
+			continue;
+		written += g->fill;
+		live += g->live;
+		if (g->state != EMB_SEG_SEALED || g->live >= g->fill)
+			continue;
+		double ratio = g->fill ? (double)g->live / (double)g->fill : 0;
+		if (ratio < best_ratio) {
+			best_ratio = ratio;
+			best = k;
+		}
+	}
+	uint32_t nfree = free_segs(pm);
+	pthread_mutex_unlock(&s->commit_lock);
+	*ratio = best_ratio;
+	if (best == EMB_NONE || forced)
+		return best;
+	int needed = written > live + live / 2 + 2 * pm->seg_size || nfree < 3;
+	return needed && best_ratio < 0.75 ? best : EMB_NONE;
+}

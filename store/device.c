@@ -1,0 +1,781 @@
+/*
+ * The spill tier: cold row versions on an SSD, in append-only segments.
+ *
+ * Placement.  The index of every row stays in the pool.  A spilled version
+ * keeps its place in its row's chain as a 40-byte stub (emb_stub: the same
+ * header plus the record's byte offset on the device), so a lookup always
+ * knows where a row is without touching the device, and snapshots, commits
+ * and reclaim see the same chains as before.  With a device attached, row
+ * versions may take row_cap bytes of slabs (`high` percent of the pool); a
+ * mover thread starts when they come within 1/16 of it and writes cold
+ * versions out until they take `low` percent.  Cold: every version a newer
+ * one replaced (only snapshots read those), and newest versions whose
+ * reference bit is clear (CLOCK over a hashed array of bits that reads and
+ * commits set and the mover's sweep clears).  A spilled row read from the
+ * device twice within a while (the same hashed array counts) is promoted:
+ * copied back into a slot, its stub freed.
+ *
+ * Device.  Segments of seg_size bytes, written front to back in chunks of up
+ * to 1 MiB (one pwrite and one fdatasync each); a record (emb_srec header +
+ * row bytes, 16-byte aligned) never straddles a 4 KiB block unless it is
+ * larger than one, so a read of a row is one 4 KiB O_DIRECT read.  Each
+ * record carries an XXH32 of its header and bytes; a mismatch is an EIO for
+ * the read that met it (never wrong bytes) and is counted.  The pool's
+ * segment table keeps each segment's state and fill exactly, and its live
+ * bytes and records as hints: exact while the pool is mounted and after a
+ * clean unmount, recounted from the stubs by the mover after a crash.
+ *
+ * Crash safety.  The mover, under commit_lock: records -> device, fdatasync;
+ * segment fill; then the chain change is journaled like a commit
+ * (EMB_J_RELINK: row, old version, its stub): journal + stubs, barrier;
+ * slab bits + the 8-byte links (index value or the newer version's prev),
+ * barrier; old slots freed, journal cleared, barrier.  So no stub points at
+ * bytes that are not durable, and recovery keeps whichever of old and new is
+ * linked and frees the other.  Compaction copies the live records of a
+ * mostly-stale sealed segment to the open one (fdatasync), rewrites each
+ * stub's loc with one 8-byte store, barrier, and frees the segment once no
+ * reader has it pinned; a crash in between leaves both copies valid and the
+ * old segment still sealed.  Space a crash leaves unreferenced is found by
+ * the recount and compacted away.
+ *
+ * Reads.  A reader resolves each row under its table's lock (shared), pins
+ * the segments its stubs point into, drops the lock and reads every spilled
+ * row of the request in one io_uring submission (queue depth qd, topped up
+ * as reads complete).  A record whose header does not match its stub was
+ * moved meanwhile: the row is resolved again.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "spill.h"
+
+uint32_t spill_rec_size(uint32_t len)
+{
+	return (uint32_t)((sizeof(struct emb_srec) + len + 15) & ~15u);
+}
+
+uint64_t seg_base(const struct spill *sp, uint64_t k)
+{
+	return EMB_SPILL_HDR + k * sp->pm->seg_size;
+}
+
+uint64_t seg_of(const struct emb_spill *pm, uint64_t loc)
+{
+	return loc < EMB_SPILL_HDR ? EMB_NONE : (loc - EMB_SPILL_HDR) / pm->seg_size;
+}
+
+uint32_t rec_csum(const struct emb_srec *r)
+{
+	struct emb_srec h = *r;
+	h.csum = 0;
+	XXH32_state_t *x = XXH32_createState();
+	XXH32_reset(x, 0);
+	XXH32_update(x, &h, sizeof(h));
+	XXH32_update(x, r + 1, r->len);
+	uint32_t c = XXH32_digest(x);
+	XXH32_freeState(x);
+	return c;
+}
+
+
+/* ---- segment accounting (commit_lock held, or single-threaded at mount) -- */
+
+void seg_live_add(struct store *s, uint64_t loc, uint32_t rsz, int sign)
+{
+	struct emb_spill *pm = S_PTR(s, s->sb->spill_off);
+	uint64_t k = pm ? seg_of(pm, loc) : EMB_NONE;
+	if (k >= (pm ? pm->nsegs : 0))
+		return;
+	struct emb_sseg *g = &pm->seg[k];
+	if (sign > 0) {
+		g->live += rsz;
+		g->nlive++;
+	} else {
+		g->live = g->live > rsz ? g->live - rsz : 0;
+		g->nlive = g->nlive ? g->nlive - 1 : 0;
+	}
+	pm_flush(s, g, sizeof(*g));
+}
+
+/* ---- device reads ----------------------------------------------------- */
+
+
+static struct io_uring *ring_get(struct spill *sp, struct ring **rp)
+{
+	uint32_t start = atomic_fetch_add_explicit(&sp->ring_rr, 1, memory_order_relaxed);
+	for (uint32_t k = 0; k < NRINGS; k++) {
+		struct ring *r = &sp->rings[(start + k) % NRINGS];
+		if (r->ok && pthread_mutex_trylock(&r->lock) == 0) {
+			*rp = r;
+			return &r->ring;
+		}
+	}
+	for (uint32_t k = 0; k < NRINGS; k++) {
+		struct ring *r = &sp->rings[(start + k) % NRINGS];
+		if (r->ok) {
+			pthread_mutex_lock(&r->lock);
+			*rp = r;
+			return &r->ring;
+		}
+	}
+	return NULL;
+}
+
+/* Check one record read into place; copy its row bytes out. */
+static int rec_check(struct spill *sp, const char *p, struct sreq *q)
+{
+	const struct emb_srec *r = (const struct emb_srec *)p;
+	if (r->magic != EMB_SREC_MAGIC || r->len != q->len || r->table != q->table ||
+	    r->row != q->row || r->batch != q->batch)
+		return -ESTALE; /* moved meanwhile, or a damaged header: the caller looks again */
+	if (rec_csum(r) != r->csum) {
+		atomic_fetch_add(&sp->csum_errors, 1);
+		return -EIO;
+	}
+	memcpy(q->dst, r + 1, q->len);
+	return 0;
+}
+
+/* Read q[0..n) in one io_uring submission, topped up to qd in flight. */
+void device_read(struct spill *sp, struct sreq *q, size_t n)
+{
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		q[i].blk = q[i].loc & ~(uint64_t)(BLK - 1);
+		uint64_t end = q[i].loc + sizeof(struct emb_srec) + q[i].len;
+		q[i].span = (uint32_t)(((end - q[i].blk) + BLK - 1) & ~(uint64_t)(BLK - 1));
+		q[i].boff = total;
+		q[i].ret = -EIO;
+		total += q[i].span;
+	}
+	char *buf = NULL;
+	if (posix_memalign((void **)&buf, BLK, total)) {
+		for (size_t i = 0; i < n; i++)
+			q[i].ret = -ENOMEM;
+		return;
+	}
+	struct ring *rg;
+	struct io_uring *ring = ring_get(sp, &rg);
+	size_t sub = 0, done = 0, inflight = 0;
+	int *res = calloc(n, sizeof(*res));
+	if (!ring || !res) {
+		for (size_t i = 0; i < n; i++) /* no ring: one pread each */
+			if (pread(sp->fd, buf + q[i].boff, q[i].span, (off_t)q[i].blk) == (ssize_t)q[i].span)
+				q[i].ret = rec_check(sp, buf + q[i].boff + (q[i].loc - q[i].blk), &q[i]);
+		if (ring)
+			pthread_mutex_unlock(&rg->lock);
+		free(res);
+		free(buf);
+		return;
+	}
+	int err = 0;
+	while (done < n) {
+		/* submit in small groups: the device starts on the first reads
+		 * while later ones are prepared, and completions keep the queue
+		 * topped up (one big submit leaves it idle between rounds) */
+		while (!err && inflight < sp->qd && sub < n) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+			if (!sqe)
+				break;
+			io_uring_prep_read(sqe, sp->fd, buf + q[sub].boff, q[sub].span, q[sub].blk);
+			sqe->user_data = sub;
+			sub++;
+			inflight++;
+			if (sub % SUBMIT_GROUP == 0)
+				io_uring_submit(ring);
+		}
+		if (!inflight)
+			break;
+		int r = io_uring_submit_and_wait(ring, 1);
+		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+			err = r; /* stop submitting; reap what is in flight */
+		struct io_uring_cqe *cqe;
+		unsigned head, k = 0;
+		io_uring_for_each_cqe(ring, head, cqe) {
+			size_t i = (size_t)cqe->user_data;
+			if (i < n)
+				res[i] = cqe->res;
+			k++;
+		}
+		io_uring_cq_advance(ring, k);
+		inflight -= k;
+		done += k;
+		if (err && !k && inflight) {
+			if (io_uring_wait_cqe(ring, &cqe) == 0)
+				continue;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&rg->lock);
+	atomic_fetch_add_explicit(&sp->read_ios, sub, memory_order_relaxed);
+	atomic_fetch_add_explicit(&sp->read_bytes, total, memory_order_relaxed);
+	for (size_t i = 0; i < n; i++) {
+		if (i >= sub || res[i] != (int)q[i].span) {
+			/* a short read (damaged device) or no submission */
+			if (pread(sp->fd, buf + q[i].boff, q[i].span, (off_t)q[i].blk) != (ssize_t)q[i].span) {
+				q[i].ret = -EIO;
+				continue;
+			}
+		}
+		q[i].ret = rec_check(sp, buf + q[i].boff + (q[i].loc - q[i].blk), &q[i]);
+	}
+	free(res);
+	free(buf);
+}
+
+void pin(struct spill *sp, uint64_t loc, int d)
+{
+	uint64_t k = seg_of(sp->pm, loc);
+	if (k < sp->pm->nsegs)
+		atomic_fetch_add_explicit(&sp->pins[k], (uint32_t)d, memory_order_acq_rel);
+}
+
+int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n)
+{
+	uint32_t rs = st->t->row_size;
+	int bad = 0;
+	if (!s->sp)
+		return 0;
+	for (size_t i = 0; i < n; i += 1024) {
+		size_t k = n - i < 1024 ? n - i : 1024;
+		struct sreq *q = calloc(k, sizeof(*q));
+		char *buf = malloc(k * rs);
+		if (!q || !buf) {
+			free(q);
+			free(buf);
+			return -ENOMEM;
+		}
+		for (size_t j = 0; j < k; j++) {
+			struct emb_stub *x = STUB(s, stubs[i + j]);
+			q[j] = (struct sreq){ .loc = x->loc, .row = x->v.row, .batch = x->v.batch, .len = rs,
+					      .table = st->id, .dst = buf + j * rs };
+		}
+		device_read(s->sp, q, k);
+		for (size_t j = 0; j < k; j++)
+			bad += q[j].ret != 0;
+		free(q);
+		free(buf);
+	}
+	return bad;
+}
+
+/* ---- relinking versions (journaled) -------------------------------------- */
+
+/* ---- writing segments (commit_lock held) ------------------------------ */
+
+uint32_t free_segs(const struct emb_spill *pm)
+{
+	uint32_t n = 0;
+	for (uint64_t k = 0; k < pm->nsegs; k++)
+		n += pm->seg[k].state == EMB_SEG_FREE;
+	return n;
+}
+
+/* Seal the open segment and open a free one.  The last free segment is kept
+ * for compaction (which can always finish with it).  0, or -ENOSPC. */
+int seg_next(struct store *s, int compacting)
+{
+	struct spill *sp = s->sp;
+	struct emb_spill *pm = sp->pm;
+	if (!compacting && free_segs(pm) <= 1)
+		return -ENOSPC;
+	uint64_t k;
+	for (k = 0; k < pm->nsegs && pm->seg[k].state != EMB_SEG_FREE; k++)
+		;
+	if (k == pm->nsegs)
+		return -ENOSPC;
+	if (sp->open_seg >= 0) {
+		pm->seg[sp->open_seg].state = EMB_SEG_SEALED;
+		pm_flush(s, &pm->seg[sp->open_seg], 8);
+	}
+	struct emb_sseg *g = &pm->seg[k];
+	g->fill = g->live = 0;
+	g->nlive = 0;
+	g->seq = ++pm->seq;
+	g->state = EMB_SEG_OPEN;
+	pm_flush(s, g, sizeof(*g));
+	sp->open_seg = (int64_t)k;
+	return pm_persist(s, &pm->seq, 8);
+}
+
+/* Make sure the open segment has `need` bytes left (for the mover's own
+ * writes).  0, or -ENOSPC when the device is full. */
+int seg_room(struct store *s, uint64_t need)
+{
+	struct spill *sp = s->sp;
+	if (sp->open_seg >= 0 && sp->pm->seg_size - sp->pm->seg[sp->open_seg].fill >= need)
+		return 0;
+	return seg_next(s, 0);
+}
+
+/* Append wbuf[0..len) at the open segment's end; returns its device offset. */
+int seg_write(struct store *s, uint64_t len, uint64_t *at)
+{
+	struct spill *sp = s->sp;
+	struct emb_sseg *g = &sp->pm->seg[sp->open_seg];
+	len = (len + BLK - 1) & ~(uint64_t)(BLK - 1);
+	*at = seg_base(sp, (uint64_t)sp->open_seg) + g->fill;
+	for (uint64_t done = 0; done < len;) {
+		ssize_t w = pwrite(sp->fd, sp->wbuf + done, len - done, (off_t)(*at + done));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		done += (uint64_t)w;
+	}
+	if (fdatasync(sp->fd))
+		return -errno;
+	g->fill += len;
+	pm_flush(s, &g->fill, 8);
+	atomic_fetch_add_explicit(&sp->spill_writes, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&sp->spill_write_bytes, len, memory_order_relaxed);
+	return 0;
+}
+
+/* Where the next record of rsz bytes goes in wbuf: the same block unless it
+ * would straddle one. */
+uint64_t place(uint64_t pos, uint32_t rsz)
+{
+	uint64_t in = pos % BLK;
+	if (in && (rsz > BLK || in + rsz > BLK))
+		pos += BLK - in;
+	return pos;
+}
+
+void put_rec(char *at, uint32_t table, uint64_t row, uint64_t batch, const void *data, uint32_t len)
+{
+	struct emb_srec *r = (struct emb_srec *)at;
+	*r = (struct emb_srec){ EMB_SREC_MAGIC, len, row, batch, table, 0 };
+	memcpy(r + 1, data, len);
+	r->csum = rec_csum(r);
+}
+
+/* ---- the mover ------------------------------------------------------- */
+
+void iops_tick(struct spill *sp)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	uint64_t now = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+	if (now - sp->iops_t >= 1000000000ull) {
+		uint64_t ios = atomic_load(&sp->read_ios);
+		if (sp->iops_t)
+			atomic_store(&sp->read_iops, (ios - sp->iops_last) * 1000000000ull / (now - sp->iops_t));
+		sp->iops_last = ios;
+		sp->iops_t = now;
+	}
+}
+
+/* ---- attach / detach ---------------------------------------------------- */
+
+void spill_free(struct spill *sp)
+{
+	for (uint32_t i = 0; i < NRINGS; i++)
+		if (sp->rings[i].ok)
+			io_uring_queue_exit(&sp->rings[i].ring);
+	close(sp->fd);
+	free(sp->pins);
+	free((void *)sp->heat);
+	free(sp->wbuf);
+	free(sp->rbuf);
+	free(sp);
+}
+
+
+static uint64_t disk_csum(const struct emb_spill_disk *d)
+{
+	return XXH64(d, offsetof(struct emb_spill_disk, csum), 0);
+}
+
+static int any_used(const struct emb_spill *pm)
+{
+	for (uint64_t k = 0; pm && k < pm->nsegs; k++)
+		if (pm->seg[k].state != EMB_SEG_FREE)
+			return 1;
+	return 0;
+}
+
+static uint64_t seg_size_for(uint64_t size)
+{
+	return size >= (4ull << 30) ? 8u << 20 : size >= (256ull << 20) ? 4u << 20 : 1u << 20;
+}
+
+#define SEED_SPILL 0x5350494c4cull /* "SPILL" */
+
+static uint64_t table_csum(const struct emb_spill *pm)
+{
+	return XXH64(pm, offsetof(struct emb_spill, seq), SEED_SPILL);
+}
+
+int spill_table_check(struct store *s, char *err, size_t n)
+{
+	uint64_t off = s->sb->spill_off;
+	if (!off)
+		return 0;
+	const struct emb_spill *pm = S_PTR(s, off);
+	if (!pool_range_ok(s, off, sizeof(*pm), 8) || memcmp(pm->magic, EMB_SPILL_MAGIC, 8) ||
+	    pm->csum != table_csum(pm))
+		return store_err(err, n, -EIO, "spill segment table is damaged (checksum mismatch)");
+	if (!pm->nsegs || !pm->seg_size || pm->seg_size % BLK || pm->nsegs > (pm->size - EMB_SPILL_HDR) / pm->seg_size ||
+	    !pool_range_ok(s, off, sizeof(*pm) + pm->nsegs * sizeof(pm->seg[0]), 8))
+		return store_err(err, n, -EIO, "spill segment table is damaged (geometry)");
+	for (uint64_t k = 0; k < pm->nsegs; k++) {
+		const struct emb_sseg *g = &pm->seg[k];
+		if (g->state > EMB_SEG_SEALED || g->fill > pm->seg_size || g->fill % BLK)
+			return store_err(err, n, -EIO, "spill segment table is damaged (segment %llu)",
+					 (unsigned long long)k);
+	}
+	return 0;
+}
+
+/* Format a new spill device: header on the device, then the segment table
+ * in the pool (a crash in between leaves a header naming this pool and no
+ * table: formatted again next time). */
+static int format(struct store *s, int fd, uint64_t size, const char *path, char *err, size_t n)
+{
+	volatile uint64_t seg = seg_size_for(size);
+	volatile uint64_t nsegs = (size - EMB_SPILL_HDR) / seg;
+	if (nsegs < 4)
+		return store_err(err, n, -EINVAL, "%s: %llu bytes is too small for a spill device (at least %llu)",
+			    path, (unsigned long long)size, (unsigned long long)(EMB_SPILL_HDR + 4 * seg));
+	struct emb_spill_disk *d = NULL;
+	if (posix_memalign((void **)&d, BLK, EMB_SPILL_HDR))
+		return -ENOMEM;
+	memset(d, 0, EMB_SPILL_HDR);
+	memcpy(d->magic, EMB_SPILL_MAGIC, 8);
+	d->version = EMB_SPILL_VERSION;
+	memcpy(d->pool_uuid, s->sb->uuid, 16);
+	if (getentropy(d->uuid, 16)) {
+		free(d);
+		return store_err(err, n, -EIO, "no entropy for a uuid");
+	}
+	d->size = size;
+	d->seg_size = seg;
+	d->nsegs = nsegs;
+	d->csum = disk_csum(d);
+	int ret = 0;
+	if (pwrite(fd, d, EMB_SPILL_HDR, 0) != EMB_SPILL_HDR || fdatasync(fd))
+		ret = store_err(err, n, -errno ? -errno : -EIO, "%s: writing the spill header: %s", path, strerror(errno));
+	uint8_t uuid[16];
+	memcpy(uuid, d->uuid, 16);
+	free(d);
+	if (ret)
+		return ret;
+	volatile int tret = 0;
+	struct emb_super *sb = s->sb;
+	pthread_mutex_lock(&s->meta_lock);
+	TX_BEGIN(s->pop) {
+		PMEMoid o = pmemobj_tx_zalloc(sizeof(struct emb_spill) + nsegs * sizeof(struct emb_sseg), 0);
+		struct emb_spill *pm = pmemobj_direct(o);
+		memcpy(pm->magic, EMB_SPILL_MAGIC, 8);
+		memcpy(pm->uuid, uuid, 16);
+		pm->size = size;
+		pm->seg_size = seg;
+		pm->nsegs = nsegs;
+		pm->csum = table_csum(pm);
+		pmemobj_tx_add_range_direct(&sb->spill_off, 8);
+		sb->spill_off = o.off;
+		super_seal_tx(s);
+	} TX_ONABORT {
+		tret = pm_tx_errno();
+	} TX_END
+	tret = pm_tx_end(s, tret);
+	pthread_mutex_unlock(&s->meta_lock);
+	if (tret)
+		return store_err(err, n, tret, "pool has no room for the spill segment table: %s", strerror(-tret));
+	return 0;
+}
+
+static int dev_size(int fd, const struct stat *st, uint64_t *size)
+{
+	if (S_ISBLK(st->st_mode))
+		return ioctl(fd, BLKGETSIZE64, size) ? -errno : 0;
+	*size = (uint64_t)st->st_size;
+	return 0;
+}
+
+int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *err, size_t n)
+{
+	struct emb_spill *pm = S_PTR(s, s->sb->spill_off);
+	if (err && n)
+		err[0] = 0;
+	if (!c || !c->path) {
+		if (any_used(pm))
+			return store_err(err, n, -ENODEV,
+				    "this pool keeps row versions on a spill device (%llu bytes); mount it with -o spill=PATH",
+				    (unsigned long long)pm->size);
+		return 0;
+	}
+	char path[256];
+	struct stat sb_;
+	if (stat(c->path, &sb_) == 0 && S_ISDIR(sb_.st_mode)) {
+		char u[33];
+		for (int i = 0; i < 16; i++)
+			snprintf(u + 2 * i, 3, "%02x", s->sb->uuid[i]);
+		snprintf(path, sizeof(path), "%s/embfs-%s.spill", c->path, u);
+	} else {
+		snprintf(path, sizeof(path), "%s", c->path);
+	}
+	int exists = stat(path, &sb_) == 0;
+	if (exists && !S_ISREG(sb_.st_mode) && !S_ISBLK(sb_.st_mode))
+		return store_err(err, n, -EINVAL, "%s: not a regular file, directory or block device", path);
+	if (pm && !exists)
+		return store_err(err, n, -ENOENT,
+			    "spill device %s is missing: this pool keeps row versions there (made with %llu bytes)",
+			    path, (unsigned long long)pm->size);
+	if (!pm && !exists && !c->size)
+		return store_err(err, n, -EINVAL, "%s does not exist: give -o spill_size=SIZE to create it", path);
+	int fd = open(path, O_RDWR | (exists ? 0 : O_CREAT | O_EXCL), 0600);
+	if (fd < 0)
+		return store_err(err, n, -errno, "%s: %s", path, strerror(errno));
+	int ret = 0;
+	uint64_t size = 0;
+	struct emb_spill_disk *d = NULL;
+	if (posix_memalign((void **)&d, BLK, EMB_SPILL_HDR)) {
+		close(fd);
+		return -ENOMEM;
+	}
+	memset(d, 0, EMB_SPILL_HDR);
+	fstat(fd, &sb_);
+	if ((ret = dev_size(fd, &sb_, &size))) {
+		store_err(err, n, ret, "%s: %s", path, strerror(-ret));
+		goto out;
+	}
+	ssize_t got = size >= EMB_SPILL_HDR ? pread(fd, d, EMB_SPILL_HDR, 0) : 0;
+	int is_spill = got == EMB_SPILL_HDR && memcmp(d->magic, EMB_SPILL_MAGIC, 8) == 0;
+	if (is_spill && disk_csum(d) != d->csum) {
+		ret = store_err(err, n, -EIO, "%s: spill header is damaged (checksum mismatch)", path);
+		goto out;
+	}
+	if (pm) {
+		if (!is_spill || memcmp(d->uuid, pm->uuid, 16) || memcmp(d->pool_uuid, s->sb->uuid, 16)) {
+			ret = store_err(err, n, -EINVAL, "%s is not this pool's spill device (%s)", path,
+				   is_spill ? "it belongs to another pool or spill" : "no embfs spill header");
+			goto out;
+		}
+		if (size < pm->size || d->size != pm->size) {
+			ret = store_err(err, n, -EIO, "%s: spill device is %llu bytes, made with %llu", path,
+				   (unsigned long long)size, (unsigned long long)pm->size);
+			goto out;
+		}
+		if (c->size && c->size != pm->size) {
+			ret = store_err(err, n, -EINVAL, "spill_size cannot change: %s was made with %llu bytes", path,
+				   (unsigned long long)pm->size);
+			goto out;
+		}
+	} else {
+		if (is_spill && memcmp(d->pool_uuid, s->sb->uuid, 16)) {
+			ret = store_err(err, n, -EINVAL, "%s is another pool's spill device", path);
+			goto out;
+		}
+		if (!is_spill && got > 0) {
+			for (ssize_t i = 0; i < got; i++)
+				if (((char *)d)[i]) {
+					ret = store_err(err, n, -EINVAL,
+						   "%s holds data that is not an embfs spill device; give a new file or a directory",
+						   path);
+					goto out;
+				}
+		}
+		uint64_t want = c->size ? c->size : size;
+		if (S_ISBLK(sb_.st_mode) && want > size) {
+			ret = store_err(err, n, -EINVAL, "%s: spill_size is larger than the device", path);
+			goto out;
+		}
+		if (S_ISREG(sb_.st_mode) && size < want && (ret = -posix_fallocate(fd, 0, (off_t)want))) {
+			store_err(err, n, ret, "%s: cannot reserve %llu bytes: %s", path, (unsigned long long)want,
+			     strerror(-ret));
+			if (!exists)
+				unlink(path);
+			goto out;
+		}
+		ret = format(s, fd, want, path, err, n);
+		if (ret)
+			goto out;
+		pm = S_PTR(s, s->sb->spill_off);
+	}
+	/* reads and writes bypass the page cache where the file system allows */
+	int dfd = open(path, O_RDWR | O_DIRECT);
+	struct spill *sp = calloc(1, sizeof(*sp));
+	if (!sp) {
+		if (dfd >= 0)
+			close(dfd);
+		ret = -ENOMEM;
+		goto out;
+	}
+	sp->direct = dfd >= 0;
+	sp->fd = dfd >= 0 ? dfd : dup(fd);
+	snprintf(sp->path, sizeof(sp->path), "%s", path);
+	sp->pm = pm;
+	sp->qd = c->qd ? c->qd : 32;
+	if (sp->qd > 4096)
+		sp->qd = 4096;
+	uint32_t high = c->high ? c->high : 30, low = c->low ? c->low : 25;
+	if (high > 95 || low >= high) {
+		free(sp);
+		ret = store_err(err, n, -EINVAL, "spill_high must be at most 95 and above spill_low (%u, %u)", high, low);
+		goto out;
+	}
+	uint64_t cap = pool_heap_capacity(s);
+	sp->low_bytes = cap / 100 * low;
+	sp->compact_bps = (uint64_t)(c->compact_mbps ? c->compact_mbps : 64) * 1000000ull;
+	sp->manual = c->manual;
+	sp->open_seg = -1;
+	sp->recount = s->recovered;
+	sp->pins = calloc(pm->nsegs, sizeof(*sp->pins));
+	sp->heat = calloc((size_t)1 << HEAT_BITS, 1);
+	if (posix_memalign((void **)&sp->wbuf, BLK, CHUNK_BYTES))
+		sp->wbuf = NULL;
+	if (posix_memalign((void **)&sp->rbuf, BLK, pm->seg_size))
+		sp->rbuf = NULL;
+	if (!sp->pins || !sp->heat || !sp->wbuf || !sp->rbuf) {
+		ret = -ENOMEM;
+		goto free_sp;
+	}
+	for (uint32_t i = 0; i < NRINGS; i++) {
+		pthread_mutex_init(&sp->rings[i].lock, NULL);
+		sp->rings[i].ok = io_uring_queue_init(sp->qd, &sp->rings[i].ring, 0) == 0;
+	}
+	pthread_mutex_init(&sp->mu, NULL);
+	pthread_mutex_init(&sp->round_lock, NULL);
+	pthread_cond_init(&sp->cv, NULL);
+	pthread_cond_init(&sp->done_cv, NULL);
+	/* appends continue in the newest open segment */
+	uint64_t best_seq = 0;
+	for (uint64_t k = 0; k < pm->nsegs; k++)
+		if (pm->seg[k].state == EMB_SEG_OPEN && pm->seg[k].seq >= best_seq) {
+			best_seq = pm->seg[k].seq;
+			sp->open_seg = (int64_t)k;
+		}
+	if ((ret = slab_load_all(s)))
+		goto free_sp;
+	if (cap / 100 * high < 4 * COW_ROOM) {
+		ret = store_err(err, n, -EINVAL,
+			   "pool too small for a spill tier: row versions may take %llu MiB of it (spill_high=%u), at least %llu MiB are needed",
+			   (unsigned long long)((cap / 100 * high) >> 20), high, (unsigned long long)((4 * COW_ROOM) >> 20));
+		goto free_sp;
+	}
+	pthread_mutex_lock(&s->space_lock);
+	s->row_cap = cap / 100 * high;
+	pthread_mutex_unlock(&s->space_lock);
+	sp->start_bytes = s->row_cap - s->row_cap / 16;
+	s->sp = sp;
+	if (sp->manual && sp->recount) {
+		pthread_mutex_lock(&s->commit_lock);
+		recount_locked(s);
+		pthread_mutex_unlock(&s->commit_lock);
+	}
+	if (!sp->manual) {
+		if (pthread_create(&sp->thr, NULL, mover_main, s) == 0)
+			sp->thr_started = 1;
+	}
+	free(d);
+	close(fd);
+	return 0;
+free_sp:
+	spill_free(sp);
+	if (!ret)
+		ret = -ENOMEM;
+	if (err && n && !err[0])
+		store_err(err, n, ret, "%s: %s", path, strerror(-ret));
+out:
+	free(d);
+	close(fd);
+	return ret;
+}
+
+void spill_detach(struct store *s)
+{
+	struct spill *sp = s->sp;
+	if (!sp)
+		return;
+	if (sp->thr_started) {
+		pthread_mutex_lock(&sp->mu);
+		sp->stop = 1;
+		pthread_cond_broadcast(&sp->cv);
+		pthread_cond_broadcast(&sp->done_cv);
+		pthread_mutex_unlock(&sp->mu);
+		pthread_join(sp->thr, NULL);
+	}
+	pthread_mutex_lock(&s->space_lock);
+	s->row_cap = 0;
+	pthread_mutex_unlock(&s->space_lock);
+	s->sp = NULL;
+	spill_free(sp);
+}
+
+/* ---- status ------------------------------------------------------------ */
+
+void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	struct spill *sp = s->sp;
+	uint64_t slabs;
+	slab_row_usage(s, &st->pmem_row_bytes, &slabs, &st->pmem_versions);
+	if (!sp)
+		return;
+	st->attached = 1;
+	snprintf(st->path, sizeof(st->path), "%s", sp->path);
+	st->qd = sp->qd;
+	st->pmem_high = s->row_cap;
+	st->pmem_low = sp->low_bytes;
+	struct emb_spill *pm = sp->pm;
+	st->size = pm->size;
+	st->seg_size = pm->seg_size;
+	st->segs = pm->nsegs;
+	pthread_mutex_lock(&s->commit_lock); /* the segment table changes under it */
+	st->recounting = sp->recount;
+	for (uint64_t k = 0; k < pm->nsegs; k++) {
+		const struct emb_sseg *g = &pm->seg[k];
+		st->segs_free += g->state == EMB_SEG_FREE;
+		st->segs_open += g->state == EMB_SEG_OPEN;
+		st->segs_sealed += g->state == EMB_SEG_SEALED;
+		if (g->state != EMB_SEG_FREE) {
+			st->footprint += g->fill;
+			st->live_bytes += g->live;
+			st->live_versions += g->nlive;
+		}
+	}
+	pthread_mutex_unlock(&s->commit_lock);
+	st->spilled = atomic_load(&sp->spilled);
+	st->spill_writes = atomic_load(&sp->spill_writes);
+	st->spill_write_bytes = atomic_load(&sp->spill_write_bytes);
+	st->promoted = atomic_load(&sp->promoted);
+	st->reads = atomic_load(&sp->reads);
+	st->read_ios = atomic_load(&sp->read_ios);
+	st->read_bytes = atomic_load(&sp->read_bytes);
+	st->read_iops = atomic_load(&sp->read_iops);
+	st->compacted_segs = atomic_load(&sp->compacted_segs);
+	st->compact_moved = atomic_load(&sp->compact_moved);
+	st->compact_bytes = atomic_load(&sp->compact_bytes);
+	st->compact_seg_done = atomic_load(&sp->compact_done);
+	st->compact_seg_total = atomic_load(&sp->compact_total);
+	st->csum_errors = atomic_load(&sp->csum_errors);
+	st->waits = atomic_load(&sp->waits);
+	st->full = atomic_load(&sp->full);
+	st->slabs_returned = atomic_load(&sp->shrinks);
+}
+
+int store_spill_seg_get(struct store *s, uint64_t k, struct store_spill_seg *g)
+{
+	struct spill *sp = s->sp;
+	if (!sp)
+		return -ENODEV;
+	if (k >= sp->pm->nsegs)
+		return -ERANGE;
+	pthread_mutex_lock(&s->commit_lock);
+	const struct emb_sseg *x = &sp->pm->seg[k];
+	*g = (struct store_spill_seg){ x->state, x->nlive, x->fill, x->live };
+	pthread_mutex_unlock(&s->commit_lock);
+	return 0;
+}

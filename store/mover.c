@@ -1,0 +1,521 @@
+/*
+ * The spill mover: moves cold row versions to the device behind stubs when
+ * row versions near their share of the pool (spill_pass, spill_chunk),
+ * empties a row slab when stubs and index need heap (shrink_rows), promotes
+ * hot spilled rows back (promote), compacts (compact.c), runs as a thread or
+ * on demand (store_spill_run, spill_wait_room for writers that find no room).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spill.h"
+#include <time.h>
+
+uint64_t row_usage(struct store *s)
+{
+	uint64_t used, slabs, nv;
+	slab_row_usage(s, &used, &slabs, &nv);
+	return used;
+}
+
+/* How far a pass spills: to the low watermark, and lower if a writer waits
+ * for `need` bytes of slots (a class keeps up to 4 MiB of copy-on-write
+ * headroom on top of what it promises). */
+
+static uint64_t pass_target(struct store *s, uint64_t need)
+{
+	uint64_t lim = s->row_cap > COW_ROOM + need ? s->row_cap - COW_ROOM - need : 0;
+	return lim < s->sp->low_bytes ? lim : s->sp->low_bytes;
+}
+
+/* Spill cold versions of one table from index position *di on: one device
+ * write, one relink.  *moved: versions spilled.  commit_lock held. */
+static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, size_t *moved)
+{
+	struct spill *sp = s->sp;
+	uint32_t rs = st->t->row_size, rsz = spill_rec_size(rs);
+	uint32_t need = rsz > BLK ? (rsz + BLK - 1) & ~(BLK - 1) : BLK;
+	*moved = 0;
+	int ret = seg_room(s, need);
+	if (ret)
+		return ret;
+	uint64_t cap = sp->pm->seg_size - sp->pm->seg[sp->open_seg].fill;
+	if (cap > CHUNK_BYTES)
+		cap = CHUNK_BYTES;
+	size_t maxv = EMB_JOURNAL_CAP;
+	struct rl *v = malloc(maxv * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	memset(sp->wbuf, 0, cap);
+	size_t nv = 0;
+	uint64_t pos = 0;
+	int full = 0;
+
+	pthread_rwlock_rdlock(&st->lock);
+	size_t ndir = st->segs ? (size_t)1 << st->gd : 0;
+	while (*di < ndir && !full) {
+		struct emb_seg *seg = st->segs[*di];
+		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS && !full; bi++) {
+			struct emb_bucket *b = &seg->bucket[bi];
+			if (index_bucket_check(s, b))
+				continue; /* damaged: its rows stay */
+			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
+			while (m && !full) {
+				int si = __builtin_ctzll(m);
+				m &= m - 1;
+				uint64_t row = ld64(&b->slot[si].key);
+				int newer = -1;
+				struct chain c;
+				/* versions of a damaged chain move up to the damage */
+				int cr = chain_start(s, st, row, ld64(&b->slot[si].val), &c);
+				for (int k = 0; !cr && c.v; k++) {
+					struct emb_version *x = c.v;
+					int take = !ver_stub(x) && !ver_tomb(x) &&
+						   (k > 0 || all || !heat_test_clear(sp, st->id, row));
+					if (take) {
+						uint64_t at = place(pos, rsz);
+						if (at + rsz > cap || nv == maxv) {
+							full = 1;
+							break;
+						}
+						put_rec(sp->wbuf + at, st->id, row, x->batch, x + 1, rs);
+						v[nv] = (struct rl){ row, c.off, 0, c.pred, at, rsz, newer };
+						newer = (int)nv++;
+						pos = at + rsz;
+					} else {
+						newer = -1;
+					}
+					cr = chain_step(&c);
+				}
+			}
+		}
+		if (!full)
+			*di += (size_t)1 << (st->gd - seg->local_depth);
+	}
+	pthread_rwlock_unlock(&st->lock);
+	if (!nv) {
+		free(v);
+		return 0;
+	}
+
+	uint64_t at;
+	ret = seg_write(s, pos, &at);
+	uint32_t stub_cls;
+	if (!ret)
+		ret = slab_class_stub(s, &stub_cls);
+	for (size_t i = 0; !ret && i < nv; i++) {
+		ret = slab_alloc(s, stub_cls, &v[i].new_);
+		if (ret) {
+			while (i-- > 0)
+				slab_unreserve(s, v[i].new_);
+			atomic_fetch_add(&sp->full, 1);
+		}
+	}
+	if (ret) {
+		free(v);
+		return ret; /* what was written is unreferenced: compaction takes it */
+	}
+	for (size_t i = 0; i < nv; i++) {
+		struct emb_version *o = S_PTR(s, v[i].old);
+		struct emb_stub *n = STUB(s, v[i].new_);
+		n->v = *o;
+		n->v.table |= EMB_VER_SPILL;
+		ver_seal(&n->v, rs);
+		n->loc = at + v[i].loc;
+		v[i].loc = n->loc;
+	}
+	for (size_t i = 0; i < nv; i++) {
+		if (v[i].newer >= 0) { /* the newer version moves too: link its stub to ours */
+			STUB(s, v[v[i].newer].new_)->v.prev = v[i].new_;
+			v[i].pred = EMB_NONE;
+		}
+	}
+	for (size_t i = 0; i < nv; i++)
+		pm_flush(s, STUB(s, v[i].new_), sizeof(struct emb_stub));
+	ret = relink_apply(s, st, v, nv);
+	if (ret) {
+		for (size_t i = 0; i < nv; i++)
+			slab_unreserve(s, v[i].new_);
+		free(v);
+		return ret;
+	}
+	for (size_t i = 0; i < nv; i++)
+		seg_live_add(s, v[i].loc, rsz, 1);
+	atomic_fetch_add_explicit(&sp->spilled, nv, memory_order_relaxed);
+	*moved = nv;
+	free(v);
+	return 0;
+}
+
+/* Move the listed versions of st (offsets, all in PMem) out of their slots:
+ * row versions to the device behind stubs, tombstones into stub-sized
+ * slots.  Versions of a row already moved in this call wait for the next
+ * round.  commit_lock held. */
+static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_t n)
+{
+	struct spill *sp = s->sp;
+	uint32_t rs = st->t->row_size, rsz = spill_rec_size(rs);
+	uint32_t need = rsz > BLK ? (rsz + BLK - 1) & ~(BLK - 1) : BLK;
+	uint32_t stub_cls;
+	int ret = slab_class_stub(s, &stub_cls);
+	struct rl *v = malloc(EMB_JOURNAL_CAP * sizeof(*v));
+	uint64_t *seen = malloc(EMB_JOURNAL_CAP * sizeof(*seen));
+	if (!v || !seen)
+		ret = -ENOMEM;
+	size_t left = n;
+	while (!ret && left) {
+		if ((ret = seg_room(s, need)))
+			break;
+		uint64_t cap = sp->pm->seg_size - sp->pm->seg[sp->open_seg].fill;
+		if (cap > CHUNK_BYTES)
+			cap = CHUNK_BYTES;
+		memset(sp->wbuf, 0, cap);
+		size_t nv = 0, keep = 0;
+		uint64_t pos = 0;
+		for (size_t i = 0; i < left; i++) {
+			struct emb_version *x = S_PTR(s, offs[i]);
+			uint64_t at = place(pos, rsz);
+			int dup = 0;
+			for (size_t k = 0; k < nv && !dup; k++)
+				dup = seen[k] == x->row;
+			if (dup || nv == EMB_JOURNAL_CAP || (!ver_tomb(x) && at + rsz > cap)) {
+				offs[keep++] = offs[i];
+				continue;
+			}
+			/* its place in the chain, which validates it */
+			uint64_t pred = EMB_NONE, head;
+			struct chain c;
+			int cr = index_get(s, st, x->row, &head);
+			if (!cr)
+				cr = chain_start(s, st, x->row, head, &c);
+			while (!cr && c.v) {
+				if (c.off == offs[i]) {
+					pred = c.pred;
+					break;
+				}
+				cr = chain_step(&c);
+			}
+			if (pred == EMB_NONE)
+				continue; /* not linked (or damaged): not ours to move */
+			seen[nv] = x->row;
+			v[nv] = (struct rl){ x->row, offs[i], 0, pred, EMB_NONE, rsz, -1 };
+			if (!ver_tomb(x)) {
+				put_rec(sp->wbuf + at, st->id, x->row, x->batch, x + 1, rs);
+				v[nv].loc = at;
+				pos = at + rsz;
+			}
+			nv++;
+		}
+		left = keep;
+		if (!nv)
+			break;
+		uint64_t base = 0;
+		if (pos && (ret = seg_write(s, pos, &base)))
+			break;
+		for (size_t i = 0; !ret && i < nv; i++) {
+			ret = slab_alloc(s, stub_cls, &v[i].new_);
+			if (ret)
+				while (i-- > 0)
+					slab_unreserve(s, v[i].new_);
+		}
+		if (ret)
+			break;
+		for (size_t i = 0; i < nv; i++) {
+			struct emb_stub *ns = STUB(s, v[i].new_);
+			ns->v = *(struct emb_version *)S_PTR(s, v[i].old);
+			ns->loc = 0;
+			if (v[i].loc != EMB_NONE) {
+				ns->v.table |= EMB_VER_SPILL;
+				ns->loc = v[i].loc = base + v[i].loc;
+			}
+			ver_seal(&ns->v, rs);
+			pm_flush(s, ns, sizeof(*ns));
+		}
+		ret = relink_apply(s, st, v, nv);
+		if (ret) {
+			for (size_t i = 0; i < nv; i++)
+				slab_unreserve(s, v[i].new_);
+			break;
+		}
+		for (size_t i = 0; i < nv; i++)
+			if (v[i].loc != EMB_NONE)
+				seg_live_add(s, v[i].loc, rsz, 1);
+		atomic_fetch_add_explicit(&sp->spilled, nv, memory_order_relaxed);
+	}
+	free(v);
+	free(seen);
+	return ret;
+}
+
+/* The heap is full while row slabs hold free slots: empty the row slab with
+ * the fewest versions (they move to the device) and give it back, so that
+ * stubs and the index can grow.  commit_lock held. */
+static int shrink_rows(struct store *s)
+{
+	struct u64vec used = { 0 };
+	struct sslab *sl = slab_pick_victim(s, &used);
+	int ret = sl ? 0 : -ENOSPC;
+	/* group by table: versions of one slab belong to tables of one row size */
+	while (!ret && used.n) {
+		uint32_t t = ver_table((struct emb_version *)S_PTR(s, used.v[0]));
+		size_t k = 0, m = 0;
+		for (size_t i = 0; i < used.n; i++) {
+			uint64_t o = used.v[i];
+			if (ver_table((struct emb_version *)S_PTR(s, o)) == t)
+				used.v[k++] = o;
+			else
+				used.v[used.n - 1 - m++] = o; /* others to the back, kept */
+		}
+		struct stable *st = tab_get(s, t);
+		if (!st) {
+			ret = -EIO;
+			break;
+		}
+		/* the others sit at the back in reverse; bring them forward after */
+		ret = move_listed(s, st, used.v, k);
+		memmove(used.v, used.v + used.n - m, m * sizeof(used.v[0]));
+		used.n = m;
+	}
+	if (!ret)
+		ret = slab_give_back(s, sl);
+	free(used.v);
+	if (!ret)
+		s->sp->start_bytes = s->row_cap - s->row_cap / 16;
+	return ret;
+}
+
+/* Spill until row versions take target bytes (all: everything spillable).
+ * Returns versions moved or -errno.  Takes commit_lock chunk by chunk. */
+static int64_t spill_pass(struct store *s, int all, uint64_t target)
+{
+	struct spill *sp = s->sp;
+	int64_t moved = 0;
+	int ret = 0;
+	uint32_t wraps = 0;
+	pthread_mutex_lock(&s->commit_lock);
+	if (all) { /* one whole sweep */
+		sp->cur_table = 0;
+		sp->cur_di = 0;
+	}
+	uint32_t start_table = sp->cur_table;
+	while (all || row_usage(s) > target) {
+		struct stable *st = tab_get(s, sp->cur_table);
+		size_t n = 0;
+		if (st)
+			ret = spill_chunk(s, st, &sp->cur_di, all, &n);
+		if (ret)
+			break;
+		moved += (int64_t)n;
+		size_t ndir = st && st->segs ? (size_t)1 << st->gd : 0;
+		if (!st || sp->cur_di >= ndir) {
+			sp->cur_di = 0;
+			sp->cur_table = (sp->cur_table + 1) % EMB_NTABLES;
+			if (sp->cur_table == start_table && ++wraps >= (all ? 1u : 2u))
+				break; /* two sweeps: every reference bit had its second chance */
+		}
+		if (n) { /* let commits in between chunks */
+			pthread_mutex_unlock(&s->commit_lock);
+			pthread_mutex_lock(&s->commit_lock);
+		}
+	}
+	pthread_mutex_unlock(&s->commit_lock);
+	return ret ? ret : moved;
+}
+
+static int promote(struct store *s)
+{
+	struct spill *sp = s->sp;
+	struct pq_ent q[PQ_CAP];
+	pthread_mutex_lock(&sp->mu);
+	uint32_t n = sp->pq_n;
+	memcpy(q, sp->pq, n * sizeof(q[0]));
+	sp->pq_n = 0;
+	pthread_mutex_unlock(&sp->mu);
+	int done = 0;
+	pthread_mutex_lock(&s->commit_lock);
+	for (uint32_t i = 0; i < n; i++) {
+		/* only below the mover's start: hot rows come in, the mover
+		 * sends cold ones out */
+		if (row_usage(s) + COW_ROOM / 4 > sp->start_bytes)
+			break;
+		struct stable *st = tab_get(s, q[i].table);
+		if (!st)
+			continue;
+		uint64_t head;
+		struct chain c;
+		if (index_get(s, st, q[i].row, &head) || chain_start(s, st, q[i].row, head, &c))
+			continue;
+		struct emb_version *v = c.v;
+		if (!v || !ver_stub(v) || ver_tomb(v))
+			continue;
+		uint32_t cls;
+		uint64_t off;
+		if (slab_class_for(s, st->t->row_size, &cls) || slab_alloc(s, cls, &off))
+			break;
+		struct emb_version *nv = S_PTR(s, off);
+		if (ver_bytes_locked(s, st, v, nv + 1)) {
+			slab_unreserve(s, off);
+			continue;
+		}
+		nv->row = v->row;
+		nv->batch = v->batch;
+		nv->prev = v->prev;
+		nv->table = v->table & ~EMB_VER_SPILL;
+		ver_seal(nv, st->t->row_size);
+		pm_flush(s, nv, sizeof(*nv) + st->t->row_size);
+		struct rl r = { q[i].row, head, off, 0, 0, 0, -1 };
+		if (relink_apply(s, st, &r, 1)) {
+			slab_unreserve(s, off);
+			continue;
+		}
+		heat_ref(sp, st->id, q[i].row);
+		done++;
+	}
+	pthread_mutex_unlock(&s->commit_lock);
+	atomic_fetch_add(&sp->promoted, (uint64_t)done);
+	return done;
+}
+
+static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
+{
+	struct spill *sp = s->sp;
+	int64_t moved = 0;
+	if (sp->recount) {
+		pthread_mutex_lock(&s->commit_lock);
+		int ret = recount_locked(s);
+		pthread_mutex_unlock(&s->commit_lock);
+		if (ret)
+			return ret;
+	}
+	if ((what & STORE_SPILL_MOVE) || row_usage(s) > sp->start_bytes) {
+		uint64_t target = pass_target(s, need);
+		moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
+		/* the device is full: compact, most stale segment first, for as
+		 * long as each one gives back at least an eighth of a segment */
+		for (uint64_t i = 0; moved == -ENOSPC && i < sp->pm->nsegs; i++) {
+			double ratio;
+			uint64_t k = compact_pick(s, 1, &ratio);
+			if (k == EMB_NONE || ratio > 0.875 || compact_seg(s, k))
+				break;
+			moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
+		}
+		/* a writer waits but nothing could move, or stubs found the heap
+		 * full: give a row slab back to the heap */
+		if ((moved == -ENOSPC || (moved == 0 && (what & STORE_SPILL_MOVE))) && !(what & STORE_SPILL_ALL)) {
+			pthread_mutex_lock(&s->commit_lock);
+			int r = shrink_rows(s);
+			pthread_mutex_unlock(&s->commit_lock);
+			if (r == 0) {
+				atomic_fetch_add(&sp->shrinks, 1);
+				moved = 1;
+			}
+		}
+	}
+	if (what & STORE_SPILL_PROMOTE || !sp->manual)
+		promote(s);
+	double ratio;
+	uint64_t k = compact_pick(s, !!(what & STORE_SPILL_COMPACT), &ratio);
+	if (k != EMB_NONE) {
+		int ret = compact_seg(s, k);
+		if (ret && moved >= 0)
+			moved = ret;
+	}
+	return moved;
+}
+
+/* One round of the mover's work (what: STORE_SPILL_*). */
+static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
+{
+	if (pm_writable(s))
+		return -EROFS; /* a failed pool moves nothing */
+	pthread_mutex_lock(&s->sp->round_lock);
+	int64_t r = mover_round_locked(s, what, need);
+	pthread_mutex_unlock(&s->sp->round_lock);
+	return r;
+}
+
+void *mover_main(void *arg)
+{
+	struct store *s = arg;
+	struct spill *sp = s->sp;
+	pthread_mutex_lock(&sp->mu);
+	while (!sp->stop) {
+		if (!sp->kicked) {
+			struct timespec t;
+			clock_gettime(CLOCK_REALTIME, &t);
+			t.tv_nsec += 100 * 1000000L;
+			if (t.tv_nsec >= 1000000000L) {
+				t.tv_sec++;
+				t.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&sp->cv, &sp->mu, &t);
+		}
+		if (sp->stop)
+			break;
+		int kicked = sp->kicked;
+		uint64_t need = sp->need;
+		sp->kicked = 0;
+		sp->need = 0;
+		sp->busy = 1;
+		pthread_mutex_unlock(&sp->mu);
+		uint64_t before = row_usage(s);
+		int64_t moved = mover_round(s, kicked ? STORE_SPILL_MOVE : 0, need);
+		uint64_t after = row_usage(s);
+		iops_tick(sp);
+		pthread_mutex_lock(&sp->mu);
+		sp->last_freed = moved > 0 || after < before;
+		sp->passes++;
+		sp->busy = 0;
+		pthread_cond_broadcast(&sp->done_cv);
+	}
+	pthread_mutex_unlock(&sp->mu);
+	return NULL;
+}
+
+int spill_wait_room(struct store *s, uint64_t need)
+{
+	struct spill *sp = s->sp;
+	atomic_fetch_add(&sp->waits, 1);
+	if (sp->manual) {
+		int64_t moved = mover_round(s, STORE_SPILL_MOVE, need);
+		if (moved <= 0)
+			atomic_fetch_add(&sp->full, 1);
+		return moved > 0 ? 0 : -ENOSPC;
+	}
+	pthread_mutex_lock(&sp->mu);
+	uint64_t want = sp->passes + (sp->busy ? 2 : 1); /* a whole pass begun after this call */
+	sp->kicked = 1;
+	if (need > sp->need)
+		sp->need = need;
+	pthread_cond_signal(&sp->cv);
+	while (sp->passes < want && !sp->stop)
+		pthread_cond_wait(&sp->done_cv, &sp->mu);
+	int ret = sp->last_freed && !sp->stop ? 0 : -ENOSPC;
+	pthread_mutex_unlock(&sp->mu);
+	if (ret)
+		atomic_fetch_add(&sp->full, 1);
+	return ret;
+}
+
+int store_spill_run(struct store *s, unsigned what)
+{
+	if (!s->sp)
+		return -ENODEV;
+	int64_t r = mover_round(s, what, 0);
+	return r < 0 ? (int)r : (int)(r > INT32_MAX ? INT32_MAX : r);
+}
+
+int store_spill_start(struct store *s)
+{
+	struct spill *sp = s->sp;
+	if (!sp || sp->thr_started)
+		return 0;
+	sp->manual = 0;
+	if (pthread_create(&sp->thr, NULL, mover_main, s) != 0) {
+		sp->manual = 1;
+		return -EAGAIN;
+	}
+	sp->thr_started = 1;
+	return 0;
+}

@@ -1,0 +1,113 @@
+/*
+ * The one read path: rows as a batch sees them (EMB_NONE: the newest
+ * versions), from the pool or, for spilled rows, from the device in one
+ * io_uring submission.  Views (view.c) call it for live and snapshot reads.
+ *
+ * A reader resolves each row under its table's lock (shared), pins the
+ * segments its stubs point into, drops the lock and reads every spilled row of
+ * the request at once (queue depth qd, topped up as reads complete).  A
+ * record whose header does not match its stub was moved meanwhile: the row
+ * is resolved again.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spill.h"
+
+int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
+		  uint64_t b, uint8_t *stored, uint64_t *vbatch)
+{
+	uint32_t rs = st->t->row_size;
+	struct spill *sp = s->sp;
+	struct sreq one, *q = NULL;
+	size_t nq = 0;
+	int ret = 0;
+
+	pthread_rwlock_rdlock(&st->lock);
+	for (size_t i = 0; i < n; i++) {
+		char *dst = buf ? buf + i * rs : NULL;
+		struct emb_version *v;
+		ret = chain_visible(s, st, rows[i], b, &v);
+		if (ret)
+			break; /* damaged: EIO (counted) */
+		if (stored)
+			stored[i] = v != NULL;
+		if (vbatch)
+			vbatch[i] = v ? v->batch : 0;
+		if (!buf)
+			continue; /* a probe: which rows are stored, not their bytes */
+		if (!v) {
+			memset(dst, 0, rs);
+			continue;
+		}
+		if (!ver_stub(v)) {
+			memcpy(dst, v + 1, rs);
+			if (sp && b == EMB_NONE)
+				heat_ref(sp, st->id, rows[i]);
+			continue;
+		}
+		if (!sp) {
+			ret = -EIO; /* cannot happen: a pool with stubs mounts only with its device */
+			break;
+		}
+		if (!q) {
+			q = n == 1 ? &one : malloc(n * sizeof(*q));
+			if (!q) {
+				ret = -ENOMEM;
+				break;
+			}
+		}
+		uint64_t loc = ((struct emb_stub *)v)->loc;
+		q[nq++] = (struct sreq){ .loc = loc, .row = rows[i], .batch = v->batch, .len = rs,
+					 .table = st->id, .dst = dst, .idx = i };
+		pin(sp, loc, 1);
+	}
+	pthread_rwlock_unlock(&st->lock);
+	if (nq && !ret) {
+		device_read(sp, q, nq);
+		atomic_fetch_add_explicit(&sp->reads, nq, memory_order_relaxed);
+	}
+	for (size_t k = 0; k < nq; k++) {
+		pin(sp, q[k].loc, -1);
+		/* a header that does not match: moved (look again) or damaged */
+		for (int tries = 0; !ret && q[k].ret == -ESTALE && tries < 4; tries++) {
+			pthread_rwlock_rdlock(&st->lock);
+			struct emb_version *v;
+			if (chain_visible(s, st, q[k].row, b, &v)) {
+				pthread_rwlock_unlock(&st->lock);
+				q[k].ret = -EIO;
+				break;
+			}
+			if (!v || !ver_stub(v) || ((struct emb_stub *)v)->loc == q[k].loc) {
+				if (!v)
+					memset(q[k].dst, 0, rs);
+				else if (!ver_stub(v))
+					memcpy(q[k].dst, v + 1, rs);
+				q[k].ret = v && ver_stub(v) ? -EIO : 0;
+				if (stored)
+					stored[q[k].idx] = v != NULL;
+				if (vbatch)
+					vbatch[q[k].idx] = v ? v->batch : 0;
+				pthread_rwlock_unlock(&st->lock);
+				if (q[k].ret == -EIO)
+					atomic_fetch_add(&sp->csum_errors, 1);
+				break;
+			}
+			q[k].loc = ((struct emb_stub *)v)->loc;
+			q[k].batch = v->batch;
+			pin(sp, q[k].loc, 1);
+			pthread_rwlock_unlock(&st->lock);
+			device_read(sp, &q[k], 1);
+			pin(sp, q[k].loc, -1);
+		}
+		if (!ret && q[k].ret)
+			ret = q[k].ret == -ESTALE ? -EIO : q[k].ret;
+		if (!q[k].ret && b == EMB_NONE)
+			heat_device_hit(sp, st->id, q[k].row);
+	}
+	if (q != &one)
+		free(q);
+	atomic_fetch_add_explicit(&s->n_rows_read, n, memory_order_relaxed);
+	return ret;
+}
