@@ -117,7 +117,7 @@ int compact_seg(struct store *s, uint64_t k)
 			struct stable *st = tab_get(s, r->table);
 			uint64_t found = st && st->t->row_size == r->len ? stub_at(s, st, r->row, base + p) : 0;
 			if (!found) { /* stale; or damage that looks like a header: step over it slowly */
-				p += rec_csum(r) == r->csum ? rsz : 16;
+				p += srec_csum(r) == r->csum ? rsz : 16;
 				continue;
 			}
 			uint64_t at = place(pos, rsz);

@@ -74,7 +74,7 @@ uint64_t seg_of(const struct emb_spill *pm, uint64_t loc)
 	return loc < EMB_SPILL_HDR ? EMB_NONE : (loc - EMB_SPILL_HDR) / pm->seg_size;
 }
 
-uint32_t rec_csum(const struct emb_srec *r)
+uint32_t srec_csum(const struct emb_srec *r)
 {
 	struct emb_srec h = *r;
 	h.csum = 0;
@@ -138,7 +138,7 @@ static int rec_check(struct spill *sp, const char *p, struct sreq *q)
 	if (r->magic != EMB_SREC_MAGIC || r->len != q->len || r->table != q->table ||
 	    r->row != q->row || r->batch != q->batch)
 		return -ESTALE; /* moved meanwhile, or a damaged header: the caller looks again */
-	if (rec_csum(r) != r->csum) {
+	if (srec_csum(r) != r->csum) {
 		atomic_fetch_add(&sp->csum_errors, 1);
 		return -EIO;
 	}
@@ -357,7 +357,7 @@ void put_rec(char *at, uint32_t table, uint64_t row, uint64_t batch, const void 
 	struct emb_srec *r = (struct emb_srec *)at;
 	*r = (struct emb_srec){ EMB_SREC_MAGIC, len, row, batch, table, 0 };
 	memcpy(r + 1, data, len);
-	r->csum = rec_csum(r);
+	r->csum = srec_csum(r);
 }
 
 /* ---- the mover ------------------------------------------------------- */
@@ -504,130 +504,136 @@ static int dev_size(int fd, const struct stat *st, uint64_t *size)
 	return 0;
 }
 
-int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *err, size_t n)
+/* The device's path: c->path, or embfs-<pool uuid>.spill in it when it is a
+ * directory. */
+static void spill_path(struct store *s, const char *given, char *path, size_t n)
 {
-	struct emb_spill *pm = S_PTR(s, s->sb->spill_off);
-	if (err && n)
-		err[0] = 0;
-	if (!c || !c->path) {
-		if (any_used(pm))
-			return store_err(err, n, -ENODEV,
-				    "this pool keeps row versions on a spill device (%llu bytes); mount it with -o spill=PATH",
-				    (unsigned long long)pm->size);
-		return 0;
-	}
-	char path[256];
-	struct stat sb_;
-	if (stat(c->path, &sb_) == 0 && S_ISDIR(sb_.st_mode)) {
+	struct stat sb;
+	if (stat(given, &sb) == 0 && S_ISDIR(sb.st_mode)) {
 		char u[33];
 		for (int i = 0; i < 16; i++)
 			snprintf(u + 2 * i, 3, "%02x", s->sb->uuid[i]);
-		snprintf(path, sizeof(path), "%s/embfs-%s.spill", c->path, u);
+		snprintf(path, n, "%s/embfs-%s.spill", given, u);
 	} else {
-		snprintf(path, sizeof(path), "%s", c->path);
+		snprintf(path, n, "%s", given);
 	}
-	int exists = stat(path, &sb_) == 0;
-	if (exists && !S_ISREG(sb_.st_mode) && !S_ISBLK(sb_.st_mode))
+}
+
+/* The pool already has a segment table: the device must be the one it was
+ * made with, at its size. */
+static int check_known(struct store *s, const struct store_spill_conf *c, const char *path,
+		       const struct emb_spill_disk *d, int is_spill, uint64_t size, char *err, size_t n)
+{
+	const struct emb_spill *pm = S_PTR(s, s->sb->spill_off);
+	if (!is_spill || memcmp(d->uuid, pm->uuid, 16) || memcmp(d->pool_uuid, s->sb->uuid, 16))
+		return store_err(err, n, -EINVAL, "%s is not this pool's spill device (%s)", path,
+				 is_spill ? "it belongs to another pool or spill" : "no embfs spill header");
+	if (size < pm->size || d->size != pm->size)
+		return store_err(err, n, -EIO, "%s: spill device is %llu bytes, made with %llu", path,
+				 (unsigned long long)size, (unsigned long long)pm->size);
+	if (c->size && c->size != pm->size)
+		return store_err(err, n, -EINVAL, "spill_size cannot change: %s was made with %llu bytes", path,
+				 (unsigned long long)pm->size);
+	return 0;
+}
+
+/* A device for a pool that has none: refuse another pool's or foreign data,
+ * reserve the size (files), format it. */
+static int make_new(struct store *s, const struct store_spill_conf *c, const char *path, int fd, int existed,
+		    const struct stat *sb, const struct emb_spill_disk *d, ssize_t got, uint64_t size, char *err,
+		    size_t n)
+{
+	int is_spill = got == EMB_SPILL_HDR && memcmp(d->magic, EMB_SPILL_MAGIC, 8) == 0;
+	if (is_spill && memcmp(d->pool_uuid, s->sb->uuid, 16))
+		return store_err(err, n, -EINVAL, "%s is another pool's spill device", path);
+	for (ssize_t i = 0; !is_spill && i < got; i++)
+		if (((const char *)d)[i])
+			return store_err(err, n, -EINVAL,
+					 "%s holds data that is not an embfs spill device; give a new file or a directory",
+					 path);
+	uint64_t want = c->size ? c->size : size;
+	if (S_ISBLK(sb->st_mode) && want > size)
+		return store_err(err, n, -EINVAL, "%s: spill_size is larger than the device", path);
+	int ret = 0;
+	if (S_ISREG(sb->st_mode) && size < want && (ret = -posix_fallocate(fd, 0, (off_t)want))) {
+		store_err(err, n, ret, "%s: cannot reserve %llu bytes: %s", path, (unsigned long long)want,
+			  strerror(-ret));
+		if (!existed)
+			unlink(path);
+		return ret;
+	}
+	return format(s, fd, want, path, err, n);
+}
+
+/* Open the device at path and make sure it is this pool's (or make it so).
+ * *fd: the descriptor opened (close it). */
+static int dev_open(struct store *s, const struct store_spill_conf *c, const char *path, int *fd, char *err,
+		    size_t n)
+{
+	struct stat sb;
+	const struct emb_spill *pm = S_PTR(s, s->sb->spill_off);
+	int exists = stat(path, &sb) == 0;
+	if (exists && !S_ISREG(sb.st_mode) && !S_ISBLK(sb.st_mode))
 		return store_err(err, n, -EINVAL, "%s: not a regular file, directory or block device", path);
 	if (pm && !exists)
 		return store_err(err, n, -ENOENT,
-			    "spill device %s is missing: this pool keeps row versions there (made with %llu bytes)",
-			    path, (unsigned long long)pm->size);
+				 "spill device %s is missing: this pool keeps row versions there (made with %llu bytes)",
+				 path, (unsigned long long)pm->size);
 	if (!pm && !exists && !c->size)
 		return store_err(err, n, -EINVAL, "%s does not exist: give -o spill_size=SIZE to create it", path);
-	int fd = open(path, O_RDWR | (exists ? 0 : O_CREAT | O_EXCL), 0600);
-	if (fd < 0)
+	*fd = open(path, O_RDWR | (exists ? 0 : O_CREAT | O_EXCL), 0600);
+	if (*fd < 0)
 		return store_err(err, n, -errno, "%s: %s", path, strerror(errno));
-	int ret = 0;
-	uint64_t size = 0;
 	struct emb_spill_disk *d = NULL;
-	if (posix_memalign((void **)&d, BLK, EMB_SPILL_HDR)) {
-		close(fd);
+	if (posix_memalign((void **)&d, BLK, EMB_SPILL_HDR))
 		return -ENOMEM;
-	}
 	memset(d, 0, EMB_SPILL_HDR);
-	fstat(fd, &sb_);
-	if ((ret = dev_size(fd, &sb_, &size))) {
-		store_err(err, n, ret, "%s: %s", path, strerror(-ret));
-		goto out;
+	uint64_t size = 0;
+	fstat(*fd, &sb);
+	int ret = dev_size(*fd, &sb, &size);
+	if (ret) {
+		free(d);
+		return store_err(err, n, ret, "%s: %s", path, strerror(-ret));
 	}
-	ssize_t got = size >= EMB_SPILL_HDR ? pread(fd, d, EMB_SPILL_HDR, 0) : 0;
+	ssize_t got = size >= EMB_SPILL_HDR ? pread(*fd, d, EMB_SPILL_HDR, 0) : 0;
 	int is_spill = got == EMB_SPILL_HDR && memcmp(d->magic, EMB_SPILL_MAGIC, 8) == 0;
-	if (is_spill && disk_csum(d) != d->csum) {
+	if (is_spill && disk_csum(d) != d->csum)
 		ret = store_err(err, n, -EIO, "%s: spill header is damaged (checksum mismatch)", path);
-		goto out;
-	}
-	if (pm) {
-		if (!is_spill || memcmp(d->uuid, pm->uuid, 16) || memcmp(d->pool_uuid, s->sb->uuid, 16)) {
-			ret = store_err(err, n, -EINVAL, "%s is not this pool's spill device (%s)", path,
-				   is_spill ? "it belongs to another pool or spill" : "no embfs spill header");
-			goto out;
-		}
-		if (size < pm->size || d->size != pm->size) {
-			ret = store_err(err, n, -EIO, "%s: spill device is %llu bytes, made with %llu", path,
-				   (unsigned long long)size, (unsigned long long)pm->size);
-			goto out;
-		}
-		if (c->size && c->size != pm->size) {
-			ret = store_err(err, n, -EINVAL, "spill_size cannot change: %s was made with %llu bytes", path,
-				   (unsigned long long)pm->size);
-			goto out;
-		}
-	} else {
-		if (is_spill && memcmp(d->pool_uuid, s->sb->uuid, 16)) {
-			ret = store_err(err, n, -EINVAL, "%s is another pool's spill device", path);
-			goto out;
-		}
-		if (!is_spill && got > 0) {
-			for (ssize_t i = 0; i < got; i++)
-				if (((char *)d)[i]) {
-					ret = store_err(err, n, -EINVAL,
-						   "%s holds data that is not an embfs spill device; give a new file or a directory",
-						   path);
-					goto out;
-				}
-		}
-		uint64_t want = c->size ? c->size : size;
-		if (S_ISBLK(sb_.st_mode) && want > size) {
-			ret = store_err(err, n, -EINVAL, "%s: spill_size is larger than the device", path);
-			goto out;
-		}
-		if (S_ISREG(sb_.st_mode) && size < want && (ret = -posix_fallocate(fd, 0, (off_t)want))) {
-			store_err(err, n, ret, "%s: cannot reserve %llu bytes: %s", path, (unsigned long long)want,
-			     strerror(-ret));
-			if (!exists)
-				unlink(path);
-			goto out;
-		}
-		ret = format(s, fd, want, path, err, n);
-		if (ret)
-			goto out;
-		pm = S_PTR(s, s->sb->spill_off);
-	}
+	else if (pm)
+		ret = check_known(s, c, path, d, is_spill, size, err, n);
+	else
+		ret = make_new(s, c, path, *fd, exists, &sb, d, got, size, err, n);
+	free(d);
+	return ret;
+}
+
+/* The DRAM state of an attached device: buffers, rings, the open segment,
+ * the watermarks (percent of the pool's heap). */
+static int spill_new(struct store *s, const struct store_spill_conf *c, const char *path, int fd,
+		     struct spill **out, char *err, size_t n)
+{
+	struct emb_spill *pm = S_PTR(s, s->sb->spill_off);
+	uint32_t high = c->high ? c->high : 30, low = c->low ? c->low : 25;
+	uint64_t cap = pool_heap_capacity(s);
+	if (high > 95 || low >= high)
+		return store_err(err, n, -EINVAL, "spill_high must be at most 95 and above spill_low (%u, %u)", high, low);
+	if (cap / 100 * high < 4 * COW_ROOM)
+		return store_err(err, n, -EINVAL,
+				 "pool too small for a spill tier: row versions may take %llu MiB of it (spill_high=%u), at least %llu MiB are needed",
+				 (unsigned long long)((cap / 100 * high) >> 20), high,
+				 (unsigned long long)((4 * COW_ROOM) >> 20));
+	struct spill *sp = calloc(1, sizeof(*sp));
+	if (!sp)
+		return -ENOMEM;
 	/* reads and writes bypass the page cache where the file system allows */
 	int dfd = open(path, O_RDWR | O_DIRECT);
-	struct spill *sp = calloc(1, sizeof(*sp));
-	if (!sp) {
-		if (dfd >= 0)
-			close(dfd);
-		ret = -ENOMEM;
-		goto out;
-	}
 	sp->direct = dfd >= 0;
 	sp->fd = dfd >= 0 ? dfd : dup(fd);
 	snprintf(sp->path, sizeof(sp->path), "%s", path);
 	sp->pm = pm;
-	sp->qd = c->qd ? c->qd : 32;
-	if (sp->qd > 4096)
-		sp->qd = 4096;
-	uint32_t high = c->high ? c->high : 30, low = c->low ? c->low : 25;
-	if (high > 95 || low >= high) {
-		free(sp);
-		ret = store_err(err, n, -EINVAL, "spill_high must be at most 95 and above spill_low (%u, %u)", high, low);
-		goto out;
-	}
-	uint64_t cap = pool_heap_capacity(s);
+	sp->qd = c->qd ? (c->qd > 4096 ? 4096 : c->qd) : 32;
 	sp->low_bytes = cap / 100 * low;
+	sp->high_bytes = cap / 100 * high;
 	sp->compact_bps = (uint64_t)(c->compact_mbps ? c->compact_mbps : 64) * 1000000ull;
 	sp->manual = c->manual;
 	sp->open_seg = -1;
@@ -638,10 +644,6 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 		sp->wbuf = NULL;
 	if (posix_memalign((void **)&sp->rbuf, BLK, pm->seg_size))
 		sp->rbuf = NULL;
-	if (!sp->pins || !sp->heat || !sp->wbuf || !sp->rbuf) {
-		ret = -ENOMEM;
-		goto free_sp;
-	}
 	for (uint32_t i = 0; i < NRINGS; i++) {
 		pthread_mutex_init(&sp->rings[i].lock, NULL);
 		sp->rings[i].ok = io_uring_queue_init(sp->qd, &sp->rings[i].ring, 0) == 0;
@@ -650,6 +652,10 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 	pthread_mutex_init(&sp->round_lock, NULL);
 	pthread_cond_init(&sp->cv, NULL);
 	pthread_cond_init(&sp->done_cv, NULL);
+	if (sp->fd < 0 || !sp->pins || !sp->heat || !sp->wbuf || !sp->rbuf) {
+		spill_free(sp);
+		return -ENOMEM;
+	}
 	/* appends continue in the newest open segment */
 	uint64_t best_seq = 0;
 	for (uint64_t k = 0; k < pm->nsegs; k++)
@@ -657,41 +663,44 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 			best_seq = pm->seg[k].seq;
 			sp->open_seg = (int64_t)k;
 		}
-	if ((ret = slab_load_all(s)))
-		goto free_sp;
-	if (cap / 100 * high < 4 * COW_ROOM) {
-		ret = store_err(err, n, -EINVAL,
-			   "pool too small for a spill tier: row versions may take %llu MiB of it (spill_high=%u), at least %llu MiB are needed",
-			   (unsigned long long)((cap / 100 * high) >> 20), high, (unsigned long long)((4 * COW_ROOM) >> 20));
-		goto free_sp;
+	*out = sp;
+	return 0;
+}
+
+int device_attach(struct store *s, const struct store_spill_conf *c, char *err, size_t n)
+{
+	struct emb_spill *pm = S_PTR(s, s->sb->spill_off);
+	if (err && n)
+		err[0] = 0;
+	if (!c || !c->path) {
+		if (any_used(pm))
+			return store_err(err, n, -ENODEV,
+					 "this pool keeps row versions on a spill device (%llu bytes); mount it with -o spill=PATH",
+					 (unsigned long long)pm->size);
+		return 0;
+	}
+	char path[256];
+	int fd = -1;
+	struct spill *sp = NULL;
+	spill_path(s, c->path, path, sizeof(path));
+	int ret = dev_open(s, c, path, &fd, err, n);
+	if (!ret)
+		ret = spill_new(s, c, path, fd, &sp, err, n);
+	if (!ret && (ret = slab_load_all(s)))
+		spill_free(sp);
+	if (fd >= 0)
+		close(fd);
+	if (ret) {
+		if (err && n && !err[0])
+			store_err(err, n, ret, "%s: %s", path, strerror(-ret));
+		return ret;
 	}
 	pthread_mutex_lock(&s->space_lock);
-	s->row_cap = cap / 100 * high;
+	s->row_cap = sp->high_bytes;
 	pthread_mutex_unlock(&s->space_lock);
 	sp->start_bytes = s->row_cap - s->row_cap / 16;
 	s->sp = sp;
-	if (sp->manual && sp->recount) {
-		pthread_mutex_lock(&s->commit_lock);
-		recount_locked(s);
-		pthread_mutex_unlock(&s->commit_lock);
-	}
-	if (!sp->manual) {
-		if (pthread_create(&sp->thr, NULL, mover_main, s) == 0)
-			sp->thr_started = 1;
-	}
-	free(d);
-	close(fd);
 	return 0;
-free_sp:
-	spill_free(sp);
-	if (!ret)
-		ret = -ENOMEM;
-	if (err && n && !err[0])
-		store_err(err, n, ret, "%s: %s", path, strerror(-ret));
-out:
-	free(d);
-	close(fd);
-	return ret;
 }
 
 void spill_detach(struct store *s)

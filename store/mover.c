@@ -519,3 +519,21 @@ int store_spill_start(struct store *s)
 	sp->thr_started = 1;
 	return 0;
 }
+
+int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *err, size_t n)
+{
+	int ret = device_attach(s, c, err, n);
+	struct spill *sp = s->sp;
+	if (ret || !sp)
+		return ret;
+	if (sp->manual && sp->recount) { /* tests run the mover by hand: counts exact at once */
+		pthread_mutex_lock(&s->commit_lock);
+		ret = recount_locked(s);
+		pthread_mutex_unlock(&s->commit_lock);
+		if (ret)
+			return ret;
+	}
+	if (!sp->manual && pthread_create(&sp->thr, NULL, mover_main, s) == 0)
+		sp->thr_started = 1;
+	return 0;
+}

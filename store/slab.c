@@ -649,3 +649,12 @@ void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes
 	}
 	pthread_mutex_unlock(&s->space_lock);
 }
+
+/* libpmemobj's own metadata: ~3 MiB of lanes, chunk headers (1/32768 of
+ * the heap) and the chunks its small-object runs hold back; measured as about
+ * 10 MiB on a fresh pool, most of it independent of the size. */
+uint64_t pool_heap_capacity(const struct store *s)
+{
+	uint64_t meta = (10ull << 20) + s->map_len / 4096;
+	return s->map_len > meta ? s->map_len - meta : 0;
+}

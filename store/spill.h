@@ -46,7 +46,7 @@ struct spill {
 	char path[256];
 	struct emb_spill *pm;     /* segment table, in the pool */
 	uint32_t qd;
-	uint64_t low_bytes, start_bytes;
+	uint64_t low_bytes, high_bytes, start_bytes;
 	uint64_t compact_bps;
 	int manual;
 	struct ring rings[NRINGS];
@@ -116,10 +116,15 @@ struct rl {
  * chains, journaled (EMB_J_RELINK).  commit_lock held. */
 int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t n);
 
+/* device.c: attach the device c names (check or format it) and set up the
+ * tier's state; no thread, no recount (mover.c's store_spill_attach). */
+int device_attach(struct store *s, const struct store_spill_conf *c, char *err, size_t n);
+void spill_free(struct spill *sp);
+
 /* device.c */
 uint64_t seg_base(const struct spill *sp, uint64_t k);
 uint64_t seg_of(const struct emb_spill *pm, uint64_t loc);
-uint32_t rec_csum(const struct emb_srec *r);
+uint32_t srec_csum(const struct emb_srec *r);
 void seg_live_add(struct store *s, uint64_t loc, uint32_t rsz, int sign);
 /* Read q[0..n) in one io_uring submission, topped up to qd in flight. */
 void device_read(struct spill *sp, struct sreq *q, size_t n);

@@ -23,3 +23,8 @@ uint64_t now_ns(void)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+void csum_error(struct store *s)
+{
+	atomic_fetch_add_explicit(&s->n_csum_errors, 1, memory_order_relaxed);
+}

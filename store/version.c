@@ -55,11 +55,6 @@ void ver_poison(struct store *s, uint64_t off)
 	pm_flush(s, &v->row, 8);
 }
 
-void csum_error(struct store *s)
-{
-	atomic_fetch_add_explicit(&s->n_csum_errors, 1, memory_order_relaxed);
-}
-
 struct emb_version *ver_get(struct store *s, uint64_t off, uint32_t id, uint64_t row, uint32_t rs)
 {
 	if (pool_range_ok(s, off, sizeof(struct emb_version), 8)) {
