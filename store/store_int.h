@@ -285,11 +285,6 @@ void ver_free(struct store *s, uint64_t off);
  * device, all in one submission. */
 int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
 		  uint64_t b, uint8_t *stored, uint64_t *vbatch);
-static inline int rows_read_at(struct store *s, struct stable *st, const uint64_t *rows, size_t n,
-			       char *buf, uint64_t b, uint8_t *stored)
-{
-	return rows_read_ver(s, st, rows, n, buf, b, stored, NULL);
-}
 /* The bytes of version v (a stub's from the spill device) into buf.
  * commit_lock held. */
 int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
