@@ -1,5 +1,32 @@
 /*
- * Private to store/: the open-pool state shared by its files.
+ * Private to store/: the open-pool state shared by its files, and each
+ * file's functions that others call.  Files call down only, in this order
+ * from the top (a file calls files below it):
+ *
+ *   pool.c      mkfs, check (in a child process), open and recovery, close, stats
+ *   fsck.c      the deep check (tests, repair)
+ *   seek.c      SEEK_DATA/SEEK_HOLE over a view
+ *   table.c     truncate, geometry, release, their recovery
+ *   view.c      read views: live tables and snapshots, one path
+ *   commit.c    group commit of row updates
+ *   snap.c      snapshot records
+ *   mover.c     the spill mover (spilling, promotion, its thread)
+ *   compact.c   compaction of the spill device, recount
+ *   reclaim.c   freeing what no snapshot needs
+ *   read.c      the one read path (pool and device)
+ *   version.c   row versions: checksums, validated chains, relinks
+ *   device.c    the spill device: segments, records, I/O
+ *   catalog.c   tables: names, slots, attributes
+ *   index.c     the row index
+ *   slab.c      row-version slots
+ *   resv.c      the index-room reserve
+ *   journal.c   the intent journal
+ *   heat.c      reference bits, promotion queue (spill)
+ *   meta.c      metadata checksums
+ *   dirs.c      directory times
+ *   snapset.c   the live snapshot set
+ *   pm.c        persistence, the pool's failure
+ *   util.c      errors, clock
  *
  * Lock order (take them in this order, release in any; never call up into a
  * lock taken earlier in the list while holding a later one):
@@ -70,56 +97,69 @@ struct stable {
 	struct stable *name_next; /* name hash chain; protected by cat_lock */
 };
 
+/*
+ * The open pool.  Fields are grouped by the file that owns them (writes
+ * them); each group names its lock.  Anonymous structs: fields are reached
+ * as s->field.
+ */
 struct store {
-	PMEMobjpool *pop;
-	char *base;
-	uint64_t map_len;
-	int is_pmem;
-	int recovered;
-	struct emb_super *sb;
-	struct emb_journal *jr;
-
-	pthread_rwlock_t cat_lock;   /* catalog and the name hash */
-	pthread_mutex_t commit_lock; /* journal, index structure, PMem slab bitmaps */
-	pthread_mutex_t space_lock;  /* DRAM slab state and promises (slab.c) */
-	/* held around every transaction that changes a checksummed structure
-	 * (superblock dynamic part, catalog entry, snapshot record, index
-	 * reserve): their checksums are recomputed in it.  Innermost: nothing
-	 * else is taken while it is held. */
-	pthread_mutex_t meta_lock;
-	struct stable **tab;         /* by catalog slot; protected by cat_lock */
-	struct stable **names;       /* name hash buckets; protected by cat_lock */
-	size_t nnames;
-
-	struct sclass cls[EMB_MAX_CLASSES]; /* protected by space_lock */
-	struct sslab **by_addr;      /* all loaded slabs sorted by start; protected by space_lock */
-	size_t nby_addr, cap_by_addr;
-
-	struct emb_snaps *snaps;
-	pthread_rwlock_t snap_lock;  /* the live snapshot set below; commits hold it shared */
-	uint64_t live_batch[EMB_MAX_SNAPS]; /* batches of live (not dropping) snapshots, sorted */
-	uint32_t live_idx[EMB_MAX_SNAPS];   /* their record index, same order */
-	uint32_t n_live;
-
-	_Atomic uint64_t n_commits, n_barriers, n_rows_written, n_rows_read;
-	_Atomic uint64_t n_csum_errors; /* damage found (ver.c, index.c) */
-	int no_verify;               /* EMBFS_VERIFY=0: reads skip the bytes' digest (bench only) */
-	_Atomic int failed;          /* an msync failed: errno; the pool is read-only (pm.c) */
-	uint64_t msync_seen;         /* the process's msync failures when the pool was opened */
-	char fail_why[160];          /* why, set once with failed */
-
-	struct spill *sp;            /* spill tier, NULL when none is attached (spill.c) */
-	uint64_t row_cap;            /* with a spill tier: slab bytes row versions may take; protected by space_lock */
-	uint64_t row_cap_hits;       /* slab growths refused by row_cap; protected by space_lock */
-
-	/* libpmemobj allocation classes of index objects (pool.c): runs of one
-	 * chunk, so a chunk the index-room reserve gives back serves them */
-	uint64_t xa_seg;             /* POBJ_CLASS_ID flag of index segments */
-	uint64_t xa_dir[EMB_MAX_DEPTH + 1]; /* ... of a directory of depth d (0: default class) */
-	_Atomic uint64_t idx_segs;   /* index segments of every table (the reserve's size, slab.c) */
-	_Atomic uint64_t idx_dir_bytes; /* bytes of their directories */
+	struct { /* pool.c: set at open, read-only afterwards (recovered: at open only) */
+		PMEMobjpool *pop;
+		char *base;
+		uint64_t map_len;
+		int is_pmem;
+		int recovered;           /* mount found an unclean shutdown */
+		int no_verify;           /* EMBFS_VERIFY=0: reads skip the bytes' digest (bench only) */
+		struct emb_super *sb;
+		struct emb_journal *jr;
+		/* libpmemobj allocation classes of index objects: runs of one
+		 * chunk, so a chunk the index-room reserve gives back serves them */
+		uint64_t xa_seg;         /* POBJ_CLASS_ID flag of index segments */
+		uint64_t xa_dir[EMB_MAX_DEPTH + 1]; /* ... of a directory of depth d (0: default class) */
+	};
+	struct { /* the locks (order: top of this file) */
+		pthread_mutex_t commit_lock; /* journal, index structure, PMem slab bitmaps, spill segment table */
+		pthread_rwlock_t cat_lock;   /* catalog and the name hash */
+		pthread_mutex_t space_lock;  /* DRAM slab state, promises, the index-room reserve */
+		/* held around every transaction that changes a checksummed
+		 * structure (superblock dynamic part, catalog entry, snapshot
+		 * record, index reserve): their checksums are recomputed in it */
+		pthread_mutex_t meta_lock;
+	};
+	struct { /* catalog.c: protected by cat_lock */
+		struct stable **tab;     /* by catalog slot (read lock-free with tab_get) */
+		struct stable **names;   /* name hash buckets */
+		size_t nnames;
+	};
+	struct { /* slab.c: protected by space_lock */
+		struct sclass cls[EMB_MAX_CLASSES];
+		struct sslab **by_addr;  /* all loaded slabs sorted by start */
+		size_t nby_addr, cap_by_addr;
+		uint64_t row_cap;        /* with a spill tier: slab bytes row versions may take (device.c sets it) */
+		uint64_t row_cap_hits;   /* slab growths refused by row_cap */
+	};
+	struct { /* index.c: atomic; the reserve's size (resv.c) follows them */
+		_Atomic uint64_t idx_segs;      /* index segments of every table */
+		_Atomic uint64_t idx_dir_bytes; /* bytes of their directories */
+	};
+	struct { /* snap.c (records) and snapset.c (the live set): protected by snap_lock */
+		struct emb_snaps *snaps;
+		pthread_rwlock_t snap_lock;     /* commits hold it shared */
+		uint64_t live_batch[EMB_MAX_SNAPS]; /* batches of live (not dropping) snapshots, sorted */
+		uint32_t live_idx[EMB_MAX_SNAPS];   /* their record index, same order */
+		uint32_t n_live;
+	};
+	struct { /* counters, atomic: commit.c, pm.c, read.c, util.c */
+		_Atomic uint64_t n_commits, n_barriers, n_rows_written, n_rows_read;
+		_Atomic uint64_t n_csum_errors;  /* damage found (version.c, index.c) */
+	};
+	struct { /* pm.c: the pool's failure (an msync failed) */
+		_Atomic int failed;      /* errno; the pool is read-only from then on */
+		uint64_t msync_seen;     /* the process's msync failures when the pool was opened */
+		char fail_why[160];      /* why, set once with failed */
+	};
+	struct spill *sp;                /* spill tier (spill.h), NULL when none is attached (device.c) */
 };
-
 static inline void *S_PTR(const struct store *s, uint64_t off)
 {
 	return off ? s->base + off : NULL;
@@ -158,22 +198,12 @@ static inline void max64(uint64_t *p, uint64_t v)
 		;
 }
 
+/* ---- util.c ---------------------------------------------------------- */
 uint64_t now_ns(void);
-/* pool.c: inside a transaction (meta_lock held), after the superblock's
- * dynamic fields changed: their checksum follows. */
-void super_seal_tx(struct store *s);
-/* meta.c: checksums of the superblock (static part, dynamic part) and of
- * catalog entries, and the superblock's mount-time check. */
-uint64_t super_csum(const struct emb_super *sb);
-uint64_t super_dyn_csum(const struct emb_super *sb);
-int super_validate(struct store *s, char *err, size_t n);
-uint64_t catalog_entry_csum(const struct emb_table *t);
-/* Every structure reached from the superblock is sound (mount, before
- * recovery): 0, or -EIO with a one-line reason in err.  Reads only
- * s->base, map_len, sb and jr. */
-int store_validate(struct store *s, char *err, size_t n);
 /* Put a one-line reason in err (if err and n) and return code. */
 int store_err(char *err, size_t n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Count one piece of damage found (pool.checksum_errors). */
+void csum_error(struct store *s);
 
 /* A growable array of uint64_t (row ids, offsets): zero-initialise, push,
  * free(v). */
@@ -222,10 +252,11 @@ static inline size_t u64_lower_bound(const uint64_t *v, size_t n, uint64_t x)
 	return lo;
 }
 
-/* pm.c: persistence.  flush records a range; barrier makes every flushed
- * range (on PMem) or every store to the mapping (otherwise) durable.
- * Barrier and persist return 0, or -EIO once the pool file has failed a
- * write-back (see pm.c): callers stop and pass it up. */
+/* ---- pm.c: persistence and the pool's failure -------------------------
+ * flush records a range; barrier makes every flushed range (on PMem) or every
+ * store to the mapping (otherwise) durable.  Barrier and persist return 0,
+ * or -EIO once the pool file has failed a write-back: callers stop and pass
+ * it up. */
 void pm_flush(struct store *s, const void *addr, size_t len);
 int pm_barrier(struct store *s) __attribute__((warn_unused_result));
 int pm_persist(struct store *s, const void *addr, size_t len) __attribute__((warn_unused_result));
@@ -237,14 +268,52 @@ int pm_failed(struct store *s);
 int pm_writable(struct store *s);
 /* After a transaction that returned ret: ret, or -EIO if a persist inside it failed. */
 int pm_tx_end(struct store *s, int ret);
+/* libpmemobj's errno after a failed transaction, as -errno (ENOMEM: -ENOSPC). */
 int pm_tx_errno(void);
 
-/* slab.c */
+/* ---- meta.c: checksums of metadata transactions change -----------------
+ * The *_seal_tx functions run inside a transaction (meta_lock held), after
+ * covered fields changed. */
+uint64_t super_csum(const struct emb_super *sb);
+uint64_t super_dyn_csum(const struct emb_super *sb);
+void super_seal_tx(struct store *s);
+/* The superblock's dynamic part and its offsets are sound (mount). */
+int super_validate(struct store *s, char *err, size_t n);
+uint64_t catalog_entry_csum(const struct emb_table *t);
+void catalog_seal_tx(struct emb_table *t);
+
+/* ---- journal.c: the intent journal (commit_lock held) ------------------ */
+uint64_t journal_csum(const struct emb_journal *j, uint64_t count);
+/* Sealed: records there, checksum matching (a replay is due). */
+int journal_valid(const struct emb_journal *j);
+int journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint)
+	__attribute__((warn_unused_result));
+int journal_clear(struct store *s) __attribute__((warn_unused_result));
+/* The journal is sound: magic, empty after a clean unmount, sealed records
+ * naming versions inside the pool (mount). */
+int journal_check(struct store *s, char *err, size_t n);
+
+/* ---- resv.c: the index-room reserve (takes or holds space_lock) -------- */
+/* Run fn(arg) (an index allocation); while it fails with -ENOSPC, give one
+ * block of the reserve back to the heap and run it again (takes space_lock). */
+int resv_run(struct store *s, int (*fn)(void *), void *arg);
+/* r->csum follows r->n and its blocks (a new pool's reserve). */
+void resv_seal(struct emb_resv *r);
+/* Hold back what `rows` promised rows may need (grow only), or give back
+ * what `rows` no longer need (with hysteresis).  space_lock held. */
+int resv_hold(struct store *s, uint64_t rows);
+void resv_trim(struct store *s, uint64_t rows);
+/* The reserve's checksum and blocks are sound (mount). */
+int resv_check(struct store *s, char *err, size_t n);
+
+/* ---- slab.c: row-version slots (takes space_lock) ----------------------- */
 int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls);
+int slab_class_stub(struct store *s, uint32_t *cls);
 int slab_alloc(struct store *s, uint32_t cls, uint64_t *off);
 void slab_unreserve(struct store *s, uint64_t off);
-void slab_mark(struct store *s, uint64_t off);   /* PMem bit on, flushed */
-int slab_free(struct store *s, uint64_t off);    /* PMem and DRAM bit off, flushed; 1 if off is a slot */
+/* PMem bit on / off, flushed (commit_lock held); free returns 1 if off is a slot. */
+void slab_mark(struct store *s, uint64_t off);
+int slab_free(struct store *s, uint64_t off);
 void slab_release_all(struct store *s);
 int slab_load_all(struct store *s);
 /* Rows one commit may cover in class cls: its copy-on-write slots come out of
@@ -256,54 +325,20 @@ size_t slab_commit_rows(struct store *s, uint32_t cls);
 int slab_ensure(struct store *s, uint32_t cls, uint64_t need, int promised);
 /* n > 0: promise n slots of row_size's class (see slab.c); n < 0: release. */
 int slab_promise(struct store *s, uint32_t row_size, int64_t n);
-/* resv.c: the index-room reserve.  Run fn(arg) (an index allocation); while
- * it fails with -ENOSPC, give one block of the reserve back to the heap and
- * run it again (takes space_lock). */
-int resv_run(struct store *s, int (*fn)(void *), void *arg);
-/* r->csum follows r->n and its blocks (a new pool's reserve). */
-void resv_seal(struct emb_resv *r);
-/* Hold back what `rows` promised rows may need (grow only), or give back
- * what `rows` no longer need (with hysteresis).  space_lock held. */
-int resv_hold(struct store *s, uint64_t rows);
-void resv_trim(struct store *s, uint64_t rows);
-/* The reserve's checksum and blocks are sound (mount). */
-int resv_check(struct store *s, char *err, size_t n);
 /* Slab classes, slab headers and the index reserve are sound (mount). */
 int slab_check(struct store *s, char *err, size_t n);
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
-int slab_class_stub(struct store *s, uint32_t *cls);
+void slab_row_usage(struct store *s, uint64_t *used, uint64_t *slab_bytes, uint64_t *versions);
+/* The emptiest row slab whose slots the class can do without (its used
+ * slot offsets into *used), and giving it back.  commit_lock held. */
 struct sslab *slab_pick_victim(struct store *s, struct u64vec *used);
 int slab_give_back(struct store *s, struct sslab *sl);
-void slab_row_usage(struct store *s, uint64_t *used, uint64_t *slab_bytes, uint64_t *versions);
-
-/* spill.c */
-/* Free a version's slot; a stub's record on the spill device turns stale. */
-void ver_free(struct store *s, uint64_t off);
-/* Read rows as snapshot batch b sees them (EMB_NONE: the live view) into
- * buf; stored[i] = 1 if row i is stored, vbatch[i] = the batch of the version
- * read (0 for a hole) (either may be NULL).  Stubs are read from the spill
- * device, all in one submission. */
-int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
-		  uint64_t b, uint8_t *stored, uint64_t *vbatch);
-/* The bytes of version v (a stub's from the spill device) into buf.
- * commit_lock held. */
-int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
-int relink_replay(struct store *s, struct emb_journal *j);
-/* Bytes a record of a row of len bytes takes on the spill device. */
-uint32_t spill_rec_size(uint32_t len);
-/* Read back the records of these stubs of st: how many fail.  commit_lock held. */
-int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n);
-void spill_detach(struct store *s);
-/* The spill segment table, if any, is sound (mount). */
-int spill_table_check(struct store *s, char *err, size_t n);
-#define SPILL_MAX_WAITS 8
-/* A write found no room for `need` bytes of slots: let the mover free some.
- * 0 = try again. */
-int spill_wait_room(struct store *s, uint64_t need);
-void spill_note_write(struct store *s, uint32_t table, uint64_t row);
+/* Bytes of heap embfs objects can take (the pool less libpmemobj's own). */
 uint64_t pool_heap_capacity(const struct store *s);
 
-/* index.c */
+/* ---- index.c: the row index ---------------------------------------------
+ * Readers hold st->lock shared; changes run under commit_lock, and those
+ * that move memory readers see also hold st->lock exclusive. */
 struct ipos {
 	struct emb_bucket *b;
 	int slot;
@@ -326,12 +361,15 @@ struct claims *claims_new(size_t n);
 void claims_free(struct claims *c);
 void claims_reset(struct claims *c);
 /* Find a free slot for key (not present).  Returns 0, -EAGAIN if a split
- * happened (positions and claims are stale: start over), or -errno. */
+ * happened (positions and claims are stale: start over), or -errno.  Takes
+ * st->lock exclusive to split. */
 int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t key,
 		struct ipos *pos);
+/* Takes st->lock exclusive for the home bucket's overflow count. */
 void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key, uint64_t hash_key_for_tag,
 		uint64_t val);
 uint64_t index_hash(const struct store *s, uint64_t key);
+/* st->lock exclusive held. */
 void index_publish(struct store *s, const struct ipos *pos);
 void index_set_val(struct store *s, const struct ipos *pos, uint64_t val);
 void index_unpublish(struct store *s, const struct ipos *pos);
@@ -345,54 +383,19 @@ void index_reseal(struct store *s, struct stable *st, uint64_t key);
 int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, uint64_t), void *arg);
 int index_destroy(struct store *s, struct stable *st);
 
-static inline int ver_tomb(const struct emb_version *v)
-{
-	return (v->table & EMB_VER_TOMB) != 0;
-}
+/* ---- catalog.c: tables (takes cat_lock) --------------------------------- */
+struct stable *tab_get(struct store *s, uint32_t id);
+int catalog_load(struct store *s);
+void catalog_unload(struct store *s);
+/* Every catalog entry (free ones too) and each table's index directory is
+ * sound (mount). */
+int catalog_check(struct store *s, char *err, size_t n);
+/* A truncate's rows are gone: clear trim_from (a transaction). */
+int catalog_trim_done(struct store *s, struct stable *st);
+/* Free a table's index and catalog slot; its rows must be gone.  commit_lock held. */
+int catalog_free_locked(struct store *s, struct stable *st);
 
-static inline int ver_stub(const struct emb_version *v)
-{
-	return (v->table & EMB_VER_SPILL) != 0;
-}
-
-static inline uint32_t ver_table(const struct emb_version *v)
-{
-	return v->table & ~EMB_VER_FLAGS;
-}
-
-/* ver.c: version checksums and validated access (see there). */
-uint32_t ver_csum(const struct emb_version *v, uint32_t rs);
-void ver_seal(struct emb_version *v, uint32_t rs);
-/* Mark a freed slot as holding no version (flushed). */
-void ver_poison(struct store *s, uint64_t off);
-/* Count one piece of damage found (pool.checksum_errors). */
-void csum_error(struct store *s);
-/* The version at off if it is a sound version of row of table id (rows of
- * rs bytes); NULL (counted) if the offset or the version is damaged. */
-struct emb_version *ver_get(struct store *s, uint64_t off, uint32_t id, uint64_t row, uint32_t rs);
-
-/* A walk of one row's version chain, newest first, each version validated. */
-struct chain {
-	struct store *s;
-	uint32_t id, rs;
-	uint64_t row;
-	uint64_t off;            /* current version, 0 past the oldest */
-	struct emb_version *v;   /* NULL past the oldest */
-	uint64_t pred;           /* the version whose prev is off, 0 = the index */
-	uint32_t depth;
-};
-/* Start at head (the index's value for row; 0 = none): 0 or -EIO. */
-int chain_start(struct store *s, struct stable *st, uint64_t row, uint64_t head, struct chain *c);
-/* Step to the next older version: 0 or -EIO (damaged link, batches not
- * decreasing, chain too long). */
-int chain_step(struct chain *c);
-/* The version of row that batch b sees (EMB_NONE: the newest) into *out,
- * NULL for a hole or a tombstone: 0 or -EIO.  st->lock held, or commit_lock. */
-int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out);
-/* Is off in row's chain?  1, 0 or -EIO.  commit_lock held (or at mount). */
-int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
-
-/* Snapshot records (snap.c owns them; these read them). */
+/* ---- snapshot records (snap.c owns them; these read them) --------------- */
 static inline struct emb_snap *rec(struct store *s, uint32_t i)
 {
 	return &s->snaps->s[i];
@@ -418,74 +421,135 @@ static inline int rec_live(const struct emb_snap *r)
 	return (f & EMB_S_USED) && !(f & EMB_S_DROPPING);
 }
 
-/* snapset.c: the live snapshot set.  snap_lock held (exclusive to rebuild). */
+/* ---- snapset.c: the live snapshot set (snap_lock; exclusive to rebuild) - */
 void snapset_rebuild(struct store *s);
+/* A version of batch b_old, replaced by one of batch b_new: does a live
+ * snapshot still see it? */
+int snapset_needed(struct store *s, uint64_t b_old, uint64_t b_new);
 /* How many of the sorted batches b[] lie in [lo, hi); *only = the index of
  * the one when there is exactly one. */
 size_t snapset_holders(const uint64_t *b, size_t n, uint64_t lo, uint64_t hi, size_t *only);
-/* Does record r hold table (id, gen)? */
+/* Account a version kept for snapshots (space only one snapshot holds). */
+void snapset_charge(struct store *s, const struct emb_version *v, uint64_t b_new, uint32_t cls);
+/* Does record r hold table (id, gen)?  How many live snapshots hold st? */
 int snapset_holds(struct store *s, const struct emb_snap *r, uint32_t id, uint64_t gen);
+int snapset_refs(struct store *s, const struct stable *st);
 
-/* snap.c */
+/* ---- version.c: row versions, validated chains, relinks ----------------- */
+static inline int ver_tomb(const struct emb_version *v)
+{
+	return (v->table & EMB_VER_TOMB) != 0;
+}
+
+static inline int ver_stub(const struct emb_version *v)
+{
+	return (v->table & EMB_VER_SPILL) != 0;
+}
+
+static inline uint32_t ver_table(const struct emb_version *v)
+{
+	return v->table & ~EMB_VER_FLAGS;
+}
+
+uint32_t ver_csum(const struct emb_version *v, uint32_t rs);
+void ver_seal(struct emb_version *v, uint32_t rs);
+/* Mark a freed slot as holding no version (flushed). */
+void ver_poison(struct store *s, uint64_t off);
+/* The version at off if it is a sound version of row of table id (rows of
+ * rs bytes); NULL (counted) if the offset or the version is damaged. */
+struct emb_version *ver_get(struct store *s, uint64_t off, uint32_t id, uint64_t row, uint32_t rs);
+/* Free a version's slot; a stub's record on the spill device turns stale.
+ * commit_lock held. */
+void ver_free(struct store *s, uint64_t off);
+/* The bytes of version v (a stub's from the spill device) into buf.
+ * commit_lock held. */
+int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
+int relink_replay(struct store *s, struct emb_journal *j);
+
+/* A walk of one row's version chain, newest first, each version validated. */
+struct chain {
+	struct store *s;
+	uint32_t id, rs;
+	uint64_t row;
+	uint64_t off;            /* current version, 0 past the oldest */
+	struct emb_version *v;   /* NULL past the oldest */
+	uint64_t pred;           /* the version whose prev is off, 0 = the index */
+	uint32_t depth;
+};
+/* Start at head (the index's value for row; 0 = none): 0 or -EIO. */
+int chain_start(struct store *s, struct stable *st, uint64_t row, uint64_t head, struct chain *c);
+/* Step to the next older version: 0 or -EIO (damaged link, batches not
+ * decreasing, chain too long). */
+int chain_step(struct chain *c);
+/* The version of row that batch b sees (EMB_NONE: the newest) into *out,
+ * NULL for a hole or a tombstone: 0 or -EIO.  st->lock held, or commit_lock. */
+int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out);
+/* Is off in row's chain?  1, 0 or -EIO.  commit_lock held (or at mount). */
+int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
+
+/* ---- the spill tier (spill.h for its own files) ------------------------- */
+/* device.c: bytes a record of a row of len bytes takes on the device. */
+uint32_t spill_rec_size(uint32_t len);
+/* Read back the records of these stubs of st: how many fail.  commit_lock held. */
+int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n);
+void spill_detach(struct store *s);
+/* The spill segment table, if any, is sound (mount). */
+int spill_table_check(struct store *s, char *err, size_t n);
+/* heat.c: a commit wrote row (its reference bit). */
+void spill_note_write(struct store *s, uint32_t table, uint64_t row);
+/* mover.c: a write found no room for `need` bytes of slots: let the mover
+ * free some.  0 = try again (at most SPILL_MAX_WAITS times). */
+#define SPILL_MAX_WAITS 8
+int spill_wait_room(struct store *s, uint64_t need);
+
+/* ---- read.c: the one read path ------------------------------------------ */
+/* Rows as batch b sees them (EMB_NONE: the newest) into buf (NULL: a probe,
+ * no bytes); stored[i] = 1 if row i is stored, vbatch[i] = the batch of the
+ * version read (0 for a hole) (either may be NULL).  Stubs are read from the
+ * spill device, all in one submission.  Takes st->lock shared. */
+int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
+		  uint64_t b, uint8_t *stored, uint64_t *vbatch);
+
+/* ---- reclaim.c (commit_lock held) --------------------------------------- */
+/* Free what no live snapshot (and, for a linked table, the live view) needs
+ * of one table's version chains: the rows left, or -errno. */
+int reclaim_table(struct store *s, struct stable *st, int count);
+int reclaim_replay(struct store *s, struct emb_journal *j);
+/* Reclaim every table, free zombie tables left empty, recount each
+ * snapshot's excl_bytes. */
+int snap_reclaim_all(struct store *s);
+
+/* ---- commit.c: group commit (commit_lock held; takes snap_lock shared) --- */
+/* Apply ops as one group (see commit.c); promised: they were promised room. */
+int commit_locked(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
+		  uint64_t size_hint, int promised);
+int commit_replay(struct store *s, struct emb_journal *j);
+
+/* ---- snap.c: snapshot records -------------------------------------------- */
 int snap_load(struct store *s);
 /* A new pool's snapshot records: all free, each with its checksum. */
 void snap_records_init(struct emb_snaps *sn);
 /* Every snapshot record (free ones too) and its table array is sound. */
 int snap_check(struct store *s, char *err, size_t n);
 int snap_recover(struct store *s);
-/* A version of batch b_old, replaced by one of batch b_new: does a live
- * snapshot still see it?  snap_lock held (shared). */
-int snapset_needed(struct store *s, uint64_t b_old, uint64_t b_new);
-/* Account a version kept for snapshots (space only one snapshot holds). */
-void snapset_charge(struct store *s, const struct emb_version *v, uint64_t b_new, uint32_t cls);
-/* Free what no live snapshot (and, for a linked table, the live view) needs
- * of one table's version chains.  commit_lock held. */
-/* reclaim.c.  commit_lock held. */
-int reclaim_table(struct store *s, struct stable *st, int count);
-int reclaim_replay(struct store *s, struct emb_journal *j);
-/* Reclaim every table, free zombie tables left empty, recount each
- * snapshot's excl_bytes. */
-int snap_reclaim_all(struct store *s);
-int reclaim_replay(struct store *s, struct emb_journal *j);
-/* Table id inside snapshot idx of generation snap_gen (see snap.c). */
+/* Table id inside snapshot idx of generation snap_gen: its attributes (a may
+ * be NULL), the batch the snapshot sees, the table's state.  Takes snap_lock
+ * shared. */
 int snap_table_view(struct store *s, uint32_t idx, uint64_t snap_gen, uint32_t id, struct store_attr *a,
 		    uint64_t *batch, struct stable **stp);
-/* view.c: the table and batch a view reads (a: its attributes, may be NULL). */
+
+/* ---- table.c: truncate, release and their recovery (takes commit_lock) --- */
+int trim_locked(struct store *s, struct stable *st);
+int table_recover(struct store *s);
+
+/* ---- view.c: the table and batch a view reads (a may be NULL) ----------- */
 int view_resolve(struct store *s, const struct store_view *v, struct stable **stp, uint64_t *batch,
 		 struct store_attr *a);
-/* Live snapshots that hold this table (id, gen). */
-int snapset_refs(struct store *s, const struct stable *st);
 
-/* commit.c */
-/* Apply ops as one group (see commit.c); promised: they were promised room. */
-int commit_locked(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
-		  uint64_t size_hint, int promised);
-int commit_replay(struct store *s, struct emb_journal *j);
-int trim_locked(struct store *s, struct stable *st);
-/* journal.c */
-uint64_t journal_csum(const struct emb_journal *j, uint64_t count);
-/* Sealed: records there, checksum matching (a replay is due). */
-int journal_valid(const struct emb_journal *j);
-int journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint)
-	__attribute__((warn_unused_result));
-int journal_clear(struct store *s) __attribute__((warn_unused_result));
-/* The journal is sound: magic, empty after a clean unmount, sealed records
- * naming versions inside the pool (mount). */
-int journal_check(struct store *s, char *err, size_t n);
-
-/* catalog.c */
-struct stable *tab_get(struct store *s, uint32_t id);
-int catalog_load(struct store *s);
-/* Every catalog entry (free ones too) and each table's index directory is
- * sound (mount). */
-int catalog_check(struct store *s, char *err, size_t n);
-/* Inside a transaction (meta_lock held), after covered fields of t changed:
- * its checksum follows. */
-void catalog_seal_tx(struct emb_table *t);
-/* A truncate's rows are gone: clear trim_from (a transaction). */
-int catalog_trim_done(struct store *s, struct stable *st);
-void catalog_unload(struct store *s);
-int table_recover(struct store *s);
-int catalog_free_locked(struct store *s, struct stable *st);
+/* ---- pool.c ------------------------------------------------------------- */
+/* Every structure reached from the superblock is sound (mount, before
+ * recovery): 0, or -EIO with a one-line reason in err.  Reads only
+ * s->base, map_len, sb and jr. */
+int store_validate(struct store *s, char *err, size_t n);
 
 #endif
