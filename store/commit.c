@@ -278,15 +278,10 @@ static int group_room(struct store *s, struct group *g, int promised)
 	return need ? slab_ensure(s, g->cls, need, promised) : 0;
 }
 
-/* Apply uops [from, to) as one journaled commit.  commit_lock held. */
-static int chunk_apply(struct store *s, struct stable *st, const struct store_rowop *ops, struct group *g,
-			size_t from, size_t to, uint64_t size_hint)
+/* A1: take the chunk's slots (group_room made sure they are there). */
+static int chunk_slots(struct store *s, struct group *g, size_t from, size_t to)
 {
-	struct emb_table *t = st->t;
 	struct uop *u = g->u;
-	uint32_t rs = g->rs;
-
-	/* A1: take slots (group_room made sure they are there) */
 	for (size_t i = from; i < to; i++) {
 		if (!writes(&u[i]))
 			continue;
@@ -298,53 +293,64 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 			return ret;
 		}
 	}
+	return 0;
+}
 
-	/* A2: intents */
+/* A2: the chunk's intents, sealed and durable. */
+static int chunk_intents(struct store *s, struct stable *st, struct group *g, size_t from, size_t to,
+			 uint64_t size_hint)
+{
 	struct emb_journal *j = s->jr;
+	struct uop *u = g->u;
 	uint64_t nrec = 0;
 	for (size_t i = from; i < to; i++)
 		if (!u[i].skip)
 			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id,
 							    u[i].damaged ? EMB_JR_DAMAGED : 0 };
-	int ret = journal_seal(s, st, EMB_J_COMMIT, nrec, size_hint);
-	if (ret)
-		return ret; /* the pool failed: nothing of this commit is visible */
+	return journal_seal(s, st, EMB_J_COMMIT, nrec, size_hint);
+}
 
-	/* A3: new versions, copy-on-write */
-	for (size_t i = from; i < to; i++) {
-		if (!writes(&u[i]))
-			continue;
-		struct emb_version *v = S_PTR(s, u[i].new_off);
-		v->row = u[i].row;
-		v->batch = u[i].batch;
-		v->prev = u[i].prev;
-		v->table = st->id | (u[i].tomb ? EMB_VER_TOMB : 0);
-		struct emb_version *ov = S_PTR(s, u[i].old_off);
-		char *d = (char *)(v + 1);
-		if (u[i].old)
-			memcpy(d, u[i].old, rs);
-		else if (u[i].live && !u[i].damaged && !ver_stub(ov))
-			memmove(d, ov + 1, rs); /* the same slot only if a bitmap is damaged */
+/* A3: the new version of uop x, copy-on-write: header, the old bytes, the
+ * ops' bytes in request order, checksum; its slot marked, a new row's key
+ * written into its claimed (still invisible) index slot. */
+static void write_version(struct store *s, struct stable *st, const struct store_rowop *ops,
+			  const struct group *g, size_t i)
+{
+	const struct uop *x = &g->u[i];
+	uint32_t rs = g->rs;
+	struct emb_version *v = S_PTR(s, x->new_off);
+	v->row = x->row;
+	v->batch = x->batch;
+	v->prev = x->prev;
+	v->table = st->id | (x->tomb ? EMB_VER_TOMB : 0);
+	struct emb_version *ov = S_PTR(s, x->old_off);
+	char *d = (char *)(v + 1);
+	if (x->old)
+		memcpy(d, x->old, rs);
+	else if (x->live && !x->damaged && !ver_stub(ov))
+		memmove(d, ov + 1, rs); /* the same slot only if a bitmap is damaged */
+	else
+		memset(d, 0, rs);
+	for (uint32_t k = g->opstart[i]; !x->tomb && k < g->opstart[i + 1]; k++) {
+		const struct store_rowop *op = &ops[g->opord[k]];
+		if (op->data)
+			memcpy(d + op->off, op->data, op->len);
 		else
-			memset(d, 0, rs);
-		if (!u[i].tomb)
-			for (uint32_t k = g->opstart[i]; k < g->opstart[i + 1]; k++) {
-				const struct store_rowop *op = &ops[g->opord[k]];
-				if (op->data)
-					memcpy(d + op->off, op->data, op->len);
-				else
-					memset(d, 0, rs); /* deleted, then written again */
-			}
-		ver_seal(v, rs);
-		pm_flush(s, v, sizeof(*v) + rs);
-		slab_mark(s, u[i].new_off);
-		if (u[i].claimed)
-			index_fill(s, st, &u[i].pos, u[i].row, index_hash(s, u[i].row), u[i].new_off);
+			memset(d, 0, rs); /* deleted, then written again */
 	}
-	if ((ret = pm_barrier(s)))
-		return ret; /* not published: recovery frees the new versions */
+	ver_seal(v, rs);
+	pm_flush(s, v, sizeof(*v) + rs);
+	slab_mark(s, x->new_off);
+	if (x->claimed)
+		index_fill(s, st, &x->pos, x->row, index_hash(s, x->row), x->new_off);
+}
 
-	/* B: publish */
+/* B: one 8-byte store per row makes it visible; row count, size, times. */
+static void chunk_publish(struct store *s, struct stable *st, struct group *g, size_t from, size_t to,
+			  uint64_t size_hint)
+{
+	struct emb_table *t = st->t;
+	struct uop *u = g->u;
 	int64_t drows = 0;
 	int changed = 0;
 	uint64_t now = now_ns();
@@ -371,10 +377,12 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 	st64(&t->ctime_ns, now);
 	pthread_rwlock_unlock(&st->lock);
 	pm_flush(s, t, 128);
-	if ((ret = pm_barrier(s)))
-		return ret; /* readers see the rows; the journal decides after a crash */
+}
 
-	/* C: free what was replaced and is not kept for a snapshot */
+/* C: free what was replaced and is not kept for a snapshot. */
+static void chunk_free(struct store *s, struct stable *st, struct group *g, size_t from, size_t to)
+{
+	struct uop *u = g->u;
 	for (size_t i = from; i < to; i++) {
 		if (u[i].skip)
 			continue;
@@ -387,6 +395,28 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 		if (s->sp)
 			spill_note_write(s, st->id, u[i].row);
 	}
+}
+
+/* Apply uops [from, to) as one journaled commit (the steps at the top of
+ * this file).  A failed barrier stops it: the journal decides after a
+ * crash, and the pool takes no more changes.  commit_lock held. */
+static int chunk_apply(struct store *s, struct stable *st, const struct store_rowop *ops, struct group *g,
+		       size_t from, size_t to, uint64_t size_hint)
+{
+	int ret = chunk_slots(s, g, from, to);
+	if (!ret)
+		ret = chunk_intents(s, st, g, from, to, size_hint);
+	if (ret)
+		return ret;
+	for (size_t i = from; i < to; i++)
+		if (writes(&g->u[i]))
+			write_version(s, st, ops, g, i);
+	if ((ret = pm_barrier(s)))
+		return ret; /* not published: recovery frees the new versions */
+	chunk_publish(s, st, g, from, to, size_hint);
+	if ((ret = pm_barrier(s)))
+		return ret; /* readers see the rows; the journal decides after a crash */
+	chunk_free(s, st, g, from, to);
 	ret = journal_clear(s);
 	atomic_fetch_add_explicit(&s->n_commits, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->n_rows_written, to - from, memory_order_relaxed);
