@@ -68,16 +68,10 @@ static uint64_t stub_at(struct store *s, struct stable *st, uint64_t row, uint64
 	return 0;
 }
 
-/* Copy the live records of sealed segment k to the open segment (filling it
- * to its end, then the next), then free k.  The scan walks records by their
- * sizes: one may start right after a record longer than a block, in its last
- * block.  A live record is copied even when its checksum fails, so that its
- * reads keep failing and no stub points into a freed segment. */
-int compact_seg(struct store *s, uint64_t k)
+/* Read sealed segment k whole into rbuf. */
+static int read_seg(struct spill *sp, uint64_t k)
 {
-	struct spill *sp = s->sp;
-	struct emb_spill *pm = sp->pm;
-	uint64_t fill = pm->seg[k].fill, base = seg_base(sp, k);
+	uint64_t fill = sp->pm->seg[k].fill, base = seg_base(sp, k);
 	for (uint64_t done = 0; done < fill;) {
 		ssize_t r = pread(sp->fd, sp->rbuf + done, fill - done, (off_t)(base + done));
 		if (r < 0 && errno == EINTR)
@@ -86,110 +80,165 @@ int compact_seg(struct store *s, uint64_t k)
 			return -EIO;
 		done += (uint64_t)r;
 	}
-	atomic_store(&sp->compact_total, fill);
-	atomic_store(&sp->compact_done, 0);
-	uint64_t p = 0; /* scan position in the segment */
-	while (p < fill) {
-		uint64_t p0 = p, piece_end = p + COMPACT_PIECE < fill ? p + COMPACT_PIECE : fill;
-		struct timespec t0;
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		pthread_mutex_lock(&s->commit_lock);
-		uint64_t lim = sp->open_seg >= 0 ? pm->seg_size - pm->seg[sp->open_seg].fill : 0;
-		if (lim > CHUNK_BYTES)
-			lim = CHUNK_BYTES;
-		struct moved { uint64_t stub, loc; uint32_t table, rsz; } *mv = NULL;
-		size_t nmv = 0, capmv = 0;
-		uint64_t pos = 0;
-		int ret = 0, room = 1;
-		memset(sp->wbuf, 0, lim);
-		while (p < piece_end && room && !ret) {
-			const struct emb_srec *r = (const struct emb_srec *)(sp->rbuf + p);
-			uint64_t in = p % BLK;
-			if (in + sizeof(*r) > BLK) { /* no record starts this late in a block */
-				p += BLK - in;
-				continue;
-			}
-			uint32_t rsz = r->magic == EMB_SREC_MAGIC && r->len <= EMB_ROW_MAX ? spill_rec_size(r->len) : 0;
-			if (!rsz || p + rsz > fill) {
-				p += 16;
-				continue;
-			}
-			struct stable *st = tab_get(s, r->table);
-			uint64_t found = st && st->t->row_size == r->len ? stub_at(s, st, r->row, base + p) : 0;
-			if (!found) { /* stale; or damage that looks like a header: step over it slowly */
-				p += srec_csum(r) == r->csum ? rsz : 16;
-				continue;
-			}
-			uint64_t at = place(pos, rsz);
-			if (at + rsz > lim) {
-				room = 0; /* the rest goes to the next segment */
-				break;
-			}
-			if (nmv == capmv) {
-				capmv = capmv ? capmv * 2 : 256;
-				void *q = realloc(mv, capmv * sizeof(*mv));
-				if (!q) {
-					ret = -ENOMEM;
-					break;
-				}
-				mv = q;
-			}
-			memcpy(sp->wbuf + at, r, rsz);
-			mv[nmv++] = (struct moved){ found, at, r->table, rsz };
-			pos = at + rsz;
-			p += rsz;
+	return 0;
+}
+
+/* One piece of a compaction: the live records it copies (into wbuf) and
+ * the stubs that will point at the copies. */
+struct piece {
+	struct moved {
+		uint64_t stub, loc;   /* the stub; the copy's place in wbuf, then on the device */
+		uint32_t table, rsz;
+	} *mv;
+	size_t nmv, capmv;
+	uint64_t pos;             /* bytes of wbuf used */
+	int room;                 /* 0: the open segment took no more */
+};
+
+/* Scan rbuf from *p to end (of segment k, filled to fill) and copy each
+ * live record into wbuf, packed, as long as lim bytes hold them; records are
+ * walked by their sizes, damage (no record header) is stepped over 16 bytes
+ * at a time.  commit_lock held. */
+static int gather_live(struct store *s, uint64_t k, uint64_t *p, uint64_t end, uint64_t fill, uint64_t lim,
+		       struct piece *pc)
+{
+	struct spill *sp = s->sp;
+	uint64_t base = seg_base(sp, k);
+	while (*p < end) {
+		const struct emb_srec *r = (const struct emb_srec *)(sp->rbuf + *p);
+		uint64_t in = *p % BLK;
+		if (in + sizeof(*r) > BLK) { /* no record starts this late in a block */
+			*p += BLK - in;
+			continue;
 		}
-		uint64_t at = 0;
-		if (!ret && !nmv && !room)
-			ret = seg_next(s, 1); /* not one more record fits the open segment */
-		else if (!ret && nmv)
-			ret = seg_write(s, pos, &at);
-		if (!ret && nmv) /* the fill covers the copies before any stub points there */
-			ret = pm_barrier(s);
-		if (!ret && nmv) {
-			for (size_t i = 0; i < nmv; i++) {
-				struct stable *st = tab_get(s, mv[i].table);
-				struct emb_stub *st_ = STUB(s, mv[i].stub);
-				uint64_t old = st_->loc;
-				pthread_rwlock_wrlock(&st->lock);
-				st64(&st_->loc, at + mv[i].loc);
-				pthread_rwlock_unlock(&st->lock);
-				pm_flush(s, &st_->loc, 8);
-				seg_live_add(s, old, mv[i].rsz, -1);
-				seg_live_add(s, at + mv[i].loc, mv[i].rsz, 1);
-			}
-			ret = pm_barrier(s);
-			atomic_fetch_add(&sp->compact_moved, nmv);
-			atomic_fetch_add(&sp->compact_bytes, pos);
+		uint32_t rsz = r->magic == EMB_SREC_MAGIC && r->len <= EMB_ROW_MAX ? spill_rec_size(r->len) : 0;
+		if (!rsz || *p + rsz > fill) {
+			*p += 16;
+			continue;
 		}
-		pthread_mutex_unlock(&s->commit_lock);
-		free(mv);
-		if (ret)
-			return ret;
-		atomic_store(&sp->compact_done, p);
-		/* rate limit: the bytes read and written at compact_bps */
-		uint64_t bytes = (p - p0) + pos;
-		uint64_t want_ns = bytes * 1000000000ull / (sp->compact_bps ? sp->compact_bps : 1);
-		struct timespec t1;
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		uint64_t took = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)(t1.tv_nsec - t0.tv_nsec);
-		if (!sp->manual && want_ns > took) {
-			struct timespec d = { (time_t)((want_ns - took) / 1000000000ull), (long)((want_ns - took) % 1000000000ull) };
-			nanosleep(&d, NULL);
+		struct stable *st = tab_get(s, r->table);
+		uint64_t found = st && st->t->row_size == r->len ? stub_at(s, st, r->row, base + *p) : 0;
+		if (!found) { /* stale; or damage that looks like a header: step over it slowly */
+			*p += srec_csum(r) == r->csum ? rsz : 16;
+			continue;
 		}
+		uint64_t at = place(pc->pos, rsz);
+		if (at + rsz > lim) {
+			pc->room = 0; /* the rest goes to the next segment */
+			return 0;
+		}
+		if (pc->nmv == pc->capmv) {
+			size_t nc = pc->capmv ? pc->capmv * 2 : 256;
+			void *q = realloc(pc->mv, nc * sizeof(*pc->mv));
+			if (!q)
+				return -ENOMEM;
+			pc->mv = q;
+			pc->capmv = nc;
+		}
+		memcpy(sp->wbuf + at, r, rsz);
+		pc->mv[pc->nmv++] = (struct moved){ found, at, r->table, rsz };
+		pc->pos = at + rsz;
+		*p += rsz;
 	}
+	return 0;
+}
+
+/* Write the piece's copies to the open segment, make them durable, then
+ * point each stub at its copy (one 8-byte store each).  commit_lock held. */
+static int move_piece(struct store *s, struct piece *pc)
+{
+	struct spill *sp = s->sp;
+	uint64_t at = 0;
+	if (!pc->nmv)
+		return pc->room ? 0 : seg_next(s, 1); /* not one more record fits the open segment */
+	int ret = seg_write(s, pc->pos, &at);
+	if (!ret) /* the fill covers the copies before any stub points there */
+		ret = pm_barrier(s);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < pc->nmv; i++) {
+		struct stable *st = tab_get(s, pc->mv[i].table);
+		struct emb_stub *stub = STUB(s, pc->mv[i].stub);
+		uint64_t old = stub->loc;
+		pthread_rwlock_wrlock(&st->lock);
+		st64(&stub->loc, at + pc->mv[i].loc);
+		pthread_rwlock_unlock(&st->lock);
+		pm_flush(s, &stub->loc, 8);
+		seg_live_add(s, old, pc->mv[i].rsz, -1);
+		seg_live_add(s, at + pc->mv[i].loc, pc->mv[i].rsz, 1);
+	}
+	atomic_fetch_add(&sp->compact_moved, pc->nmv);
+	atomic_fetch_add(&sp->compact_bytes, pc->pos);
+	return pm_barrier(s);
+}
+
+/* Sleep so that bytes moved since t0 take at least their share of the
+ * compaction budget (compact_bps).  The mover thread only: tests run it at
+ * full speed. */
+static void rate_limit(struct spill *sp, const struct timespec *t0, uint64_t bytes)
+{
+	uint64_t want_ns = bytes * 1000000000ull / (sp->compact_bps ? sp->compact_bps : 1);
+	struct timespec t1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	uint64_t took = (uint64_t)(t1.tv_sec - t0->tv_sec) * 1000000000ull + (uint64_t)(t1.tv_nsec - t0->tv_nsec);
+	if (!sp->manual && want_ns > took) {
+		struct timespec d = { (time_t)((want_ns - took) / 1000000000ull), (long)((want_ns - took) % 1000000000ull) };
+		nanosleep(&d, NULL);
+	}
+}
+
+/* Free segment k once no reader is inside its old copies. */
+static int free_seg(struct store *s, uint64_t k)
+{
+	struct spill *sp = s->sp;
 	pthread_mutex_lock(&s->commit_lock);
 	while (atomic_load(&sp->pins[k])) { /* readers still inside the old copies */
 		pthread_mutex_unlock(&s->commit_lock);
 		sched_yield();
 		pthread_mutex_lock(&s->commit_lock);
 	}
-	struct emb_sseg *g = &pm->seg[k];
+	struct emb_sseg *g = &sp->pm->seg[k];
 	g->fill = g->live = 0;
 	g->nlive = 0;
 	g->state = EMB_SEG_FREE;
 	int ret = pm_persist(s, g, sizeof(*g));
 	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}
+
+/* Copy the live records of sealed segment k to the open one, a piece of
+ * COMPACT_PIECE bytes per hold of commit_lock, then free k. */
+int compact_seg(struct store *s, uint64_t k)
+{
+	struct spill *sp = s->sp;
+	struct emb_spill *pm = sp->pm;
+	uint64_t fill = pm->seg[k].fill;
+	int ret = read_seg(sp, k);
+	if (ret)
+		return ret;
+	atomic_store(&sp->compact_total, fill);
+	atomic_store(&sp->compact_done, 0);
+	for (uint64_t p = 0; p < fill;) { /* p: scan position in the segment */
+		uint64_t p0 = p, end = p + COMPACT_PIECE < fill ? p + COMPACT_PIECE : fill;
+		struct timespec t0;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		struct piece pc = { .room = 1 };
+		pthread_mutex_lock(&s->commit_lock);
+		uint64_t lim = sp->open_seg >= 0 ? pm->seg_size - pm->seg[sp->open_seg].fill : 0;
+		if (lim > CHUNK_BYTES)
+			lim = CHUNK_BYTES;
+		memset(sp->wbuf, 0, lim);
+		ret = gather_live(s, k, &p, end, fill, lim, &pc);
+		if (!ret)
+			ret = move_piece(s, &pc);
+		pthread_mutex_unlock(&s->commit_lock);
+		free(pc.mv);
+		if (ret)
+			return ret;
+		atomic_store(&sp->compact_done, p);
+		rate_limit(sp, &t0, (p - p0) + pc.pos);
+	}
+	ret = free_seg(s, k);
 	atomic_fetch_add(&sp->compacted_segs, 1);
 	atomic_store(&sp->compact_total, 0);
 	return ret;
