@@ -29,79 +29,65 @@ static uint64_t pass_target(struct store *s, uint64_t need)
 	return lim < s->sp->low_bytes ? lim : s->sp->low_bytes;
 }
 
-/* Spill cold versions of one table from index position *di on: one device
- * write, one relink.  *moved: versions spilled.  commit_lock held. */
-static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, size_t *moved)
+/* A chunk being gathered: records placed in sp->wbuf[0..pos), their
+ * relinks in v[0..n). */
+struct chunk {
+	struct rl *v;
+	size_t n, max;
+	uint64_t pos, cap;
+	uint32_t rs, rsz;
+	int full;
+};
+
+static int chunk_open(struct store *s, struct stable *st, struct chunk *k)
 {
 	struct spill *sp = s->sp;
-	uint32_t rs = st->t->row_size, rsz = spill_rec_size(rs);
-	uint32_t need = rsz > BLK ? (rsz + BLK - 1) & ~(BLK - 1) : BLK;
-	*moved = 0;
+	*k = (struct chunk){ .max = EMB_JOURNAL_CAP, .rs = st->t->row_size };
+	k->rsz = spill_rec_size(k->rs);
+	uint32_t need = k->rsz > BLK ? (k->rsz + BLK - 1) & ~(BLK - 1) : BLK;
 	int ret = seg_room(s, need);
 	if (ret)
 		return ret;
-	uint64_t cap = sp->pm->seg_size - sp->pm->seg[sp->open_seg].fill;
-	if (cap > CHUNK_BYTES)
-		cap = CHUNK_BYTES;
-	size_t maxv = EMB_JOURNAL_CAP;
-	struct rl *v = malloc(maxv * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	memset(sp->wbuf, 0, cap);
-	size_t nv = 0;
-	uint64_t pos = 0;
-	int full = 0;
+	k->cap = sp->pm->seg_size - sp->pm->seg[sp->open_seg].fill;
+	if (k->cap > CHUNK_BYTES)
+		k->cap = CHUNK_BYTES;
+	memset(sp->wbuf, 0, k->cap);
+	return 0;
+}
 
-	pthread_rwlock_rdlock(&st->lock);
-	size_t ndir = st->segs ? (size_t)1 << st->gd : 0;
-	while (*di < ndir && !full) {
-		struct emb_seg *seg = st->segs[*di];
-		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS && !full; bi++) {
-			struct emb_bucket *b = &seg->bucket[bi];
-			if (index_bucket_check(s, b))
-				continue; /* damaged: its rows stay */
-			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
-			while (m && !full) {
-				int si = __builtin_ctzll(m);
-				m &= m - 1;
-				uint64_t row = ld64(&b->slot[si].key);
-				int newer = -1;
-				struct chain c;
-				/* versions of a damaged chain move up to the damage */
-				int cr = chain_start(s, st, row, ld64(&b->slot[si].val), &c);
-				for (int k = 0; !cr && c.v; k++) {
-					struct emb_version *x = c.v;
-					int take = !ver_stub(x) && !ver_tomb(x) &&
-						   (k > 0 || all || !heat_test_clear(sp, st->id, row));
-					if (take) {
-						uint64_t at = place(pos, rsz);
-						if (at + rsz > cap || nv == maxv) {
-							full = 1;
-							break;
-						}
-						put_rec(sp->wbuf + at, st->id, row, x->batch, x + 1, rs);
-						v[nv] = (struct rl){ row, c.off, 0, c.pred, at, rsz, newer };
-						newer = (int)nv++;
-						pos = at + rsz;
-					} else {
-						newer = -1;
-					}
-					cr = chain_step(&c);
-				}
-			}
-		}
-		if (!full)
-			*di += (size_t)1 << (st->gd - seg->local_depth);
+/* Place version x (at off in PMem, pred its link) in the chunk: a row
+ * version as a device record, a tombstone as a stub only.  0 = placed,
+ * 1 = no room (k->full). */
+static int chunk_put(struct store *s, struct stable *st, struct chunk *k, uint64_t off,
+		     uint64_t pred, int newer)
+{
+	struct emb_version *x = S_PTR(s, off);
+	uint64_t at = place(k->pos, k->rsz);
+	if (k->n == k->max || (!ver_tomb(x) && at + k->rsz > k->cap)) {
+		k->full = 1;
+		return 1;
 	}
-	pthread_rwlock_unlock(&st->lock);
-	if (!nv) {
-		free(v);
-		return 0;
+	k->v[k->n] = (struct rl){ x->row, off, 0, pred, EMB_NONE, k->rsz, newer };
+	if (!ver_tomb(x)) {
+		put_rec(s->sp->wbuf + at, st->id, x->row, x->batch, x + 1, k->rs);
+		k->v[k->n].loc = at;
+		k->pos = at + k->rsz;
 	}
+	k->n++;
+	return 0;
+}
 
-	uint64_t at;
-	ret = seg_write(s, pos, &at);
+/* Land a gathered chunk: one device write, a stub per version (linked to
+ * the stub of a newer version moved with it), one journaled relink.
+ * commit_lock held. */
+static int chunk_land(struct store *s, struct stable *st, struct chunk *k)
+{
+	struct spill *sp = s->sp;
+	struct rl *v = k->v;
+	size_t nv = k->n;
+	uint64_t base = 0;
 	uint32_t stub_cls;
+	int ret = k->pos ? seg_write(s, k->pos, &base) : 0;
 	if (!ret)
 		ret = slab_class_stub(s, &stub_cls);
 	for (size_t i = 0; !ret && i < nv; i++) {
@@ -112,21 +98,20 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 			atomic_fetch_add(&sp->full, 1);
 		}
 	}
-	if (ret) {
-		free(v);
+	if (ret)
 		return ret; /* what was written is unreferenced: compaction takes it */
+	for (size_t i = 0; i < nv; i++) {
+		struct emb_stub *ns = STUB(s, v[i].new_);
+		ns->v = *(struct emb_version *)S_PTR(s, v[i].old);
+		ns->loc = 0;
+		if (v[i].loc != EMB_NONE) {
+			ns->v.table |= EMB_VER_SPILL;
+			ns->loc = v[i].loc = base + v[i].loc;
+		}
+		ver_seal(&ns->v, k->rs);
 	}
 	for (size_t i = 0; i < nv; i++) {
-		struct emb_version *o = S_PTR(s, v[i].old);
-		struct emb_stub *n = STUB(s, v[i].new_);
-		n->v = *o;
-		n->v.table |= EMB_VER_SPILL;
-		ver_seal(&n->v, rs);
-		n->loc = at + v[i].loc;
-		v[i].loc = n->loc;
-	}
-	for (size_t i = 0; i < nv; i++) {
-		if (v[i].newer >= 0) { /* the newer version moves too: link its stub to ours */
+		if (v[i].newer >= 0) { /* prev is outside the checksum */
 			STUB(s, v[v[i].newer].new_)->v.prev = v[i].new_;
 			v[i].pred = EMB_NONE;
 		}
@@ -137,111 +122,121 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 	if (ret) {
 		for (size_t i = 0; i < nv; i++)
 			slab_unreserve(s, v[i].new_);
-		free(v);
 		return ret;
 	}
 	for (size_t i = 0; i < nv; i++)
-		seg_live_add(s, v[i].loc, rsz, 1);
+		if (v[i].loc != EMB_NONE)
+			seg_live_add(s, v[i].loc, k->rsz, 1);
 	atomic_fetch_add_explicit(&sp->spilled, nv, memory_order_relaxed);
-	*moved = nv;
-	free(v);
 	return 0;
+}
+
+/* Gather the cold versions of one row: all but the newest, and the newest
+ * too when `all` or its reference bit is clear.  st->lock held (read). */
+static void gather_row(struct store *s, struct stable *st, struct chunk *k, uint64_t row,
+		       uint64_t head, int all)
+{
+	int newer = -1;
+	struct chain c;
+	/* versions of a damaged chain move up to the damage */
+	int cr = chain_start(s, st, row, head, &c);
+	for (int i = 0; !cr && c.v && !k->full; i++) {
+		struct emb_version *x = c.v;
+		int take = !ver_stub(x) && !ver_tomb(x) &&
+			   (i > 0 || all || !heat_test_clear(s->sp, st->id, row));
+		int link = newer;
+		newer = -1;
+		if (take && !chunk_put(s, st, k, c.off, c.pred, link))
+			newer = (int)k->n - 1;
+		cr = chain_step(&c);
+	}
+}
+
+/* Spill cold versions of one table from index position *di on: one device
+ * write, one relink.  *moved: versions spilled.  commit_lock held. */
+static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, size_t *moved)
+{
+	struct chunk k;
+	*moved = 0;
+	int ret = chunk_open(s, st, &k);
+	if (ret)
+		return ret;
+	if (!(k.v = malloc(k.max * sizeof(*k.v))))
+		return -ENOMEM;
+	pthread_rwlock_rdlock(&st->lock);
+	size_t ndir = st->segs ? (size_t)1 << st->gd : 0;
+	while (*di < ndir && !k.full) {
+		struct emb_seg *seg = st->segs[*di];
+		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS && !k.full; bi++) {
+			struct emb_bucket *b = &seg->bucket[bi];
+			if (index_bucket_check(s, b))
+				continue; /* damaged: its rows stay */
+			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
+			for (; m && !k.full; m &= m - 1) {
+				int si = __builtin_ctzll(m);
+				gather_row(s, st, &k, ld64(&b->slot[si].key), ld64(&b->slot[si].val), all);
+			}
+		}
+		if (!k.full)
+			*di += (size_t)1 << (st->gd - seg->local_depth);
+	}
+	pthread_rwlock_unlock(&st->lock);
+	if (k.n && !(ret = chunk_land(s, st, &k)))
+		*moved = k.n;
+	free(k.v);
+	return ret;
+}
+
+/* Where version off sits in its row's chain: its predecessor link, or
+ * EMB_NONE when it is not linked (or the chain is damaged before it).
+ * Walking the chain validates it.  st->lock not needed (commit_lock). */
+static uint64_t linked_pred(struct store *s, struct stable *st, uint64_t row, uint64_t off)
+{
+	uint64_t head;
+	struct chain c;
+	int cr = index_get(s, st, row, &head);
+	if (!cr)
+		cr = chain_start(s, st, row, head, &c);
+	for (; !cr && c.v; cr = chain_step(&c))
+		if (c.off == off)
+			return c.pred;
+	return EMB_NONE;
 }
 
 /* Move the listed versions of st (offsets, all in PMem) out of their slots:
  * row versions to the device behind stubs, tombstones into stub-sized
- * slots.  Versions of a row already moved in this call wait for the next
- * round.  commit_lock held. */
+ * slots.  Versions of a row already moved in this chunk wait for the next
+ * one.  commit_lock held. */
 static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_t n)
 {
-	struct spill *sp = s->sp;
-	uint32_t rs = st->t->row_size, rsz = spill_rec_size(rs);
-	uint32_t need = rsz > BLK ? (rsz + BLK - 1) & ~(BLK - 1) : BLK;
-	uint32_t stub_cls;
-	int ret = slab_class_stub(s, &stub_cls);
-	struct rl *v = malloc(EMB_JOURNAL_CAP * sizeof(*v));
+	struct chunk k = { 0 };
 	uint64_t *seen = malloc(EMB_JOURNAL_CAP * sizeof(*seen));
-	if (!v || !seen)
-		ret = -ENOMEM;
+	struct rl *v = malloc(EMB_JOURNAL_CAP * sizeof(*v));
+	int ret = v && seen ? 0 : -ENOMEM;
 	size_t left = n;
-	while (!ret && left) {
-		if ((ret = seg_room(s, need)))
-			break;
-		uint64_t cap = sp->pm->seg_size - sp->pm->seg[sp->open_seg].fill;
-		if (cap > CHUNK_BYTES)
-			cap = CHUNK_BYTES;
-		memset(sp->wbuf, 0, cap);
-		size_t nv = 0, keep = 0;
-		uint64_t pos = 0;
+	while (!ret && left && !(ret = chunk_open(s, st, &k))) {
+		size_t keep = 0;
+		k.v = v;
 		for (size_t i = 0; i < left; i++) {
 			struct emb_version *x = S_PTR(s, offs[i]);
-			uint64_t at = place(pos, rsz);
 			int dup = 0;
-			for (size_t k = 0; k < nv && !dup; k++)
-				dup = seen[k] == x->row;
-			if (dup || nv == EMB_JOURNAL_CAP || (!ver_tomb(x) && at + rsz > cap)) {
+			for (size_t j = 0; j < k.n && !dup; j++)
+				dup = seen[j] == x->row;
+			if (dup || k.full) {
 				offs[keep++] = offs[i];
 				continue;
 			}
-			/* its place in the chain, which validates it */
-			uint64_t pred = EMB_NONE, head;
-			struct chain c;
-			int cr = index_get(s, st, x->row, &head);
-			if (!cr)
-				cr = chain_start(s, st, x->row, head, &c);
-			while (!cr && c.v) {
-				if (c.off == offs[i]) {
-					pred = c.pred;
-					break;
-				}
-				cr = chain_step(&c);
-			}
+			uint64_t pred = linked_pred(s, st, x->row, offs[i]);
 			if (pred == EMB_NONE)
-				continue; /* not linked (or damaged): not ours to move */
-			seen[nv] = x->row;
-			v[nv] = (struct rl){ x->row, offs[i], 0, pred, EMB_NONE, rsz, -1 };
-			if (!ver_tomb(x)) {
-				put_rec(sp->wbuf + at, st->id, x->row, x->batch, x + 1, rs);
-				v[nv].loc = at;
-				pos = at + rsz;
-			}
-			nv++;
+				continue; /* not ours to move */
+			seen[k.n] = x->row;
+			if (chunk_put(s, st, &k, offs[i], pred, -1))
+				offs[keep++] = offs[i];
 		}
 		left = keep;
-		if (!nv)
+		if (!k.n)
 			break;
-		uint64_t base = 0;
-		if (pos && (ret = seg_write(s, pos, &base)))
-			break;
-		for (size_t i = 0; !ret && i < nv; i++) {
-			ret = slab_alloc(s, stub_cls, &v[i].new_);
-			if (ret)
-				while (i-- > 0)
-					slab_unreserve(s, v[i].new_);
-		}
-		if (ret)
-			break;
-		for (size_t i = 0; i < nv; i++) {
-			struct emb_stub *ns = STUB(s, v[i].new_);
-			ns->v = *(struct emb_version *)S_PTR(s, v[i].old);
-			ns->loc = 0;
-			if (v[i].loc != EMB_NONE) {
-				ns->v.table |= EMB_VER_SPILL;
-				ns->loc = v[i].loc = base + v[i].loc;
-			}
-			ver_seal(&ns->v, rs);
-			pm_flush(s, ns, sizeof(*ns));
-		}
-		ret = relink_apply(s, st, v, nv);
-		if (ret) {
-			for (size_t i = 0; i < nv; i++)
-				slab_unreserve(s, v[i].new_);
-			break;
-		}
-		for (size_t i = 0; i < nv; i++)
-			if (v[i].loc != EMB_NONE)
-				seg_live_add(s, v[i].loc, rsz, 1);
-		atomic_fetch_add_explicit(&sp->spilled, nv, memory_order_relaxed);
+		ret = chunk_land(s, st, &k);
 	}
 	free(v);
 	free(seen);
