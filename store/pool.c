@@ -290,117 +290,139 @@ static int has_data(const char *path)
 	return found;
 }
 
-int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, size_t n)
+/* What mkfs may do to path: refuse a pool, data, a device with a size, a
+ * file larger than the pool without force.  *size: the pool's size (0: a
+ * device's own).  *exists: path exists, *st its stat. */
+static int mkfs_target(const char *path, const struct store_mkfs_opts *o, struct stat *st, int *exists,
+		       uint64_t *size, char *err, size_t n)
 {
-	struct stat st;
-	int exists = stat(path, &st) == 0, created = 0;
-	volatile int ret = 0;
-	volatile uint64_t size = o->size;
 	char why[256];
-
+	*exists = stat(path, st) == 0;
+	*size = o->size;
 	if (o->label && strlen(o->label) > EMB_LABEL_MAX)
 		return store_err(err, n, -EINVAL, "label longer than %d bytes", EMB_LABEL_MAX);
-	if (!exists && errno != ENOENT)
+	if (!*exists && errno != ENOENT)
 		return store_err(err, n, -errno, "%s: %s", path, strerror(errno));
-	if (exists && S_ISCHR(st.st_mode)) {
-		if (size)
+	if (*exists && S_ISCHR(st->st_mode)) {
+		if (*size)
 			return store_err(err, n, -EINVAL, "%s: -s applies to files, not devices", path);
-	} else if (exists && !S_ISREG(st.st_mode)) {
+	} else if (*exists && !S_ISREG(st->st_mode)) {
 		return store_err(err, n, -EINVAL, "%s: not a regular file or a devdax device", path);
-	} else if (!exists && !size) {
+	} else if (!*exists && !*size) {
 		return store_err(err, n, -ENOENT, "%s does not exist (give -s SIZE to create it)", path);
 	}
-	if (exists && S_ISREG(st.st_mode)) {
-		if (!size)
-			size = (uint64_t)st.st_size;
-		if (!o->force) {
-			if (store_check(path, why, sizeof(why)) == 0)
-				return store_err(err, n, -EEXIST, "%s already holds an embfs pool (use -f to overwrite)", path);
-			if (has_data(path))
-				return store_err(err, n, -EEXIST, "%s contains data (use -f to overwrite)", path);
-			if ((uint64_t)st.st_size > size)
-				return store_err(err, n, -EINVAL, "%s is larger than -s %llu (use -f to shrink it)", path,
-					    (unsigned long long)size);
-		}
+	if (*exists && S_ISREG(st->st_mode) && !*size)
+		*size = (uint64_t)st->st_size;
+	if (*exists && !o->force) {
+		if (store_check(path, why, sizeof(why)) == 0)
+			return store_err(err, n, -EEXIST, "%s already holds an embfs pool (use -f to overwrite)", path);
+		if (S_ISREG(st->st_mode) && has_data(path))
+			return store_err(err, n, -EEXIST, "%s contains data (use -f to overwrite)", path);
+		if (S_ISREG(st->st_mode) && (uint64_t)st->st_size > *size)
+			return store_err(err, n, -EINVAL, "%s is larger than -s %llu (use -f to shrink it)", path,
+					 (unsigned long long)*size);
 	}
-	if (exists && S_ISCHR(st.st_mode) && !o->force && store_check(path, why, sizeof(why)) == 0)
-		return store_err(err, n, -EEXIST, "%s already holds an embfs pool (use -f to overwrite)", path);
-	if (size && size < EMB_MIN_POOL)
+	if (*size && *size < EMB_MIN_POOL)
 		return store_err(err, n, -EINVAL, "size %llu is too small (minimum %llu MiB)",
-			    (unsigned long long)size, (unsigned long long)(EMB_MIN_POOL >> 20));
+				 (unsigned long long)*size, (unsigned long long)(EMB_MIN_POOL >> 20));
+	return 0;
+}
 
-	/* from here on the target changes */
+/* Make path ready for pmemobj_create: a file created or cut to size, a
+ * device's old pool header zeroed. */
+static int mkfs_prepare(const char *path, int exists, mode_t mode, uint64_t size, int *created,
+			char *err, size_t n)
+{
+	static const char zeros[64 << 10];
+	int ret = 0;
 	int fd = open(path, O_RDWR | (exists ? 0 : O_CREAT | O_EXCL), 0644);
 	if (fd < 0)
 		return store_err(err, n, -errno, "%s: %s", path, strerror(errno));
-	created = !exists;
-	static const char zeros[64 << 10];
-	if (!S_ISCHR(exists ? st.st_mode : S_IFREG)) {
-		if (ftruncate(fd, 0) != 0 || ftruncate(fd, (off_t)size) != 0) {
+	*created = !exists;
+	if (!S_ISCHR(mode)) {
+		if (ftruncate(fd, 0) != 0 || ftruncate(fd, (off_t)size) != 0)
 			ret = store_err(err, n, -errno, "%s: cannot size to %llu: %s", path,
-				   (unsigned long long)size, strerror(errno));
-			close(fd);
-			goto undo;
-		}
+					(unsigned long long)size, strerror(errno));
 	} else if (pwrite(fd, zeros, sizeof(zeros), 0) != (ssize_t)sizeof(zeros)) {
 		ret = store_err(err, n, -errno, "%s: %s", path, strerror(errno));
-		close(fd);
-		goto undo;
 	}
 	close(fd);
+	return ret;
+}
 
-	PMEMobjpool *pop = pmemobj_create(path, EMB_LAYOUT, 0, 0644);
-	if (!pop) {
-		ret = store_err(err, n, -errno ? -errno : -EIO, "%s: libpmemobj: %s", path, pmemobj_errormsg());
-		goto undo;
-	}
+/* In a transaction: the superblock and the fixed objects it names (the
+ * journal, the snapshot records, the index-room reserve). */
+static void super_init(PMEMobjpool *pop, const struct store_mkfs_opts *o, uint64_t size)
+{
+	PMEMoid root = pmemobj_root(pop, sizeof(struct emb_super));
+	struct emb_super *sb = pmemobj_direct(root);
+	pmemobj_tx_add_range(root, 0, sizeof(*sb));
+	memset(sb, 0, sizeof(*sb));
+	memcpy(sb->magic, EMB_MAGIC, 8);
+	sb->layout_version = EMB_LAYOUT_VERSION;
+	if (o->uuid)
+		memcpy(sb->uuid, o->uuid, sizeof(sb->uuid));
+	else if (getrandom(sb->uuid, sizeof(sb->uuid), 0) != sizeof(sb->uuid))
+		pmemobj_tx_abort(EIO);
+	sb->uuid[6] = (uint8_t)((sb->uuid[6] & 0x0f) | 0x40);
+	sb->uuid[8] = (uint8_t)((sb->uuid[8] & 0x3f) | 0x80);
+	if (o->label)
+		strcpy(sb->label, o->label);
+	sb->pool_size = size;
+	sb->created_ns = now_ns();
+	memcpy(&sb->hash_seed, sb->uuid, 8);
+	sb->static_csum = super_csum(sb);
+	sb->clean = 1;
+	sb->batch = 1;
+	PMEMoid j = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
+	sb->journal_off = j.off;
+	struct emb_journal *jr = pmemobj_direct(j);
+	jr->magic = EMB_JOURNAL_MAGIC;
+	pmemobj_persist(pop, jr, 64);
+	PMEMoid sn = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
+	sb->snaps_off = sn.off;
+	snap_records_init(pmemobj_direct(sn));
+	pmemobj_persist(pop, pmemobj_direct(sn), sizeof(struct emb_snaps));
+	PMEMoid rv = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
+	sb->resv_off = rv.off;
+	resv_seal(pmemobj_direct(rv));
+	pmemobj_persist(pop, pmemobj_direct(rv), 16);
+	sb->dyn_csum = super_dyn_csum(sb);
+}
+
+static int super_create(PMEMobjpool *pop, const struct store_mkfs_opts *o, uint64_t size, const char *path,
+			char *err, size_t n)
+{
+	volatile int ret = 0;
 	enum pobj_stats_enabled stats = POBJ_STATS_ENABLED_BOTH;
 	pmemobj_ctl_set(pop, "stats.enabled", &stats);
 	TX_BEGIN(pop) {
-		PMEMoid root = pmemobj_root(pop, sizeof(struct emb_super));
-		struct emb_super *sb = pmemobj_direct(root);
-		pmemobj_tx_add_range(root, 0, sizeof(*sb));
-		memset(sb, 0, sizeof(*sb));
-		memcpy(sb->magic, EMB_MAGIC, 8);
-		sb->layout_version = EMB_LAYOUT_VERSION;
-		if (o->uuid)
-			memcpy(sb->uuid, o->uuid, sizeof(sb->uuid));
-		else if (getrandom(sb->uuid, sizeof(sb->uuid), 0) != sizeof(sb->uuid))
-			pmemobj_tx_abort(EIO);
-		sb->uuid[6] = (uint8_t)((sb->uuid[6] & 0x0f) | 0x40);
-		sb->uuid[8] = (uint8_t)((sb->uuid[8] & 0x3f) | 0x80);
-		if (o->label)
-			strcpy(sb->label, o->label);
-		sb->pool_size = size;
-		sb->created_ns = now_ns();
-		memcpy(&sb->hash_seed, sb->uuid, 8);
-		sb->static_csum = super_csum(sb);
-		sb->clean = 1;
-		sb->batch = 1;
-		PMEMoid j = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
-		sb->journal_off = j.off;
-		struct emb_journal *jr = pmemobj_direct(j);
-		jr->magic = EMB_JOURNAL_MAGIC;
-		pmemobj_persist(pop, jr, 64);
-		PMEMoid sn = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
-		sb->snaps_off = sn.off;
-		snap_records_init(pmemobj_direct(sn));
-		pmemobj_persist(pop, pmemobj_direct(sn), sizeof(struct emb_snaps));
-		PMEMoid rv = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
-		sb->resv_off = rv.off;
-		resv_seal(pmemobj_direct(rv));
-		pmemobj_persist(pop, pmemobj_direct(rv), 16);
-		sb->dyn_csum = super_dyn_csum(sb);
+		super_init(pop, o, size);
 	} TX_ONABORT {
 		ret = store_err(err, n, pm_tx_errno(), "%s: cannot initialise the pool: %s", path,
-			   pmemobj_errormsg());
+				pmemobj_errormsg());
 	} TX_END
-	pmemobj_close(pop);
+	return ret;
+}
+
+int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, size_t n)
+{
+	struct stat st;
+	int exists, created = 0;
+	uint64_t size;
+	int ret = mkfs_target(path, o, &st, &exists, &size, err, n);
 	if (ret)
-		goto undo;
-	return 0;
-undo:
-	if (created)
+		return ret;
+	/* from here on the target changes */
+	ret = mkfs_prepare(path, exists, exists ? st.st_mode : S_IFREG, size, &created, err, n);
+	PMEMobjpool *pop = ret ? NULL : pmemobj_create(path, EMB_LAYOUT, 0, 0644);
+	if (!ret && !pop)
+		ret = store_err(err, n, -errno ? -errno : -EIO, "%s: libpmemobj: %s", path, pmemobj_errormsg());
+	if (pop) {
+		ret = super_create(pop, o, size, path, err, n);
+		pmemobj_close(pop);
+	}
+	if (ret && created)
 		unlink(path);
 	return ret;
 }
@@ -466,14 +488,12 @@ static int journal_replay(struct store *s)
 	return pm_persist(s, j, 64);
 }
 
-int store_open(const char *path, struct store **out, char *err, size_t n)
+/* The pool mapped and the store's DRAM state around it, nothing read yet. */
+static int open_map(const char *path, struct store **out, char *err, size_t n)
 {
 	uint64_t size;
 	int is_dev;
-	int ret = store_check(path, err, n);
-	if (ret)
-		return ret;
-	ret = target_size(path, &size, &is_dev, err, n);
+	int ret = target_size(path, &size, &is_dev, err, n);
 	if (ret)
 		return ret;
 	struct store *s = calloc(1, sizeof(*s));
@@ -499,12 +519,17 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	pthread_mutex_init(&s->commit_lock, NULL);
 	pthread_mutex_init(&s->space_lock, NULL);
 	pthread_mutex_init(&s->meta_lock, NULL);
+	*out = s;
+	return 0;
+}
 
-	ret = alloc_classes_register(s);
-	if (ret) {
-		store_err(err, n, ret, "%s: libpmemobj allocation classes: %s", path, pmemobj_errormsg());
-		goto fail;
-	}
+/* Validate, load the catalog and snapshot records, recover from a crash,
+ * and mark the pool in use. */
+static int open_load(struct store *s, const char *path, char *err, size_t n)
+{
+	int ret = alloc_classes_register(s);
+	if (ret)
+		return store_err(err, n, ret, "%s: libpmemobj allocation classes: %s", path, pmemobj_errormsg());
 	ret = store_validate(s, err, n); /* again: the pool may have changed since the check */
 	if (ret) {
 		if (err && n) {
@@ -512,15 +537,13 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 			snprintf(why, sizeof(why), "%s", err);
 			store_err(err, n, ret, "%s: %s", path, why);
 		}
-		goto fail;
+		return ret;
 	}
 	ret = catalog_load(s);
 	if (!ret)
 		ret = snap_load(s);
-	if (ret) {
-		store_err(err, n, ret, "%s: catalog is damaged: %s", path, strerror(-ret));
-		goto fail;
-	}
+	if (ret)
+		return store_err(err, n, ret, "%s: catalog is damaged: %s", path, strerror(-ret));
 	if (!s->sb->clean)
 		s->recovered = 1;
 	ret = journal_replay(s);
@@ -528,25 +551,34 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 		ret = snap_recover(s);
 	if (!ret)
 		ret = table_recover(s);
-	if (ret) {
-		store_err(err, n, ret, "%s: recovery failed: %s", path, strerror(-ret));
-		goto fail;
-	}
+	if (ret)
+		return store_err(err, n, ret, "%s: recovery failed: %s", path, strerror(-ret));
 	st64(&s->sb->mount_count, s->sb->mount_count + 1);
 	st64(&s->sb->clean, 0);
 	ret = pm_persist(s, &s->sb->clean, 16);
+	if (ret)
+		return store_err(err, n, ret, "%s: %s", path, s->fail_why);
+	return 0;
+}
+
+int store_open(const char *path, struct store **out, char *err, size_t n)
+{
+	struct store *s = NULL;
+	int ret = store_check(path, err, n);
+	if (!ret)
+		ret = open_map(path, &s, err, n);
+	if (ret)
+		return ret;
+	ret = open_load(s, path, err, n);
 	if (ret) {
-		store_err(err, n, ret, "%s: %s", path, s->fail_why);
-		goto fail;
+		catalog_unload(s);
+		slab_release_all(s);
+		pmemobj_close(s->pop);
+		free(s);
+		return ret;
 	}
 	*out = s;
 	return 0;
-fail:
-	catalog_unload(s);
-	slab_release_all(s);
-	pmemobj_close(s->pop);
-	free(s);
-	return ret;
 }
 
 int store_sync(struct store *s)
