@@ -74,48 +74,61 @@ static int parse_table(const char *arg, struct tspec *t)
 	return 0;
 }
 
-int main(int argc, char **argv)
-{
-	struct store_mkfs_opts o = { 0 };
-	static struct tspec tables[MAX_TABLES];
-	int nt = 0, c;
-	char err[512];
+struct args {
+	struct store_mkfs_opts o;
+	struct tspec tables[MAX_TABLES];
+	int nt;
+	const char *path;
+};
 
+/* Add a -t table; 0 or a message printed and -1. */
+static int add_table(struct args *a, const char *spec)
+{
+	if (a->nt == MAX_TABLES) {
+		fprintf(stderr, "mkfs.embfs: at most %d tables with -t\n", MAX_TABLES);
+		return -1;
+	}
+	struct tspec *t = &a->tables[a->nt];
+	if (parse_table(spec, t)) {
+		fprintf(stderr, "mkfs.embfs: bad table spec '%s' (want NAME:DIM[:DTYPE])\n", spec);
+		return -1;
+	}
+	for (int i = 0; i < a->nt; i++)
+		if (!strcmp(a->tables[i].name, t->name)) {
+			fprintf(stderr, "mkfs.embfs: table '%s' given twice\n", t->name);
+			return -1;
+		}
+	a->nt++;
+	return 0;
+}
+
+/* 0: go on; otherwise the exit status (help printed: 0 by way of -1). */
+static int parse_args(int argc, char **argv, struct args *a)
+{
 	static const struct option no_long[] = { { NULL, 0, NULL, 0 } };
+	int c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":s:L:ft:h", no_long, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (embfs_parse_size(optarg, &o.size) || o.size == 0) {
+			if (embfs_parse_size(optarg, &a->o.size) || a->o.size == 0) {
 				fprintf(stderr, "mkfs.embfs: bad size '%s'\n", optarg);
 				return 2;
 			}
 			break;
 		case 'L':
-			o.label = optarg;
+			a->o.label = optarg;
 			break;
 		case 'f':
-			o.force = 1;
+			a->o.force = 1;
 			break;
 		case 't':
-			if (nt == MAX_TABLES) {
-				fprintf(stderr, "mkfs.embfs: at most %d tables with -t\n", MAX_TABLES);
+			if (add_table(a, optarg))
 				return 2;
-			}
-			if (parse_table(optarg, &tables[nt])) {
-				fprintf(stderr, "mkfs.embfs: bad table spec '%s' (want NAME:DIM[:DTYPE])\n", optarg);
-				return 2;
-			}
-			for (int i = 0; i < nt; i++)
-				if (!strcmp(tables[i].name, tables[nt].name)) {
-					fprintf(stderr, "mkfs.embfs: table '%s' given twice\n", tables[nt].name);
-					return 2;
-				}
-			nt++;
 			break;
 		case 'h':
 			usage(stdout);
-			return 0;
+			return -1;
 		case ':':
 			fprintf(stderr, "mkfs.embfs: option -%c needs an argument\n", optopt);
 			return 2;
@@ -132,22 +145,46 @@ int main(int argc, char **argv)
 			optind == argc ? "missing TARGET" : "more than one TARGET");
 		return 2;
 	}
-	const char *path = argv[optind];
-	if (store_mkfs(path, &o, err, sizeof(err))) {
+	a->path = argv[optind];
+	return 0;
+}
+
+static void report(const struct args *a, const struct store_stats *st)
+{
+	printf("embfs pool on %s: %llu MiB, %s, label '%s', uuid ", a->path,
+	       (unsigned long long)(st->pool_size >> 20), st->is_pmem ? "PMem" : "plain file (msync)",
+	       st->label);
+	for (int i = 0; i < 16; i++)
+		printf("%02x%s", st->uuid[i], (i == 3 || i == 5 || i == 7 || i == 9) ? "-" : "");
+	printf("\n");
+	for (int i = 0; i < a->nt; i++)
+		printf("  table %s: dim %u %s, %u-byte rows\n", a->tables[i].name, a->tables[i].dim,
+		       store_dtype_name(a->tables[i].dtype),
+		       a->tables[i].dim * store_dtype_size(a->tables[i].dtype));
+}
+
+int main(int argc, char **argv)
+{
+	static struct args a;
+	char err[512];
+	int ret = parse_args(argc, argv, &a);
+	if (ret)
+		return ret < 0 ? 0 : ret;
+	if (store_mkfs(a.path, &a.o, err, sizeof(err))) {
 		fprintf(stderr, "mkfs.embfs: %s\n", err);
 		return 1;
 	}
 	struct store *s;
-	if (store_open(path, &s, err, sizeof(err))) {
+	if (store_open(a.path, &s, err, sizeof(err))) {
 		fprintf(stderr, "mkfs.embfs: formatted, but cannot reopen: %s\n", err);
 		return 1;
 	}
-	for (int i = 0; i < nt; i++) {
+	for (int i = 0; i < a.nt; i++) {
 		uint32_t id;
-		int ret = store_table_create(s, tables[i].name, 0100644, getuid(), getgid(),
-					     tables[i].dim, tables[i].dtype, &id);
+		ret = store_table_create(s, a.tables[i].name, 0100644, getuid(), getgid(), a.tables[i].dim,
+					 a.tables[i].dtype, &id);
 		if (ret) {
-			fprintf(stderr, "mkfs.embfs: table %s: %s\n", tables[i].name, strerror(-ret));
+			fprintf(stderr, "mkfs.embfs: table %s: %s\n", a.tables[i].name, strerror(-ret));
 			store_close(s);
 			return 1;
 		}
@@ -155,14 +192,6 @@ int main(int argc, char **argv)
 	struct store_stats st;
 	store_stats_get(s, &st);
 	store_close(s);
-	printf("embfs pool on %s: %llu MiB, %s, label '%s', uuid ", path,
-	       (unsigned long long)(st.pool_size >> 20), st.is_pmem ? "PMem" : "plain file (msync)",
-	       st.label);
-	for (int i = 0; i < 16; i++)
-		printf("%02x%s", st.uuid[i], (i == 3 || i == 5 || i == 7 || i == 9) ? "-" : "");
-	printf("\n");
-	for (int i = 0; i < nt; i++)
-		printf("  table %s: dim %u %s, %u-byte rows\n", tables[i].name, tables[i].dim,
-		       store_dtype_name(tables[i].dtype), tables[i].dim * store_dtype_size(tables[i].dtype));
+	report(&a, &st);
 	return 0;
 }

@@ -146,43 +146,17 @@ static int rec_check(struct spill *sp, const char *p, struct sreq *q)
 	return 0;
 }
 
-/* Read q[0..n) in one io_uring submission, topped up to qd in flight. */
-void device_read(struct spill *sp, struct sreq *q, size_t n)
+/* Submit the reads of q[0..n) into buf on ring, in small groups topped
+ * up to qd in flight, and reap them: res[i] each read's result.  Returns
+ * how many were submitted; an error from the ring stops submitting. */
+static size_t ring_reads(struct spill *sp, struct io_uring *ring, struct sreq *q, size_t n, char *buf, int *res)
 {
-	uint64_t total = 0;
-	for (size_t i = 0; i < n; i++) {
-		q[i].blk = q[i].loc & ~(uint64_t)(BLK - 1);
-		uint64_t end = q[i].loc + sizeof(struct emb_srec) + q[i].len;
-		q[i].span = (uint32_t)(((end - q[i].blk) + BLK - 1) & ~(uint64_t)(BLK - 1));
-		q[i].boff = total;
-		q[i].ret = -EIO;
-		total += q[i].span;
-	}
-	char *buf = NULL;
-	if (posix_memalign((void **)&buf, BLK, total)) {
-		for (size_t i = 0; i < n; i++)
-			q[i].ret = -ENOMEM;
-		return;
-	}
-	struct ring *rg;
-	struct io_uring *ring = ring_get(sp, &rg);
 	size_t sub = 0, done = 0, inflight = 0;
-	int *res = calloc(n, sizeof(*res));
-	if (!ring || !res) {
-		for (size_t i = 0; i < n; i++) /* no ring: one pread each */
-			if (pread(sp->fd, buf + q[i].boff, q[i].span, (off_t)q[i].blk) == (ssize_t)q[i].span)
-				q[i].ret = rec_check(sp, buf + q[i].boff + (q[i].loc - q[i].blk), &q[i]);
-		if (ring)
-			pthread_mutex_unlock(&rg->lock);
-		free(res);
-		free(buf);
-		return;
-	}
 	int err = 0;
 	while (done < n) {
-		/* submit in small groups: the device starts on the first reads
-		 * while later ones are prepared, and completions keep the queue
-		 * topped up (one big submit leaves it idle between rounds) */
+		/* small groups: the device starts on the first reads while later
+		 * ones are prepared, and completions keep the queue topped up
+		 * (one big submit leaves it idle between rounds) */
 		while (!err && inflight < sp->qd && sub < n) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 			if (!sqe)
@@ -210,18 +184,41 @@ void device_read(struct spill *sp, struct sreq *q, size_t n)
 		io_uring_cq_advance(ring, k);
 		inflight -= k;
 		done += k;
-		if (err && !k && inflight) {
-			if (io_uring_wait_cqe(ring, &cqe) == 0)
-				continue;
+		if (err && !k && inflight && io_uring_wait_cqe(ring, &cqe) != 0)
 			break;
-		}
 	}
-	pthread_mutex_unlock(&rg->lock);
+	return sub;
+}
+
+/* Read q[0..n) in one io_uring submission, topped up to qd in flight. */
+void device_read(struct spill *sp, struct sreq *q, size_t n)
+{
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		q[i].blk = q[i].loc & ~(uint64_t)(BLK - 1);
+		uint64_t end = q[i].loc + sizeof(struct emb_srec) + q[i].len;
+		q[i].span = (uint32_t)(((end - q[i].blk) + BLK - 1) & ~(uint64_t)(BLK - 1));
+		q[i].boff = total;
+		q[i].ret = -EIO;
+		total += q[i].span;
+	}
+	char *buf = NULL;
+	if (posix_memalign((void **)&buf, BLK, total)) {
+		for (size_t i = 0; i < n; i++)
+			q[i].ret = -ENOMEM;
+		return;
+	}
+	struct ring *rg;
+	struct io_uring *ring = ring_get(sp, &rg);
+	int *res = calloc(n, sizeof(*res));
+	size_t sub = ring && res ? ring_reads(sp, ring, q, n, buf, res) : 0; /* else one pread each */
+	if (ring)
+		pthread_mutex_unlock(&rg->lock);
 	atomic_fetch_add_explicit(&sp->read_ios, sub, memory_order_relaxed);
 	atomic_fetch_add_explicit(&sp->read_bytes, total, memory_order_relaxed);
 	for (size_t i = 0; i < n; i++) {
 		if (i >= sub || res[i] != (int)q[i].span) {
-			/* a short read (damaged device) or no submission */
+			/* no submission, or a short read (damaged device) */
 			if (pread(sp->fd, buf + q[i].boff, q[i].span, (off_t)q[i].blk) != (ssize_t)q[i].span) {
 				q[i].ret = -EIO;
 				continue;

@@ -440,6 +440,56 @@ static int index_create(struct store *s, struct stable *st)
 	return index_load(s, st);
 }
 
+/* In a transaction: the two halves of segment old, each key by the next
+ * bit of its hash, sealed and persisted. */
+static void seg_halves_tx(struct store *s, struct emb_seg *old, struct emb_seg *n[2])
+{
+	uint32_t ld = old->local_depth;
+	n[0] = seg_new_tx(s, ld + 1, old->prefix << 1);
+	n[1] = seg_new_tx(s, ld + 1, (old->prefix << 1) | 1);
+	for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++) {
+		struct emb_bucket *b = &old->bucket[bi];
+		for (uint64_t m = b->ctl & EMB_CTL_VALID_MASK; m; m &= m - 1) {
+			int i = __builtin_ctzll(m);
+			uint64_t h = index_hash(s, b->slot[i].key);
+			int side = (int)((h >> (63 - ld)) & 1);
+			if (seg_put(s, n[side], b->slot[i].key, b->slot[i].val))
+				pmemobj_tx_abort(ENOSPC);
+		}
+	}
+	for (int k = 0; k < 2; k++) {
+		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++)
+			bucket_seal(&n[k]->bucket[bi]);
+		pmemobj_persist(s->pop, n[k], sizeof(*n[k]));
+	}
+}
+
+/* In a transaction: a directory of twice the entries, entry di's two
+ * halves in place of it, replaces the table's directory. */
+static void dir_double_tx(struct store *s, struct stable *st, size_t di, struct emb_seg *n[2])
+{
+	struct emb_dir *dir = S_PTR(s, st->t->dir_off);
+	uint32_t gd = st->gd;
+	size_t cnt = (size_t)1 << gd;
+	PMEMoid nd = pmemobj_tx_xalloc(sizeof(struct emb_dir) + 2 * cnt * 8, 0,
+				       s->xa_dir[gd + 1 <= EMB_MAX_DEPTH ? gd + 1 : 0]);
+	struct emb_dir *ndir = pmemobj_direct(nd);
+	ndir->global_depth = gd + 1;
+	ndir->magic = EMB_DIR_MAGIC;
+	for (size_t i = 0; i < cnt; i++) {
+		if (i == di) {
+			ndir->seg[2 * i] = S_OFF(s, n[0]);
+			ndir->seg[2 * i + 1] = S_OFF(s, n[1]);
+		} else {
+			ndir->seg[2 * i] = ndir->seg[2 * i + 1] = dir->seg[i];
+		}
+	}
+	pmemobj_persist(s->pop, ndir, sizeof(*ndir) + 2 * cnt * 8);
+	pmemobj_tx_add_range_direct(&st->t->dir_off, 8);
+	st->t->dir_off = nd.off;
+	pmemobj_tx_free(pmemobj_oid(dir));
+}
+
 /* Split the segment at directory index di into two of depth+1. */
 static int index_split(struct store *s, struct stable *st, size_t di)
 {
@@ -455,47 +505,12 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 			return -EIO;
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
-		struct emb_seg *n[2] = { seg_new_tx(s, ld + 1, old->prefix << 1),
-					 seg_new_tx(s, ld + 1, (old->prefix << 1) | 1) };
-		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++) {
-			struct emb_bucket *b = &old->bucket[bi];
-			uint64_t m = b->ctl & EMB_CTL_VALID_MASK;
-			while (m) {
-				int i = __builtin_ctzll(m);
-				m &= m - 1;
-				uint64_t h = index_hash(s, b->slot[i].key);
-				int side = (int)((h >> (63 - ld)) & 1);
-				if (seg_put(s, n[side], b->slot[i].key, b->slot[i].val))
-					pmemobj_tx_abort(ENOSPC);
-			}
-		}
-		for (int k = 0; k < 2; k++) {
-			for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++)
-				bucket_seal(&n[k]->bucket[bi]);
-			pmemobj_persist(s->pop, n[k], sizeof(*n[k]));
-		}
-		struct emb_dir *dir = S_PTR(s, st->t->dir_off);
+		struct emb_seg *n[2];
+		seg_halves_tx(s, old, n);
 		if (ld == gd) {
-			size_t cnt = (size_t)1 << gd;
-			PMEMoid nd = pmemobj_tx_xalloc(sizeof(struct emb_dir) + 2 * cnt * 8, 0,
-							s->xa_dir[gd + 1 <= EMB_MAX_DEPTH ? gd + 1 : 0]);
-			struct emb_dir *ndir = pmemobj_direct(nd);
-			ndir->global_depth = gd + 1;
-			ndir->magic = EMB_DIR_MAGIC;
-			for (size_t i = 0; i < cnt; i++) {
-				uint64_t o = dir->seg[i];
-				if (i == di) {
-					ndir->seg[2 * i] = S_OFF(s, n[0]);
-					ndir->seg[2 * i + 1] = S_OFF(s, n[1]);
-				} else {
-					ndir->seg[2 * i] = ndir->seg[2 * i + 1] = o;
-				}
-			}
-			pmemobj_persist(s->pop, ndir, sizeof(*ndir) + 2 * cnt * 8);
-			pmemobj_tx_add_range_direct(&st->t->dir_off, 8);
-			st->t->dir_off = nd.off;
-			pmemobj_tx_free(pmemobj_oid(dir));
-		} else {
+			dir_double_tx(s, st, di, n);
+		} else { /* the entries that pointed at old point at its halves */
+			struct emb_dir *dir = S_PTR(s, st->t->dir_off);
 			size_t span = (size_t)1 << (gd - ld);
 			size_t start = di & ~(span - 1);
 			pmemobj_tx_add_range_direct(&dir->seg[start], span * 8);

@@ -15,6 +15,46 @@
 
 #include "spill.h"
 
+/* A spilled row whose record did not match its stub (moved meanwhile):
+ * resolve it again and read it where it is now, a few times.  q->ret: 0,
+ * -EIO (damaged) or still -ESTALE. */
+static void reread(struct store *s, struct stable *st, struct sreq *q, uint64_t b, uint8_t *stored,
+		   uint64_t *vbatch)
+{
+	struct spill *sp = s->sp;
+	uint32_t rs = st->t->row_size;
+	for (int tries = 0; q->ret == -ESTALE && tries < 4; tries++) {
+		struct emb_version *v;
+		pthread_rwlock_rdlock(&st->lock);
+		if (chain_visible(s, st, q->row, b, &v)) {
+			pthread_rwlock_unlock(&st->lock);
+			q->ret = -EIO;
+			return;
+		}
+		if (!v || !ver_stub(v) || ((struct emb_stub *)v)->loc == q->loc) {
+			if (!v)
+				memset(q->dst, 0, rs);
+			else if (!ver_stub(v))
+				memcpy(q->dst, v + 1, rs);
+			q->ret = v && ver_stub(v) ? -EIO : 0; /* same place, no match: damaged */
+			if (stored)
+				stored[q->idx] = v != NULL;
+			if (vbatch)
+				vbatch[q->idx] = v ? v->batch : 0;
+			pthread_rwlock_unlock(&st->lock);
+			if (q->ret == -EIO)
+				atomic_fetch_add(&sp->csum_errors, 1);
+			return;
+		}
+		q->loc = ((struct emb_stub *)v)->loc;
+		q->batch = v->batch;
+		pin(sp, q->loc, 1);
+		pthread_rwlock_unlock(&st->lock);
+		device_read(sp, q, 1);
+		pin(sp, q->loc, -1);
+	}
+}
+
 int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
 		  uint64_t b, uint8_t *stored, uint64_t *vbatch)
 {
@@ -70,37 +110,8 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 	}
 	for (size_t k = 0; k < nq; k++) {
 		pin(sp, q[k].loc, -1);
-		/* a header that does not match: moved (look again) or damaged */
-		for (int tries = 0; !ret && q[k].ret == -ESTALE && tries < 4; tries++) {
-			pthread_rwlock_rdlock(&st->lock);
-			struct emb_version *v;
-			if (chain_visible(s, st, q[k].row, b, &v)) {
-				pthread_rwlock_unlock(&st->lock);
-				q[k].ret = -EIO;
-				break;
-			}
-			if (!v || !ver_stub(v) || ((struct emb_stub *)v)->loc == q[k].loc) {
-				if (!v)
-					memset(q[k].dst, 0, rs);
-				else if (!ver_stub(v))
-					memcpy(q[k].dst, v + 1, rs);
-				q[k].ret = v && ver_stub(v) ? -EIO : 0;
-				if (stored)
-					stored[q[k].idx] = v != NULL;
-				if (vbatch)
-					vbatch[q[k].idx] = v ? v->batch : 0;
-				pthread_rwlock_unlock(&st->lock);
-				if (q[k].ret == -EIO)
-					atomic_fetch_add(&sp->csum_errors, 1);
-				break;
-			}
-			q[k].loc = ((struct emb_stub *)v)->loc;
-			q[k].batch = v->batch;
-			pin(sp, q[k].loc, 1);
-			pthread_rwlock_unlock(&st->lock);
-			device_read(sp, &q[k], 1);
-			pin(sp, q[k].loc, -1);
-		}
+		if (!ret) /* a header that does not match: moved (look again) or damaged */
+			reread(s, st, &q[k], b, stored, vbatch);
 		if (!ret && q[k].ret)
 			ret = q[k].ret == -ESTALE ? -EIO : q[k].ret;
 		if (!q[k].ret && b == EMB_NONE)

@@ -131,28 +131,17 @@ static int reclaim_apply(struct reclaim *rc)
 	return ret;
 }
 
-/* Decide which versions of one row's chain stay; queue the changes. */
-static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
+/* Which versions of a chain (vs[0] newest .. vs[k-1]) a snapshot or the
+ * live table still sees; rc->count: credit what one snapshot alone holds
+ * to it. */
+static void reclaim_keep(struct reclaim *rc, const uint64_t *vs, size_t k, int *keep)
 {
 	struct store *s = rc->s;
-	uint64_t vs[EMB_MAX_SNAPS + 2];
-	int keep[EMB_MAX_SNAPS + 2];
-	size_t k = 0;
-	struct chain ch;
-	int ret = chain_start(s, rc->st, row, head, &ch);
-	while (!ret && ch.v) {
-		vs[k++] = ch.off;
-		ret = chain_step(&ch);
-	}
-	if (ret || !k) { /* damaged: the whole chain stays as it is */
-		rc->remaining++;
-		return 0;
-	}
+	size_t only;
 	/* older versions first: each is seen by the snapshots in [batch, newer batch) */
 	int older_kept = 0;
 	for (size_t i = k; i-- > 1;) {
 		struct emb_version *v = S_PTR(s, vs[i]), *nv = S_PTR(s, vs[i - 1]);
-		size_t only;
 		size_t h = snapset_holders(rc->refb, rc->nref, v->batch, nv->batch, &only);
 		keep[i] = h > 0;
 		older_kept |= keep[i];
@@ -162,7 +151,6 @@ static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
 		}
 	}
 	struct emb_version *v0 = S_PTR(s, vs[0]);
-	size_t only;
 	size_t h0 = snapset_holders(rc->refb, rc->nref, v0->batch, UINT64_MAX, &only);
 	if (rc->live)
 		keep[0] = !ver_tomb(v0) || older_kept; /* a tombstone hides older versions */
@@ -172,23 +160,13 @@ static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
 		struct emb_snap *r = rec(s, rc->refi[only]);
 		st64(&r->excl_bytes, r->excl_bytes + rc->slot);
 	}
+}
 
-	size_t nfree = 0;
-	for (size_t i = 0; i < k; i++)
-		nfree += !keep[i];
-	uint64_t newhead = 0;
-	for (size_t i = 0; i < k && !newhead; i++)
-		if (keep[i])
-			newhead = vs[i];
-	if (newhead)
-		rc->remaining++;
-	if (!nfree)
-		return 0;
-	if (rc->nfrees + nfree > EMB_JOURNAL_CAP) {
-		ret = reclaim_apply(rc);
-		if (ret)
-			return ret;
-	}
+/* Queue one row's change: its new head, the versions to free, the kept
+ * versions' new links.  -ENOMEM. */
+static int reclaim_queue(struct reclaim *rc, uint64_t row, uint64_t head, uint64_t newhead,
+			  const uint64_t *vs, const int *keep, size_t k, size_t nfree)
+{
 	GROW(rc->ch, rc->nch, rc->capch);
 	struct change *c = &rc->ch[rc->nch++];
 	c->row = row;
@@ -207,12 +185,45 @@ static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
 		for (size_t m = i + 1; m < k && !want; m++)
 			if (keep[m])
 				want = vs[m];
-		if (((struct emb_version *)S_PTR(s, vs[i]))->prev != want) {
+		if (((struct emb_version *)S_PTR(rc->s, vs[i]))->prev != want) {
 			GROW(rc->links, rc->nlinks, rc->caplinks);
 			rc->links[rc->nlinks++] = (struct link){ vs[i], want };
 		}
 	}
 	return 0;
+}
+
+/* Decide which versions of one row's chain stay; queue the changes. */
+static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
+{
+	uint64_t vs[EMB_MAX_SNAPS + 2];
+	int keep[EMB_MAX_SNAPS + 2];
+	size_t k = 0;
+	struct chain ch;
+	int ret = chain_start(rc->s, rc->st, row, head, &ch);
+	while (!ret && ch.v) {
+		vs[k++] = ch.off;
+		ret = chain_step(&ch);
+	}
+	if (ret || !k) { /* damaged: the whole chain stays as it is */
+		rc->remaining++;
+		return 0;
+	}
+	reclaim_keep(rc, vs, k, keep);
+	size_t nfree = 0;
+	uint64_t newhead = 0;
+	for (size_t i = 0; i < k; i++) {
+		nfree += !keep[i];
+		if (keep[i] && !newhead)
+			newhead = vs[i];
+	}
+	if (newhead)
+		rc->remaining++;
+	if (!nfree)
+		return 0;
+	if (rc->nfrees + nfree > EMB_JOURNAL_CAP && (ret = reclaim_apply(rc)))
+		return ret;
+	return reclaim_queue(rc, row, head, newhead, vs, keep, k, nfree);
 }
 
 /* Every (row, newest version) of an index. */
