@@ -87,6 +87,12 @@ void pm_flush(struct store *s, const void *addr, size_t len)
 		pmemobj_flush(s->pop, addr, len);
 }
 
+void pm_soon(struct store *s, const void *addr, size_t len)
+{
+	if (s->is_pmem)
+		pmemobj_persist(s->pop, addr, len);
+}
+
 int pm_barrier(struct store *s)
 {
 	if (pm_failed(s))

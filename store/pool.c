@@ -571,6 +571,7 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 		return ret;
 	ret = open_load(s, path, err, n);
 	if (ret) {
+		snap_unload(s);
 		catalog_unload(s);
 		slab_release_all(s);
 		pmemobj_close(s->pop);
@@ -611,6 +612,7 @@ void store_close(struct store *s)
 			(void)0; /* failed now: the pool stays unclean on disk */
 	}
 	pthread_mutex_unlock(&s->commit_lock);
+	snap_unload(s);
 	catalog_unload(s);
 	slab_release_all(s);
 	pmemobj_close(s->pop);

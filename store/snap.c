@@ -10,14 +10,31 @@
  * Dropping one marks the record dropping, reclaims what only it held
  * (reclaim.c), then frees the record; mount finishes an interrupted drop.
  *
+ * Taking one without waiting (issue 17).  With a row cache a snapshot is
+ * not durable when mkdir returns (fs/snap.c): a crash drops it.  So nothing
+ * need reach the device then, and mkdir costs no barrier: the record is
+ * written with plain stores and marked EMB_S_PENDING, its table array stays
+ * in DRAM (s->pend_tables), its generation comes from a DRAM counter, and the
+ * batch id advances by an 8-byte store that the next barrier of any commit
+ * persists before that commit publishes a version of the new batch.  When
+ * the cache has written back every older row, store_snap_set_durable makes
+ * it durable in one transaction: the table array into the pool, the record
+ * sealed, EMB_S_DURABLE set, the superblock's generation counter raised.
+ * After a crash a pending record may be torn; open marks it dropping and the
+ * drop reclaims whatever versions commits kept for it.  Without a cache a
+ * snapshot is durable at once: one transaction, as before.
+ *
  * Damage: each record's csum covers what changes only in transactions (gen,
  * batch, whether it is used, creation time, the table array and its length,
  * the name, the table array's bytes); a free record carries a free record's
  * checksum (all are sealed at mkfs and on drop).  flags change by stores
  * (durable, dropping): they sit in one 8-byte word with their complement,
- * stored at once.  snap_check() verifies every record at mount.
+ * stored at once.  snap_check() verifies every record in use at mount; a
+ * free record may hold a pending record's torn stores and a pending one may
+ * be torn, so neither is checked beyond its flags.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -80,16 +97,17 @@ int snap_check(struct store *s, char *err, size_t n)
 		const struct emb_snap *r = &sn->s[i];
 		uint32_t f = (uint32_t)r->flags;
 		size_t bytes = (size_t)r->ntables * sizeof(struct emb_snap_table);
-		if ((uint32_t)(r->flags >> 32) != (uint32_t)~f || (f & ~(EMB_S_USED | EMB_S_DURABLE | EMB_S_DROPPING)) ||
-		    (!(f & EMB_S_USED) && f))
+		if ((uint32_t)(r->flags >> 32) != (uint32_t)~f ||
+		    (f & ~(EMB_S_USED | EMB_S_DURABLE | EMB_S_DROPPING | EMB_S_PENDING)) ||
+		    (!(f & EMB_S_USED) && f) || ((f & EMB_S_PENDING) && (f & EMB_S_DURABLE)))
 			return rec_bad(err, n, i, "flags");
+		if (!(f & EMB_S_USED) || (f & EMB_S_PENDING))
+			continue; /* free, or pending: may be torn (see the top) */
 		if (r->ntables > EMB_NTABLES || !r->tables_off != !r->ntables ||
 		    (r->tables_off && !pool_range_ok(s, r->tables_off, bytes, 8)))
 			return rec_bad(err, n, i, "table array outside the pool");
 		if (r->csum != rec_csum(s->base, r))
 			return rec_bad(err, n, i, "checksum mismatch");
-		if (!(f & EMB_S_USED))
-			continue;
 		const struct emb_snap_table *t = S_PTR(s, r->tables_off);
 		if (!memchr(r->name, 0, sizeof(r->name)))
 			return rec_bad(err, n, i, "name");
@@ -108,8 +126,30 @@ int snap_load(struct store *s)
 	if (!s->snaps)
 		return -EIO;
 	pthread_rwlock_init(&s->snap_lock, NULL);
+	s->snap_gen = s->sb->snap_seq;
+	int ret = 0;
+	for (uint32_t i = 0; i < EMB_MAX_SNAPS && !ret; i++) {
+		struct emb_snap *r = rec(s, i);
+		uint32_t f = rec_flags(r);
+		if (!(f & EMB_S_USED)) {
+			continue; /* may hold a pending record's torn stores: unused */
+		} else if (f & EMB_S_PENDING) { /* lost in a crash: snap_recover drops it */
+			if (!(f & EMB_S_DROPPING))
+				ret = rec_flags_set(s, r, f | EMB_S_DROPPING);
+		} else if (r->gen > s->snap_gen) {
+			s->snap_gen = r->gen;
+		}
+	}
 	snapset_rebuild(s);
-	return 0;
+	return ret;
+}
+
+void snap_unload(struct store *s)
+{
+	for (uint32_t i = 0; i < EMB_MAX_SNAPS; i++) {
+		free(s->pend_tables[i]);
+		s->pend_tables[i] = NULL;
+	}
 }
 
 /* ---- snapshot records --------------------------------------------------- */
@@ -163,16 +203,104 @@ int store_batch_set(struct store *s, uint64_t b)
 	return ret;
 }
 
+/* The catalog as a snapshot keeps it: every table not unlinked, into t
+ * (n entries).  cat_lock held. */
+static void tables_copy(struct store *s, struct emb_snap_table *t, uint32_t n)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < EMB_NTABLES && k < n; i++) {
+		struct stable *st = s->tab[i];
+		if (!st || (st->t->flags & EMB_T_ORPHAN))
+			continue;
+		struct emb_table *e = st->t;
+		t[k] = (struct emb_snap_table){ .id = i, .dim = e->dim, .row_size = e->row_size,
+						.dtype = e->dtype, .gen = e->gen,
+						.size = ld64(&e->size), .nrows = ld64(&e->nrows),
+						.mode = e->mode, .uid = e->uid, .gid = e->gid,
+						.mtime_ns = ld64(&e->mtime_ns),
+						.ctime_ns = ld64(&e->ctime_ns) };
+		memcpy(t[k].name, e->name, sizeof(t[k].name));
+		k++;
+	}
+}
+
+/* A snapshot's record body (flags and csum left to the caller); tables_off
+ * 0 for a pending one. */
+static void rec_fill(struct store *s, struct emb_snap *r, const char *name, uint32_t n, uint64_t toff)
+{
+	memset(r, 0, offsetof(struct emb_snap, flags));
+	memset((char *)r + offsetof(struct emb_snap, created_ns), 0,
+	       sizeof(*r) - offsetof(struct emb_snap, created_ns));
+	r->gen = ++s->snap_gen;
+	r->batch = ld64(&s->sb->batch);
+	r->ntables = n;
+	r->created_ns = now_ns();
+	r->tables_off = toff;
+	strcpy(r->name, name);
+}
+
+/* A durable snapshot in record idx: one transaction.  snap_lock exclusive,
+ * cat_lock held. */
+static int take_durable(struct store *s, uint32_t idx, const char *name, uint32_t n)
+{
+	volatile int ret = 0;
+	struct emb_snap *r = rec(s, idx);
+	pthread_mutex_lock(&s->meta_lock);
+	TX_BEGIN(s->pop) {
+		uint64_t toff = 0;
+		if (n) {
+			PMEMoid o = pmemobj_tx_alloc(n * sizeof(struct emb_snap_table), 0);
+			tables_copy(s, pmemobj_direct(o), n);
+			toff = o.off;
+		}
+		pmemobj_tx_add_range_direct(r, sizeof(*r));
+		pmemobj_tx_add_range_direct(&s->sb->snap_seq, 8);
+		pmemobj_tx_add_range_direct(&s->sb->batch, 8);
+		rec_fill(s, r, name, n, toff);
+		r->flags = flags_word(EMB_S_USED | EMB_S_DURABLE);
+		r->csum = rec_csum(s->base, r);
+		s->sb->snap_seq = r->gen;
+		s->sb->batch = r->batch + 1;
+		super_seal_tx(s);
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	ret = pm_tx_end(s, ret);
+	pthread_mutex_unlock(&s->meta_lock);
+	return ret;
+}
+
+/* A pending snapshot in record idx: stores only, no barrier (see the top).
+ * snap_lock exclusive, cat_lock held. */
+static int take_pending(struct store *s, uint32_t idx, const char *name, uint32_t n)
+{
+	struct emb_snap_table *t = NULL;
+	if (n && !(t = malloc(n * sizeof(*t))))
+		return -ENOMEM;
+	if (n)
+		tables_copy(s, t, n);
+	struct emb_snap *r = rec(s, idx);
+	s->pend_tables[idx] = t;
+	rec_fill(s, r, name, n, 0);
+	__atomic_store_n(&r->flags, flags_word(EMB_S_USED | EMB_S_PENDING), __ATOMIC_RELEASE);
+	r->csum = rec_csum(s->base, r); /* without the array: make_durable seals it */
+	st64(&s->sb->batch, r->batch + 1);
+	pm_soon(s, r, sizeof(*r));
+	pm_soon(s, &s->sb->batch, 8);
+	return 0;
+}
+
 int store_snap_create(struct store *s, const char *name, int durable, struct store_snap *out)
 {
 	if (pm_writable(s))
 		return -EROFS; /* the pool failed (pm.c) */
-	volatile int ret = name_ok(name);
+	int ret = name_ok(name);
 	if (ret)
 		return ret;
-	pthread_rwlock_wrlock(&s->snap_lock); /* waits for commits in flight */
+	/* waits for commits that stamp rows with the current batch (commit.c) */
+	pthread_rwlock_wrlock(&s->snap_lock);
 	pthread_rwlock_rdlock(&s->cat_lock);
-	volatile int idx = -1;
+	int idx = -1;
 	if (find_locked(s, name) >= 0) {
 		ret = -EEXIST;
 		goto out;
@@ -184,60 +312,56 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 		ret = -ENOSPC;
 		goto out;
 	}
-	volatile uint32_t n = 0;
+	uint32_t n = 0;
 	for (uint32_t i = 0; i < EMB_NTABLES; i++)
 		n += s->tab[i] && !(s->tab[i]->t->flags & EMB_T_ORPHAN);
-	struct emb_snap *r = rec(s, (uint32_t)idx);
+	ret = durable ? take_durable(s, (uint32_t)idx, name, n) : take_pending(s, (uint32_t)idx, name, n);
+	if (!ret) {
+		snapset_rebuild(s);
+		if (out)
+			fill_snap(rec(s, (uint32_t)idx), (uint32_t)idx, out);
+	}
+out:
+	pthread_rwlock_unlock(&s->cat_lock);
+	pthread_rwlock_unlock(&s->snap_lock);
+	return ret;
+}
+
+/* A pending snapshot made durable: its table array into the pool, the
+ * record sealed and marked durable, in one transaction.  commit_lock held
+ * (no drop runs); snap_lock not held: a snapshot may be taken meanwhile. */
+static int make_durable(struct store *s, uint32_t idx)
+{
+	struct emb_snap *r = rec(s, idx);
+	const struct emb_snap_table *t = s->pend_tables[idx];
+	volatile int ret = 0;
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		uint64_t toff = 0;
-		if (n) {
-			PMEMoid o = pmemobj_tx_zalloc(n * sizeof(struct emb_snap_table), 0);
-			struct emb_snap_table *t = pmemobj_direct(o);
-			uint32_t k = 0;
-			for (uint32_t i = 0; i < EMB_NTABLES && k < n; i++) {
-				struct stable *st = s->tab[i];
-				if (!st || (st->t->flags & EMB_T_ORPHAN))
-					continue;
-				struct emb_table *e = st->t;
-				t[k] = (struct emb_snap_table){ .id = i, .dim = e->dim, .row_size = e->row_size,
-								.dtype = e->dtype, .gen = e->gen,
-								.size = ld64(&e->size), .nrows = ld64(&e->nrows),
-								.mode = e->mode, .uid = e->uid, .gid = e->gid,
-								.mtime_ns = ld64(&e->mtime_ns),
-								.ctime_ns = ld64(&e->ctime_ns) };
-				memcpy(t[k].name, e->name, sizeof(t[k].name));
-				k++;
-			}
+		if (r->ntables) {
+			PMEMoid o = pmemobj_tx_alloc(r->ntables * sizeof(*t), 0);
+			memcpy(pmemobj_direct(o), t, r->ntables * sizeof(*t));
 			toff = o.off;
 		}
 		pmemobj_tx_add_range_direct(r, sizeof(*r));
 		pmemobj_tx_add_range_direct(&s->sb->snap_seq, 8);
-		pmemobj_tx_add_range_direct(&s->sb->batch, 8);
-		memset(r, 0, sizeof(*r));
-		r->gen = ++s->sb->snap_seq;
-		r->batch = s->sb->batch;
-		r->flags = flags_word(EMB_S_USED | (durable ? EMB_S_DURABLE : 0));
-		r->ntables = n;
-		r->created_ns = now_ns();
 		r->tables_off = toff;
-		strcpy(r->name, name);
 		r->csum = rec_csum(s->base, r);
-		s->sb->batch = r->batch + 1;
+		__atomic_store_n(&r->flags, flags_word(EMB_S_USED | EMB_S_DURABLE), __ATOMIC_RELEASE);
+		if (r->gen > s->sb->snap_seq)
+			s->sb->snap_seq = r->gen;
 		super_seal_tx(s);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
 	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
-	if (!ret) {
-		snapset_rebuild(s);
-		if (out)
-			fill_snap(r, (uint32_t)idx, out);
+	if (!ret) { /* the pool's copy serves from now on */
+		pthread_rwlock_wrlock(&s->snap_lock);
+		s->pend_tables[idx] = NULL;
+		pthread_rwlock_unlock(&s->snap_lock);
+		free((void *)t);
 	}
-out:
-	pthread_rwlock_unlock(&s->cat_lock);
-	pthread_rwlock_unlock(&s->snap_lock);
 	return ret;
 }
 
@@ -247,15 +371,20 @@ int store_snap_set_durable(struct store *s, uint32_t idx, uint64_t gen)
 		return -EINVAL;
 	struct emb_snap *r = rec(s, idx);
 	int ret = 0;
-	/* shared: a drop (exclusive) cannot run meanwhile, so the record stays
-	 * the one named by gen */
+	/* commit_lock: no drop runs meanwhile, so the record stays the one
+	 * named by gen; snap_lock only to look, not across the persist */
+	pthread_mutex_lock(&s->commit_lock);
 	pthread_rwlock_rdlock(&s->snap_lock);
 	uint32_t f = rec_flags(r);
-	if (!rec_live(r) || r->gen != gen)
+	int live = rec_live(r) && r->gen == gen;
+	pthread_rwlock_unlock(&s->snap_lock);
+	if (!live)
 		ret = -ENOENT; /* dropped, and maybe the slot reused */
+	else if (f & EMB_S_PENDING)
+		ret = make_durable(s, idx);
 	else if (!(f & EMB_S_DURABLE))
 		ret = rec_flags_set(s, r, f | EMB_S_DURABLE);
-	pthread_rwlock_unlock(&s->snap_lock);
+	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
 }
 
@@ -267,9 +396,10 @@ static int drop_locked(struct store *s, uint32_t idx)
 	volatile int ret = snap_reclaim_all(s);
 	if (ret)
 		return ret;
+	int pending = (rec_flags(r) & EMB_S_PENDING) != 0; /* its tables_off names nothing */
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
-		if (r->tables_off)
+		if (r->tables_off && !pending)
 			pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->tables_off)));
 		pmemobj_tx_add_range_direct(r, sizeof(*r));
 		rec_clear(r);
@@ -278,6 +408,12 @@ static int drop_locked(struct store *s, uint32_t idx)
 	} TX_END
 	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
+	if (!ret && s->pend_tables[idx]) {
+		pthread_rwlock_wrlock(&s->snap_lock);
+		free(s->pend_tables[idx]);
+		s->pend_tables[idx] = NULL;
+		pthread_rwlock_unlock(&s->snap_lock);
+	}
 	return ret;
 }
 

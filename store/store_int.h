@@ -148,6 +148,10 @@ struct store {
 		uint64_t live_batch[EMB_MAX_SNAPS]; /* batches of live (not dropping) snapshots, sorted */
 		uint32_t live_idx[EMB_MAX_SNAPS];   /* their record index, same order */
 		uint32_t n_live;
+		/* the table arrays of EMB_S_PENDING records, until they are made
+		 * durable; written under snap_lock exclusive */
+		struct emb_snap_table *pend_tables[EMB_MAX_SNAPS];
+		uint64_t snap_gen;              /* the last generation handed out */
 	};
 	struct { /* counters, atomic: commit.c, pm.c, read.c, util.c */
 		_Atomic uint64_t n_commits, n_barriers, n_rows_written, n_rows_read;
@@ -259,6 +263,10 @@ static inline size_t u64_lower_bound(const uint64_t *v, size_t n, uint64_t x)
  * it up. */
 void pm_flush(struct store *s, const void *addr, size_t len);
 int pm_barrier(struct store *s) __attribute__((warn_unused_result));
+/* Durable by the next barrier of any thread, without waiting for the device
+ * now: on PMem flushed and fenced here (cheap), on a plain file left to the
+ * next msync, which covers the whole mapping. */
+void pm_soon(struct store *s, const void *addr, size_t len);
 int pm_persist(struct store *s, const void *addr, size_t len) __attribute__((warn_unused_result));
 /* At open: msync failures before now are not this pool's. */
 void pm_open(struct store *s);
@@ -401,14 +409,16 @@ static inline struct emb_snap *rec(struct store *s, uint32_t i)
 	return &s->snaps->s[i];
 }
 
+/* A record's table array: in the pool, or in DRAM while it is pending. */
 static inline struct emb_snap_table *rec_tables(struct store *s, const struct emb_snap *r)
 {
-	return S_PTR(s, r->tables_off);
+	struct emb_snap_table *t = s->pend_tables[r - s->snaps->s];
+	return t ? t : S_PTR(s, r->tables_off);
 }
 
 /* flags change under snap_lock exclusive, except EMB_S_DURABLE, which
- * store_snap_set_durable sets under snap_lock shared (every such writer
- * stores the same word) */
+ * store_snap_set_durable sets while it excludes drops by commit_lock
+ * (readers load the word atomically) */
 static inline uint32_t rec_flags(const struct emb_snap *r)
 {
 	return (uint32_t)__atomic_load_n(&r->flags, __ATOMIC_ACQUIRE);
@@ -526,10 +536,15 @@ int commit_locked(struct store *s, struct stable *st, const struct store_rowop *
 int commit_replay(struct store *s, struct emb_journal *j);
 
 /* ---- snap.c: snapshot records -------------------------------------------- */
+/* At open: the records, the generation counter; pending records (lost in a
+ * crash) are marked dropping for snap_recover. */
 int snap_load(struct store *s);
+/* At close: the DRAM table arrays of snapshots still pending. */
+void snap_unload(struct store *s);
 /* A new pool's snapshot records: all free, each with its checksum. */
 void snap_records_init(struct emb_snaps *sn);
-/* Every snapshot record (free ones too) and its table array is sound. */
+/* Every snapshot record in use and its table array is sound (a free or a
+ * pending record may be torn by a crash: not checked). */
 int snap_check(struct store *s, char *err, size_t n);
 int snap_recover(struct store *s);
 /* Table id inside snapshot idx of generation snap_gen: its attributes (a may

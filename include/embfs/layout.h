@@ -282,6 +282,9 @@ struct emb_snap_table {
 #define EMB_S_USED 1u
 #define EMB_S_DURABLE 2u   /* every row it holds is in the pool */
 #define EMB_S_DROPPING 4u  /* rmdir in progress: finished at mount */
+#define EMB_S_PENDING 8u   /* taken without a transaction, not durable yet: its
+			    * table array is in DRAM (tables_off 0) and the
+			    * record may be torn after a crash; dropped at mount */
 struct emb_snap {
 	uint64_t gen;
 	uint64_t batch;        /* holds the newest version of each row with batch <= this */
