@@ -107,7 +107,8 @@ static void plan(struct store *s, struct uop *u)
 	}
 }
 
-/* Look every row up and claim index slots for new rows; splits restart it. */
+/* Look every row up and claim index slots for new rows; splits restart it.
+ * Needs no snapshot: plan_all decides what the old versions become. */
 static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		   struct claims *c)
 {
@@ -128,7 +129,6 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 				break;
 			u[i].found = u[i].old_off != 0;
 			u[i].claimed = 0;
-			plan(s, &u[i]);
 			if (!u[i].found && !u[i].del) {
 				ret = index_claim(s, st, c, u[i].row, &u[i].pos);
 				u[i].claimed = 1;
@@ -136,6 +136,26 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		}
 		if (ret != -EAGAIN)
 			return ret;
+	}
+}
+
+/* Rows planned per hold of snap_lock by a group whose rows all carry their
+ * batch (see group_commit). */
+#define PLAN_SLICE 1024
+
+/* plan() every row.  held: the caller holds snap_lock for the whole group;
+ * otherwise it is taken for a slice of rows at a time, so that a snapshot
+ * taken meanwhile waits for one slice, not for the group. */
+static void plan_all(struct store *s, struct uop *u, size_t nu, int held)
+{
+	for (size_t i = 0; i < nu;) {
+		size_t end = held || nu - i <= PLAN_SLICE ? nu : i + PLAN_SLICE;
+		if (!held)
+			pthread_rwlock_rdlock(&s->snap_lock);
+		for (; i < end; i++)
+			plan(s, &u[i]);
+		if (!held)
+			pthread_rwlock_unlock(&s->snap_lock);
 	}
 }
 
@@ -162,6 +182,7 @@ struct group {
 	struct claims *c;
 	uint32_t cls, rs;
 	size_t chunk;      /* uops per commit: the journal, and copy-on-write headroom */
+	int stamped;       /* every op carries its batch: snap_lock is not held throughout */
 };
 
 static void group_free(struct group *g)
@@ -176,16 +197,18 @@ static void group_free(struct group *g)
 }
 
 /* Deduplicate the ops, look every row up, claim index slots for new rows
- * (splitting segments as needed: the only step that grows the index), and
- * read the device bytes of spilled rows a partial update needs.  Nothing in
- * the pool changes.  commit_lock and snap_lock (shared) held. */
+ * (splitting segments as needed: the only step that grows the index), plan
+ * each row against the live snapshots, and read the device bytes of spilled
+ * rows a partial update needs.  Nothing in the pool changes.  commit_lock
+ * held, and snap_lock (shared) unless g->stamped. */
 static int group_plan(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
-		      struct group *g)
+		      struct group *g, int stamped)
 {
 	uint32_t rs = st->t->row_size;
 	uint64_t cur_batch = ld64(&s->sb->batch);
 	memset(g, 0, sizeof(*g));
 	g->rs = rs;
+	g->stamped = stamped;
 	g->m.cap = 16;
 	while (g->m.cap < 2 * n + 16)
 		g->m.cap <<= 1;
@@ -234,6 +257,7 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 	}
 	if ((ret = prepass(s, st, g->u, g->nu, g->c)))
 		goto out;
+	plan_all(s, g->u, g->nu, !stamped);
 	/* a partial update of a spilled row needs its bytes from the device */
 	for (size_t i = 0; i < g->nu; i++) {
 		struct uop *x = &g->u[i];
@@ -379,10 +403,13 @@ static void chunk_publish(struct store *s, struct stable *st, struct group *g, s
 	pm_flush(s, t, 128);
 }
 
-/* C: free what was replaced and is not kept for a snapshot. */
+/* C: free what was replaced and is not kept for a snapshot; charge what is
+ * kept to the one snapshot that alone holds it. */
 static void chunk_free(struct store *s, struct stable *st, struct group *g, size_t from, size_t to)
 {
 	struct uop *u = g->u;
+	if (g->stamped)
+		pthread_rwlock_rdlock(&s->snap_lock);
 	for (size_t i = from; i < to; i++) {
 		if (u[i].skip)
 			continue;
@@ -395,6 +422,8 @@ static void chunk_free(struct store *s, struct stable *st, struct group *g, size
 		if (s->sp)
 			spill_note_write(s, st->id, u[i].row);
 	}
+	if (g->stamped)
+		pthread_rwlock_unlock(&s->snap_lock);
 }
 
 /* Apply uops [from, to) as one journaled commit (the steps at the top of
@@ -428,13 +457,29 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
  * as it was; then committed in chunks of at most EMB_JOURNAL_CAP rows (fewer
  * for large rows: a chunk's copy-on-write slots come from the class's
  * headroom).  promised: the rows were promised (store_space_reserve), so they
- * may take promised slots.  commit_lock held. */
+ * may take promised slots.  commit_lock held.
+ *
+ * Snapshots.  A group whose ops have no batch is stamped with the current
+ * one and holds snap_lock (shared) from its plan to its end: a snapshot
+ * waits for it, so that it never sees rows of its own batch appear after it
+ * was taken.  A group whose every op carries its batch (a write-back of the
+ * row cache) holds it only while planning, a slice of rows at a time, and
+ * while charging kept versions.  A snapshot taken in between has a batch at
+ * least that of every op (an op's batch was current when its row was
+ * written), so it sees the group's new versions and needs none of the
+ * versions they replace: the plan stays right.  Its reads wait until it is
+ * durable, which waits for this group (fs/snap.c).  Drops take commit_lock,
+ * so none runs in between. */
 static int group_commit(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
 			uint64_t size_hint, int promised)
 {
 	struct group g;
-	pthread_rwlock_rdlock(&s->snap_lock); /* the set of live snapshots stays put */
-	int ret = group_plan(s, st, ops, n, &g);
+	int stamped = 1;
+	for (size_t i = 0; i < n && stamped; i++)
+		stamped = ops[i].batch != 0;
+	if (!stamped)
+		pthread_rwlock_rdlock(&s->snap_lock); /* the set of live snapshots stays put */
+	int ret = group_plan(s, st, ops, n, &g, stamped);
 	if (!ret)
 		ret = group_room(s, &g, promised);
 	if (!ret) {
@@ -453,7 +498,8 @@ static int group_commit(struct store *s, struct stable *st, const struct store_r
 		if (!last)
 			ret = -ENODATA; /* nothing to write: the caller extends the size */
 	}
-	pthread_rwlock_unlock(&s->snap_lock);
+	if (!stamped)
+		pthread_rwlock_unlock(&s->snap_lock);
 	group_free(&g);
 	return ret;
 }
@@ -513,7 +559,6 @@ static int live_ver(struct store *s, uint64_t off)
 	return v && !ver_tomb(v);
 }
 
-/* Replay the journal after a crash (see the top of this file). */
 /* Replay a sealed commit journal after a crash (see the top of this file).
  * commit_lock held (or at mount). */
 int commit_replay(struct store *s, struct emb_journal *j)
