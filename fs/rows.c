@@ -108,13 +108,13 @@ int rows_read(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_
 
 /* ---- writes ------------------------------------------------------------- */
 
+/* The pool holds back room for the worst case of what the promised rows may
+ * need (slots, and index growth: store/slab.c), which is more than they will
+ * take: when no promise can be made, write the cache back (the rows then
+ * take what they really need, the rest of the promise comes back, and with
+ * a spill tier the mover can move them out) and ask again. */
 int rows_reserve(struct embfs *fs, uint32_t rs, int64_t n)
 {
-	/* The pool holds back room for the worst case of what the promised rows
-	 * may need (slots, and index growth: store/slab.c), which is more than
-	 * they will take: when no promise can be made, write the cache back (the
-	 * rows then take what they really need, the rest of the promise comes
-	 * back, and with a spill tier the mover can move them out) and ask again. */
 	int ret = store_space_reserve(fs->st, rs, n);
 	if (ret == -ENOSPC && fs->cache && cache_flush(fs->cache, -1) == 0)
 		ret = store_space_reserve(fs->st, rs, n);
