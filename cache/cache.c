@@ -602,13 +602,26 @@ static int cmp_item_rank(const void *a, const void *b)
 	return x->table < y->table ? -1 : x->table > y->table;
 }
 
-static void pres_putback(struct cache *c, struct pres *p)
+/* A preserved copy to write back at the next round. */
+static void pres_push(struct cache *c, struct pres *p)
 {
 	pthread_mutex_lock(&c->pres_lock);
 	p->next = c->pres;
 	c->pres = p;
 	c->npres++;
 	pthread_mutex_unlock(&c->pres_lock);
+}
+
+/* Every preserved copy made so far (*np of them), for a write-back round. */
+static struct pres *pres_take(struct cache *c, size_t *np)
+{
+	pthread_mutex_lock(&c->pres_lock);
+	struct pres *list = c->pres;
+	*np = c->npres;
+	c->pres = NULL;
+	c->npres = 0;
+	pthread_mutex_unlock(&c->pres_lock);
+	return list;
 }
 
 /* A preserved version of (table, row) reached the store.  If the row's
@@ -638,40 +651,10 @@ static int stored_below(struct cache *c, uint32_t table, uint64_t row)
 	return give;
 }
 
-/*
- * Write back the staged rows and every preserved copy made so far, then
- * settle their flags.  A row may have several pending versions (preserved
- * copies for snapshots, then its current bytes): they reach the store in
- * batch order, one commit per rank, so a snapshot's version is never written
- * after a newer one.  Copies preserved after this call are newer than the
- * staged bytes of their row (or the row was not staged), so they can wait
- * for the next round.  Promises of what reached the layer below are given
- * back.  flush_lock held; no shard lock held.
- */
-static int stage_commit(struct cache *c, struct stage *s)
+/* The versions of a round in write-back order: ranked per row in batch
+ * order (0 for a row's oldest pending version), then by rank and table. */
+static void items_order(struct wbitem *it, size_t n, const struct stage *s, struct pres *plist)
 {
-	pthread_mutex_lock(&c->pres_lock);
-	struct pres *plist = c->pres;
-	size_t np = c->npres;
-	c->pres = NULL;
-	c->npres = 0;
-	pthread_mutex_unlock(&c->pres_lock);
-	size_t n = s->n + np;
-	if (n == 0)
-		return 0;
-	int ret = 0;
-	struct giveback g = { 0 };
-	struct wbitem *it = malloc(n * sizeof(*it));
-	struct cache_wb *wb = malloc(n * sizeof(*wb));
-	int *ok = calloc(s->n ? s->n : 1, sizeof(*ok));
-	if (!it || !wb || !ok) {
-		ret = -ENOMEM;
-		for (struct pres *p = plist, *nx; p; p = nx) {
-			nx = p->next;
-			pres_putback(c, p);
-		}
-		goto settle;
-	}
 	size_t k = 0;
 	for (size_t i = 0; i < s->n; i++)
 		it[k++] = (struct wbitem){ s->v[i].table, 0, s->v[i].row, s->v[i].batch,
@@ -683,12 +666,19 @@ static int stage_commit(struct cache *c, struct stage *s)
 		if (it[i].table == it[i - 1].table && it[i].row == it[i - 1].row)
 			it[i].rank = it[i - 1].rank + 1;
 	qsort(it, n, sizeof(*it), cmp_item_rank);
-	/* a table whose write-back fails keeps the rest of its rows for the next
-	 * round (a later rank must not land before an earlier one), but the
-	 * other tables go on: one failing table never holds up the others */
+}
+
+/* Hand the ordered versions below, one ops->writeback per rank and table,
+ * marking those that got there (done).  A table whose write-back fails
+ * keeps the rest of its rows for the next round (a later rank must not
+ * land before an earlier one), but the other tables go on: one failing
+ * table never holds up the others.  The first error, or 0. */
+static int writeback_items(struct cache *c, struct wbitem *it, size_t n, struct cache_wb *wb)
+{
 	uint32_t *failed = NULL;
 	size_t nfailed = 0;
 	int stop = 0; /* no memory to remember a failed table: hold the rest back */
+	int ret = 0;
 	for (size_t i = 0; i < n;) {
 		size_t j = i;
 		while (j < n && it[j].rank == it[i].rank && it[j].table == it[i].table) {
@@ -715,59 +705,109 @@ static int stage_commit(struct cache *c, struct stage *s)
 		i = j;
 	}
 	free(failed);
+	return ret;
+}
+
+/* After the write-back: staged rows' outcome into ok[]; preserved copies
+ * that got below are freed (their promises settled, see stored_below(),
+ * into g), the others wait for the next round, oldest first. */
+static void items_settle(struct cache *c, struct wbitem *it, size_t n, int *ok, struct giveback *g)
+{
 	for (size_t i = 0; i < n; i++) {
+		struct pres *p = it[i].p;
 		if (it[i].staged != SIZE_MAX) {
 			ok[it[i].staged] = it[i].done;
 		} else if (it[i].done) {
-			int give = stored_below(c, it[i].p->table, it[i].p->row);
+			int give = stored_below(c, p->table, p->row);
 			if (give && c->ops->reserve)
-				giveback_add(c, &g, it[i].p->table, it[i].p->rs, give);
-			free(it[i].p);
+				giveback_add(c, g, p->table, p->rs, give);
+			free(p);
 		} else {
-			pres_putback(c, it[i].p); /* tried again, oldest first, next round */
+			pres_push(c, p);
 		}
 	}
-settle:
-	for (size_t i = 0; i < s->n; i++) {
-		struct staged *v = &s->v[i];
-		struct shard *sh = &c->sh[v->shard];
-		int give = 0;
-		pthread_mutex_lock(&sh->lock);
-		struct centry *e = &sh->e[v->idx];
-		struct tstat *t = tst(c, e->table);
-		e->flags &= (uint8_t)~F_BUSY;
-		if (ok && ok[i]) {
-			sh->writebacks++;
-			TS_ADD(t, writebacks, 1);
-			give = v->prom; /* the slot it promised is taken now */
-			if (e->flags & F_NEW) {
-				if (!(e->flags & F_STORED))
-					TS_SUB(t, new_dirty, 1);
-				e->flags &= (uint8_t)~(F_NEW | F_STORED);
-			}
-			if (e->flags & F_REDIRTY) {
-				/* written meanwhile: its F_PROM is for the write-back
-				 * over the version just stored */
-				e->flags &= (uint8_t)~F_REDIRTY;
-			} else {
-				give += !!(e->flags & F_PROM);
-				e->flags &= (uint8_t)~(F_DIRTY | F_PROM);
-				sh->ndirty--;
-				TS_SUB(t, dirty, 1);
-				base_set(c, e, v->batch);
-			}
-		} else {
-			/* still dirty over the same stored version: the promise
-			 * comes back (one is enough) */
-			e->flags &= (uint8_t)~F_REDIRTY;
-			if (v->prom && (e->flags & F_PROM))
-				give = 1;
-			else if (v->prom)
-				e->flags |= F_PROM;
+}
+
+/* Staged row v after its write-back (ok: it got below): no longer busy;
+ * clean unless written meanwhile.  The promises to give back. */
+static int staged_settle(struct cache *c, const struct staged *v, int ok)
+{
+	struct shard *sh = &c->sh[v->shard];
+	int give = 0;
+	pthread_mutex_lock(&sh->lock);
+	struct centry *e = &sh->e[v->idx];
+	struct tstat *t = tst(c, e->table);
+	e->flags &= (uint8_t)~F_BUSY;
+	if (ok) {
+		sh->writebacks++;
+		TS_ADD(t, writebacks, 1);
+		give = v->prom; /* the slot it promised is taken now */
+		if (e->flags & F_NEW) {
+			if (!(e->flags & F_STORED))
+				TS_SUB(t, new_dirty, 1);
+			e->flags &= (uint8_t)~(F_NEW | F_STORED);
 		}
-		pthread_mutex_unlock(&sh->lock);
+		if (e->flags & F_REDIRTY) {
+			/* written meanwhile: its F_PROM is for the write-back
+			 * over the version just stored */
+			e->flags &= (uint8_t)~F_REDIRTY;
+		} else {
+			give += !!(e->flags & F_PROM);
+			e->flags &= (uint8_t)~(F_DIRTY | F_PROM);
+			sh->ndirty--;
+			TS_SUB(t, dirty, 1);
+			base_set(c, e, v->batch);
+		}
+	} else {
+		/* still dirty over the same stored version: the promise
+		 * comes back (one is enough) */
+		e->flags &= (uint8_t)~F_REDIRTY;
+		if (v->prom && (e->flags & F_PROM))
+			give = 1;
+		else if (v->prom)
+			e->flags |= F_PROM;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return give;
+}
+
+/*
+ * Write back the staged rows and every preserved copy made so far, then
+ * settle their flags.  A row may have several pending versions (preserved
+ * copies for snapshots, then its current bytes): they reach the store in
+ * batch order, one commit per rank, so a snapshot's version is never written
+ * after a newer one.  Copies preserved after this call are newer than the
+ * staged bytes of their row (or the row was not staged), so they can wait
+ * for the next round.  Promises of what reached the layer below are given
+ * back.  flush_lock held; no shard lock held.
+ */
+static int stage_commit(struct cache *c, struct stage *s)
+{
+	size_t np;
+	struct pres *plist = pres_take(c, &np);
+	size_t n = s->n + np;
+	if (n == 0)
+		return 0;
+	int ret;
+	struct giveback g = { 0 };
+	struct wbitem *it = malloc(n * sizeof(*it));
+	struct cache_wb *wb = malloc(n * sizeof(*wb));
+	int *ok = calloc(s->n ? s->n : 1, sizeof(*ok));
+	if (it && wb && ok) {
+		items_order(it, n, s, plist);
+		ret = writeback_items(c, it, n, wb);
+		items_settle(c, it, n, ok, &g);
+	} else {
+		ret = -ENOMEM;
+		for (struct pres *p = plist, *nx; p; p = nx) {
+			nx = p->next;
+			pres_push(c, p);
+		}
+	}
+	for (size_t i = 0; i < s->n; i++) {
+		int give = staged_settle(c, &s->v[i], ok && ok[i]);
 		if (give && c->ops->reserve)
-			giveback_add(c, &g, v->table, v->rs, give);
+			giveback_add(c, &g, s->v[i].table, s->v[i].rs, give);
 	}
 	giveback_end(c, &g);
 	free(it);
@@ -1039,82 +1079,74 @@ static inline struct shard *shard_of(struct cache *c, uint64_t h, uint32_t *si)
 	return &c->sh[*si];
 }
 
-int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
-	       void *buf)
+/* A missed row fetched from below (tmp): cached, unless it is a hole or
+ * the fill raced a drop (cacheable 0), and its bytes [off, off + len) into
+ * buf, from the cache if it was filled meanwhile (that is newer). */
+static void read_fill(struct cache *c, struct shard *sh, uint32_t si, uint32_t table, uint32_t rs, uint64_t row,
+		      uint64_t h, const char *tmp, int cacheable, uint64_t sbatch, uint32_t off, uint32_t len,
+		      void *buf)
 {
-	uint64_t h = hash(table, row);
-	uint32_t si;
-	struct shard *sh = shard_of(c, h, &si);
 	struct tstat *t = tst(c, table);
-	char sbuf[4096]; /* a miss's row, without a malloc for the usual sizes */
-	char *tmp = NULL;
-	uint64_t sbatch = 0;
-	int ret = 0;
-#define TMP_FREE() do { if (tmp != sbuf) free(tmp); } while (0)
-
-	if (table >= CACHE_MAX_TABLES || (uint64_t)off + len > rs)
-		return -EINVAL;
-	for (;;) {
-		pthread_mutex_lock(&sh->lock);
-		uint32_t idx = lookup(sh, table, row, h);
-		if (idx != NIL) {
-			struct centry *e = &sh->e[idx];
-			memcpy(buf, e_data(sh, e) + off, len);
-			e->flags |= F_REF;
-			if (tmp)
-				sh->misses++;
-			else
-				sh->hits++;
-			pthread_mutex_unlock(&sh->lock);
-			TS_ADD(t, hits, !tmp);
-			TS_ADD(t, misses, !!tmp);
-			TMP_FREE();
-			return 0;
-		}
-		if (tmp)
-			break;
-		pthread_mutex_unlock(&sh->lock);
-		uint64_t gen = atomic_load(&t->gen);
-		tmp = rs <= sizeof(sbuf) ? sbuf : malloc(rs);
-		if (!tmp)
-			return -ENOMEM;
-		ret = c->ops->fetch(c->ctx, table, row, tmp, &sbatch);
-		if (ret < 0) {
-			TMP_FREE();
-			return ret;
-		}
-		if (ret == 0 || atomic_load(&t->gen) != gen) {
-			/* holes are not cached; a fill that raced a drop is not either */
-			memcpy(buf, tmp + off, len);
-			TMP_FREE();
-			pthread_mutex_lock(&sh->lock);
-			sh->misses++;
-			pthread_mutex_unlock(&sh->lock);
-			TS_ADD(t, misses, 1);
-			return 0;
-		}
-	}
-	/* shard lock held, row absent, tmp holds the stored row */
+	uint32_t idx = NIL;
 	int err = 0;
-	uint32_t idx = insert(c, sh, table, rs, row, h, &err);
-	if (idx != NIL) {
-		memcpy(e_data(sh, &sh->e[idx]), tmp, rs);
-		base_set(c, &sh->e[idx], sbatch);
-	} else {
-		sh->bypasses++;
+	pthread_mutex_lock(&sh->lock);
+	if (cacheable && (idx = lookup(sh, table, row, h)) != NIL) {
+		sh->e[idx].flags |= F_REF;
+		tmp = e_data(sh, &sh->e[idx]);
+	} else if (cacheable) {
+		idx = insert(c, sh, table, rs, row, h, &err);
+		if (idx != NIL) {
+			memcpy(e_data(sh, &sh->e[idx]), tmp, rs);
+			base_set(c, &sh->e[idx], sbatch);
+		} else {
+			sh->bypasses++;
+		}
 	}
+	memcpy(buf, tmp + off, len);
 	sh->misses++;
 	pthread_mutex_unlock(&sh->lock);
 	TS_ADD(t, misses, 1);
-	if (idx == NIL) {
+	if (cacheable && idx == NIL) {
 		TS_ADD(t, bypasses, 1);
 		if (err == -EAGAIN)
 			make_clean(c, si); /* next miss finds room */
 	}
-	memcpy(buf, tmp + off, len);
-	TMP_FREE();
-	return 0;
-#undef TMP_FREE
+}
+
+int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
+	       void *buf)
+{
+	uint64_t h = hash(table, row), sbatch = 0;
+	uint32_t si;
+	struct shard *sh = shard_of(c, h, &si);
+	char sbuf[4096]; /* a miss's row, without a malloc for the usual sizes */
+
+	if (table >= CACHE_MAX_TABLES || (uint64_t)off + len > rs)
+		return -EINVAL;
+	struct tstat *t = tst(c, table);
+	pthread_mutex_lock(&sh->lock);
+	uint32_t idx = lookup(sh, table, row, h);
+	if (idx != NIL) {
+		struct centry *e = &sh->e[idx];
+		memcpy(buf, e_data(sh, e) + off, len);
+		e->flags |= F_REF;
+		sh->hits++;
+		pthread_mutex_unlock(&sh->lock);
+		TS_ADD(t, hits, 1);
+		return 0;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	uint64_t gen = atomic_load(&t->gen);
+	char *tmp = rs <= sizeof(sbuf) ? sbuf : malloc(rs);
+	if (!tmp)
+		return -ENOMEM;
+	int ret = c->ops->fetch(c->ctx, table, row, tmp, &sbatch);
+	if (ret >= 0)
+		read_fill(c, sh, si, table, rs, row, h, tmp, ret == 1 && atomic_load(&t->gen) == gen, sbatch, off,
+			  len, buf);
+	if (tmp != sbuf)
+		free(tmp);
+	return ret < 0 ? ret : 0;
 }
 
 /* The entry holds a snapshot's version (write_needs() said W_COPY): copy its
@@ -1131,11 +1163,7 @@ static int preserve(struct cache *c, struct shard *sh, struct centry *e)
 	p->table = e->table;
 	p->rs = rs;
 	memcpy(p->data, e_data(sh, e), rs);
-	pthread_mutex_lock(&c->pres_lock);
-	p->next = c->pres;
-	c->pres = p;
-	c->npres++;
-	pthread_mutex_unlock(&c->pres_lock);
+	pres_push(c, p);
 	return 0;
 }
 
@@ -1156,6 +1184,114 @@ static int apply_write(struct cache *c, struct shard *sh, struct centry *e, int 
 	return 0;
 }
 
+/* What the steps of a write return besides 0 and -errno. */
+enum { W_AGAIN = 1, W_MISS, W_NOROOM };
+
+/* A write of [off, off + len) to the row if it is cached (shard lock held,
+ * released here): 0 or -errno; W_MISS, not cached; W_AGAIN, a promise was
+ * reserved with the lock released: start over, the row may have changed. */
+static int write_hit(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs, uint64_t row, uint64_t h,
+		     uint32_t off, uint32_t len, const void *data, uint64_t batch, struct credit *cr)
+{
+	uint32_t idx = lookup(sh, table, row, h);
+	if (idx == NIL) {
+		pthread_mutex_unlock(&sh->lock);
+		return W_MISS;
+	}
+	struct centry *e = &sh->e[idx];
+	int w = write_needs(c, e, batch);
+	if ((w & W_PROMISE) && !credit_take(cr)) {
+		pthread_mutex_unlock(&sh->lock);
+		int r = credit_reserve(c, cr, table, rs);
+		return r ? r : W_AGAIN;
+	}
+	int r = apply_write(c, sh, e, w, batch, data, off, len);
+	if (r && (w & W_PROMISE))
+		credit_put(cr);
+	if (!r)
+		sh->hits++;
+	pthread_mutex_unlock(&sh->lock);
+	if (!r)
+		TS_ADD(tst(c, table), hits, 1);
+	return r;
+}
+
+/* The row after a write of [off, off + len) that missed: its stored bytes
+ * (not read for a whole-row write) with data over them, into a malloc'd
+ * *base; 1 stored, 0 a hole, -errno. */
+static int write_base(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
+		      const void *data, char **base, uint64_t *sbatch)
+{
+	char *b = malloc(rs);
+	if (!b)
+		return -ENOMEM;
+	*sbatch = 0;
+	int stored = c->ops->fetch(c->ctx, table, row, off == 0 && len == rs ? NULL : b, sbatch);
+	if (stored < 0) {
+		free(b);
+		return stored;
+	}
+	memcpy(b + off, data, len);
+	*base = b;
+	return stored;
+}
+
+/* Cache the written row (base) as a new dirty entry: 0 or -errno; W_AGAIN,
+ * start over (it was cached or dropped meanwhile, or a promise was reserved
+ * with the lock released); W_NOROOM, not cached, *err from insert(). */
+static int write_insert(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs, uint64_t row, uint64_t h,
+			const char *base, int stored, uint64_t sbatch, uint64_t gen, uint64_t batch, struct credit *cr,
+			int *err)
+{
+	struct tstat *t = tst(c, table);
+	uint64_t seq;
+	pthread_mutex_lock(&sh->lock);
+	if (lookup(sh, table, row, h) != NIL || atomic_load(&t->gen) != gen) {
+		pthread_mutex_unlock(&sh->lock);
+		return W_AGAIN;
+	}
+	int w = c->ops->reserve && (!stored || below_snapshot(c, sbatch, &seq)) ? W_PROMISE : 0;
+	if (w && !credit_take(cr)) {
+		pthread_mutex_unlock(&sh->lock);
+		int r = credit_reserve(c, cr, table, rs);
+		return r ? r : W_AGAIN;
+	}
+	uint32_t idx = insert(c, sh, table, rs, row, h, err);
+	if (idx == NIL) {
+		if (w)
+			credit_put(cr); /* a write-through needs no promise */
+		pthread_mutex_unlock(&sh->lock);
+		return W_NOROOM;
+	}
+	struct centry *e = &sh->e[idx];
+	memcpy(e_data(sh, e), base, rs);
+	if (!stored)
+		e->flags |= F_NEW;
+	mark_dirty(c, sh, e, batch, w);
+	sh->misses++;
+	pthread_mutex_unlock(&sh->lock);
+	TS_ADD(t, misses, 1);
+	return 0;
+}
+
+/* Nothing evictable: write the row (base) through, invalidating racing fills. */
+static int write_through(struct cache *c, struct shard *sh, uint32_t table, uint64_t row, const char *base,
+			 uint64_t batch)
+{
+	struct tstat *t = tst(c, table);
+	atomic_fetch_add(&t->gen, 1);
+	struct cache_wb wb = { row, base, batch };
+	int r = c->ops->writeback(c->ctx, table, &wb, 1);
+	atomic_fetch_add(&t->gen, 1);
+	pthread_mutex_lock(&sh->lock);
+	sh->bypasses++;
+	sh->misses++;
+	pthread_mutex_unlock(&sh->lock);
+	TS_ADD(t, bypasses, 1);
+	TS_ADD(t, misses, 1);
+	return r;
+}
+
 /* cache_write() spending the units of cr. */
 static int write_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off,
 		     uint32_t len, const void *data, uint64_t batch, struct credit *cr)
@@ -1163,103 +1299,30 @@ static int write_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row,
 	uint64_t h = hash(table, row);
 	uint32_t si;
 	struct shard *sh = shard_of(c, h, &si);
-	struct tstat *t = tst(c, table);
-	int full = off == 0 && len == rs;
-
 	for (int cleans = 0;;) {
 		pthread_mutex_lock(&sh->lock);
-		uint32_t idx = lookup(sh, table, row, h);
-		if (idx != NIL) {
-			struct centry *e = &sh->e[idx];
-			int w = write_needs(c, e, batch);
-			if ((w & W_PROMISE) && !credit_take(cr)) {
-				pthread_mutex_unlock(&sh->lock);
-				int r = credit_reserve(c, cr, table, rs);
-				if (r)
-					return r;
-				continue; /* the row may have changed meanwhile */
-			}
-			int r = apply_write(c, sh, e, w, batch, data, off, len);
-			if (r) {
-				if (w & W_PROMISE)
-					credit_put(cr);
-				pthread_mutex_unlock(&sh->lock);
-				return r;
-			}
-			sh->hits++;
-			pthread_mutex_unlock(&sh->lock);
-			TS_ADD(t, hits, 1);
-			return 0;
-		}
-		pthread_mutex_unlock(&sh->lock);
-
+		int r = write_hit(c, sh, table, rs, row, h, off, len, data, batch, cr);
+		if (r == W_AGAIN)
+			continue;
+		if (r != W_MISS)
+			return r;
 		/* miss: the stored row is the base of a partial write */
-		uint64_t gen = atomic_load(&t->gen), sbatch = 0, seq;
-		char *base = malloc(rs);
-		if (!base)
-			return -ENOMEM;
-		int stored = c->ops->fetch(c->ctx, table, row, full ? NULL : base, &sbatch);
-		if (stored < 0) {
-			free(base);
+		uint64_t gen = atomic_load(&tst(c, table)->gen), sbatch;
+		char *base;
+		int stored = write_base(c, table, rs, row, off, len, data, &base, &sbatch);
+		if (stored < 0)
 			return stored;
-		}
-		if (full)
-			memcpy(base, data, rs);
-		else
-			memcpy(base + off, data, len);
-
-		pthread_mutex_lock(&sh->lock);
-		if (lookup(sh, table, row, h) != NIL || atomic_load(&t->gen) != gen) {
-			pthread_mutex_unlock(&sh->lock); /* raced: start over */
-			free(base);
-			continue;
-		}
-		int w = c->ops->reserve && (!stored || below_snapshot(c, sbatch, &seq)) ? W_PROMISE : 0;
-		if (w && !credit_take(cr)) {
-			pthread_mutex_unlock(&sh->lock);
-			free(base);
-			int r = credit_reserve(c, cr, table, rs);
-			if (r)
-				return r;
-			continue;
-		}
 		int err = 0;
-		idx = insert(c, sh, table, rs, row, h, &err);
-		if (idx != NIL) {
-			struct centry *e = &sh->e[idx];
-			memcpy(e_data(sh, e), base, rs);
-			if (!stored)
-				e->flags |= F_NEW;
-			mark_dirty(c, sh, e, batch, w);
-			sh->misses++;
-			pthread_mutex_unlock(&sh->lock);
-			TS_ADD(t, misses, 1);
-			free(base);
-			return 0;
+		r = write_insert(c, sh, table, rs, row, h, base, stored, sbatch, gen, batch, cr, &err);
+		if (r == W_NOROOM && err == -EAGAIN && cleans++ < 4) {
+			r = make_clean(c, si);
+			r = r ? r : W_AGAIN;
+		} else if (r == W_NOROOM) {
+			r = write_through(c, sh, table, row, base, batch);
 		}
-		if (w)
-			credit_put(cr); /* a write-through needs no promise */
-		pthread_mutex_unlock(&sh->lock);
-		if (err == -EAGAIN && cleans++ < 4) {
-			free(base);
-			int r = make_clean(c, si);
-			if (r)
-				return r;
-			continue;
-		}
-		/* nothing evictable: write through, invalidating racing fills */
-		atomic_fetch_add(&t->gen, 1);
-		struct cache_wb wb = { row, base, batch };
-		int r = c->ops->writeback(c->ctx, table, &wb, 1);
-		atomic_fetch_add(&t->gen, 1);
 		free(base);
-		pthread_mutex_lock(&sh->lock);
-		sh->bypasses++;
-		sh->misses++;
-		pthread_mutex_unlock(&sh->lock);
-		TS_ADD(t, bypasses, 1);
-		TS_ADD(t, misses, 1);
-		return r;
+		if (r != W_AGAIN)
+			return r;
 	}
 }
 

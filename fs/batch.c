@@ -49,10 +49,9 @@ struct btarget {
 	uint64_t gen;
 	uint32_t row_size;
 	uint32_t mode, uid, gid;
-	int writable;      /* SCATTER allowed */
-	uint32_t snap;     /* snapshot record idx + 1; 0 = the live table */
+	int writable;      /* SCATTER allowed: a live table */
 	int cached;        /* rows live in fs->cache under id: PREFETCH can pin them */
-	struct store_view view; /* what the rows are read from when not cached */
+	struct store_view view;
 };
 
 enum { PF_PENDING = 1, PF_PINNED = 2 };
@@ -124,46 +123,25 @@ static inline struct bfd *FH(struct fuse_file_info *fi)
 
 /* ---- targets ---------------------------------------------------------- */
 
-/* Rows of the target: a live table's through the row cache when there is
- * one, everything else (no cache, a snapshot's table) through its view. */
-static int read_rows(struct embfs *fs, const struct btarget *t, const uint64_t *ids, uint32_t n, char *buf)
-{
-	if (t->cached)
-		return cache_read_rows(fs->cache, t->id, t->row_size, ids, n, buf);
-	int ret = store_rows_read(fs->st, &t->view, ids, n, buf, NULL, NULL);
-	return ret == -ENOENT ? -ESTALE : ret;
-}
-
-/*
- * THE place that maps a request's table inode to rows: -EINVAL unless ino is
- * a table.  Live tables only (ino = INO_TABLE0 + table id, as in ll.c).
- * Snapshot tables go here too: writable = 0 (SCATTER gets EROFS), read_rows
- * through the snapshot's reader, cached = 0 unless their rows are cached.
- */
+/* What a request's table inode resolves to (attr.c's fs_view): -EINVAL
+ * unless ino is a table file, live or in a snapshot.  A snapshot's table is
+ * read-only (SCATTER gets EROFS) and read from the store (its snapshot made
+ * durable first); a live table's rows are read through the row cache when
+ * there is one, where PREFETCH can pin them. */
 static int resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
 {
+	struct store_view v;
 	struct store_attr a;
-	if (snapfs_is_table(ino)) {
-		uint32_t idx = (uint32_t)((ino - INO_SNAPT0) >> 16), id = (uint32_t)((ino - INO_SNAPT0) & 0xffff);
-		struct store_view v;
-		if (store_view_snap(fs->st, idx, id, &v) || store_view_getattr(fs->st, &v, &a))
-			return -EINVAL;
-		int ret = snapfs_ensure_durable(fs, idx);
+	if (fs_view(fs, ino, &v, &a))
+		return -EINVAL;
+	if (v.snap) {
+		int ret = rows_sync_snap(fs, v.snap - 1);
 		if (ret)
 			return ret;
-		*t = (struct btarget){ .ino = ino, .id = a.id, .gen = v.snap_gen, .row_size = a.row_size,
-				       .mode = a.mode & ~0222u, .uid = a.uid, .gid = a.gid, .writable = 0,
-				       .snap = idx + 1, .cached = 0, .view = v };
-		return 0;
 	}
-	if (ino < INO_TABLE0 || ino - INO_TABLE0 >= (uint64_t)EMB_CAT_PER_CHUNK * EMB_CAT_CHUNKS)
-		return -EINVAL;
-	struct store_view v;
-	if (store_view_live(fs->st, (uint32_t)(ino - INO_TABLE0), &v) || store_view_getattr(fs->st, &v, &a))
-		return -EINVAL;
-	*t = (struct btarget){ .ino = ino, .id = a.id, .gen = a.gen, .row_size = a.row_size,
-			       .mode = a.mode, .uid = a.uid, .gid = a.gid, .writable = 1,
-			       .cached = fs->cache != NULL, .view = v };
+	*t = (struct btarget){ .ino = ino, .id = a.id, .gen = v.snap ? v.snap_gen : a.gen, .row_size = a.row_size,
+			       .mode = v.snap ? a.mode & ~0222u : a.mode, .uid = a.uid, .gid = a.gid,
+			       .writable = !v.snap, .cached = fs->cache && !v.snap, .view = v };
 	return 0;
 }
 
@@ -380,7 +358,7 @@ static void *inval_main(void *arg)
 			/* -ENOENT: the kernel holds no inode, so no pages either */
 			uint64_t start = pc_inval_begin(b->fs);
 			int r = fuse_lowlevel_notify_inval_inode(b->fs->se, (fuse_ino_t)todo[i], 0, 0);
-			pc_inval_end(b->fs, (uint32_t)(todo[i] - INO_TABLE0), start, r);
+			pc_inval_end(b->fs, fs_ino(todo[i]).id, start, r);
 			INC(b, invals, 1);
 		}
 		pthread_mutex_lock(&b->lock);
@@ -446,8 +424,7 @@ void batch_destroy(struct embfs *fs)
 /* Forget the request in flight (and the room it reserved) and the response. */
 static void reset(struct embfs *fs, struct bfd *f)
 {
-	if (f->promised)
-		store_space_reserve(fs->st, f->t.row_size, -f->promised);
+	rows_unreserve(fs, f->t.row_size, f->promised);
 	f->promised = 0;
 	f->state = S_IDLE;
 	f->err = 0;
@@ -534,44 +511,7 @@ static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
 	return 0;
 }
 
-struct idpos {
-	uint64_t row;
-	uint32_t pos;
-};
-
-static int cmp_idpos(const void *a, const void *b)
-{
-	const struct idpos *x = a, *y = b;
-	if (x->row != y->row)
-		return x->row < y->row ? -1 : 1;
-	return x->pos < y->pos ? -1 : x->pos > y->pos;
-}
-
-/* Without a cache: one group commit of the rows, the last of duplicates winning. */
-static int scatter_store(struct embfs *fs, const struct btarget *t, const uint64_t *ids,
-			 const char *rows, uint32_t n, uint64_t end)
-{
-	struct idpos *v = malloc(n * sizeof(*v));
-	struct store_rowop *ops = malloc(n * sizeof(*ops));
-	int ret = -ENOMEM;
-	if (v && ops) {
-		for (uint32_t i = 0; i < n; i++)
-			v[i] = (struct idpos){ ids[i], i };
-		qsort(v, n, sizeof(*v), cmp_idpos);
-		size_t k = 0;
-		for (uint32_t i = 0; i < n; i++) {
-			if (i + 1 < n && v[i + 1].row == v[i].row)
-				continue;
-			ops[k++] = (struct store_rowop){ .row = v[i].row, .off = 0, .len = t->row_size,
-							 .data = rows + (size_t)v[i].pos * t->row_size };
-		}
-		ret = store_rows_write(fs->st, t->id, ops, k, end);
-	}
-	free(v);
-	free(ops);
-	return ret;
-}
-
+/* Run a SCATTER: its rows, with the room check() promised for them. */
 static int scatter(struct embfs *fs, struct bfd *f)
 {
 	const struct btarget *t = &f->t;
@@ -581,29 +521,13 @@ static int scatter(struct embfs *fs, struct bfd *f)
 	struct btarget now;
 	if (resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs)
 		return -ESTALE; /* the table went away or changed geometry meanwhile */
-	uint64_t end = 0;
-	for (uint32_t i = 0; i < n; i++)
-		end = (ids[i] + 1) * rs > end ? (ids[i] + 1) * rs : end;
 	/* pages the kernel caches must not bring the old rows back (pcache.c) */
 	struct pc_scatter pcs;
 	int ret = pc_scatter_begin(fs, &pcs, t->id, rs, ids, n);
 	if (ret)
 		return ret;
-	if (fs->cache) {
-		/* as rows_write(): the batch id when the write starts stamps its rows */
-		int64_t credit = f->promised;
-		f->promised = 0;
-		uint64_t batch = rows_batch_begin(fs);
-		ret = cache_write_rows(fs->cache, t->id, rs, ids, n, rows, batch, &credit);
-		rows_batch_end(fs);
-		rows_credit_end(fs, rs, credit);
-		/* after an error some rows may be written: the size covers them all
-		 * (rows not written read as holes, as in any sparse file) */
-		int r = store_table_extend(fs->st, t->id, end);
-		ret = ret ? ret : r;
-	} else {
-		ret = scatter_store(fs, t, ids, rows, n, end);
-	}
+	ret = rows_scatter(fs, t->id, rs, ids, rows, n, f->promised);
+	f->promised = 0;
 	if (!ret)
 		INC(fs->batch, scatter_rows, n);
 	pc_scatter_end(fs, &pcs);
@@ -688,7 +612,7 @@ static int gather(struct embfs *fs, struct bfd *f)
 		pf_del(&f->pf, e);
 	}
 	pthread_mutex_unlock(&f->pf_lock);
-	ret = read_rows(fs, t, ids, n, f->resp);
+	ret = rows_get(fs, &t->view, rs, ids, n, f->resp);
 	for (uint32_t i = 0; i < nun; i++)
 		cache_unpin(fs->cache, t->id, f->unpin[i]);
 	if (nun) {
@@ -696,7 +620,7 @@ static int gather(struct embfs *fs, struct bfd *f)
 		DEC(b, pf_held, nun);
 	}
 	if (ret)
-		return ret;
+		return ret == -ENOENT ? -ESTALE : ret; /* removed since the check */
 	f->resp_len = (uint64_t)n * rs;
 	INC(b, gathers, 1);
 	INC(b, gather_rows, n);

@@ -1,20 +1,103 @@
 /*
- * .embfs/batch: the current batch id, as text.  Reading gives "B\n"; writing
- * a decimal number (a trailing newline is fine) sets it, as a trainer does at
- * the start of each training batch: every row version written from then on
- * carries that id.  It never goes back (EINVAL), and taking a snapshot
- * advances it past the snapshot's.
+ * The .embfs directory and two of its files (the third, rows, is batch.c's):
+ *  - stats: a text snapshot of the counters (stats.c renders it), taken at
+ *    open, so that reads of one open see one consistent text;
+ *  - batch: the current batch id, as text.  Reading gives "B\n"; writing a
+ *    decimal number (a trailing newline is fine) sets it, as a trainer does
+ *    at the start of each training batch: every row version written from
+ *    then on carries that id.  It never goes back (EINVAL), and taking a
+ *    snapshot advances it past the snapshot's.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fs.h"
 
+void ctl_lookup(fuse_req_t req, const char *name)
+{
+	struct fuse_entry_param e;
+	fuse_ino_t ino = !strcmp(name, "stats") ? INO_STATS
+		       : !strcmp(name, "rows")  ? INO_ROWS
+		       : !strcmp(name, "batch") ? INO_BATCHID
+						: 0;
+	if (!ino || fs_entry(fs_of(req), ino, &e))
+		fuse_reply_err(req, ENOENT);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+void ctl_readdir(fuse_req_t req, size_t size, off_t off)
+{
+	static const struct fs_dirent list[] = {
+		{ ".", INO_CTL, S_IFDIR },
+		{ "..", INO_ROOT, S_IFDIR },
+		{ "stats", INO_STATS, S_IFREG },
+		{ "batch", INO_BATCHID, S_IFREG },
+		{ "rows", INO_ROWS, S_IFREG },
+	};
+	struct fs_dirbuf b;
+	if (fs_dir_begin(req, &b, size, off)) {
+		fs_dir_add_list(&b, list, sizeof(list) / sizeof(list[0]));
+		fs_dir_reply(&b);
+	}
+}
+
+/* An open .embfs/stats (fi->fh): the text rendered at open. */
+struct stats_text {
+	size_t len;
+	char data[];
+};
+
+void ctl_stats_open(fuse_req_t req, struct fuse_file_info *fi)
+{
+	size_t len;
+	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
+	char *buf = embfs_stats_render(fs_of(req), &len);
+	struct stats_text *t = buf ? malloc(sizeof(*t) + len) : NULL;
+	if (!t) {
+		free(buf);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	t->len = len;
+	memcpy(t->data, buf, len);
+	free(buf);
+	fi->fh = (uintptr_t)t;
+	fi->direct_io = 1;
+	fuse_reply_open(req, fi);
+}
+
+void ctl_stats_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct stats_text *t = (void *)(uintptr_t)fi->fh;
+	if ((size_t)off >= t->len)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_buf(req, t->data + off, size < t->len - (size_t)off ? size : t->len - (size_t)off);
+}
+
+void ctl_stats_release(fuse_req_t req, struct fuse_file_info *fi)
+{
+	free((void *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+void ctl_batch_open(fuse_req_t req, struct fuse_file_info *fi)
+{
+	fi->direct_io = 1;
+	fuse_reply_open(req, fi);
+}
+
 void ctl_batch_read(fuse_req_t req, size_t size, off_t off)
 {
-	struct embfs *fs = fuse_req_userdata(req);
+	struct embfs *fs = fs_of(req);
 	char buf[32];
 	int n = snprintf(buf, sizeof(buf), "%llu\n", (unsigned long long)store_batch_get(fs->st));
 	if (off < 0 || off >= n)
@@ -25,7 +108,7 @@ void ctl_batch_read(fuse_req_t req, size_t size, off_t off)
 
 void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off)
 {
-	struct embfs *fs = fuse_req_userdata(req);
+	struct embfs *fs = fs_of(req);
 	char buf[32];
 	size_t whole = size;
 	while (size && (data[size - 1] == '\n' || data[size - 1] == ' '))

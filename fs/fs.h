@@ -1,4 +1,24 @@
-/* Private to fs/: the daemon's state, reached through the request userdata. */
+/*
+ * Private to fs/: the daemon's state, reached through the request userdata,
+ * and what each file of fs/ offers the others.  Calls go down this list:
+ *
+ *   main.c    the daemon: options, pool, mount, worker loop
+ *   ll.c      the FUSE op table: decodes each inode (ino.h) and hands the
+ *             request to the file that owns that kind of inode
+ *   root.c    the root directory: live tables by name, listing, statfs
+ *   table.c   table files, live and in snapshots: open, read, write, seek,
+ *             attributes, xattrs, punch
+ *   snap.c    .snapshots and its directories: take, drop, list, sync
+ *   ctl.c     .embfs, .embfs/stats and .embfs/batch (stats.c renders stats)
+ *   batch.c   .embfs/rows: gather, scatter, prefetch of many rows
+ *   pcache.c  the kernel's pages of tables against scatters
+ *   attr.c    attributes of every inode, table views, directory listings
+ *   rows.c    byte ranges <-> rows through the cache, sync points, and the
+ *             cache's callbacks into the store
+ *
+ * Every file of fs/ may reply to the kernel (once per request); functions
+ * that do not take a request return 0 or -errno.
+ */
 #ifndef EMBFS_FS_H
 #define EMBFS_FS_H
 
@@ -10,17 +30,9 @@
 
 #include "embfs/cache.h"
 #include "embfs/store.h"
+#include "ino.h"
 
-#define INO_ROOT FUSE_ROOT_ID
-#define INO_CTL 2        /* .embfs */
-#define INO_STATS 3      /* .embfs/stats */
-#define INO_SNAPS 4      /* .snapshots */
-#define INO_BATCHID 5    /* .embfs/batch: the current batch id (ctl.c) */
-#define INO_ROWS 6       /* .embfs/rows: batched gather/scatter (batch.c) */
-/* 7..15: more control files */
-#define INO_TABLE0 16    /* table id i is inode INO_TABLE0 + i */
-#define INO_SNAP0 (1ull << 20)  /* snapshot record idx is directory INO_SNAP0 + idx */
-#define INO_SNAPT0 (1ull << 32) /* table id in snapshot idx: INO_SNAPT0 + (idx << 16) + id */
+#define FS_TIMEOUT 1.0 /* attribute and entry timeout, seconds */
 
 struct embfs_conf {
 	char *pool;
@@ -52,71 +64,75 @@ struct embfs {
 	/* Writes into the cache hold it shared from reading the batch id until
 	 * their rows are in the cache; taking a snapshot holds it exclusive while
 	 * it advances the batch id and tells the cache, so no write straddles a
-	 * snapshot (see rows_batch_begin). */
+	 * snapshot (rows.c, snap.c). */
 	pthread_rwlock_t snap_rw;
 };
 
-extern const struct fuse_lowlevel_ops embfs_ops;
-
-/* Rows of live table id straight from the store (a live view): as
- * store_rows_read(). */
-static inline int fs_store_read(struct embfs *fs, uint32_t id, const uint64_t *rows, size_t n, void *buf,
-				uint8_t *stored, uint64_t *vbatch)
+static inline struct embfs *fs_of(fuse_req_t req)
 {
-	struct store_view v;
-	int ret = store_view_live(fs->st, id, &v);
-	return ret ? ret : store_rows_read(fs->st, &v, rows, n, buf, stored, vbatch);
+	return fuse_req_userdata(req);
 }
 
-/* rows.c: byte ranges of a table <-> rows, through the cache when there is one. */
-int rows_read(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, char *buf);
-int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data);
-/* Promise room for n rows of rs a write is about to leave dirty in the
- * cache: its credit for cache_write()/cache_write_rows(). */
-int rows_reserve(struct embfs *fs, uint32_t rs, int64_t n);
-/* Give back what is left of a write's credit (no cache lock held). */
-void rows_credit_end(struct embfs *fs, uint32_t rs, int64_t credit);
-/* Around writes into the cache: the batch id to stamp them with. */
-uint64_t rows_batch_begin(struct embfs *fs);
-void rows_batch_end(struct embfs *fs);
-/* After a store call failed with ret: when the pool itself has failed (a
- * write-back of its file failed), log why, once; 1 if it has. */
-int rows_pool_failed(struct embfs *fs, int ret);
-/* Make the store see every cached write of table id (id < 0: all). */
-int rows_sync(struct embfs *fs, int64_t id);
-/* Before/after a change made in the store directly (truncate, punch,
- * geometry, release): rows [from, to) cached for id are written back before,
- * dropped after. */
-int rows_before_change(struct embfs *fs, uint32_t id);
-void rows_after_change(struct embfs *fs, uint32_t id, uint64_t from, uint64_t to);
-/* Stored rows including written rows not yet in the store. */
-uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows);
-extern const struct cache_ops embfs_cache_ops;
+/* ll.c */
+extern const struct fuse_lowlevel_ops embfs_ops;
 
-/* ll.c helpers shared with snap.c */
-struct fs_dirbuf {
-	char *p;
-	size_t size, cap;
-};
-int fs_dir_add(fuse_req_t req, struct fs_dirbuf *b, const char *name, fuse_ino_t ino, mode_t mode,
-	       off_t next);
-void fs_table_stat(struct embfs *fs, const struct store_attr *a, struct stat *st, int snap);
-void fs_dir_times(struct embfs *fs, enum store_dir which, struct stat *st);
+/* root.c: the root directory (parent is the root; names checked for length). */
+void root_lookup(fuse_req_t req, const char *name);
+void root_create(fuse_req_t req, const char *name, mode_t mode, struct fuse_file_info *fi);
+void root_unlink(fuse_req_t req, const char *name);
+void root_rmdir(fuse_req_t req, const char *name);
+void root_rename(fuse_req_t req, const char *name, const char *newname, unsigned int flags);
+void root_readdir(fuse_req_t req, size_t size, off_t off);
+void root_statfs(fuse_req_t req);
 
-/* snap.c: the .snapshots tree (every other change there gives EROFS). */
-int snapfs_owns(fuse_ino_t ino);
-int snapfs_is_table(fuse_ino_t ino);
-int snapfs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st);
-int snapfs_table_attr(struct embfs *fs, fuse_ino_t ino, struct store_attr *a);
-void snapfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
-void snapfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
-void snapfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name);
-void snapfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
-void snapfs_fsyncdir(fuse_req_t req, fuse_ino_t ino);
-void snapfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void snapfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
-void snapfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence);
-int snapfs_ensure_durable(struct embfs *fs, uint32_t idx);
+/* table.c: table files.  ino is a table file (fs_ino_is_table); the ops that
+ * change a table take live tables only (ll.c answers EROFS for the rest). */
+void table_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void table_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
+void table_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence);
+void table_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void table_listxattr(fuse_req_t req, size_t size);
+void table_removexattr(fuse_req_t req, const char *name);
+void table_write(fuse_req_t req, uint32_t id, const char *data, size_t size, off_t off,
+		 struct fuse_file_info *fi);
+void table_setattr(fuse_req_t req, uint32_t id, struct stat *attr, int to_set);
+void table_setxattr(fuse_req_t req, uint32_t id, const char *name, const char *value, size_t size,
+		    int flags);
+void table_fallocate(fuse_req_t req, uint32_t id, int mode, off_t off, off_t len);
+/* The kernel dropped n references to live table id (no reply). */
+void table_forget(struct embfs *fs, uint32_t id, uint64_t n);
+
+/* snap.c: .snapshots (FS_SNAPS) and its directories (FS_SNAPDIR). */
+void snap_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
+void snap_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
+void snap_mkdir(fuse_req_t req, const char *name);
+void snap_rmdir(fuse_req_t req, const char *name);
+void snap_fsyncdir(fuse_req_t req, fuse_ino_t ino);
+
+/* ctl.c: .embfs and its control files (stats, batch; rows is batch.c's). */
+void ctl_lookup(fuse_req_t req, const char *name);
+void ctl_readdir(fuse_req_t req, size_t size, off_t off);
+void ctl_stats_open(fuse_req_t req, struct fuse_file_info *fi);
+void ctl_stats_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
+void ctl_stats_release(fuse_req_t req, struct fuse_file_info *fi);
+void ctl_batch_open(fuse_req_t req, struct fuse_file_info *fi);
+void ctl_batch_read(fuse_req_t req, size_t size, off_t off);
+void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off);
+
+/* stats.c: render .embfs/stats into a malloc'd buffer. */
+char *embfs_stats_render(struct embfs *fs, size_t *len);
+
+/* batch.c: .embfs/rows (README "Batched rows"): binary requests, many rows
+ * of one table per round trip (the batch id is ctl.c's .embfs/batch).
+ * batch_init at INIT (starts the prefetch and page-cache notifier threads),
+ * batch_destroy at DESTROY; the others reply to the request. */
+int batch_init(struct embfs *fs);
+void batch_destroy(struct embfs *fs);
+void batch_open(fuse_req_t req, struct fuse_file_info *fi);
+void batch_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
+void batch_write(fuse_req_t req, const char *data, size_t size, off_t off, struct fuse_file_info *fi);
+void batch_release(fuse_req_t req, struct fuse_file_info *fi);
+void batch_stats(struct embfs *fs, FILE *f);
 
 /* pcache.c: keeps pages the kernel caches of a table from bringing back rows
  * a scatter changed behind its back (README "Batched rows").  pc_init at
@@ -160,23 +176,82 @@ void pc_inval_end(struct embfs *fs, uint32_t id, uint64_t start, int ret);
 void pc_table_reset(struct embfs *fs, uint32_t id);
 void pc_stats(struct embfs *fs, FILE *f);
 
-/* ctl.c: .embfs/batch, the current batch id as text */
-void ctl_batch_read(fuse_req_t req, size_t size, off_t off);
-void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off);
+/* attr.c: attributes of every inode, table views, directory listings. */
+/* The view of table file ino (live or in a snapshot) and, if a is not NULL,
+ * its attributes; -ENOENT when ino names no table file. */
+int fs_view(struct embfs *fs, uint64_t ino, struct store_view *v, struct store_attr *a);
+/* Attributes of any inode; *gen (if not NULL): the generation its entry carries. */
+int fs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st, uint64_t *gen);
+/* A lookup's (or create's) entry for ino: attributes, generation, timeouts. */
+int fs_entry(struct embfs *fs, fuse_ino_t ino, struct fuse_entry_param *e);
+/* A readdir reply being filled: entries at offsets above off, up to size
+ * bytes.  fs_dir_begin replies ENOMEM itself and returns 0 when it cannot
+ * start; fs_dir_add returns 0 once an entry did not fit (later adds then add
+ * nothing); fs_dir_reply sends what was added. */
+struct fs_dirbuf {
+	fuse_req_t req;
+	char *p;
+	size_t size, cap;
+	off_t off;
+	int full;
+};
+int fs_dir_begin(fuse_req_t req, struct fs_dirbuf *b, size_t size, off_t off);
+int fs_dir_add(struct fs_dirbuf *b, const char *name, uint64_t ino, mode_t mode, off_t next);
+/* The entries of a fixed listing, at offsets 1, 2, ... */
+struct fs_dirent {
+	const char *name;
+	uint64_t ino;
+	mode_t mode;
+};
+void fs_dir_add_list(struct fs_dirbuf *b, const struct fs_dirent *list, size_t n);
+void fs_dir_reply(struct fs_dirbuf *b);
 
-/* stats.c: render .embfs/stats into a malloc'd buffer. */
-char *embfs_stats_render(struct embfs *fs, size_t *len);
-
-/* batch.c: .embfs/rows (README "Batched rows"): binary requests, many rows
- * of one table per round trip (the batch id is ctl.c's .embfs/batch).
- * batch_init at INIT (starts the prefetch and page-cache notifier threads),
- * batch_destroy at DESTROY; the others reply to the request. */
-int batch_init(struct embfs *fs);
-void batch_destroy(struct embfs *fs);
-void batch_open(fuse_req_t req, struct fuse_file_info *fi);
-void batch_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
-void batch_write(fuse_req_t req, const char *data, size_t size, off_t off, struct fuse_file_info *fi);
-void batch_release(fuse_req_t req, struct fuse_file_info *fi);
-void batch_stats(struct embfs *fs, FILE *f);
+/* rows.c: byte ranges of a table <-> rows, through the cache when there is
+ * one; the sync points; the cache's callbacks (embfs_cache_ops). */
+/* Whole rows ids[0..n) of the table v names into buf (row i at buf + i * rs):
+ * a live table's through the row cache when there is one, a snapshot's (or
+ * without a cache) from the store. */
+int rows_get(struct embfs *fs, const struct store_view *v, uint32_t rs, const uint64_t *ids, size_t n,
+	     char *buf);
+/* Bytes [off, off + len) of the table v names (rows of rs bytes). */
+int rows_read(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t off, size_t len, char *buf);
+/* data to bytes [off, off + len) of live table id: refused whole (ENOSPC)
+ * or taken whole; into the cache, or one store commit without one. */
+int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data);
+/* Byte ranges [r[i].lo, r[i].hi) (increasing) of data, whose first byte is
+ * at off: as rows_write() of each, but one commit without a cache. */
+struct rows_range {
+	uint64_t lo, hi;
+};
+int rows_write_ranges(struct embfs *fs, uint32_t id, uint32_t rs, const struct rows_range *r, size_t n,
+		      uint64_t off, const char *data);
+/* Whole rows (row i at rows + i * rs) to ids[0..n) of live table id, the
+ * last of duplicates winning, the size raised to cover them.  credit: rows
+ * of room promised for them (rows_reserve), spent or given back here. */
+int rows_scatter(struct embfs *fs, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows, uint32_t n,
+		 int64_t credit);
+/* Punch bytes [off, off + len) of live table id (whole rows deleted, the
+ * covered part of other stored rows zeroed); truncate it to size. */
+int rows_punch(struct embfs *fs, uint32_t id, uint64_t off, uint64_t len);
+int rows_truncate(struct embfs *fs, uint32_t id, uint64_t size);
+/* Promise room for n rows of rs a write is about to leave dirty in the
+ * cache: its credit for cache_write()/cache_write_rows().  rows_unreserve
+ * gives back what is left of a credit (no cache lock held). */
+int rows_reserve(struct embfs *fs, uint32_t rs, int64_t n);
+void rows_unreserve(struct embfs *fs, uint32_t rs, int64_t credit);
+/* After a store call failed with ret: when the pool itself has failed (a
+ * write-back of its file failed), log why, once; 1 if it has. */
+int rows_pool_failed(struct embfs *fs, int ret);
+/* Make the store see every cached write of table id (id < 0: all). */
+int rows_sync(struct embfs *fs, int64_t id);
+/* Make snapshot idx durable now (every cached row written back first). */
+int rows_sync_snap(struct embfs *fs, uint32_t idx);
+/* Before/after a change made in the store directly (geometry, release):
+ * cached rows of id are written back before, rows [from, to) dropped after. */
+int rows_before_change(struct embfs *fs, uint32_t id);
+void rows_after_change(struct embfs *fs, uint32_t id, uint64_t from, uint64_t to);
+/* Stored rows including written rows not yet in the store. */
+uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows);
+extern const struct cache_ops embfs_cache_ops;
 
 #endif

@@ -345,12 +345,9 @@ void pc_io_done(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t
 	pthread_mutex_unlock(&pc->lock);
 }
 
-struct run {
-	uint64_t lo, hi;
-};
-
+/* The byte ranges of a write-back to apply. */
 struct runs {
-	struct run *v;
+	struct rows_range *v;
 	size_t n, cap;
 };
 
@@ -360,44 +357,14 @@ static int runs_push(struct runs *r, uint64_t lo, uint64_t hi)
 		return 0;
 	if (r->n == r->cap) {
 		size_t nc = r->cap ? 2 * r->cap : 16;
-		struct run *v = realloc(r->v, nc * sizeof(*v));
+		struct rows_range *v = realloc(r->v, nc * sizeof(*v));
 		if (!v)
 			return -ENOMEM;
 		r->v = v;
 		r->cap = nc;
 	}
-	r->v[r->n++] = (struct run){ lo, hi };
+	r->v[r->n++] = (struct rows_range){ lo, hi };
 	return 0;
-}
-
-/* Apply bytes [runs[i].lo, runs[i].hi) of a write-back whose data starts at off. */
-static int apply_runs(struct embfs *fs, uint32_t id, uint32_t rs, const struct run *runs, size_t nr,
-		      uint64_t off, const char *data)
-{
-	int ret = 0;
-	if (fs->cache) {
-		for (size_t i = 0; i < nr && !ret; i++)
-			ret = rows_write(fs, id, rs, runs[i].lo, runs[i].hi - runs[i].lo, data + (runs[i].lo - off));
-		return ret;
-	}
-	/* no cache: one group commit for all of them */
-	size_t nops = 0, k = 0;
-	for (size_t i = 0; i < nr; i++)
-		nops += (runs[i].hi - 1) / rs - runs[i].lo / rs + 1;
-	struct store_rowop *ops = malloc((nops ? nops : 1) * sizeof(*ops));
-	if (!ops)
-		return -ENOMEM;
-	for (size_t i = 0; i < nr; i++) {
-		for (uint64_t pos = runs[i].lo; pos < runs[i].hi;) {
-			uint32_t in = (uint32_t)(pos % rs);
-			uint64_t take = rs - in < runs[i].hi - pos ? rs - in : runs[i].hi - pos;
-			ops[k++] = (struct store_rowop){ pos / rs, in, (uint32_t)take, data + (pos - off), 0 };
-			pos += take;
-		}
-	}
-	ret = k ? store_rows_write(fs->st, id, ops, k, runs[nr - 1].hi) : 0;
-	free(ops);
-	return ret;
 }
 
 int pc_writepage(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
@@ -434,7 +401,7 @@ int pc_writepage(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_
 	} else if (!ret) {
 		ret = runs_push(&keep, from, end);
 		if (!ret && keep.n)
-			ret = apply_runs(fs, id, rs, keep.v, keep.n, off, data);
+			ret = rows_write_ranges(fs, id, rs, keep.v, keep.n, off, data);
 		INC(pc, n_skipped, skipped);
 	}
 	free(keep.v);
@@ -454,18 +421,17 @@ static int capture(struct embfs *fs, struct pc_tab *t, uint32_t id, uint32_t rs,
 		   size_t n, char *buf)
 {
 	struct pcache *pc = fs->pc;
-	int ret = fs->cache ? cache_read_rows(fs->cache, id, rs, rows, n, buf)
-			    : fs_store_read(fs, id, rows, n, buf, NULL, NULL);
+	struct store_view v;
+	int ret = store_view_live(fs->st, id, &v);
+	if (ret)
+		return ret;
+	ret = rows_get(fs, &v, rs, rows, n, buf);
 	uint8_t *ok = NULL;
 	if (ret < 0) {
 		if (!(ok = calloc(n, 1)))
 			return -ENOMEM;
-		for (size_t i = 0; i < n; i++) {
-			char *row = buf + i * rs;
-			int r = fs->cache ? cache_read(fs->cache, id, rs, rows[i], 0, rs, row)
-					  : fs_store_read(fs, id, &rows[i], 1, row, NULL, NULL);
-			ok[i] = r >= 0;
-		}
+		for (size_t i = 0; i < n; i++)
+			ok[i] = rows_get(fs, &v, rs, &rows[i], 1, buf + i * rs) == 0;
 	}
 	ret = 0;
 	struct piece p;
@@ -524,6 +490,67 @@ static uint64_t room_for(uint64_t n, uint32_t rs, uint32_t pg)
 	return n * (2 * sizeof(struct pc_ent) + 2 * pieces * sizeof(struct pc_hash));
 }
 
+/* Wait (pc->lock held) for room for `need` more bytes of entries (at most
+ * PC_WAIT_S: -EAGAIN) and until no write-back of the table runs. */
+static int wait_room(struct pcache *pc, struct pc_tab *t, uint64_t need)
+{
+	struct timespec until;
+	int ret = 0;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += PC_WAIT_S;
+	if (pc->bytes + need > PC_MAX_BYTES)
+		INC(pc, n_room_waits, 1);
+	while (!ret && pc->bytes && pc->bytes + need > PC_MAX_BYTES)
+		if (pthread_cond_timedwait(&pc->cv, &pc->lock, &until) == ETIMEDOUT)
+			ret = -EAGAIN;
+	while (!ret && (t->wp || t->wpw))
+		pthread_cond_wait(&pc->cv, &pc->lock);
+	return ret;
+}
+
+/* Pin an entry per row of rows[0..n) in the table's map (made, or made
+ * anew for a new row size, as needed) and count a capturing scatter.
+ * pc->lock held; nothing pinned on error. */
+static int pin_rows(struct pcache *pc, struct pc_tab *t, uint32_t rs, const uint64_t *rows, uint32_t n)
+{
+	if (t->map && t->map->rs != rs && !t->capt) {
+		map_free(pc, t->map); /* the geometry changed: those rows are gone */
+		t->map = NULL;
+	}
+	if (!t->map) {
+		t->map = calloc(1, sizeof(*t->map));
+		if (!t->map)
+			return -ENOMEM;
+		t->map->rs = rs;
+		pc->bytes += sizeof(*t->map);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct pc_ent *e = ent_get(pc, t->map, rows[i]);
+		if (!e) {
+			while (i--)
+				ent_find(t->map, rows[i])->pins--;
+			return -ENOMEM;
+		}
+		e->pins++;
+	}
+	t->capt++;
+	atomic_fetch_add(&t->pin_seq, 1);
+	return 0;
+}
+
+/* What rows[0..n) (pinned) hold now, in pieces of at most PC_CHUNK bytes. */
+static int capture_all(struct embfs *fs, struct pc_tab *t, uint32_t id, uint32_t rs, const uint64_t *rows,
+		       uint32_t n)
+{
+	size_t per = PC_CHUNK / rs ? PC_CHUNK / rs : 1;
+	char *buf = malloc((per < n ? per : n) * (size_t)rs);
+	int ret = buf ? 0 : -ENOMEM;
+	for (size_t i = 0; !ret && i < n; i += per)
+		ret = capture(fs, t, id, rs, rows + i, n - i < per ? n - i : per, buf);
+	free(buf);
+	return ret;
+}
+
 int pc_scatter_begin(struct embfs *fs, struct pc_scatter *sc, uint32_t id, uint32_t rs, const uint64_t *ids,
 		     uint32_t n)
 {
@@ -535,6 +562,7 @@ int pc_scatter_begin(struct embfs *fs, struct pc_scatter *sc, uint32_t id, uint3
 	sc->id = id;
 	pthread_mutex_lock(&pc->lock);
 	if (t->io <= t->clean) {
+		/* the kernel holds no page of the table: nothing to capture */
 		t->nocap++;
 		sc->mode = PC_NOCAPTURE;
 		pthread_mutex_unlock(&pc->lock);
@@ -547,66 +575,22 @@ int pc_scatter_begin(struct embfs *fs, struct pc_scatter *sc, uint32_t id, uint3
 		return -ENOMEM;
 	memcpy(rows, ids, (size_t)n * sizeof(*rows));
 	n = sort_unique(rows, n);
-	uint64_t need = room_for(n, rs, pc->page);
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += PC_WAIT_S;
-	int ret = 0;
 	pthread_mutex_lock(&pc->lock);
-	if (pc->bytes + need > PC_MAX_BYTES)
-		INC(pc, n_room_waits, 1);
-	while (!ret && pc->bytes && pc->bytes + need > PC_MAX_BYTES)
-		if (pthread_cond_timedwait(&pc->cv, &pc->lock, &until) == ETIMEDOUT)
-			ret = -EAGAIN;
-	while (!ret && (t->wp || t->wpw))
-		pthread_cond_wait(&pc->cv, &pc->lock);
-	if (!ret && t->map && t->map->rs != rs && !t->capt) {
-		map_free(pc, t->map); /* the geometry changed: those rows are gone */
-		t->map = NULL;
-	}
-	if (!ret && !t->map) {
-		t->map = calloc(1, sizeof(*t->map));
-		if (t->map) {
-			t->map->rs = rs;
-			pc->bytes += sizeof(*t->map);
-		}
-		ret = t->map ? 0 : -ENOMEM;
-	}
-	uint32_t pinned = 0;
-	while (!ret && pinned < n) {
-		struct pc_ent *e = ent_get(pc, t->map, rows[pinned]);
-		if (e) {
-			e->pins++;
-			pinned++;
-		} else {
-			ret = -ENOMEM;
-		}
-	}
-	if (!ret) {
-		t->capt++;
-		atomic_fetch_add(&t->pin_seq, 1);
-	} else {
-		for (uint32_t i = 0; i < pinned; i++)
-			ent_find(t->map, rows[i])->pins--;
-		if (ret == -EAGAIN)
-			INC(pc, n_refused, 1);
-	}
+	int ret = wait_room(pc, t, room_for(n, rs, pc->page));
+	if (!ret)
+		ret = pin_rows(pc, t, rs, rows, n);
+	if (ret == -EAGAIN)
+		INC(pc, n_refused, 1);
 	pthread_mutex_unlock(&pc->lock);
-	if (ret) {
-		free(rows);
-		return ret;
+	if (!ret) {
+		ret = capture_all(fs, t, id, rs, rows, n);
+		if (ret) {
+			pthread_mutex_lock(&pc->lock);
+			unpin(pc, t, rows, n);
+			pthread_mutex_unlock(&pc->lock);
+		}
 	}
-	/* what the rows hold now, in pieces of at most PC_CHUNK bytes */
-	size_t per = PC_CHUNK / rs ? PC_CHUNK / rs : 1;
-	char *buf = malloc((per < n ? per : n) * (size_t)rs);
-	ret = buf ? 0 : -ENOMEM;
-	for (size_t i = 0; !ret && i < n; i += per)
-		ret = capture(fs, t, id, rs, rows + i, n - i < per ? n - i : per, buf);
-	free(buf);
 	if (ret) {
-		pthread_mutex_lock(&pc->lock);
-		unpin(pc, t, rows, n);
-		pthread_mutex_unlock(&pc->lock);
 		free(rows);
 		return ret;
 	}

@@ -1,8 +1,17 @@
 /*
- * Byte ranges <-> rows.  With a cache, reads and writes go through it and
- * the store sees writes at write-back (group commit); without one, a write
- * is one store commit.  The cache reaches the store only through the two
- * callbacks at the bottom of this file.
+ * Byte ranges of a table <-> rows, for every path that reads or changes
+ * rows: READ and WRITE (table.c), punch and truncate, scatters and gathers
+ * (batch.c), page write-backs (pcache.c).  With a cache, a live table's rows
+ * go through it and the store sees writes at write-back (group commit);
+ * without one, and for a snapshot's table, rows come from the store through
+ * the table's view, and a write is one store commit.
+ *
+ * Also the sync points (fsync, snapshot durability) and the callbacks the
+ * cache reaches the store through (embfs_cache_ops, at the bottom).
+ *
+ * Room for rows a write leaves dirty in the cache is promised before the
+ * write (rows_reserve) and handed to the cache as the write's credit, an
+ * argument all the way down; what the write did not spend is given back.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,60 +20,99 @@
 
 #include "fs.h"
 
-/* Whole rows [first, first + n) into buf: through the cache, whose misses
- * reach the store in one call (one device submission for spilled rows). */
-static int whole_rows(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t first, size_t n, char *buf)
+/* ---- reads -------------------------------------------------------------- */
+
+/* Rows of live table id straight from the store: as store_rows_read(). */
+static int store_get(struct embfs *fs, uint32_t id, const uint64_t *rows, size_t n, void *buf, uint8_t *stored,
+		     uint64_t *vbatch)
+{
+	struct store_view v;
+	int ret = store_view_live(fs->st, id, &v);
+	return ret ? ret : store_rows_read(fs->st, &v, rows, n, buf, stored, vbatch);
+}
+
+int rows_get(struct embfs *fs, const struct store_view *v, uint32_t rs, const uint64_t *ids, size_t n,
+	     char *buf)
+{
+	int ret = fs->cache && !v->snap ? cache_read_rows(fs->cache, v->id, rs, ids, n, buf)
+					: store_rows_read(fs->st, v, ids, n, buf, NULL, NULL);
+	return ret < 0 ? ret : 0;
+}
+
+/* Whole rows [first, first + n) into buf. */
+static int rows_run(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t first, size_t n,
+		    char *buf)
 {
 	uint64_t sids[64], *ids = n <= 64 ? sids : malloc(n * sizeof(*ids));
+	if (!n)
+		return 0;
 	if (!ids)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
 		ids[i] = first + i;
-	int ret = fs->cache ? cache_read_rows(fs->cache, id, rs, ids, n, buf)
-			    : fs_store_read(fs, id, ids, n, buf, NULL, NULL);
+	int ret = rows_get(fs, v, rs, ids, n, buf);
 	if (ids != sids)
 		free(ids);
-	return ret < 0 ? ret : 0;
+	return ret;
 }
 
-int rows_read(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, char *buf)
+/* Through the cache: runs of whole rows in one call (its misses reach the
+ * store in one call: one device submission for spilled rows), the pieces of
+ * rows at either end one by one. */
+static int read_cached(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t off, size_t len,
+		       char *buf)
 {
-	char *row = NULL;
 	int ret = 0;
 	for (size_t done = 0; done < len && !ret;) {
 		uint64_t pos = off + done;
 		if (pos % rs == 0 && len - done >= 2 * (size_t)rs) {
 			size_t n = (len - done) / rs;
-			ret = whole_rows(fs, id, rs, pos / rs, n, buf + done);
+			ret = rows_run(fs, v, rs, pos / rs, n, buf + done);
 			done += n * rs;
 			continue;
 		}
-		uint64_t r = pos / rs;
 		uint32_t in = (uint32_t)(pos % rs);
 		size_t take = rs - in < len - done ? rs - in : len - done;
-		if (fs->cache) {
-			ret = cache_read(fs->cache, id, rs, r, in, (uint32_t)take, buf + done);
-		} else if (in == 0 && take == rs) {
-			ret = fs_store_read(fs, id, &r, 1, buf + done, NULL, NULL);
-		} else {
-			if (!row && !(row = malloc(rs)))
-				return -ENOMEM;
-			ret = fs_store_read(fs, id, &r, 1, row, NULL, NULL);
-			memcpy(buf + done, row + in, take);
-		}
-		ret = ret < 0 ? ret : 0;
+		ret = cache_read(fs->cache, v->id, rs, pos / rs, in, (uint32_t)take, buf + done);
 		done += take;
 	}
-	free(row);
+	return ret < 0 ? ret : 0;
+}
+
+/* From the store: every row the range touches in one call (spilled rows:
+ * one device submission), straight into buf when the range is whole rows. */
+static int read_stored(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t off, size_t len,
+		       char *buf)
+{
+	uint64_t r0 = off / rs, nr = (off + len - 1) / rs - r0 + 1;
+	int whole = off % rs == 0 && len % rs == 0;
+	char *rows = whole ? buf : malloc(nr * rs);
+	if (!rows)
+		return -ENOMEM;
+	int ret = rows_run(fs, v, rs, r0, nr, rows);
+	if (!ret && !whole)
+		memcpy(buf, rows + (off - r0 * rs), len);
+	if (!whole)
+		free(rows);
 	return ret;
 }
 
-/* Promise room for n rows a write is about to leave dirty in the cache.  The
- * pool holds back room for the worst case of what the promised rows may need
- * (slots, and index growth: store/slab.c), which is more than they will
+int rows_read(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t off, size_t len, char *buf)
+{
+	if (!len)
+		return 0;
+	if (fs->cache && !v->snap)
+		return read_cached(fs, v, rs, off, len, buf);
+	return read_stored(fs, v, rs, off, len, buf);
+}
+
+/* ---- writes ------------------------------------------------------------- */
+
+/* The pool holds back room for the worst case of what the promised rows may
+ * need (slots, and index growth: store/slab.c), which is more than they will
  * take: when no promise can be made, write the cache back (the rows then
- * take what they really need, the rest of the promise comes back, and with a
- * spill tier the mover can move them out) and ask again. */
+ * take what they really need, the rest of the promise comes back, and with
+ * a spill tier the mover can move them out) and ask again. */
 int rows_reserve(struct embfs *fs, uint32_t rs, int64_t n)
 {
 	int ret = store_space_reserve(fs->st, rs, n);
@@ -73,64 +121,225 @@ int rows_reserve(struct embfs *fs, uint32_t rs, int64_t n)
 	return ret;
 }
 
-uint64_t rows_batch_begin(struct embfs *fs)
-{
-	pthread_rwlock_rdlock(&fs->snap_rw);
-	return store_batch_get(fs->st);
-}
-
-void rows_batch_end(struct embfs *fs)
-{
-	pthread_rwlock_unlock(&fs->snap_rw);
-}
-
-void rows_credit_end(struct embfs *fs, uint32_t rs, int64_t credit)
+void rows_unreserve(struct embfs *fs, uint32_t rs, int64_t credit)
 {
 	if (credit > 0)
 		store_space_reserve(fs->st, rs, -credit);
 }
 
-int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
+/* Around writes into the cache: the batch id to stamp them with, read with
+ * snap_rw held shared so that no write straddles a snapshot (snap.c). */
+static uint64_t batch_begin(struct embfs *fs)
 {
-	int ret = 0;
-	if (fs->cache) {
-		/* room for every row it touches, before any changes: the write is
-		 * refused whole (ENOSPC) or taken whole */
-		int64_t credit = len ? (int64_t)((off + len - 1) / rs - off / rs + 1) : 0;
-		ret = rows_reserve(fs, rs, credit);
-		if (ret)
-			return ret;
-		uint64_t batch = rows_batch_begin(fs);
-		for (size_t done = 0; done < len && !ret;) {
-			uint64_t pos = off + done;
-			uint32_t in = (uint32_t)(pos % rs);
-			size_t take = rs - in < len - done ? rs - in : len - done;
-			ret = cache_write(fs->cache, id, rs, pos / rs, in, (uint32_t)take, data + done, batch,
-					  &credit);
-			done += take;
-		}
-		rows_batch_end(fs);
-		rows_credit_end(fs, rs, credit);
-		if (!ret)
-			ret = store_table_extend(fs->st, id, off + len);
+	pthread_rwlock_rdlock(&fs->snap_rw);
+	return store_batch_get(fs->st);
+}
+
+static void batch_end(struct embfs *fs)
+{
+	pthread_rwlock_unlock(&fs->snap_rw);
+}
+
+/* Rows a byte range touches. */
+static uint64_t range_rows(uint32_t rs, uint64_t lo, uint64_t hi)
+{
+	return hi > lo ? (hi - 1) / rs - lo / rs + 1 : 0;
+}
+
+/* One range into the cache: room for every row it touches is promised
+ * before any changes, so the write is refused whole (ENOSPC) or taken whole. */
+static int write_cached(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
+{
+	int64_t credit = (int64_t)range_rows(rs, off, off + len);
+	int ret = rows_reserve(fs, rs, credit);
+	if (ret)
 		return ret;
-	}
-	size_t nrows = len ? (size_t)((off + len - 1) / rs - off / rs + 1) : 0;
-	struct store_rowop *ops = calloc(nrows ? nrows : 1, sizeof(*ops));
-	if (!ops)
-		return -ENOMEM;
-	size_t k = 0;
-	for (size_t done = 0; done < len; k++) {
+	uint64_t batch = batch_begin(fs);
+	for (size_t done = 0; done < len && !ret;) {
 		uint64_t pos = off + done;
 		uint32_t in = (uint32_t)(pos % rs);
 		size_t take = rs - in < len - done ? rs - in : len - done;
-		ops[k] = (struct store_rowop){ pos / rs, in, (uint32_t)take, data + done, 0 };
+		ret = cache_write(fs->cache, id, rs, pos / rs, in, (uint32_t)take, data + done, batch, &credit);
 		done += take;
 	}
-	ret = store_rows_write(fs->st, id, ops, k, off + len);
+	batch_end(fs);
+	rows_unreserve(fs, rs, credit);
+	return ret ? ret : store_table_extend(fs->st, id, off + len);
+}
+
+/* The ranges as one store commit, the size raised to the end of the last. */
+static int write_stored(struct embfs *fs, uint32_t id, uint32_t rs, const struct rows_range *r, size_t nr,
+			uint64_t off, const char *data)
+{
+	size_t nops = 0, k = 0;
+	for (size_t i = 0; i < nr; i++)
+		nops += range_rows(rs, r[i].lo, r[i].hi);
+	struct store_rowop *ops = malloc((nops ? nops : 1) * sizeof(*ops));
+	if (!ops)
+		return -ENOMEM;
+	for (size_t i = 0; i < nr; i++) {
+		for (uint64_t pos = r[i].lo; pos < r[i].hi;) {
+			uint32_t in = (uint32_t)(pos % rs);
+			uint64_t take = rs - in < r[i].hi - pos ? rs - in : r[i].hi - pos;
+			ops[k++] = (struct store_rowop){ pos / rs, in, (uint32_t)take, data + (pos - off), 0 };
+			pos += take;
+		}
+	}
+	int ret = store_rows_write(fs->st, id, ops, k, nr ? r[nr - 1].hi : 0);
 	free(ops);
 	return ret;
 }
+
+int rows_write_ranges(struct embfs *fs, uint32_t id, uint32_t rs, const struct rows_range *r, size_t n,
+		      uint64_t off, const char *data)
+{
+	int ret = 0;
+	if (!fs->cache)
+		return write_stored(fs, id, rs, r, n, off, data);
+	for (size_t i = 0; i < n && !ret; i++)
+		ret = write_cached(fs, id, rs, r[i].lo, r[i].hi - r[i].lo, data + (r[i].lo - off));
+	return ret;
+}
+
+int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
+{
+	struct rows_range r = { off, off + len };
+	return rows_write_ranges(fs, id, rs, &r, 1, off, data);
+}
+
+struct idpos {
+	uint64_t row;
+	uint32_t pos;
+};
+
+static int cmp_idpos(const void *a, const void *b)
+{
+	const struct idpos *x = a, *y = b;
+	if (x->row != y->row)
+		return x->row < y->row ? -1 : 1;
+	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* A scatter without a cache: one group commit, the last of duplicates winning. */
+static int scatter_stored(struct embfs *fs, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows,
+			  uint32_t n, uint64_t end)
+{
+	struct idpos *v = malloc(n * sizeof(*v));
+	struct store_rowop *ops = malloc(n * sizeof(*ops));
+	int ret = -ENOMEM;
+	if (v && ops) {
+		for (uint32_t i = 0; i < n; i++)
+			v[i] = (struct idpos){ ids[i], i };
+		qsort(v, n, sizeof(*v), cmp_idpos);
+		size_t k = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			if (i + 1 < n && v[i + 1].row == v[i].row)
+				continue;
+			ops[k++] = (struct store_rowop){ .row = v[i].row, .off = 0, .len = rs,
+							 .data = rows + (size_t)v[i].pos * rs };
+		}
+		ret = store_rows_write(fs->st, id, ops, k, end);
+	}
+	free(v);
+	free(ops);
+	return ret;
+}
+
+int rows_scatter(struct embfs *fs, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows, uint32_t n,
+		 int64_t credit)
+{
+	uint64_t end = 0;
+	for (uint32_t i = 0; i < n; i++)
+		end = (ids[i] + 1) * rs > end ? (ids[i] + 1) * rs : end;
+	if (!fs->cache) {
+		rows_unreserve(fs, rs, credit);
+		return scatter_stored(fs, id, rs, ids, rows, n, end);
+	}
+	/* as a write: the batch id when it starts stamps its rows */
+	uint64_t batch = batch_begin(fs);
+	int ret = cache_write_rows(fs->cache, id, rs, ids, n, rows, batch, &credit);
+	batch_end(fs);
+	rows_unreserve(fs, rs, credit);
+	/* after an error some rows may be written: the size covers them all
+	 * (rows not written read as holes, as in any sparse file) */
+	int r = store_table_extend(fs->st, id, end);
+	return ret ? ret : r;
+}
+
+/* Punch a hole: whole rows are deleted, partly covered stored rows get the
+ * covered bytes zeroed.  Stored rows are found through the seek index, so a
+ * huge sparse range costs what it holds, not its length. */
+static int punch(struct embfs *fs, uint32_t id, const struct store_attr *a, uint64_t off, uint64_t end)
+{
+	static const char zeros[EMB_ROW_MAX];
+	uint32_t rs = a->row_size;
+	size_t cap = 1024, n = 0;
+	struct store_rowop *ops = malloc(cap * sizeof(*ops));
+	if (!ops)
+		return -ENOMEM;
+	uint64_t r = off / rs, found;
+	struct store_view v;
+	int ret = store_view_live(fs->st, id, &v);
+	while (!ret && (ret = store_row_next(fs->st, &v, r, &found)) == 1) {
+		uint64_t rstart = found * rs;
+		if (rstart >= end) {
+			ret = 0;
+			break;
+		}
+		uint64_t lo = rstart > off ? rstart : off;
+		uint64_t hi = rstart + rs < end ? rstart + rs : end;
+		if (n == cap) {
+			ret = store_rows_write(fs->st, id, ops, n, 0);
+			n = 0;
+			if (ret)
+				break;
+		}
+		if (lo == rstart && hi == rstart + rs)
+			ops[n++] = (struct store_rowop){ found, 0, 0, NULL, 0 };
+		else
+			ops[n++] = (struct store_rowop){ found, (uint32_t)(lo - rstart), (uint32_t)(hi - lo), zeros, 0 };
+		ret = 0;
+		r = found + 1;
+	}
+	if (ret >= 0 && n)
+		ret = store_rows_write(fs->st, id, ops, n, 0);
+	free(ops);
+	return ret < 0 ? ret : 0;
+}
+
+int rows_punch(struct embfs *fs, uint32_t id, uint64_t off, uint64_t len)
+{
+	struct store_attr a;
+	uint64_t end = off + len < off ? UINT64_MAX : off + len;
+	int ret = store_table_getattr(fs->st, id, &a);
+	if (!ret)
+		ret = rows_before_change(fs, id);
+	if (ret)
+		return ret;
+	uint64_t size_end = end > a.size ? a.size : end;
+	if (off < size_end)
+		ret = punch(fs, id, &a, off, size_end);
+	if (!ret) {
+		uint64_t last = end / a.row_size + 1;
+		rows_after_change(fs, id, off / a.row_size, last < end / a.row_size ? UINT64_MAX : last);
+	}
+	return ret;
+}
+
+int rows_truncate(struct embfs *fs, uint32_t id, uint64_t size)
+{
+	struct store_attr a;
+	int ret = store_table_getattr(fs->st, id, &a);
+	if (!ret)
+		ret = rows_before_change(fs, id);
+	if (!ret)
+		ret = store_table_truncate(fs->st, id, size);
+	if (!ret)
+		rows_after_change(fs, id, size / a.row_size, UINT64_MAX);
+	return ret;
+}
+
+/* ---- sync points -------------------------------------------------------- */
 
 int rows_pool_failed(struct embfs *fs, int ret)
 {
@@ -148,6 +357,18 @@ int rows_sync(struct embfs *fs, int64_t id)
 	int r = store_sync(fs->st);
 	ret = ret ? ret : r;
 	rows_pool_failed(fs, ret);
+	return ret;
+}
+
+int rows_sync_snap(struct embfs *fs, uint32_t idx)
+{
+	struct store_snap sn;
+	int ret = store_snap_get(fs->st, idx, &sn);
+	if (ret || sn.durable)
+		return ret;
+	ret = rows_sync(fs, -1);
+	if (!ret)
+		ret = store_snap_set_durable(fs->st, idx, sn.gen);
 	return ret;
 }
 
@@ -171,11 +392,13 @@ uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows)
 	return store_rows + cs.new_dirty;
 }
 
+/* ---- the cache's callbacks ---------------------------------------------- */
+
 static int cb_fetch(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t *batch)
 {
 	struct embfs *fs = ctx;
 	uint8_t stored = 0;
-	int ret = fs_store_read(fs, table, &row, 1, buf, &stored, batch); /* buf NULL: a probe */
+	int ret = store_get(fs, table, &row, 1, buf, &stored, batch); /* buf NULL: a probe */
 	return ret ? ret : stored;
 }
 
@@ -183,7 +406,7 @@ static int cb_fetch_rows(void *ctx, uint32_t table, const uint64_t *rows, size_t
 			 uint8_t *stored, uint64_t *batch)
 {
 	struct embfs *fs = ctx;
-	return fs_store_read(fs, table, rows, n, buf, stored, batch);
+	return store_get(fs, table, rows, n, buf, stored, batch);
 }
 
 static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n)

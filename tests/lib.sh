@@ -2,6 +2,7 @@
 #   . "$(dirname "$0")/../lib.sh"
 #   setup            # temp dir $T, trap that unmounts and stops the daemon
 #   mkpool POOL [mkfs args]; mount_pool POOL MNT [embfs -o opts]
+#   wait_until SECONDS COMMAND...   # every wait for a condition (never sleep-and-hope)
 # Exit 0 pass, 1 fail, 77 skip.
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$TOP/build}
@@ -30,7 +31,30 @@ fail() { echo "FAIL: $*" >&2; seed_line >&2; exit 1; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
 say() { echo "  $*"; }
 
+# wait_until [-r] SECONDS COMMAND...: run COMMAND (a command or a shell
+# function) every 20 ms until it succeeds, for at most SECONDS.  On time-out
+# the test fails, naming COMMAND and what it last saw if it left that in
+# $seen; with -r, wait_until returns 1 instead (the caller cleans up first).
+# COMMAND may itself fail the test (a daemon that died meanwhile).
+wait_until() {
+	_wu_fail=1
+	[ "$1" = -r ] && { _wu_fail=; shift; }
+	_wu_secs=$1; shift
+	_wu_end=$(($(date +%s%3N) + _wu_secs * 1000))
+	seen=
+	until "$@"; do
+		if [ "$(date +%s%3N)" -ge $_wu_end ]; then
+			[ -n "$_wu_fail" ] && fail "not within $_wu_secs s: $*${seen:+ (last: $seen)}"
+			return 1
+		fi
+		sleep 0.02
+	done
+}
+
 is_mounted() { awk -v m="$1" '$2 == m { f = 1 } END { exit !f }' /proc/mounts; }
+unmounted() { ! is_mounted "$1"; }
+# gone PID: the process has exited (the shell reaps its children as it goes)
+gone() { ! kill -0 "$1" 2>/dev/null; }
 
 cleanup() {
 	rc=$?
@@ -41,9 +65,7 @@ cleanup() {
 	for p in $DAEMONS; do
 		kill "$p" 2>/dev/null
 		# a hung daemon (a deadlock under test) ignores SIGTERM: give it 5 s
-		i=0
-		while kill -0 "$p" 2>/dev/null && [ $i -lt 250 ]; do sleep 0.02; i=$((i + 1)); done
-		kill -9 "$p" 2>/dev/null
+		wait_until -r 5 gone "$p" || kill -9 "$p" 2>/dev/null
 		wait "$p" 2>/dev/null
 	done
 	[ -n "$T" ] && rm -rf "$T"
@@ -75,20 +97,23 @@ mount_pool() {
 	PID=$!
 	DAEMONS="$DAEMONS $PID"
 	MOUNTS="$MOUNTS $mnt"
-	i=0
-	until is_mounted "$mnt"; do
-		kill -0 "$PID" 2>/dev/null || { cat "$T/daemon.log" >&2; fail "embfs exited before mounting $mnt"; }
-		i=$((i + 1))
-		[ $i -gt 1000 ] && fail "mount of $mnt not ready after 20 s"
-		sleep 0.02
-	done
+	wait_until 20 mounted_by "$PID" "$mnt"
 	# first request through the mount proves the daemon serves
 	stat "$mnt/.embfs/stats" >/dev/null || fail "mount $mnt does not answer"
 }
 
-# unmount_pool MNT: clean unmount, wait for the daemon to exit cleanly
+# mounted_by PID MNT: the daemon PID mounted MNT (fails if it exited first)
+mounted_by() {
+	is_mounted "$2" && return 0
+	gone "$1" || return 1
+	cat "$T/daemon.log" >&2
+	fail "embfs exited before mounting $2"
+}
+
+# unmount_pool MNT: clean unmount, wait (bounded) for the daemon to exit cleanly
 unmount_pool() {
 	fusermount3 -u "$1" || fail "unmount $1"
+	wait_until 120 gone "$PID"
 	wait "$PID" || fail "embfs exited with status $?"
 	DAEMONS=$(echo "$DAEMONS" | sed "s/ $PID\b//")
 }
@@ -99,10 +124,9 @@ crash_daemon() {
 	wait "$PID" 2>/dev/null
 	DAEMONS=$(echo "$DAEMONS" | sed "s/ $PID\b//")
 	fusermount3 -uz "$1" 2>/dev/null || umount -l "$1" 2>/dev/null
-	i=0
-	while is_mounted "$1"; do
-		i=$((i + 1)); [ $i -gt 500 ] && fail "dead mount $1 does not go away"; sleep 0.02
-	done
+	wait_until 10 unmounted "$1"
 }
 
 stat_field() { awk -v k="$2" '$1 == k { print $2 }' "$1/.embfs/stats"; }
+# stat_is MNT KEY VALUE: .embfs/stats shows KEY = VALUE (for wait_until)
+stat_is() { seen=$(stat_field "$1" "$2"); [ "$seen" = "$3" ]; }

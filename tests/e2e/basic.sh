@@ -16,16 +16,12 @@ export LC_ALL=C
 # (fsync of the mount root), where rows a write-back cache holds reach the store
 # (a failed sync shows in the value: fail would only leave the $(...) subshell)
 stored() { sync "$M" 2>/dev/null || echo "fsync-of-the-mount-root-failed"; stat_field "$M" "$1"; }
-# wait_field KEY VALUE: until stored KEY is VALUE (bounded; freeing an
+# stored_is KEY VALUE: the stored KEY is VALUE (for wait_until: freeing an
 # unlinked table waits for the kernel's FORGET)
-wait_field() {
-	i=0
-	while v=$(stored "$1") && [ "$v" != "$2" ]; do
-		case $v in fsync*) fail "fsync of the mount root failed" ;; esac
-		i=$((i + 1))
-		[ $i -gt 500 ] && fail "stats: $1 is $(stored "$1"), expected $2"
-		sleep 0.02
-	done
+stored_is() {
+	seen=$(stored "$1")
+	case $seen in fsync*) fail "fsync of the mount root failed" ;; esac
+	[ "$seen" = "$2" ]
 }
 size_of() { stat -c %s "$1"; }
 blocks_of() { stat -c %b "$1"; }
@@ -122,15 +118,15 @@ rm "$M/sp.emb" "$T/sp"
 say "rm"
 rm "$M/h.emb" || fail "rm h.emb"
 [ -e "$M/h.emb" ] && fail "h.emb still there after rm"
-wait_field rows $((1 + 1200 + 1200))
+wait_until 10 stored_is rows $((1 + 1200 + 1200))
 cat "$M/h.emb" 2>/dev/null && fail "cat of a removed table worked"
-wait_field tables 3
+wait_until 10 stored_is tables 3
 
 say "a new table reusing a removed one's slot starts empty"
 rand_bytes 65536 > "$M/r1.emb" # no sync point: rows may sit in a cache
 ino=$(stat -c %i "$M/r1.emb")
 rm "$M/r1.emb"
-wait_field rows $((1 + 1200 + 1200))
+wait_until 10 stored_is rows $((1 + 1200 + 1200))
 : > "$M/r2.emb"
 truncate -s 65536 "$M/r2.emb"
 [ "$(stat -c %i "$M/r2.emb")" = "$ino" ] || say "(r2.emb got another slot than r1.emb)"
@@ -145,20 +141,20 @@ cmp "$M/a2.emb" "$T/a.ref" || fail "a2.emb content after rename"
 mv "$M/b.emb" "$M/c.emb" || fail "mv b.emb over c.emb"
 [ -e "$M/b.emb" ] && fail "b.emb still there after mv over c.emb"
 head -c 307200 "$M/c.emb" | cmp - "$T/out" || fail "c.emb is not b.emb's content after mv"
-wait_field tables 2
-wait_field rows $((1 + 1200)) # the replaced table's rows are freed
+wait_until 10 stored_is tables 2
+wait_until 10 stored_is rows $((1 + 1200)) # the replaced table's rows are freed
 expect "ls after renames" "$(ls "$M" | tr '\n' ' ')" "a2.emb c.emb "
 
 say "unlink while open: data readable until close"
 cp "$T/src" "$M/u.emb" || fail "cp u.emb"
-wait_field rows $((1 + 1200 + 1200))
+wait_until 10 stored_is rows $((1 + 1200 + 1200))
 exec 3<"$M/u.emb"
 rm "$M/u.emb" || fail "rm u.emb while open"
 [ -e "$M/u.emb" ] && fail "u.emb still listed after rm"
 cmp - "$T/src" <&3 || fail "unlinked open table not readable"
 expect "rows while the unlinked table is open" "$(stored rows)" $((1 + 1200 + 1200))
 exec 3<&-
-wait_field rows $((1 + 1200))
+wait_until 10 stored_is rows $((1 + 1200))
 # the same through rename over an open table
 cp "$T/src" "$M/v.emb" && cp "$T/a.ref" "$M/w.emb" || fail "cp v.emb w.emb"
 exec 3<"$M/v.emb"
@@ -166,7 +162,7 @@ mv "$M/w.emb" "$M/v.emb" || fail "mv w.emb over open v.emb"
 cmp - "$T/src" <&3 || fail "table replaced by rename not readable through an open fd"
 cmp "$M/v.emb" "$T/a.ref" || fail "v.emb is not w.emb's content"
 exec 3<&-
-wait_field rows $((1 + 1200 + 1))
+wait_until 10 stored_is rows $((1 + 1200 + 1))
 rm "$M/v.emb"
 
 say "chmod, chown, touch -d survive a remount"

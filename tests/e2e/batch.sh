@@ -17,16 +17,6 @@ M="$T/m"
 expect() { [ "$2" = "$3" ] || fail "$1: expected '$3', got '$2'"; }
 # image FILE: the table's bytes as the daemon holds them (past the page cache)
 image() { dd if="$M/t.emb" iflag=direct bs=1M status=none >"$1" || fail "O_DIRECT read of t.emb"; }
-# wait_stat KEY VALUE: until .embfs/stats shows KEY = VALUE (bounded: the
-# kernel sends RELEASE after close returns)
-wait_stat() {
-	i=0
-	while [ "$(stat_field "$M" "$1")" != "$2" ]; do
-		i=$((i + 1))
-		[ $i -gt 500 ] && fail "stats: $1 is $(stat_field "$M" "$1"), expected $2"
-		sleep 0.02
-	done
-}
 
 mkpool "$T/pool" -s 256M -t t.emb:64 -t big.emb:16384
 mount_pool "$T/pool" "$M" $OPTS -o allow_other
@@ -76,8 +66,9 @@ say "concurrent clients on their own fds"
 
 say "prefetch: pinned in the background, consumed by the gather, released at close"
 "$BT" prefetch "$M/t.emb" 4096 6 60000 || fail "prefetch"
-wait_stat prefetch.pins_held 0
-wait_stat cache.pinned 0
+# (waited for: the kernel sends RELEASE after close returns)
+wait_until 10 stat_is "$M" prefetch.pins_held 0
+wait_until 10 stat_is "$M" cache.pinned 0
 say "  pins after close: prefetch.pins_held 0, cache.pinned 0"
 
 say "batch id as text"

@@ -25,14 +25,17 @@ nlines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
 
 # wait_writer: the writer must exit (bounded) once its daemon is gone
 wait_writer() {
-	i=0
-	while kill -0 "$WPID" 2>/dev/null; do
-		i=$((i + 1))
-		[ $i -gt 1000 ] && fail "writer $WPID still running 20 s after the crash"
-		sleep 0.02
-	done
+	wait_until 20 gone "$WPID"
 	wait "$WPID"; wrc=$?
 	WPID=""
+}
+
+# logged N: the writer's log holds N batches (fails if the writer died)
+logged() {
+	[ "$(nlines "$log")" -ge "$1" ] && return 0
+	gone "$WPID" || return 1
+	cat "$S/writer.out" >&2
+	fail "$name round $r: writer died"
 }
 
 verify() {
@@ -58,13 +61,7 @@ variant() {
 		want=$((before + 2 + $(rand 12)))
 		"$CW" write $WOPTS "$mnt/t.emb" "$log" >"$S/writer.out" 2>&1 &
 		WPID=$!
-		i=0
-		while [ "$(nlines "$log")" -lt $want ]; do
-			kill -0 "$WPID" 2>/dev/null || { cat "$S/writer.out" >&2; fail "$name round $r: writer died"; }
-			i=$((i + 1))
-			[ $i -gt 2000 ] && fail "$name round $r: log did not reach $want batches in 20 s"
-			sleep 0.01
-		done
+		wait_until 20 logged $want
 		crash_daemon "$mnt"
 		wait_writer
 		[ $wrc -eq 3 ] || { cat "$S/writer.out" >&2; fail "$name round $r: writer exit $wrc, want 3 (stopped by the crash)"; }

@@ -48,7 +48,7 @@ refused() {
 P="$T/pool"
 mkpool "$P" -s 64M
 mount_pool "$P" "$M" -o cache_size=0
-head -c $((2048 * RS)) /dev/urandom >"$T/src"
+rand_bytes $((2048 * RS)) >"$T/src"
 cp "$T/src" "$M/t.emb" || fail "writing t.emb"
 mkdir "$M/.snapshots/before" || fail "snapshot"
 unmount_pool "$M"

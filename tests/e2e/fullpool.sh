@@ -13,6 +13,14 @@ M="$T/m"
 MiB=1048576
 rand_bytes 200M > "$T/src"
 
+# free_at_least BYTES: the pool has BYTES free (after a sync point: freeing
+# an unlinked table waits for the kernel's FORGET)
+free_at_least() {
+	sync "$M" || fail "$label: fsync of the mount root"
+	seen=$(stat -f -c '%f %S' "$M" | awk '{ printf "%d\n", $1 * $2 }')
+	[ "$seen" -ge "$1" ]
+}
+
 # fill POOLSIZE LABEL [embfs args]: dd the source into a new table until ENOSPC;
 # the accepted prefix must survive fsync, unmount and remount; rm gives the
 # space back and a second fill takes as much again.
@@ -35,14 +43,7 @@ fill() {
 	[ "$expect_size" = "$S" ] || fail "$label: size $expect_size after remount, $S before"
 	cmp -n "$S" "$T/src" "$M/big.emb" || fail "$label: accepted rows lost or changed after remount"
 	rm "$M/big.emb"
-	i=0
-	while :; do
-		sync "$M" || fail "$label: fsync after rm"
-		f1=$(stat -f -c '%f %S' "$M" | awk '{ printf "%d\n", $1 * $2 }')
-		[ "$f1" -ge $((f0 - MiB)) ] && break
-		i=$((i + 1)); [ $i -gt 500 ] && fail "$label: free space $f1 after rm, $f0 before the fill"
-		sleep 0.02
-	done
+	wait_until 10 free_at_least $((f0 - MiB))
 	dd if="$T/src" of="$M/again.emb" bs=64k 2>/dev/null && fail "$label: second fill fit"
 	S2=$(stat -c %s "$M/again.emb")
 	sync "$M" || fail "$label: fsync after the second fill"

@@ -16,8 +16,8 @@ export EMBFS_FAIL_MSYNC="$T/trigger"
 # a sanitizer build's runtime must come first in the library list; the shim
 # is not instrumented, so let it be second
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
-head -c $((4 * MiB)) /dev/urandom > "$T/a"
-head -c $((4 * MiB)) /dev/urandom > "$T/b"
+rand_bytes 4M > "$T/a"
+rand_bytes 4M > "$T/b"
 
 # mount_failing POOL [opts]: the daemon with the shim preloaded
 mount_failing() {
@@ -41,6 +41,7 @@ check_failed() {
 	grep -q "^pool.state failed" "$M/.embfs/stats" || { grep pool. "$M/.embfs/stats" >&2; fail "$label: stats do not say the pool failed"; }
 	grep -q "persist" "$T/daemon.log" || { cat "$T/daemon.log" >&2; fail "$label: the daemon did not log why"; }
 	fusermount3 -u "$M" || fail "$label: unmount"
+	wait_until 120 gone "$PID"
 	wait "$PID"
 	DAEMONS=$(echo "$DAEMONS" | sed "s/ $PID\b//")
 	rm -f "$T/trigger"

@@ -15,17 +15,12 @@ SECS=${LOCKS_SECS:-8}
 L=$!
 # lockloop gives up after 5 s without progress, but its threads stay in the
 # kernel while the daemon hangs: kill the daemon to let them out
-i=0
-while kill -0 $L 2>/dev/null; do
-	i=$((i + 1))
-	if [ $i -gt $(((SECS + 15) * 50)) ]; then
-		crash_daemon "$M"
-		wait $L
-		cat "$T/out" >&2
-		fail "the loops hung the mount"
-	fi
-	sleep 0.02
-done
+if ! wait_until -r $((SECS + 15)) gone $L; then
+	crash_daemon "$M"
+	wait $L
+	cat "$T/out" >&2
+	fail "the loops hung the mount"
+fi
 wait $L || { cat "$T/out" >&2; fail "the loops stopped: a hung mount or a failed call"; }
 say "$(cat "$T/out")"
 stat "$M/empty.emb" >/dev/null || fail "mount does not answer after the loops"

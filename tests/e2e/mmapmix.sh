@@ -15,9 +15,8 @@ OPTS=${EMBFS_TEST_OPTS:-}
 BT="$TOOLS/batchtool"
 M="$T/m"
 [ -x "$BT" ] || fail "$BT not built"
-SEED=$EMBFS_SEED # lib.sh: printed by setup, replayed from EMBFS_SEED
+SEED=$EMBFS_SEED # lib.sh: printed by setup (and by fail), replayed from EMBFS_SEED
 SECS=${EMBFS_MIX_SECS:-3}
-echo "  seed $SEED (EMBFS_SEED=$SEED replays)"
 
 mkpool "$T/pool" -s 128M -t a.emb:64 -t b.emb:100
 run() { # run TABLE ROWS SEED [daemon opts]

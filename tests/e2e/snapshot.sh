@@ -16,6 +16,32 @@ erofs() { # erofs WHAT CMD...: the command must fail with EROFS
 	grep -q "Read-only file system" "$T/err" || { cat "$T/err" >&2; fail "$what: not EROFS"; }
 }
 free_bytes() { sync "$M"; stat -f -c '%f %S' "$M" | awk '{ printf "%d\n", $1 * $2 }'; }
+# rows FILE ROW...: write those 256-byte rows of FILE
+rows() {
+	f=$1; shift
+	for r in "$@"; do printf '%256s' x | dd of="$f" bs=256 seek="$r" conv=notrunc status=none || return 1; done
+}
+# seeks FILE: its data ranges by SEEK_DATA/SEEK_HOLE, then where a few
+# seeks from inside a row land
+seeks() {
+	python3 - "$1" <<'EOF'
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size, pos, out = os.fstat(fd).st_size, 0, []
+while pos < size:
+    try:
+        d = os.lseek(fd, pos, os.SEEK_DATA)
+    except OSError as e:
+        if e.errno != errno.ENXIO:
+            raise
+        break
+    pos = os.lseek(fd, d, os.SEEK_HOLE)
+    out.append("%d-%d" % (d, pos))
+for what, whence, at in (("data", os.SEEK_DATA, 600), ("hole", os.SEEK_HOLE, 300), ("data", os.SEEK_DATA, 1100)):
+    out.append("%s@%d=%d" % (what, at, os.lseek(fd, at, whence)))
+print(" ".join(out))
+EOF
+}
 
 for variant in cache nocache; do
 	opts=""
@@ -60,6 +86,14 @@ for variant in cache nocache; do
 	[ -z "$(ls "$S")" ] || fail "snapshot still listed"
 	f1=$(free_bytes)
 	[ "$f1" -gt $((f0 + 256 * 1024)) ] || fail "rmdir freed too little: $f0 -> $f1"
+
+	say "[$variant] SEEK_DATA/SEEK_HOLE: a snapshot's table as taken, the live table as it is now"
+	rows "$M/sp.emb" 2 3 7 && truncate -s 5120 "$M/sp.emb" || fail "writing sp.emb"
+	mkdir "$S/s2" || fail "mkdir s2"
+	rows "$M/sp.emb" 0 12 || fail "writing sp.emb after the snapshot"
+	expect "snapshot's data" "$(seeks "$S/s2/sp.emb")" "512-1024 1792-2048 data@600=600 hole@300=300 data@1100=1792"
+	expect "live data" "$(seeks "$M/sp.emb")" "0-256 512-1024 1792-2048 3072-3328 data@600=600 hole@300=300 data@1100=1792"
+	rmdir "$S/s2" || fail "rmdir s2"
 	unmount_pool "$M"
 	mount_pool "$T/pool" "$M" $opts
 	cmp -n 196608 "$M/t.emb" "$T/v1" || fail "live table after rmdir"

@@ -48,16 +48,6 @@ sf() {
 	for f in "$@"; do printf '%s=%s ' "${f#spill.}" "$(stat_field "$M" "$f")"; done
 }
 
-# wait_stat MNT FIELD VALUE: poll the stats (bounded) until FIELD is VALUE
-wait_stat() {
-	i=0
-	until [ "$(stat_field "$1" "$2")" = "$3" ]; do
-		i=$((i + 1))
-		[ $i -gt 500 ] && fail "$2 is '$(stat_field "$1" "$2")' after 10 s, want $3"
-		sleep 0.02
-	done
-}
-
 # refuse WHY POOL MNT [embfs args...]: the daemon (foreground) must exit
 # non-zero without mounting; its stderr is left in $T/refused
 refuse() {
@@ -154,6 +144,12 @@ say "clean remount: a.emb matches its shadow ($((r1 - r0)) rows read from the sp
 fsx_rounds nocache 63 64
 unmount_pool "$M"
 
+# spilling MOVED FILE: versions were spilled since spill.moved was MOVED and
+# FILE is past 20 MiB, or its writer ($WPID) has exited
+spilling() {
+	[ "$(stat_field "$M" spill.moved)" -gt "$1" ] && [ "$(stat -c %s "$2")" -ge $((20 << 20)) ] || gone $WPID
+}
+
 # crash_round NAME TABLE [embfs args...]: 16 MiB written and fsync'ed, then a
 # writer goes on past them while rows spill; SIGKILL; remount: the prefix
 # reads back whole, every row after it is new or a hole
@@ -165,13 +161,7 @@ crash_round() {
 	moved=$(stat_field "$M" spill.moved)
 	dd if="$T/$tab.src" of="$M/$tab" bs=256K skip=64 seek=64 conv=notrunc status=none 2>/dev/null &
 	WPID=$!
-	i=0
-	while [ "$(stat_field "$M" spill.moved)" -le "$moved" ] || [ "$(stat -c %s "$M/$tab")" -lt $((20 << 20)) ]; do
-		kill -0 $WPID 2>/dev/null || break
-		i=$((i + 1))
-		[ $i -gt 1000 ] && fail "$name: the writer of $tab made no progress in 20 s"
-		sleep 0.01
-	done
+	wait_until 20 spilling "$moved" "$M/$tab"
 	running=no; kill -0 $WPID 2>/dev/null && running=yes
 	size=$(stat -c %s "$M/$tab")
 	nowmoved=$(stat_field "$M" spill.moved)
@@ -182,7 +172,7 @@ crash_round() {
 	[ "$nowmoved" -gt "$moved" ] || fail "$name: nothing was spilled while $tab was written"
 	mount_pool "$POOL" "$M" -o spill="$SP" "$@" $OPTS
 	[ "$(stat_field "$M" pool.recovered)" = 1 ] || fail "$name: pool.recovered is not 1 after SIGKILL"
-	wait_stat "$M" spill.recounting 0
+	wait_until 10 stat_is "$M" spill.recounting 0
 	cmp -n 16M "$M/$tab" "$T/$tab.src" || fail "$name: the fsync'ed 16 MiB of $tab differ after the crash"
 	out=$(rows_check "$M/$tab" "$T/$tab.src" $((16 << 20))) || fail "$name: torn rows in $tab"
 	set -- $out

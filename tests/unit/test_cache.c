@@ -908,9 +908,8 @@ static void *snap_writer(void *arg)
 
 static void test_snap_threads(void)
 {
-	const char *env = getenv("EMBFS_SEED");
-	unsigned seed = env ? (unsigned)strtoul(env, NULL, 0) : (unsigned)time(NULL);
-	printf("  snapshot threads: seed %u (replay: EMBFS_SEED=%u)\n", seed, seed);
+	/* printed now and again when a check fails */
+	unsigned seed = (unsigned)test_seed("build/tests/test_cache");
 	reset();
 	F.cap = 60000;
 	S.c = mk(600, 4, 5);
