@@ -125,7 +125,11 @@ int snap_load(struct store *s)
 	s->snaps = S_PTR(s, s->sb->snaps_off);
 	if (!s->snaps)
 		return -EIO;
-	pthread_rwlock_init(&s->snap_lock, NULL);
+	pthread_rwlockattr_t ra; /* writers first: store_int.h's lock order */
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&s->snap_lock, &ra);
+	pthread_rwlockattr_destroy(&ra);
 	s->snap_gen = s->sb->snap_seq;
 	int ret = 0;
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS && !ret; i++) {

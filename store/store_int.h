@@ -33,7 +33,12 @@
  *
  *   commit_lock        journal, index structure, PMem slab bitmaps, spill
  *                      segment table; held across a whole commit group
- *   snap_lock          the live snapshot set (commits hold it shared)
+ *   snap_lock          the live snapshot set (commits hold it shared: a
+ *                      direct group throughout, a write-back group a slice
+ *                      at a time).  It prefers writers, so that mkdir is not
+ *                      starved by slices taken back to back: no thread may
+ *                      take it shared twice (a waiting writer would block
+ *                      the second hold, and the first would never go)
  *   cat_lock           catalog entries, the name hash, s->tab
  *   st->seek_lock      a table's sorted-key caches
  *   st->lock           a table's index: readers shared, publish/split exclusive
