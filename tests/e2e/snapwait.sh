@@ -17,16 +17,6 @@ export EMBFS_HOLD_MSYNC="$T/hold"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
 unset PMEM_IS_PMEM_FORCE # a plain-file pool: its barriers are msyncs
 
-# wait_file FILE SECS: until FILE exists (bounded)
-wait_file() {
-	i=0
-	until [ -e "$1" ]; do
-		i=$((i + 1))
-		[ $i -gt $(($2 * 50)) ] && return 1
-		sleep 0.02
-	done
-}
-
 rand_bytes 8M > "$T/a"   # 32768 rows of 256 bytes: in the cache, then written back
 rand_bytes 64K > "$T/b"  # written over the first rows after the snapshot
 mkpool "$T/pool" -s 128M
@@ -36,21 +26,16 @@ cp "$T/a" "$M/t.emb" || fail "write into the cache"
 : > "$T/hold"
 sync "$M/t.emb" 2>"$T/sync.err" &   # writes the cache back: its first barrier is held
 SYNC=$!
-wait_file "$T/hold.held" 20 || { rm -f "$T/hold"; fail "no barrier reached within 20 s"; }
+wait_until -r 20 test -e "$T/hold.held" || { rm -f "$T/hold"; fail "no barrier reached within 20 s"; }
 
 mkdir "$M/.snapshots/s1" 2>"$T/mkdir.err" &
 MK=$!
-i=0
-while kill -0 $MK 2>/dev/null; do
-	i=$((i + 1))
-	if [ $i -gt 500 ]; then # 10 s, while the barrier is held
-		rm -f "$T/hold"
-		wait $MK
-		wait $SYNC
-		fail "mkdir waited for a write-back commit held in its barrier"
-	fi
-	sleep 0.02
-done
+if ! wait_until -r 10 gone $MK; then # 10 s, while the barrier is held
+	rm -f "$T/hold"
+	wait $MK
+	wait $SYNC
+	fail "mkdir waited for a write-back commit held in its barrier"
+fi
 wait $MK || { rm -f "$T/hold"; cat "$T/mkdir.err" >&2; fail "mkdir failed while a barrier was held"; }
 [ -e "$T/hold" ] || fail "the barrier was released before mkdir returned"
 # (.embfs/stats is not read here: its pool figures wait for space_lock,
