@@ -25,6 +25,12 @@
 #             two daemons with cache_size=0 on copies of the pool, one with
 #             EMBFS_VERIFY=0 (reads skip the row digest); batched gathers
 #             and per-row O_DIRECT preads, runs interleaved
+#   snap      training loop with a snapshot every SNAP_EVERY batches vs
+#             none, mkdir latency, space a snapshot holds (main mount)
+#   snapscale mkdir latency with 1M and SNAP_BIG_ROWS rows stored
+#   snapwb    mkdir latency while 2M dirty rows are written back (p50, p99
+#             of 25) and the training loop with and without snapshots, on
+#             a pool file on the root disk and on /dev/shm (issue 17)
 #   durable   pool as a plain file on the root disk (msync, no PMem):
 #             writes with an fsync every SYNC_EVERY rows vs a file on disk
 #   spill     SSD spill tier: a 256 MiB pool on /dev/shm + 16 MiB row cache
@@ -48,7 +54,10 @@
 #   CLOCK with one shard), CACHE1_RUNS (5), CACHE1_SECS (2), SPILL_POOL_SIZE
 #   (256M), SPILL_CACHE (16M), SPILL_DIM (128 f32), SPILL_ROWS (2097152),
 #   SPILL_SIZE (2G), SPILL_QD (32), SPILL_HIGH (25), SPILL_LOW (20),
-#   SPILL_SECS (4), SPILL_BATCH (4096).
+#   SPILL_SECS (4), SPILL_BATCH (4096), SNAP_BATCHES (40), SNAP_EVERY (5),
+#   SNAP_BIG_ROWS (8000000), SNAPWB_ROWS (2097152), SNAPWB_TRAIN_ROWS
+#   (1048576), SNAPWB_POOL_SIZE (2G), SNAPWB_N (25), SNAPWB_GAP_MS (10),
+#   SNAPWB_TRAIN_RUNS (5), SNAPWB_MEDIA ("disk shm").
 # Exit 0 done, 1 failure, 77 skipped (no FUSE, no room on /dev/shm).
 set -u
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
@@ -82,6 +91,13 @@ MR_ONE_SHARD=${MR_ONE_SHARD:-0}
 SNAP_BATCHES=${SNAP_BATCHES:-40}   # training batches of 4096 rows per run (snap section)
 SNAP_EVERY=${SNAP_EVERY:-5}        # a snapshot every this many batches
 SNAP_BIG_ROWS=${SNAP_BIG_ROWS:-8000000}
+SNAPWB_ROWS=${SNAPWB_ROWS:-2097152}      # snapwb: dirty rows written back while mkdirs run
+SNAPWB_TRAIN_ROWS=${SNAPWB_TRAIN_ROWS:-1048576} # snapwb: the training table
+SNAPWB_POOL_SIZE=${SNAPWB_POOL_SIZE:-2G}
+SNAPWB_N=${SNAPWB_N:-25}                 # mkdirs per write-back
+SNAPWB_GAP_MS=${SNAPWB_GAP_MS:-10}       # between them
+SNAPWB_TRAIN_RUNS=${SNAPWB_TRAIN_RUNS:-5} # snapwb: training-loop pairs (with, without)
+SNAPWB_MEDIA=${SNAPWB_MEDIA:-"disk shm"}
 SPILL_POOL_SIZE=${SPILL_POOL_SIZE:-256M} # section spill: pool on /dev/shm
 SPILL_CACHE=${SPILL_CACHE:-16M}         # its row cache
 SPILL_DIM=${SPILL_DIM:-128}             # f32: 512-byte rows
@@ -200,6 +216,9 @@ cleanup() {
 			rmdir "$DW" 2>/dev/null
 		fi
 	fi
+	if [ -n "$SWB_POOL" ] && ! still_mounted "$W"; then
+		rm -f "$SWB_POOL"
+	fi
 	if [ -n "$SW" ] && [ -d "$SW" ]; then
 		if [ -n "$W" ] && still_mounted "$W"; then
 			echo "bench: a mount under $W is still there; leaving $SW" >&2
@@ -216,7 +235,7 @@ cleanup() {
 			[ -s "$W/runs.log" ] && cp "$W/runs.log" "$BENCH_OUT.runs" 2>/dev/null
 			rm -f "$W/pool" "$W/pool0" "$W/base.emb" "$W/daemon.log" "$W/summary" "$W/runs.log" \
 				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool" "$W/spillpool"
-			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/spillmnt" 2>/dev/null
+			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/snapwbmnt" "$W/spillmnt" 2>/dev/null
 			rmdir "$W" 2>/dev/null
 		fi
 	fi
@@ -619,6 +638,128 @@ section_snapscale() {
 	result snap "mkdir latency, $(stat_of "$W/snapmnt" rows) rows" - - - - "$l8"
 	umount_pool "$spid" "$W/snapmnt"
 	rm -f "$W/snappool"
+}
+
+# snapwb: snapshots against the store's persistence (issue 17), on a pool
+# file on the root disk (DISK_DIR, barriers are msyncs) and on /dev/shm
+# (PMEM_IS_PMEM_FORCE=1), each with the default row cache (SNAPWB_MEDIA
+# picks one or both):
+#  - mkdir latency while SNAPWB_ROWS dirty rows are written back: on a fresh
+#    pool, dd them into a table (no fsync), start `sync` of it (the row
+#    cache's write-back, as its flusher runs it) and take SNAPWB_N snapshots
+#    SNAPWB_GAP_MS apart meanwhile; RUNS times; p50 and p99 per run.  The
+#    snapshots are not dropped between runs (a fresh pool each time): a drop
+#    walks every table's index under the commit lock, ~1.2 s with 2 M rows
+#    stored; the last run times the drop of one
+#  - the training loop (snapbench train, as section snap) on a table of
+#    SNAPWB_TRAIN_ROWS rows with a snapshot every SNAP_EVERY batches vs none,
+#    SNAPWB_TRAIN_RUNS interleaved pairs
+SWB_POOL=""
+
+# snapwb_mount MEDIA DIR PMEM: a fresh pool in DIR, mounted at $W/snapwbmnt
+# (sets SWB_POOL, SWB_PID)
+snapwb_mount() {
+	SWB_POOL=$(mktemp "$2/embfs-snapwb.XXXXXX") || fail "mktemp in $2"
+	mkdir -p "$W/snapwbmnt"
+	if [ "$3" = 1 ]; then
+		"$MKFS" -f -s "$SNAPWB_POOL_SIZE" "$SWB_POOL" >/dev/null || fail "mkfs.embfs $SWB_POOL"
+	else
+		env -u PMEM_IS_PMEM_FORCE "$MKFS" -f -s "$SNAPWB_POOL_SIZE" "$SWB_POOL" >/dev/null || fail "mkfs.embfs $SWB_POOL"
+	fi
+	mount_pool "$SWB_POOL" "$W/snapwbmnt" "" "$3"
+	SWB_PID=$DPID
+}
+
+snapwb_unmount() {
+	umount_pool "$SWB_PID" "$W/snapwbmnt"
+	rm -f "$SWB_POOL"
+	SWB_POOL=""
+}
+
+snapwb_one() {
+	media=$1; dir=$2; pm=$3
+	SB="$BUILD/bench/snapbench"
+	m="$W/snapwbmnt"
+	need_mb=$(($(numfmt --from=iec "$SNAPWB_POOL_SIZE") / 1048576 + 256))
+	avail_mb=$(df -Pm "$dir" | awk 'NR == 2 { print $4 }')
+	if [ "${avail_mb:-0}" -lt "$need_mb" ]; then
+		say "  $media: $dir has $avail_mb MiB free, need ~$need_mb; skipped"
+		result snapwb "$media: skipped" - - - - "no room in $dir"
+		return
+	fi
+
+	p50s=""; p99s=""; wbs=""; worst=0
+	for r in $(seq 1 "$RUNS"); do
+		snapwb_mount "$media" "$dir" "$pm"
+		dd if=/dev/zero bs=1M count=$((SNAPWB_ROWS * ROW_SIZE / 1048576)) status=none |
+			dd of="$m/wb.emb" bs=1M iflag=fullblock status=none || fail "write wb.emb"
+		d0=$(stat_of "$m" cache.dirty); w0=$(stat_of "$m" cache.writebacks)
+		t=$(now)
+		sync "$m/wb.emb" &
+		spid=$!
+		o=$("$SB" mkdir "$m" "$SNAPWB_N" "$SNAPWB_GAP_MS" keep) || { wait $spid; fail "snapbench mkdir"; }
+		wait $spid || fail "sync wb.emb"
+		wb=$(since "$t")
+		w1=$(stat_of "$m" cache.writebacks)
+		echo "snapwb $media run $r: dirty $d0 written back $((w1 - w0)) in $wb s; $o" >>"$W/runs.log"
+		p50=$(echo "$o" | awk '{ print $3 }'); p99=$(echo "$o" | awk '{ print $5 }')
+		p50s="$p50s $p50"; p99s="$p99s $p99"; wbs="$wbs $wb"
+		[ "$p99" -gt "$worst" ] && worst=$p99
+		say "  $media ($(stat_of "$m" pool.media)) write-back run $r: $d0 of $(stat_of "$m" rows) rows dirty, written back in $wb s; $o"
+		if [ "$r" = "$RUNS" ]; then
+			t=$(now)
+			rmdir "$(ls -d "$m"/.snapshots/bench-* | head -1)" || fail "rmdir of a snapshot"
+			rm1=$(since "$t")
+			say "  $media: rmdir of one of them: $rm1 s"
+		fi
+		snapwb_unmount
+	done
+	p99=$(med $p99s)
+	result snapwb "$media: mkdir during write-back" - - "$(med $p50s)" - \
+		"p50 above; p99 $(med $p99s)us (median of $RUNS runs of $SNAPWB_N, worst ${worst}us) while $(count "$SNAPWB_ROWS") rows were written back (the sync) in $(med $wbs) s; rmdir of one after: $rm1 s; target p99 <= 2000us: $(awk -v p="$p99" 'BEGIN { print p <= 2000 ? "met" : "MISSED" }')"
+
+	snapwb_mount "$media" "$dir" "$pm"
+	t=$(now)
+	dd if=/dev/zero bs=1M count=$((SNAPWB_TRAIN_ROWS * ROW_SIZE / 1048576)) status=none |
+		dd of="$m/train.emb" bs=1M iflag=fullblock conv=fsync status=none || fail "populate train.emb"
+	say "  $media: train.emb $(stat_of "$m" rows) rows, populated and fsynced in $(since "$t") s"
+	tn=""; ts=""; fr=""; rs=""
+	for r in $(seq 1 "$SNAPWB_TRAIN_RUNS"); do
+		for e in $( [ $((r % 2)) = 1 ] && echo "0 $SNAP_EVERY" || echo "$SNAP_EVERY 0"); do
+			# each run from a clean cache: the last one's dirty rows
+			# (and its snapshots' drops) are not the next one's cost
+			sync "$m/train.emb" || fail "sync train.emb"
+			o=$("$SB" train "$m" train.emb "$SNAPWB_TRAIN_ROWS" "$SNAP_BATCHES" "$e" "$r") || fail "snapbench train"
+			echo "snapwb $media every $e: $o" >>"$W/runs.log"
+			if [ "$e" = 0 ]; then
+				n0=$(echo "$o" | awk '{ print $3 }'); tn="$tn $n0"
+			else
+				n1=$(echo "$o" | awk '{ print $3 }'); ts="$ts $n1"
+				# the mkdirs' own share of the run's time
+				fr="$fr $(echo "$o" | awk '{ printf "%.3f", 100 * $9 / 1000 / $11 }')"
+			fi
+		done
+		rs="$rs $(ratio "$n1" "$n0")"
+		say "  $media train pair $r: none $n0 rows/s, snapshot every $SNAP_EVERY $n1 rows/s, ratio $(ratio "$n1" "$n0")"
+	done
+	mn=$(med $tn); ms=$(med $ts); mr=$(med $rs)
+	ov=$(awk -v r="$mr" 'BEGIN { printf "%.1f", 100 * (1 - r) }')
+	result snapwb "$media: train, snap every $SNAP_EVERY" "$ms" "$mn" - - \
+		"base = no snapshots; overhead ${ov}% (median of the ratios of $SNAPWB_TRAIN_RUNS adjacent pairs:$(echo $rs)), of which mkdir itself $(med $fr)% of the time; target <= 3%: $(awk -v o="$ov" 'BEGIN { print o <= 3 ? "met" : "MISSED" }')"
+	snapwb_unmount
+}
+
+section_snapwb() {
+	ensure_w
+	say ""
+	say "snapwb: snapshots during write-back and in a training loop, default row cache; pool file on the root disk ($DISK_DIR) and on /dev/shm"
+	for md in ${SNAPWB_MEDIA:-disk shm}; do
+		case $md in
+		disk) snapwb_one disk "$DISK_DIR" 0 ;;
+		shm) snapwb_one shm "$W" 1 ;;
+		*) fail "SNAPWB_MEDIA: disk or shm, not $md" ;;
+		esac
+	done
 }
 
 section_teardown() {
@@ -1033,7 +1174,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" runs a subset (setup first, teardown after
 # the sections that use its mount)
-for s_name in ${SECTIONS:-setup rowio hit batch snap teardown snapscale cache1 verify durable spill missrate}; do
+for s_name in ${SECTIONS:-setup rowio hit batch snap teardown snapscale snapwb cache1 verify durable spill missrate}; do
 	section "$s_name"
 done
 

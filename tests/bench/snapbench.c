@@ -1,7 +1,11 @@
 /*
  * snapbench: snapshot costs through a mounted embfs.
  *
- *   snapbench mkdir MNT N          time N snapshot mkdirs (prints each, median)
+ *   snapbench mkdir MNT N [GAP_MS [keep]]
+ *       times N snapshot mkdirs (.snapshots/bench-PID-I), GAP_MS apart (0):
+ *       prints p50, p99 (the ceil(0.99 N)-th smallest: the largest for
+ *       N < 100), min, max and the span from the first to the last; then
+ *       removes them, unless "keep"
  *   snapbench train MNT TABLE ROWS BATCHES EVERY [SEED]
  *       a training-like loop on MNT/TABLE: each batch reads 4096 rows drawn
  *       Zipf(0.99) over ROWS (hash-scrambled, one pread per row), adds 1 to
@@ -99,8 +103,19 @@ int main(int argc, char **argv)
 	char path[4096];
 	if (argc >= 4 && !strcmp(argv[1], "mkdir")) {
 		int n = atoi(argv[3]);
+		long gap_ms = argc > 4 ? atol(argv[4]) : 0;
+		int keep = argc > 5 && !strcmp(argv[5], "keep");
+		if (n < 1 || gap_ms < 0) {
+			fprintf(stderr, "snapbench mkdir: N >= 1 and GAP_MS >= 0\n");
+			return 2;
+		}
 		double *t = calloc((size_t)n, sizeof(*t));
+		double start = now();
 		for (int i = 0; i < n; i++) {
+			if (i && gap_ms) {
+				struct timespec g = { gap_ms / 1000, (gap_ms % 1000) * 1000000 };
+				nanosleep(&g, NULL);
+			}
 			snprintf(path, sizeof(path), "%s/.snapshots/bench-%d-%d", argv[2], (int)getpid(), i);
 			double t0 = now();
 			if (mkdir(path, 0755)) {
@@ -109,12 +124,16 @@ int main(int argc, char **argv)
 			}
 			t[i] = (now() - t0) * 1e6;
 		}
+		double span = now() - start;
 		qsort(t, (size_t)n, sizeof(*t), cmp_d);
-		printf("mkdir_us median %.0f min %.0f max %.0f (n=%d)\n", t[n / 2], t[0], t[n - 1], n);
-		for (int i = 0; i < n; i++) {
+		int k99 = (99 * n + 99) / 100 - 1;
+		printf("mkdir_us p50 %.0f p99 %.0f min %.0f max %.0f (n=%d, over %.2f s)\n", t[n / 2], t[k99], t[0],
+		       t[n - 1], n, span);
+		for (int i = 0; i < n && !keep; i++) {
 			snprintf(path, sizeof(path), "%s/.snapshots/bench-%d-%d", argv[2], (int)getpid(), i);
 			rmdir(path);
 		}
+		free(t);
 		return 0;
 	}
 	if (argc >= 7 && !strcmp(argv[1], "train")) {
@@ -195,7 +214,7 @@ int main(int argc, char **argv)
 		rmdir(path);
 		return 0;
 	}
-	fprintf(stderr, "usage: snapbench mkdir MNT N | train MNT TABLE ROWS BATCHES EVERY [SEED] | "
+	fprintf(stderr, "usage: snapbench mkdir MNT N [GAP_MS [keep]] | train MNT TABLE ROWS BATCHES EVERY [SEED] | "
 			"space MNT TABLE ROWS K\n");
 	return 2;
 }
