@@ -71,11 +71,24 @@ dd if="$T/b" of="$M/b.emb" bs=64k count=1 conv=notrunc status=none 2>"$T/err" &&
 grep -q "Input/output error" "$T/err" || { cat "$T/err" >&2; fail "write: want EIO"; }
 check_failed "no cache"
 
-say "the first failing persist is a transaction's (a snapshot)"
+say "the first failing persist is a transaction's (a snapshot made durable)"
 mkpool "$T/pool" -s 64M
 mount_failing "$T/pool"
 cp "$T/a" "$M/a.emb" && sync "$M" || fail "write and fsync before the failure"
 : > "$T/trigger"
-mkdir "$M/.snapshots/s" 2>"$T/err" && fail "mkdir of a snapshot succeeded though msync fails"
+# with the row cache, mkdir persists nothing (a pending snapshot): the
+# transaction that makes it durable is the first to persist
+mkdir "$M/.snapshots/s" || fail "mkdir of a snapshot (it persists nothing)"
+sync "$M/.snapshots" 2>"$T/err" && fail "fsync of .snapshots succeeded though msync fails"
+grep -q "Input/output error" "$T/err" || { cat "$T/err" >&2; fail "fsync of .snapshots: want EIO"; }
 check_failed "snapshot"
+
+say "without a cache, mkdir of a snapshot is a transaction: it gets EIO"
+mkpool "$T/pool" -s 64M
+mount_failing "$T/pool" -o cache_size=0
+cp "$T/a" "$M/a.emb" && sync "$M" || fail "write and fsync before the failure"
+: > "$T/trigger"
+mkdir "$M/.snapshots/s" 2>"$T/err" && fail "mkdir of a snapshot without a cache succeeded though msync fails"
+grep -q "Input/output error" "$T/err" || { cat "$T/err" >&2; fail "mkdir without a cache: want EIO"; }
+check_failed "snapshot, no cache"
 exit 0
