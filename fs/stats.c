@@ -38,6 +38,7 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 	fprintf(f, "rows %llu\n", (unsigned long long)s.rows);
 	fprintf(f, "store.commits %llu\n", (unsigned long long)s.commits);
 	fprintf(f, "store.persist_barriers %llu\n", (unsigned long long)s.barriers);
+	fprintf(f, "store.transactions %llu\n", (unsigned long long)s.transactions);
 	fprintf(f, "store.rows_written %llu\n", (unsigned long long)s.rows_written);
 	fprintf(f, "store.rows_read %llu\n", (unsigned long long)s.rows_read);
 	fprintf(f, "fs.read_calls %llu\n", (unsigned long long)atomic_load(&fs->n_read));

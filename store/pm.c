@@ -76,6 +76,7 @@ int pm_writable(struct store *s)
 
 int pm_tx_end(struct store *s, int ret)
 {
+	atomic_fetch_add_explicit(&s->n_tx, 1, memory_order_relaxed);
 	if (pm_failed(s))
 		return -EIO;
 	return ret;

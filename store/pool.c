@@ -604,6 +604,11 @@ void store_close(struct store *s)
 		return;
 	spill_detach(s);
 	pthread_mutex_lock(&s->commit_lock);
+	if (!pm_failed(s)) { /* no row is promised now: no index room is held */
+		pthread_mutex_lock(&s->space_lock);
+		resv_squeeze(s, 0);
+		pthread_mutex_unlock(&s->space_lock);
+	}
 	/* a failed pool is not marked clean: the next mount recovers from what
 	 * reached the disk */
 	if (pm_barrier(s) == 0) {
@@ -678,6 +683,7 @@ void store_stats_get(struct store *s, struct store_stats *st)
 	st->free_bytes = (heap_used < cap ? cap - heap_used : 0) + free_slots;
 	st->commits = atomic_load(&s->n_commits);
 	st->barriers = atomic_load(&s->n_barriers);
+	st->transactions = atomic_load(&s->n_tx);
 	st->rows_written = atomic_load(&s->n_rows_written);
 	st->rows_read = atomic_load(&s->n_rows_read);
 	st->checksum_errors = atomic_load(&s->n_csum_errors);

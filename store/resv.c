@@ -88,7 +88,7 @@ static void resv_shrink(struct store *s, uint64_t want)
 		} TX_ONABORT {
 			failed = 1; /* kept: tried again at the next release */
 		} TX_END
-		failed |= pm_failed(s) != 0;
+		failed |= pm_tx_end(s, 0) != 0;
 		pthread_mutex_unlock(&s->meta_lock);
 	}
 }
@@ -149,18 +149,44 @@ int resv_run(struct store *s, int (*fn)(void *), void *arg)
 	return ret;
 }
 
+/*
+ * A trainer promises a batch, writes it and gets the promise back, batch
+ * after batch: giving the reserve back each time and taking it again would
+ * cost tens of transactions per batch (16 blocks each; a 4 M row table's
+ * reserve for 4096 promised rows is ~740 blocks).  So the largest target
+ * asked for lately is kept for RESV_LINGER_NS after it was last asked for;
+ * a full heap takes it back at once (resv_squeeze, from slab growth).
+ */
+#define RESV_LINGER_NS 2000000000ull
+
 int resv_hold(struct store *s, uint64_t rows)
 {
-	return resv_grow(s, resv_target(s, rows));
+	uint64_t want = resv_target(s, rows), now = now_ns();
+	if (want >= s->resv_keep || now - s->resv_keep_ns > RESV_LINGER_NS) {
+		s->resv_keep = want;
+		s->resv_keep_ns = now;
+	}
+	return resv_grow(s, want);
 }
 
 void resv_trim(struct store *s, uint64_t rows)
 {
 	/* hysteresis: a few transactions per write-back, not one per row */
 	uint64_t want = resv_target(s, rows);
+	if (now_ns() - s->resv_keep_ns <= RESV_LINGER_NS && s->resv_keep > want)
+		want = s->resv_keep;
 	const struct emb_resv *r = S_PTR(s, s->sb->resv_off);
 	if (r->n > 2 * want + 16)
 		resv_shrink(s, want + want / 4);
+}
+
+uint64_t resv_squeeze(struct store *s, uint64_t rows)
+{
+	const struct emb_resv *r = S_PTR(s, s->sb->resv_off);
+	uint64_t before = r->n;
+	s->resv_keep = 0;
+	resv_trim(s, rows); /* what the reserve would be without lingering */
+	return before - r->n;
 }
 
 int resv_check(struct store *s, char *err, size_t n)

@@ -209,8 +209,29 @@ static int class_load(struct store *s, uint32_t cls)
 	return 0;
 }
 
-/* Allocate a new slab and link it at the head of the class, atomically. */
+/* Rows promised in every class.  space_lock held. */
+static uint64_t promised_rows(const struct store *s)
+{
+	uint64_t rows = 0;
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++)
+		rows += s->cls[i].promised;
+	return rows;
+}
+
+static int slab_grow_once(struct store *s, uint32_t cls);
+
+/* Allocate a new slab and link it at the head of the class, atomically; on
+ * a full heap, first take back the index reserve kept beyond what the
+ * promised rows need (resv.c).  space_lock held. */
 static int slab_grow(struct store *s, uint32_t cls)
+{
+	int ret = slab_grow_once(s, cls);
+	if (ret == -ENOSPC && !pm_failed(s) && resv_squeeze(s, promised_rows(s)) > 0)
+		ret = slab_grow_once(s, cls);
+	return ret;
+}
+
+static int slab_grow_once(struct store *s, uint32_t cls)
 {
 	struct emb_class *pc = &s->sb->classes[cls];
 	struct emb_slab *volatile h = NULL;
@@ -467,9 +488,7 @@ int slab_promise(struct store *s, uint32_t row_size, int64_t n)
 	if (ret)
 		goto out;
 	struct sclass *c = &s->cls[cls];
-	uint64_t rows = 0;
-	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++)
-		rows += s->cls[i].promised;
+	uint64_t rows = promised_rows(s);
 	if (n < 0) {
 		uint64_t k = (uint64_t)-n > c->promised ? c->promised : (uint64_t)-n;
 		c->promised -= k;

@@ -143,6 +143,10 @@ struct store {
 		uint64_t row_cap;        /* with a spill tier: slab bytes row versions may take (device.c sets it) */
 		uint64_t row_cap_hits;   /* slab growths refused by row_cap */
 	};
+	struct { /* resv.c: protected by space_lock */
+		uint64_t resv_keep;    /* the largest target asked for lately ... */
+		uint64_t resv_keep_ns; /* ... and when: kept for RESV_LINGER_NS */
+	};
 	struct { /* index.c: atomic; the reserve's size (resv.c) follows them */
 		_Atomic uint64_t idx_segs;      /* index segments of every table */
 		_Atomic uint64_t idx_dir_bytes; /* bytes of their directories */
@@ -160,6 +164,7 @@ struct store {
 	};
 	struct { /* counters, atomic: commit.c, pm.c, read.c, util.c */
 		_Atomic uint64_t n_commits, n_barriers, n_rows_written, n_rows_read;
+		_Atomic uint64_t n_tx; /* libpmemobj transactions ended (pm_tx_end) */
 		_Atomic uint64_t n_csum_errors;  /* damage found (version.c, index.c) */
 	};
 	struct { /* pm.c: the pool's failure (an msync failed) */
@@ -316,6 +321,9 @@ void resv_seal(struct emb_resv *r);
  * what `rows` no longer need (with hysteresis).  space_lock held. */
 int resv_hold(struct store *s, uint64_t rows);
 void resv_trim(struct store *s, uint64_t rows);
+/* Give back what the reserve keeps only because it lingers (the heap is
+ * full).  Returns the blocks given back.  space_lock held. */
+uint64_t resv_squeeze(struct store *s, uint64_t rows);
 /* The reserve's checksum and blocks are sound (mount). */
 int resv_check(struct store *s, char *err, size_t n);
 

@@ -238,6 +238,7 @@ struct store_stats {
 	uint64_t rows;
 	uint64_t commits;
 	uint64_t barriers;
+	uint64_t transactions; /* libpmemobj transactions (metadata, slabs, reserve) */
 	uint64_t rows_written;
 	uint64_t rows_read;
 	uint64_t slabs;

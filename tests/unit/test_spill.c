@@ -40,6 +40,7 @@
 
 #include "embfs/store.h"
 #include "helpers.h"
+#include "store_helpers.h"
 
 #define RS 256u
 static char path[256], spath[256];
@@ -92,25 +93,10 @@ static struct store *fresh(uint64_t size, uint64_t spill_size)
 	return s;
 }
 
-static void fill(uint8_t *row, uint64_t id, uint64_t gen)
+/* fill() for this test's rows of RS bytes */
+static void fill_rs(uint8_t *row, uint64_t id, uint64_t gen)
 {
-	for (uint32_t i = 0; i < RS; i++)
-		row[i] = (uint8_t)(id * 131 + gen * 7 + i);
-}
-
-static void fsck_clean(struct store *s)
-{
-	struct store_fsck f;
-	OK(store_fsck(s, &f));
-	if (f.bad_versions || f.double_refs || f.leaked_slots || f.bad_counts || f.bad_stubs ||
-	    f.seg_live_off) {
-		fprintf(stderr, "fsck: rows %llu bad %llu double %llu leaked %llu counts %llu stubs %llu bad %llu live-off %llu\n",
-			(unsigned long long)f.rows, (unsigned long long)f.bad_versions,
-			(unsigned long long)f.double_refs, (unsigned long long)f.leaked_slots,
-			(unsigned long long)f.bad_counts, (unsigned long long)f.stubs,
-			(unsigned long long)f.bad_stubs, (unsigned long long)f.seg_live_off);
-		exit(1);
-	}
+	fill(row, RS, id, gen);
 }
 
 static struct store_spill_stats sstats(struct store *s)
@@ -190,7 +176,7 @@ static void segtab_diff(const struct segtab *a, const struct segtab *b)
  * checked against the segment table before and after: the most stale sealed
  * segment k is freed and every other sealed one is untouched; k's live
  * records and nothing else are appended, so live bytes and records do not
- * change and the footprint falls by fill(k) less what was appended; a
+ * change and the footprint falls by fill_rs(k) less what was appended; a
  * segment the copies fill is sealed only when not one more record fits.
  * rsz: the largest record; uniform: every record has that size (<= a
  * block), so the copies take at most ceil(nlive(k) / records per block)
@@ -273,7 +259,7 @@ static void write_all(struct store *s, uint32_t id, uint64_t n, uint64_t gen)
 	for (uint64_t r = 0; r < n;) {
 		size_t k = 0;
 		for (; k < 512 && r < n; k++, r++) {
-			fill(data[k], r, gen);
+			fill_rs(data[k], r, gen);
 			ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
 		}
 		OK(store_rows_write(s, id, ops, k, r * RS));
@@ -296,7 +282,7 @@ static void check_range(struct store *s, uint32_t id, uint64_t r0, uint64_t r1, 
 			ids[i] = r0 + (j + i) * 7919 % n;
 		OK(t_rows_read(s, id, ids, k, got, stored));
 		for (size_t i = 0; i < k; i++) {
-			fill(want, ids[i], gen);
+			fill_rs(want, ids[i], gen);
 			if (!stored[i] || memcmp(got[i], want, RS)) {
 				fprintf(stderr, "row %llu differs\n", (unsigned long long)ids[i]);
 				test_seed_say(stderr);
@@ -326,7 +312,7 @@ static void test_basic(void)
 	check_all(s, id, n, 1);
 	uint8_t row[RS], want[RS];
 	CHECK(t_row_read(s, id, 4242, row) == 1);
-	fill(want, 4242, 1);
+	fill_rs(want, 4242, 1);
 	CHECK(!memcmp(row, want, RS));
 	CHECK(t_row_read(s, id, n + 5, row) == 0);
 	fsck_clean(s);
@@ -381,7 +367,7 @@ static void test_basic(void)
 	OK(t_rows_read(s, id, hot, 64, got, NULL));
 	CHECK(sstats(s).reads == reads1); /* every one came from the pool */
 	for (int i = 0; i < 64; i++) {
-		fill(want, hot[i], hot[i] < n / 2 ? 2 : 1);
+		fill_rs(want, hot[i], hot[i] < n / 2 ? 2 : 1);
 		CHECK(!memcmp(got[i], want, RS));
 	}
 	fsck_clean(s);
@@ -570,7 +556,7 @@ static void test_random(void)
 				memcpy(shadow + r * RS + off, data[i], len);
 				has[r] = 1;
 			} else {
-				fill(data[i], r, (uint64_t)step);
+				fill_rs(data[i], r, (uint64_t)step);
 				ops[i] = (struct store_rowop){ r, 0, RS, data[i], 0 };
 				memcpy(shadow + r * RS, data[i], RS);
 				has[r] = 1;
@@ -635,7 +621,7 @@ static void test_snap(void)
 	uint8_t got[RS], want[RS];
 	for (uint64_t r = 0; r < n; r++) {
 		CHECK(t_snap_row_read(s, sn.idx, id, r, got) == 1);
-		fill(want, r, 1);
+		fill_rs(want, r, 1);
 		CHECK(!memcmp(got, want, RS));
 	}
 	check_all(s, id, n, 2);
@@ -714,7 +700,7 @@ static void test_corrupt(void)
 			continue;
 		}
 		CHECK(ret == 1);
-		fill(want, r, 1);
+		fill_rs(want, r, 1);
 		CHECK(!memcmp(got, want, RS));
 	}
 	uint64_t ids[3] = { 5, 1234, 6 };
@@ -724,7 +710,7 @@ static void test_corrupt(void)
 	/* compaction copies a live record whose bytes are damaged as it is: its
 	 * row still gives EIO and no stub points into a freed segment (row 77's
 	 * header is damaged: compaction cannot know that record, so heal it) */
-	fill(want, 77, 9);
+	fill_rs(want, 77, 9);
 	struct store_rowop op = { 77, 0, RS, want, 0 };
 	OK(store_rows_write(s, id, &op, 1, 0));
 	static uint8_t data[512][RS];
@@ -734,7 +720,7 @@ static void test_corrupt(void)
 		for (; k < 512 && r < n; r++) {
 			if (r == 1234 || r == 77)
 				continue;
-			fill(data[k], r, 2);
+			fill_rs(data[k], r, 2);
 			ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
 			k++;
 		}
@@ -750,7 +736,7 @@ static void test_corrupt(void)
 	OK(store_fsck(s, &f));
 	CHECK(f.bad_stubs == 1 && f.seg_live_off == 0 && f.bad_versions == 0 && f.leaked_slots == 0);
 	/* rewriting the row heals it */
-	fill(want, 1234, 9);
+	fill_rs(want, 1234, 9);
 	op = (struct store_rowop){ 1234, 0, RS, want, 0 };
 	OK(store_rows_write(s, id, &op, 1, 0));
 	CHECK(t_row_read(s, id, 1234, got) == 1 && !memcmp(got, want, RS));
@@ -774,7 +760,7 @@ static void test_full(void)
 	int ret = 0;
 	while (!ret && r < 400000) {
 		for (int k = 0; k < 512; k++) {
-			fill(data[k], r + (uint64_t)k, 1);
+			fill_rs(data[k], r + (uint64_t)k, 1);
 			ops[k] = (struct store_rowop){ r + (uint64_t)k, 0, RS, data[k], 0 };
 		}
 		ret = store_rows_write(s, id, ops, 512, 0);
@@ -807,7 +793,7 @@ static void crash_child(int fd)
 		for (uint64_t r = 0; r < CN;) {
 			size_t k = 0;
 			for (; k < 512 && r < CN; k++, r++) {
-				fill(data[k], r, gen);
+				fill_rs(data[k], r, gen);
 				ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
 			}
 			if (store_rows_write(s, id, ops, k, 0))
@@ -861,7 +847,7 @@ static void test_crash(void)
 		for (uint64_t r = 0; r < CN; r++) {
 			CHECK(t_row_read(s, id, r, got) == 1);
 			uint8_t gen = (uint8_t)((got[0] - (uint8_t)(r * 131)) * 183); /* 7 * 183 = 1 mod 256 */
-			fill(want, r, gen);
+			fill_rs(want, r, gen);
 			CHECK(!memcmp(got, want, RS));
 			CHECK((uint8_t)(gen - last) <= 1);
 		}
@@ -881,7 +867,7 @@ static int whole(const uint8_t *got, uint64_t r)
 {
 	uint8_t want[RS];
 	uint8_t gen = (uint8_t)((got[0] - (uint8_t)(r * 131)) * 183);
-	fill(want, r, gen);
+	fill_rs(want, r, gen);
 	return !memcmp(got, want, RS);
 }
 
@@ -923,7 +909,7 @@ static void test_threads(void)
 	for (uint64_t gen = 2;; gen++) {
 		for (int k = 0; k < 512; k++) {
 			uint64_t r = (uint64_t)rand_r(&wseed) % TN;
-			fill(data[k], r, gen);
+			fill_rs(data[k], r, gen);
 			ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
 		}
 		OK(store_rows_write(s, tid, ops, 512, 0));
@@ -984,7 +970,7 @@ static void test_rounds(void)
 	for (uint64_t g = 2;; g++) {
 		for (int k = 0; k < 512; k++) {
 			uint64_t r = (uint64_t)rand_r(&wseed) % RN;
-			fill(data[k], r, g);
+			fill_rs(data[k], r, g);
 			ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
 			gen[r] = (uint8_t)g;
 		}
@@ -1004,7 +990,7 @@ static void test_rounds(void)
 	uint8_t got[RS], want[RS];
 	for (uint64_t r = 0; r < RN; r++) {
 		CHECK(t_row_read(s, id, r, got) == 1);
-		fill(want, r, gen[r]);
+		fill_rs(want, r, gen[r]);
 		CHECK(!memcmp(got, want, RS));
 	}
 	fsck_clean(s);

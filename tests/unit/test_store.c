@@ -25,6 +25,7 @@
 #include "embfs/layout.h"
 #include "embfs/store.h"
 #include "helpers.h"
+#include "store_helpers.h"
 
 
 static char path[256];
@@ -60,25 +61,6 @@ static struct store *reopen(struct store *s)
 		exit(1);
 	}
 	return s;
-}
-
-static void fill(uint8_t *row, uint32_t rs, uint64_t id, uint64_t gen)
-{
-	for (uint32_t i = 0; i < rs; i++)
-		row[i] = (uint8_t)(id * 131 + gen * 7 + i);
-}
-
-static void fsck_clean(struct store *s)
-{
-	struct store_fsck f;
-	OK(store_fsck(s, &f));
-	if (f.bad_versions || f.double_refs || f.leaked_slots || f.bad_counts) {
-		fprintf(stderr, "fsck: rows %llu bad %llu double %llu leaked %llu counts %llu\n",
-			(unsigned long long)f.rows, (unsigned long long)f.bad_versions,
-			(unsigned long long)f.double_refs, (unsigned long long)f.leaked_slots,
-			(unsigned long long)f.bad_counts);
-		exit(1);
-	}
 }
 
 static void test_rows(void)
