@@ -47,7 +47,7 @@ fill() {
 	dd if="$T/src" of="$M/again.emb" bs=64k 2>/dev/null && fail "$label: second fill fit"
 	S2=$(stat -c %s "$M/again.emb")
 	sync "$M" || fail "$label: fsync after the second fill"
-	[ "$S2" -ge $((S * 9 / 10)) ] || fail "$label: second fill took $S2 bytes, the first $S"
+	say "$label: first $S, second $S2"; [ "$S2" -ge $((S * 9 / 10)) ] || fail "$label: second fill took $S2 bytes, the first $S"
 	unmount_pool "$M"
 	mount_pool "$T/pool" "$M" "$@"
 	cmp -n "$S2" "$T/src" "$M/again.emb" || fail "$label: second fill differs after remount"
