@@ -401,6 +401,8 @@ static int drop_locked(struct store *s, uint32_t idx)
 	if (ret)
 		return ret;
 	int pending = (rec_flags(r) & EMB_S_PENDING) != 0; /* its tables_off names nothing */
+	/* listings read the record's flags under snap_lock: clear it under it */
+	pthread_rwlock_wrlock(&s->snap_lock);
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		if (r->tables_off && !pending)
@@ -413,11 +415,10 @@ static int drop_locked(struct store *s, uint32_t idx)
 	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret && s->pend_tables[idx]) {
-		pthread_rwlock_wrlock(&s->snap_lock);
 		free(s->pend_tables[idx]);
 		s->pend_tables[idx] = NULL;
-		pthread_rwlock_unlock(&s->snap_lock);
 	}
+	pthread_rwlock_unlock(&s->snap_lock);
 	return ret;
 }
 
