@@ -376,12 +376,23 @@ static void test_resv_linger(void)
 	       (unsigned long long)(b.transactions - a.transactions), (long long)got, (long long)cold);
 }
 
+static pid_t main_pid;
+
+/* The pool goes also when a check fails (exit 1), in the parent only. */
+static void cleanup(void)
+{
+	if (getpid() == main_pid)
+		unlink(path);
+}
+
 int main(void)
 {
 	const char *dir = getenv("TMPDIR");
 	if (!dir && access("/dev/shm", W_OK) == 0)
 		dir = "/dev/shm";
 	snprintf(path, sizeof(path), "%s/embfs-commit-%d.pool", dir ? dir : "/tmp", (int)getpid());
+	main_pid = getpid();
+	atexit(cleanup);
 	test_group_enospc();
 	test_big_rows_rewrite();
 	test_release_full();
