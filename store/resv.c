@@ -73,12 +73,13 @@ static int resv_grow(struct store *s, uint64_t want)
 }
 
 /* Give blocks beyond want back to the heap, a few per transaction (so that
- * its log fits libpmemobj's lane: no heap needed).  space_lock held. */
-static void resv_shrink(struct store *s, uint64_t want)
+ * its log fits libpmemobj's lane: no heap needed).  On a failure the blocks
+ * left are kept (tried again at the next release).  space_lock held. */
+static int resv_shrink(struct store *s, uint64_t want)
 {
 	struct emb_resv *volatile r = S_PTR(s, s->sb->resv_off);
-	volatile int failed = 0;
-	while (r->n > want && !failed) {
+	volatile int ret = 0;
+	while (r->n > want && !ret) {
 		pthread_mutex_lock(&s->meta_lock);
 		TX_BEGIN(s->pop) {
 			pmemobj_tx_add_range_direct(&r->n, 8);
@@ -86,11 +87,12 @@ static void resv_shrink(struct store *s, uint64_t want)
 				pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->block[--r->n])));
 			resv_seal_tx(r);
 		} TX_ONABORT {
-			failed = 1; /* kept: tried again at the next release */
+			ret = pm_tx_errno();
 		} TX_END
-		failed |= pm_tx_end(s, 0) != 0;
+		ret = pm_tx_end(s, ret);
 		pthread_mutex_unlock(&s->meta_lock);
 	}
+	return ret;
 }
 
 /*
@@ -119,22 +121,8 @@ static uint64_t resv_target(struct store *s, uint64_t rows)
 /* Give one held-back block back to the heap.  space_lock held. */
 static int resv_release_locked(struct store *s)
 {
-	struct emb_resv *volatile r = S_PTR(s, s->sb->resv_off);
-	volatile int ret = 0;
-	if (!r->n)
-		return -ENOSPC;
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
-		pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->block[r->n - 1])));
-		pmemobj_tx_add_range_direct(&r->n, 8);
-		r->n--;
-		resv_seal_tx(r);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
-	return ret;
+	const struct emb_resv *r = S_PTR(s, s->sb->resv_off);
+	return r->n ? resv_shrink(s, r->n - 1) : -ENOSPC;
 }
 
 /* The block given back and the allocation that needs it happen under
@@ -177,7 +165,7 @@ void resv_trim(struct store *s, uint64_t rows)
 		want = s->resv_keep;
 	const struct emb_resv *r = S_PTR(s, s->sb->resv_off);
 	if (r->n > 2 * want + 16)
-		resv_shrink(s, want + want / 4);
+		(void)resv_shrink(s, want + want / 4); /* kept on failure: tried again */
 }
 
 uint64_t resv_squeeze(struct store *s, uint64_t rows)
