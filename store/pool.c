@@ -674,7 +674,6 @@ void store_stats_get(struct store *s, struct store_stats *st)
 	pthread_rwlock_rdlock(&s->snap_lock);
 	st->snapshots = s->n_live;
 	pthread_rwlock_unlock(&s->snap_lock);
-	st->used_bytes = heap_used > free_slots ? heap_used - free_slots : 0;
 	/* chunks held back for index growth are free space the index will take */
 	const struct emb_resv *rv = S_PTR(s, s->sb->resv_off);
 	uint64_t held = ld64(&rv->n) * (EMB_CHUNK_ALLOC + 64);
