@@ -1,16 +1,26 @@
 /*
  * spillbench: reads of rows that live on the spill device (README "Spill
- * tier"; run.sh section spill), and the sequential fill that puts them there.
+ * tier"; run.sh sections spill and capacity), the sequential fill that puts
+ * them there and the check that reads them all back.
  *
- *   spillbench -m fill   [-r ROWSIZE] [-n ROWS] [-c CHUNK] FILE
+ *   spillbench -m fill   [-r ROWSIZE] [-n ROWS] [-c CHUNK] [-E] [-T SECONDS] [-L] FILE
+ *   spillbench -m check  [-r ROWSIZE] [-n ROWS] [-c CHUNK] FILE
  *   spillbench -m gather|pread [-r ROWSIZE] [-n ROWS] [-b BATCH] [-t THREADS]
- *              [-d SECONDS] [-s SEED] [-u | -z THETA] [-D] [-S STATS] FILE
+ *              [-d SECONDS] [-s SEED] [-u | -z THETA] [-D] [-P] [-S STATS] FILE
  *
  * -m fill: rows [0, ROWS) written front to back with pwrite of CHUNK bytes
  *   (default 1 MiB), then one fsync (the row cache writes its dirty rows
  *   back; the spill mover has moved the cold ones to the device meanwhile);
  *   the fsync counts in the time.  Row r holds 64-bit words pat(r, i), so
- *   that reads can be checked.
+ *   that reads can be checked.  -E: the first ENOSPC ends the writes
+ *   cleanly (stop=enospc; the rows written so far are fsynced and
+ *   reported as accepted) instead of failing; -T: no new pwrite after
+ *   SECONDS (stop=time); -L: each pwrite's latency is recorded and printed
+ *   (lat_p50_us, lat_p99_us, lat_max_us).
+ * -m check: reads [0, ROWS * ROWSIZE) front to back with preads of CHUNK
+ *   bytes and checks every word of every row; prints MB/s.  A wrong row or
+ *   a short file is an error (the first bad row and the count of bad rows
+ *   are printed).
  * -m gather: per batch one GATHER of BATCH ids through
  *   dirname(FILE)/.embfs/rows (pwrite of header + ids at offset 0, pread of
  *   the rows from a page-aligned buffer), as gatherbench does.
@@ -21,7 +31,12 @@
  * rejection-inversion with rowbench's rank -> row bijection (bench.h); each
  * thread (own fd) draws 2^20 ids from its own stream before the clock starts
  * and cycles through them.  Every row read is checked (its first and last
- * words against pat): a wrong row is an error, not a figure.
+ * words against pat): a wrong row is an error, not a figure.  -P (gather,
+ * one thread): STATS is also read after every batch, and the batch's device
+ * reads per row read from the device (spill.read_ios / spill.rows_read
+ * deltas) go into a distribution: dev_per_row_p50, _p99, _max over the
+ * batches that read the device (the reads of STATS count in the elapsed
+ * time but not in the per-batch latency).
  *
  * The daemon's counters: STATS (default dirname(FILE)/.embfs/stats) is read
  * just before the threads start and just after they end; the output gives
@@ -33,7 +48,10 @@
  *   spillbench mode=gather dist=uniform threads=1 ... rows_per_s=X p50_us=Y
  *              p99_us=Z dev_ios=.. dev_iops=.. dev_frac=.. promoted=.. ...
  * p50_us/p99_us: per batch (gather) or per row (pread).  fill prints
- * rows_per_s, mb_per_s, secs, fsync_s and the spill counters' deltas.
+ * rows (accepted), bytes, stop, rows_per_s, mb_per_s, secs, fsync_s and the
+ * spill counters' deltas (dev_write_bytes = spill.write_bytes); check prints
+ * rows, secs, mb_per_s and the deltas of spill.read_ios, spill.read_bytes
+ * and spill.rows_read.
  * Exit 0 on success, 1 on a failed call, a wrong row or bad arguments.
  */
 #ifndef _GNU_SOURCE
@@ -42,6 +60,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,7 +77,7 @@
 
 #define RING_BITS 20
 
-enum mode { M_FILL, M_GATHER, M_PREAD };
+enum mode { M_FILL, M_CHECK, M_GATHER, M_PREAD };
 
 struct conf {
 	const char *path, *stats_path;
@@ -66,8 +85,8 @@ struct conf {
 	enum mode mode;
 	uint32_t row_size, batch;
 	uint64_t rows, seed, ino, chunk;
-	int threads, uniform, direct;
-	double secs, theta;
+	int threads, uniform, direct, stop_enospc, lat, per_batch;
+	double secs, theta, fill_secs;
 };
 
 struct worker {
@@ -79,6 +98,8 @@ struct worker {
 	double t_start, t_end;
 	int err;
 	uint32_t hist[HIST_N];
+	double *dev_per_row; /* -P: one entry per batch that read the device */
+	size_t ndev, cap_dev;
 };
 
 static uint64_t now_ns(void)
@@ -111,9 +132,10 @@ static int row_ok(const struct conf *c, const char *row, uint64_t r)
 static const char *const stat_keys[] = {
 	"spill.read_ios", "spill.rows_read", "spill.promoted", "spill.moved",
 	"spill.writes",   "cache.hits",      "cache.misses",   "spill.writer_waits",
+	"spill.write_bytes", "spill.read_bytes",
 };
 #define NKEYS (sizeof(stat_keys) / sizeof(stat_keys[0]))
-enum { K_IOS, K_DEVROWS, K_PROMOTED, K_MOVED, K_WRITES, K_HITS, K_MISSES, K_WAITS };
+enum { K_IOS, K_DEVROWS, K_PROMOTED, K_MOVED, K_WRITES, K_HITS, K_MISSES, K_WAITS, K_WBYTES, K_RBYTES };
 
 /* 0, or -1 if the file cannot be read (then every counter reads 0) */
 static int stats_read(const char *path, uint64_t *v)
@@ -133,8 +155,25 @@ static int stats_read(const char *path, uint64_t *v)
 	return 0;
 }
 
-/* ---- fill ---- */
+/* ---- fill and check ---- */
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* the pct-th percentile of v[0..n) (sorts v): the ceil(pct/100 * n)-th smallest */
+static double pct_of(double *v, size_t n, double pct)
+{
+	if (!n)
+		return 0;
+	qsort(v, n, sizeof(*v), cmp_double);
+	size_t k = (size_t)ceil((double)n * pct / 100.0);
+	return v[k ? k - 1 : 0];
+}
+
+/* rows [0, rows) front to back; with -E the first ENOSPC ends the writes */
 static int fill(const struct conf *c)
 {
 	int fd = open(c->path, O_WRONLY | O_CREAT, 0644);
@@ -146,11 +185,18 @@ static int fill(const struct conf *c)
 		fprintf(stderr, "spillbench: %s: %s\n", c->path, strerror(errno ? errno : ENOMEM));
 		return 1;
 	}
-	uint64_t s0[NKEYS], s1[NKEYS];
+	static uint64_t lat[HIST_N];
+	uint64_t nlat = 0, lat_max = 0, s0[NKEYS], s1[NKEYS];
 	stats_read(c->stats_path, s0);
 	uint32_t words = c->row_size / 8;
-	uint64_t t0 = now_ns();
+	const char *stop = "rows";
+	uint64_t accepted = 0; /* bytes */
+	uint64_t t0 = now_ns(), limit = t0 + (uint64_t)(c->fill_secs * 1e9);
 	for (uint64_t r = 0; r < c->rows; r += rows_per) {
+		if (c->fill_secs > 0 && now_ns() >= limit) {
+			stop = "time";
+			break;
+		}
 		uint64_t n = c->rows - r < rows_per ? c->rows - r : rows_per;
 		for (uint64_t k = 0; k < n; k++) {
 			uint64_t *w = (uint64_t *)(buf + k * c->row_size);
@@ -159,7 +205,19 @@ static int fill(const struct conf *c)
 		}
 		size_t len = (size_t)(n * c->row_size), done = 0;
 		while (done < len) {
+			uint64_t a = c->lat ? now_ns() : 0;
 			ssize_t w = pwrite(fd, buf + done, len - done, (off_t)(r * c->row_size + done));
+			if (c->lat) {
+				uint64_t d = now_ns() - a;
+				lat[hist_idx(d)]++;
+				nlat++;
+				if (d > lat_max)
+					lat_max = d;
+			}
+			if (w < 0 && errno == ENOSPC && c->stop_enospc) {
+				stop = "enospc";
+				break;
+			}
 			if (w <= 0) {
 				fprintf(stderr, "spillbench: pwrite at row %llu: %s\n", (unsigned long long)r,
 					w < 0 ? strerror(errno) : "short write");
@@ -167,10 +225,14 @@ static int fill(const struct conf *c)
 			}
 			done += (size_t)w;
 		}
+		accepted = r * c->row_size + done;
+		if (done < len)
+			break;
 	}
 	uint64_t t1 = now_ns();
 	if (fsync(fd)) {
-		fprintf(stderr, "spillbench: fsync: %s\n", strerror(errno));
+		fprintf(stderr, "spillbench: fsync after %llu bytes accepted: %s\n", (unsigned long long)accepted,
+			strerror(errno));
 		return 1;
 	}
 	uint64_t t2 = now_ns();
@@ -178,13 +240,87 @@ static int fill(const struct conf *c)
 	close(fd);
 	free(buf);
 	double el = (double)(t2 - t0) * 1e-9;
-	printf("spillbench mode=fill row_size=%u rows=%llu chunk=%llu secs=%.3f fsync_s=%.3f rows_per_s=%.0f "
-	       "mb_per_s=%.1f moved=%llu spill_writes=%llu writer_waits=%llu\n",
-	       c->row_size, (unsigned long long)c->rows, (unsigned long long)(rows_per * c->row_size), el,
-	       (double)(t2 - t1) * 1e-9, (double)c->rows / el, (double)c->rows * c->row_size / el / 1e6,
-	       (unsigned long long)(s1[K_MOVED] - s0[K_MOVED]),
+	uint64_t rows = accepted / c->row_size;
+	printf("spillbench mode=fill row_size=%u rows=%llu bytes=%llu stop=%s chunk=%llu secs=%.3f fsync_s=%.3f "
+	       "rows_per_s=%.0f mb_per_s=%.1f moved=%llu spill_writes=%llu dev_write_bytes=%llu writer_waits=%llu",
+	       c->row_size, (unsigned long long)rows, (unsigned long long)accepted, stop,
+	       (unsigned long long)(rows_per * c->row_size), el, (double)(t2 - t1) * 1e-9, (double)rows / el,
+	       (double)accepted / el / 1e6, (unsigned long long)(s1[K_MOVED] - s0[K_MOVED]),
 	       (unsigned long long)(s1[K_WRITES] - s0[K_WRITES]),
+	       (unsigned long long)(s1[K_WBYTES] - s0[K_WBYTES]),
 	       (unsigned long long)(s1[K_WAITS] - s0[K_WAITS]));
+	if (c->lat) {
+		/* a bucket's middle can lie above the largest value in it */
+		double mx = (double)lat_max, p50 = hist_pct(lat, nlat, 50), p99 = hist_pct(lat, nlat, 99);
+		printf(" pwrites=%llu lat_p50_us=%.1f lat_p99_us=%.1f lat_max_us=%.1f", (unsigned long long)nlat,
+		       (p50 < mx ? p50 : mx) / 1e3, (p99 < mx ? p99 : mx) / 1e3, mx / 1e3);
+	}
+	printf("\n");
+	return 0;
+}
+
+/* reads rows [0, rows) front to back and checks every word of every row */
+static int check(const struct conf *c)
+{
+	int fd = open(c->path, O_RDONLY);
+	char *buf = NULL;
+	uint64_t rows_per = c->chunk / c->row_size;
+	if (!rows_per)
+		rows_per = 1;
+	if (fd < 0 || posix_memalign((void **)&buf, 4096, rows_per * c->row_size)) {
+		fprintf(stderr, "spillbench: %s: %s\n", c->path, strerror(errno ? errno : ENOMEM));
+		return 1;
+	}
+	uint64_t s0[NKEYS], s1[NKEYS], bad = 0, first_bad = 0;
+	int have_stats = stats_read(c->stats_path, s0) == 0;
+	uint32_t words = c->row_size / 8;
+	uint64_t t0 = now_ns();
+	for (uint64_t r = 0; r < c->rows; r += rows_per) {
+		uint64_t n = c->rows - r < rows_per ? c->rows - r : rows_per;
+		size_t len = (size_t)(n * c->row_size), done = 0;
+		while (done < len) {
+			ssize_t g = pread(fd, buf + done, len - done, (off_t)(r * c->row_size + done));
+			if (g <= 0) {
+				fprintf(stderr, "spillbench: pread at byte %llu (row %llu): %s\n",
+					(unsigned long long)(r * c->row_size + done),
+					(unsigned long long)(r + done / c->row_size),
+					g < 0 ? strerror(errno) : "end of file");
+				return 1;
+			}
+			done += (size_t)g;
+		}
+		for (uint64_t k = 0; k < n; k++) {
+			const char *row = buf + k * c->row_size;
+			for (uint32_t i = 0; i < words; i++) {
+				uint64_t x;
+				memcpy(&x, row + (size_t)i * 8, 8);
+				if (x != pat(r + k, i)) {
+					if (!bad++)
+						first_bad = r + k;
+					break;
+				}
+			}
+		}
+	}
+	uint64_t t1 = now_ns();
+	stats_read(c->stats_path, s1);
+	close(fd);
+	free(buf);
+	if (bad) {
+		fprintf(stderr, "spillbench: %llu of %llu rows read back wrong bytes, the first is row %llu\n",
+			(unsigned long long)bad, (unsigned long long)c->rows, (unsigned long long)first_bad);
+		return 1;
+	}
+	double el = (double)(t1 - t0) * 1e-9;
+	printf("spillbench mode=check row_size=%u rows=%llu bytes=%llu chunk=%llu secs=%.3f mb_per_s=%.1f",
+	       c->row_size, (unsigned long long)c->rows, (unsigned long long)(c->rows * c->row_size),
+	       (unsigned long long)(rows_per * c->row_size), el,
+	       el > 0 ? (double)c->rows * c->row_size / el / 1e6 : 0.0);
+	if (have_stats)
+		printf(" dev_ios=%llu dev_read_bytes=%llu dev_rows=%llu", (unsigned long long)(s1[K_IOS] - s0[K_IOS]),
+		       (unsigned long long)(s1[K_RBYTES] - s0[K_RBYTES]),
+		       (unsigned long long)(s1[K_DEVROWS] - s0[K_DEVROWS]));
+	printf("\n");
 	return 0;
 }
 
@@ -214,6 +350,28 @@ static int full_pread(int fd, char *buf, size_t len)
 	return 0;
 }
 
+/* -P: the counters after a batch (into cur) against those before it (prev,
+ * then updated): the batch's device reads per row read from the device */
+static int per_batch_note(struct worker *w, uint64_t *prev, uint64_t *cur)
+{
+	if (stats_read(w->c->stats_path, cur))
+		return 0;
+	uint64_t ios = cur[K_IOS] - prev[K_IOS], rows = cur[K_DEVROWS] - prev[K_DEVROWS];
+	memcpy(prev, cur, NKEYS * sizeof(*prev));
+	if (!rows)
+		return 0;
+	if (w->ndev == w->cap_dev) {
+		size_t cap = w->cap_dev ? 2 * w->cap_dev : 1024;
+		double *v = realloc(w->dev_per_row, cap * sizeof(*v));
+		if (!v)
+			return -1;
+		w->dev_per_row = v;
+		w->cap_dev = cap;
+	}
+	w->dev_per_row[w->ndev++] = (double)ios / (double)rows;
+	return 0;
+}
+
 static void *worker_run(void *arg)
 {
 	struct worker *w = arg;
@@ -240,8 +398,10 @@ static void *worker_run(void *arg)
 	h->count = per;
 	h->total_len = sizeof(*h) + idlen;
 	uint64_t *ids = (uint64_t *)(req + sizeof(*h));
-	uint64_t pos = 0, b = 0;
+	uint64_t pos = 0, b = 0, sp[NKEYS], sq[NKEYS];
 	pthread_barrier_wait(w->go);
+	if (c->per_batch)
+		stats_read(c->stats_path, sp);
 	uint64_t t0 = now_ns(), t = t0, deadline = t0 + (uint64_t)(c->secs * 1e9);
 	while (t < deadline) {
 		for (uint32_t i = 0; i < per; i++)
@@ -269,6 +429,12 @@ static void *worker_run(void *arg)
 		w->hist[hist_idx(t1 - t)]++;
 		t = t1;
 		b++;
+		if (c->per_batch && per_batch_note(w, sp, sq)) {
+			w->err = ENOMEM;
+			break;
+		}
+		if (c->per_batch)
+			t = now_ns();
 	}
 out:
 	w->ops = b;
@@ -325,9 +491,13 @@ static int reads(const struct conf *c)
 	}
 	uint64_t ts1 = now_ns();
 	stats_read(c->stats_path, s1);
+	double *dpr = w[0].dev_per_row;
+	size_t ndpr = w[0].ndev;
 	free(w);
-	if (err)
+	if (err) {
+		free(dpr);
 		return 1;
+	}
 	/* one window for rows and device reads alike: from just before the
 	 * threads start to just after the last one ends (a few us either side
 	 * of the timed loops) */
@@ -350,17 +520,26 @@ static int reads(const struct conf *c)
 		       (unsigned long long)d[K_PROMOTED], (unsigned long long)d[K_MOVED],
 		       (unsigned long long)d[K_WRITES], (unsigned long long)d[K_HITS],
 		       (unsigned long long)d[K_MISSES]);
+	if (c->per_batch) {
+		double p50 = pct_of(dpr, ndpr, 50), p99 = pct_of(dpr, ndpr, 99);
+		printf(" dev_batches=%zu dev_per_row_p50=%.3f dev_per_row_p99=%.3f dev_per_row_max=%.3f", ndpr, p50,
+		       p99, ndpr ? dpr[ndpr - 1] : 0.0);
+	}
 	printf("\n");
+	free(dpr);
 	return 0;
 }
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: spillbench -m fill [-r ROWSIZE] [-n ROWS] [-c CHUNK] FILE\n"
+	fprintf(f, "usage: spillbench -m fill [-r ROWSIZE] [-n ROWS] [-c CHUNK] [-E] [-T SECONDS] [-L] FILE\n"
+		   "       spillbench -m check [-r ROWSIZE] [-n ROWS] [-c CHUNK] FILE\n"
 		   "       spillbench -m gather|pread [-r ROWSIZE] [-n ROWS] [-b BATCH] [-t THREADS]\n"
-		   "                  [-d SECONDS] [-s SEED] [-u | -z THETA] [-D] [-S STATS] FILE\n"
+		   "                  [-d SECONDS] [-s SEED] [-u | -z THETA] [-D] [-P] [-S STATS] FILE\n"
 		   "  defaults: -r 512 -n 2097152 -c 1048576 -b 4096 -t 1 -d 3 -s 1 -z 0.99;\n"
-		   "  -u uniform ids, -D O_DIRECT (pread), STATS = dirname(FILE)/.embfs/stats\n");
+		   "  -E stop at the first ENOSPC, -T stop writing after SECONDS, -L pwrite latencies;\n"
+		   "  -u uniform ids, -D O_DIRECT (pread), -P device reads per row per batch (gather, 1 thread);\n"
+		   "  STATS = dirname(FILE)/.embfs/stats\n");
 }
 
 int main(int argc, char **argv)
@@ -369,10 +548,11 @@ int main(int argc, char **argv)
 			  .secs = 3, .theta = 0.99, .chunk = 1u << 20, .mode = (enum mode)-1 };
 	int opt;
 	uint64_t v;
-	while ((opt = getopt(argc, argv, "m:r:n:c:b:t:d:s:uz:DS:h")) != -1) {
+	while ((opt = getopt(argc, argv, "m:r:n:c:b:t:d:s:uz:DS:ET:LPh")) != -1) {
 		switch (opt) {
 		case 'm':
 			c.mode = !strcmp(optarg, "fill")     ? M_FILL
+				 : !strcmp(optarg, "check")  ? M_CHECK
 				 : !strcmp(optarg, "gather") ? M_GATHER
 				 : !strcmp(optarg, "pread")  ? M_PREAD
 							     : (enum mode)-1;
@@ -411,12 +591,20 @@ int main(int argc, char **argv)
 		case 'z': c.theta = strtod(optarg, NULL); break;
 		case 'D': c.direct = 1; break;
 		case 'S': c.stats_path = optarg; break;
+		case 'E': c.stop_enospc = 1; break;
+		case 'T':
+			c.fill_secs = strtod(optarg, NULL);
+			if (!(c.fill_secs > 0))
+				goto bad;
+			break;
+		case 'L': c.lat = 1; break;
+		case 'P': c.per_batch = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
 		}
 	}
 	if ((int)c.mode < 0 || optind != argc - 1 || !c.rows || !(c.secs > 0) || !(c.theta > 0) ||
-	    (uint64_t)c.batch * c.row_size > EMBFS_BATCH_MAX_BYTES)
+	    (uint64_t)c.batch * c.row_size > EMBFS_BATCH_MAX_BYTES || (c.per_batch && (c.mode != M_GATHER || c.threads != 1)))
 		goto bad;
 	c.path = argv[optind];
 	const char *slash = strrchr(c.path, '/');
@@ -430,6 +618,8 @@ int main(int argc, char **argv)
 	}
 	if (c.mode == M_FILL)
 		return fill(&c);
+	if (c.mode == M_CHECK)
+		return check(&c);
 	struct stat st;
 	if (stat(c.path, &st)) {
 		fprintf(stderr, "spillbench: %s: %s\n", c.path, strerror(errno));
