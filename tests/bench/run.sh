@@ -40,6 +40,17 @@
 #             O_DIRECT pread, device IOPS next to fio 4 KiB O_DIRECT io_uring
 #             random reads of the same spill file at the same queue depth
 #             (build/bench/spillbench; needs fio for the comparison)
+#   capacity  issue 12's capacity figures (runs alone: SECTIONS=capacity,
+#             ~1 min today, at most ~3 min per row size): a 64 MiB pool on
+#             /dev/shm, 8 MiB row cache, 4 GiB spill file in DISK_DIR; per
+#             row size (64, 128, 256 B) one table filled front to back in
+#             64 KiB pwrites until ENOSPC, 1 GiB or 120 s: bytes accepted,
+#             ratio to the pool, pool bytes per spilled row, fill MB/s,
+#             device write amplification, pwrite p50/p99/max; kill -9,
+#             remount, every row checked.  On the 256-B table: sequential
+#             read after remount + drop_caches vs dd iflag=direct of the
+#             spill file, device reads and read amplification; uniform
+#             gathers: device reads per spilled row and its distribution
 #   missrate  in-process miss-rate curve of the cache library (CLOCK) vs an
 #             exact LRU (build/bench/missrate), Zipf and uniform ids
 #
@@ -57,7 +68,13 @@
 #   SPILL_SECS (4), SPILL_BATCH (4096), SNAP_BATCHES (40), SNAP_EVERY (5),
 #   SNAP_BIG_ROWS (8000000), SNAPWB_ROWS (2097152), SNAPWB_TRAIN_ROWS
 #   (1048576), SNAPWB_POOL_SIZE (2G), SNAPWB_N (25), SNAPWB_GAP_MS (10),
-#   SNAPWB_TRAIN_RUNS (5), SNAPWB_MEDIA ("disk shm").
+#   SNAPWB_TRAIN_RUNS (5), SNAPWB_MEDIA ("disk shm"), CAP_POOL_SIZE (64M),
+#   CAP_CACHE (8M), CAP_SPILL_SIZE (4G), CAP_DIMS ("16 32 64" f32),
+#   CAP_MAX_BYTES (1G of rows per fill) or CAP_MAX_ROWS, CAP_FILL_SECS
+#   (120: a fill writes no longer), CAP_FILL_RUNS (1 per row size),
+#   CAP_CHUNK (64K per pwrite), CAP_SECS (4 per gather run), CAP_HIGH and
+#   CAP_LOW (spill_high/spill_low; the daemon's defaults if empty).
+#   SECTIONS (or BENCH_SECTIONS): the sections to run, in order.
 # Exit 0 done, 1 failure, 77 skipped (no FUSE, no room on /dev/shm).
 set -u
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
@@ -108,6 +125,18 @@ SPILL_HIGH=${SPILL_HIGH:-25}
 SPILL_LOW=${SPILL_LOW:-20}
 SPILL_SECS=${SPILL_SECS:-4}             # per run, embfs and fio alike
 SPILL_BATCH=${SPILL_BATCH:-4096}
+CAP_POOL_SIZE=${CAP_POOL_SIZE:-64M}     # section capacity: pool on /dev/shm
+CAP_CACHE=${CAP_CACHE:-8M}              # its row cache
+CAP_SPILL_SIZE=${CAP_SPILL_SIZE:-4G}    # its spill file in DISK_DIR
+CAP_DIMS=${CAP_DIMS:-"16 32 64"}        # f32: 64-, 128-, 256-byte rows
+CAP_MAX_BYTES=${CAP_MAX_BYTES:-1G}      # a fill stops at this many bytes of rows
+CAP_MAX_ROWS=${CAP_MAX_ROWS:-}          # or rows (overrides CAP_MAX_BYTES)
+CAP_FILL_SECS=${CAP_FILL_SECS:-120}     # or after this long writing
+CAP_FILL_RUNS=${CAP_FILL_RUNS:-1}       # fills per row size (fresh pool each)
+CAP_CHUNK=${CAP_CHUNK:-64K}             # bytes per timed pwrite of the fill
+CAP_SECS=${CAP_SECS:-4}                 # per gather run
+CAP_HIGH=${CAP_HIGH:-}                  # spill_high / spill_low; empty: the daemon's defaults
+CAP_LOW=${CAP_LOW:-}
 
 # /dev/shm stands in for PMem.  PMEM_IS_PMEM_FORCE=1 makes libpmemobj treat
 # the pool as PMem and persist with cache-line flushes instead of msync, as
@@ -234,8 +263,8 @@ cleanup() {
 			[ $rc -ne 0 ] && [ -s "$W/daemon.log" ] && { echo "daemon log:" >&2; tail -20 "$W/daemon.log" >&2; }
 			[ -s "$W/runs.log" ] && cp "$W/runs.log" "$BENCH_OUT.runs" 2>/dev/null
 			rm -f "$W/pool" "$W/pool0" "$W/base.emb" "$W/daemon.log" "$W/summary" "$W/runs.log" \
-				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool" "$W/spillpool"
-			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/snapwbmnt" "$W/spillmnt" 2>/dev/null
+				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool" "$W/spillpool" "$W/cappool"
+			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/snapwbmnt" "$W/spillmnt" "$W/capmnt" 2>/dev/null
 			rmdir "$W" 2>/dev/null
 		fi
 	fi
@@ -1130,6 +1159,260 @@ section_spill() {
 	SW=""
 }
 
+# capacity (issue 12): how large a table a small pool holds with the spill
+# tier, what a spilled row costs the pool, and how fast spilled rows stream.
+# A CAP_POOL_SIZE pool on /dev/shm, row cache CAP_CACHE, a spill file of
+# CAP_SPILL_SIZE in DISK_DIR, the mover's watermarks CAP_HIGH/CAP_LOW (the
+# daemon's defaults unless set).  For each row size (CAP_DIMS f32), on a
+# fresh pool, CAP_FILL_RUNS times: spillbench -m fill -E -L writes one table
+# front to back in CAP_CHUNK pwrites until the first ENOSPC, CAP_MAX_BYTES
+# (or CAP_MAX_ROWS) or CAP_FILL_SECS of writing, then fsyncs; after the
+# mover settles: bytes accepted, their ratio to the pool, pool bytes per
+# spilled row = (pool.used_bytes - pmem.row_bytes) / rows on the device
+# (spill.run_rows if the daemon prints it, else spill.versions), fill MB/s,
+# device write amplification (spill.write_bytes / bytes of rows accepted),
+# pwrite latency p50/p99/max.  Then kill -9, remount, spillbench -m check
+# reads every accepted row back and checks it.  On the table of the last
+# row size (256 B), RUNS times: clean remount (row cache empty), drop the
+# page cache, spillbench -m check (sequential 1 MiB preads through the
+# mount) against dd iflag=direct bs=1M of as many bytes of the spill file
+# (target >= 0.5x), with the device reads it took; then RUNS x CAP_SECS s
+# of gathers of SPILL_BATCH uniform ids (spillbench -P): device reads per
+# spilled row (target <= 1.1) and their distribution over the batches.
+
+# cap_mount: mount $W/cappool at $CMNT with the section's options (sets CPID)
+cap_mount() {
+	cm_o="cache_size=$CAP_CACHE,spill=$SW,spill_size=$CAP_SPILL_SIZE"
+	[ -n "$CAP_HIGH" ] && cm_o="$cm_o,spill_high=$CAP_HIGH"
+	[ -n "$CAP_LOW" ] && cm_o="$cm_o,spill_low=$CAP_LOW"
+	mount_pool "$W/cappool" "$CMNT" "$cm_o" 1
+	CPID=$DPID
+}
+
+# cap_crash: SIGKILL the daemon, drop its dead mount, mount the pool again
+cap_crash() {
+	kill -9 "$CPID" 2>/dev/null
+	wait_gone "$CPID" 20 || fail "daemon $CPID still there after SIGKILL"
+	wait "$CPID" 2>/dev/null
+	fusermount3 -u "$CMNT" 2>/dev/null || fusermount3 -uz "$CMNT" || fail "unmount of the killed daemon's $CMNT"
+	forget "$CPID"
+	cap_mount
+}
+
+# cap_settle: wait (bounded, 30 s) until the mover's counter stops moving
+cap_settle() {
+	i=0; prev=-1
+	while [ $i -lt 120 ]; do
+		cur=$(stat_of "$CMNT" spill.moved)
+		[ "$cur" = "$prev" ] && break
+		prev=$cur; i=$((i + 1)); sleep 0.25
+	done
+}
+
+# cap_sv KEY: KEY's value in CAP_ST (one read of .embfs/stats)
+cap_sv() { echo "$CAP_ST" | awk -v k="$1" '$1 == k { print $2 }'; }
+
+# cap_drop: the pool and its spill file away, mount point kept
+cap_drop() {
+	rm -f "$W/cappool" "$SW"/embfs-*.spill
+}
+
+# drop_caches: the kernel's page cache, if we may (root)
+drop_caches() {
+	sync
+	if [ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then
+		return 0
+	fi
+	return 1
+}
+
+section_capacity() {
+	SPB=$BUILD/bench/spillbench
+	[ -x "$SPB" ] || fail "$SPB not built (run make)"
+	ensure_w
+	say ""
+	pool_b=$(numfmt --from=iec "$CAP_POOL_SIZE") || fail "bad CAP_POOL_SIZE"
+	spill_b=$(numfmt --from=iec "$CAP_SPILL_SIZE") || fail "bad CAP_SPILL_SIZE"
+	maxb=$(numfmt --from=iec "$CAP_MAX_BYTES") || fail "bad CAP_MAX_BYTES"
+	chunk=$(numfmt --from=iec "$CAP_CHUNK") || fail "bad CAP_CHUNK"
+	marks="spill_high=${CAP_HIGH:-default} spill_low=${CAP_LOW:-default}"
+	say "capacity: pool $CAP_POOL_SIZE on /dev/shm, row cache $CAP_CACHE, spill file $CAP_SPILL_SIZE in $DISK_DIR, $marks;" \
+		"per row size (f32 dims $CAP_DIMS) $CAP_FILL_RUNS fill(s) until ENOSPC or ${CAP_MAX_ROWS:-$CAP_MAX_BYTES}$([ -n "$CAP_MAX_ROWS" ] && echo " rows") or $CAP_FILL_SECS s" \
+		"($CAP_CHUNK pwrites + fsync), kill -9, remount, check every row; then on the last: sequential read vs dd O_DIRECT and uniform gathers, $RUNS runs"
+	if [ ! -c /dev/fuse ] || ! command -v fusermount3 >/dev/null; then
+		say "  no FUSE; skipped"
+		result capacity "skipped" - - - - "no FUSE"
+		return
+	fi
+	avail_mb=$(df -Pm "$DISK_DIR" | awk 'NR == 2 { print $4 }')
+	if [ "${avail_mb:-0}" -lt $(((spill_b >> 20) + 512)) ]; then
+		say "  $DISK_DIR has $avail_mb MiB free, need ~$(((spill_b >> 20) + 512)) (CAP_SPILL_SIZE + 512 MiB); skipped"
+		result capacity "skipped" - - - - "no room in $DISK_DIR for a $CAP_SPILL_SIZE spill file"
+		return
+	fi
+	avail_mb=$(df -Pm /dev/shm | awk 'NR == 2 { print $4 }')
+	if [ "${avail_mb:-0}" -lt $(((pool_b >> 20) + 256)) ]; then
+		say "  /dev/shm has $avail_mb MiB free, need ~$(((pool_b >> 20) + 256)); skipped"
+		result capacity "skipped" - - - - "no room in /dev/shm"
+		return
+	fi
+	SW=$(mktemp -d "$DISK_DIR/embfs-bench-spill.XXXXXX") || fail "mktemp in $DISK_DIR"
+	CMNT=$W/capmnt
+	mkdir -p "$CMNT"
+	last_dim=$(echo $CAP_DIMS | awk '{ print $NF }')
+	for dim in $CAP_DIMS; do
+		rs=$((dim * 4))
+		maxr=${CAP_MAX_ROWS:-$((maxb / rs))}
+		t_dim=$(now)
+		acc_l=""; mbs_l=""; rps_l=""; pr_l=""; wa_l=""; wad_l=""; p50_l=""; p99_l=""; max_l=""; ck_l=""; stops=""; pv_l=""
+		fr=1
+		while [ $fr -le "$CAP_FILL_RUNS" ]; do
+			"$MKFS" -f -s "$CAP_POOL_SIZE" -t "cap.emb:$dim:f32" "$W/cappool" >/dev/null || fail "mkfs.embfs cappool"
+			cap_mount
+			[ "$(getfattr --only-values -n user.embfs.row_size "$CMNT/cap.emb" 2>/dev/null)" = "$rs" ] ||
+				fail "cap.emb row size is not $rs"
+			o=$("$SPB" -m fill -E -L -T "$CAP_FILL_SECS" -c "$chunk" -r "$rs" -n "$maxr" "$CMNT/cap.emb") ||
+				fail "spillbench fill of $rs-byte rows"
+			echo "capacity: $o" >>"$W/runs.log"
+			acc=$(field "$o" rows); accb=$((acc * rs)); stop=$(field "$o" stop)
+			cap_settle
+			CAP_ST=$(cat "$CMNT/.embfs/stats")
+			used=$(cap_sv pool.used_bytes); rowb=$(cap_sv pmem.row_bytes); nver=$(cap_sv pmem.versions)
+			dev=$(cap_sv spill.run_rows); devk=spill.run_rows
+			[ -n "$dev" ] || { dev=$(cap_sv spill.versions); devk=spill.versions; }
+			wb=$(cap_sv spill.write_bytes); nrows=$(cap_sv rows)
+			[ "${nrows:-0}" -ge "$acc" ] || fail "after the fill of $rs-byte rows the pool holds ${nrows:-?} rows, $acc were accepted"
+			per=$(awk -v u="$used" -v r="$rowb" -v n="$dev" 'BEGIN { if (n > 0) printf "%.1f", (u - r) / n; else print "-" }')
+			pv=$(awk -v b="$rowb" -v n="$nver" -v r="$rs" 'BEGIN { if (n > 0) printf "%.1f", b / n - r; else print "-" }')
+			wa=$(awk -v w="${wb:-0}" -v a="$accb" 'BEGIN { if (a > 0) printf "%.2f", w / a; else print "-" }')
+			wad=$(awk -v w="${wb:-0}" -v d="$dev" -v r="$rs" 'BEGIN { if (d > 0) printf "%.2f", w / (d * r); else print "-" }')
+			say "  $rs-B rows fill $fr/$CAP_FILL_RUNS: accepted $acc rows = $((accb >> 20)) MiB = $(ratio "$accb" "$pool_b")x the pool" \
+				"(stop: $stop after $(field "$o" secs) s), $(field "$o" mb_per_s) MB/s, pwrite $CAP_CHUNK p50/p99/max" \
+				"$(field "$o" lat_p50_us)/$(field "$o" lat_p99_us)/$(field "$o" lat_max_us) us, $(field "$o" writer_waits) writer waits"
+			say "    settled: $dev rows on the device ($devk, $(pct "$dev" "$acc")), $nver versions in the pool" \
+				"(${pv} B each beyond the row); pool used $((used >> 20)) MiB of $((pool_b >> 20)), row versions $((rowb >> 20)) MiB:" \
+				"$per B of pool per spilled row; device wrote $((${wb:-0} >> 20)) MiB = ${wa}x the rows accepted, ${wad}x the rows on it"
+			ck="none"
+			if [ "$acc" -gt 0 ]; then
+				cap_crash
+				[ "$(stat_of "$CMNT" rows)" -ge "$acc" ] || fail "after kill -9 and remount the pool holds $(stat_of "$CMNT" rows) rows, $acc were accepted"
+				c=$("$SPB" -m check -r "$rs" -n "$acc" "$CMNT/cap.emb") ||
+					fail "after kill -9 and remount, the $acc accepted $rs-byte rows do not read back right"
+				echo "capacity: $c" >>"$W/runs.log"
+				ck=$(field "$c" mb_per_s)
+				say "    kill -9, remount: all $acc rows read back right ($(field "$c" secs) s, $ck MB/s," \
+					"$(field "$c" dev_ios) device reads for $(field "$c" dev_rows) rows from the device)"
+			fi
+			acc_l="$acc_l $acc"; mbs_l="$mbs_l $(field "$o" mb_per_s)"; rps_l="$rps_l $(field "$o" rows_per_s)"
+			pr_l="$pr_l $per"; wa_l="$wa_l $wa"; wad_l="$wad_l $wad"; pv_l="$pv_l $pv"; ck_l="$ck_l $ck"
+			p50_l="$p50_l $(field "$o" lat_p50_us)"; p99_l="$p99_l $(field "$o" lat_p99_us)"; max_l="$max_l $(field "$o" lat_max_us)"
+			stops="$stops $stop"
+			if [ "$dim" = "$last_dim" ] && [ $fr = "$CAP_FILL_RUNS" ]; then
+				CAP_ROWS=$acc
+			else
+				umount_pool "$CPID" "$CMNT"
+				cap_drop
+			fi
+			fr=$((fr + 1))
+		done
+		acc=$(med $acc_l); accb=$(awk -v a="$acc" -v r="$rs" 'BEGIN { printf "%.0f", a * r }')
+		per=$(med $pr_l)
+		tgt=""
+		[ "$rs" = 256 ] && tgt="; target 16x (1 GiB in 64 MiB): $(meets "$(ratio "$accb" "$pool_b")" 16), <= 8 B/spilled row: $(awk -v p="$per" 'BEGIN { print (p != "-" && p + 0 <= 8) ? "met" : "MISSED" }')"
+		result capacity "${rs}B rows: table that fits" - - - - \
+			"$(count "$acc") rows = $(awk -v b="$accb" 'BEGIN { printf "%.1f", b / 1048576 }') MiB = $(ratio "$accb" "$pool_b")x pool (stop:$(echo $stops | tr ' ' ',')); $per B pool per spilled row, $(med $pv_l) B per pool version beyond the row (pmem.row_bytes / pmem.versions - row size; index not counted); exact after kill -9 (check $(med $ck_l) MB/s)$tgt"
+		result capacity "${rs}B rows: fill ${CAP_CHUNK} pwrite" "$(med $rps_l)" - "$(med $p50_l)" - \
+			"$(med $mbs_l) MB/s incl. fsync; device write amp $(med $wa_l)x the rows accepted ($(med $wad_l)x the rows on the device); pwrite p99 $(med $p99_l)us max $(med $max_l)us"
+		say "  ($rs-B rows: $(since "$t_dim") s)"
+	done
+
+	rs=$((last_dim * 4)); tb=$((CAP_ROWS * rs))
+	if [ "$CAP_ROWS" -lt "$SPILL_BATCH" ]; then
+		say "  the $rs-B table holds $CAP_ROWS rows: no sequential read or gathers"
+		result capacity "${rs}B seq read, gathers" - - - - "skipped: $CAP_ROWS rows stored"
+		umount_pool "$CPID" "$CMNT"
+		cap_drop
+		rmdir "$CMNT" "$SW"
+		SW=""
+		return
+	fi
+	# sequential read of the last table, row cache and page cache empty,
+	# against dd O_DIRECT of as many bytes of the spill file
+	SPILL_FILE=$(stat_of "$CMNT" spill.path)
+	[ -f "$SPILL_FILE" ] || [ -b "$SPILL_FILE" ] || fail "no spill file (spill.path '$SPILL_FILE')"
+	fp=$(stat_of "$CMNT" spill.footprint_bytes)
+	# dd reads only what the device holds: unwritten (fallocated) extents read as zeros without I/O
+	db=$tb
+	[ -n "$fp" ] && [ "$fp" -gt 0 ] && [ "$fp" -lt "$db" ] && db=$fp
+	cnt=$((db >> 20)); [ "$cnt" -ge 1 ] || cnt=1
+	dc=1
+	s_r=""; d_r=""; x_l=""; ios_l=""; amp_l=""; drow_l=""
+	n=1
+	while [ $n -le "$RUNS" ]; do
+		umount_pool "$CPID" "$CMNT"
+		drop_caches || dc=0
+		cap_mount
+		for side in $( [ $((n % 2)) = 1 ] && echo "embfs dd" || echo "dd embfs"); do
+			if [ "$side" = embfs ]; then
+				c=$("$SPB" -m check -r "$rs" -n "$CAP_ROWS" "$CMNT/cap.emb") || fail "spillbench check (sequential read)"
+				echo "capacity seq: $c" >>"$W/runs.log"
+			else
+				t=$(now)
+				dd if="$SPILL_FILE" iflag=direct bs=1M count="$cnt" of=/dev/null status=none || fail "dd of the spill file"
+				dsec=$(since "$t")
+				dmb=$(awk -v c="$cnt" -v s="$dsec" 'BEGIN { printf "%.1f", c * 1048576 / s / 1e6 }')
+				echo "capacity seq: dd iflag=direct bs=1M count=$cnt secs=$dsec mb_per_s=$dmb" >>"$W/runs.log"
+			fi
+		done
+		smb=$(field "$c" mb_per_s)
+		x=$(ratio "$smb" "$dmb")
+		# device bytes read per byte of the rows that came from the device
+		amp=$(awk -v b="$(field "$c" dev_read_bytes)" -v d="$(field "$c" dev_rows)" -v r="$rs" 'BEGIN { if (d > 0) printf "%.2f", b / (d * r); else print "-" }')
+		s_r="$s_r $smb"; d_r="$d_r $dmb"; x_l="$x_l $x"; ios_l="$ios_l $(field "$c" dev_ios)"; amp_l="$amp_l $amp"
+		drow_l="$drow_l $(field "$c" dev_rows)"
+		say "  seq read run $n/$RUNS: embfs $smb MB/s ($(field "$c" secs) s; $(field "$c" dev_ios) device reads," \
+			"$(($(field "$c" dev_read_bytes) >> 20)) MiB for $(field "$c" dev_rows) rows from the device: ${amp}x their bytes)" \
+			"| dd O_DIRECT 1M $dmb MB/s ($cnt MiB); ratio $x"
+		n=$((n + 1))
+	done
+	[ $dc = 1 ] || say "  (could not write /proc/sys/vm/drop_caches: the page cache was not dropped)"
+	sm=$(med $s_r); dm=$(med $d_r)
+	result capacity "${rs}B seq read after remount" "$(awk -v m="$sm" -v r="$rs" 'BEGIN { printf "%.0f", m * 1e6 / r }')" \
+		"$(awk -v m="$dm" -v r="$rs" 'BEGIN { printf "%.0f", m * 1e6 / r }')" - - \
+		"base = dd iflag=direct bs=1M of the spill file; $sm vs $dm MB/s, $(awk -v b="$tb" 'BEGIN { printf "%.0f", b / 1048576 }') MiB; $(med $ios_l) device reads for $(med $drow_l) rows from the device, read amp $(med $amp_l)x (device bytes / their bytes); per-run ratios$(echo "$x_l" | tr -s ' ' '/' | sed 's,^/, ,'); target >= 0.5x: $(meets "$(ratio "$sm" "$dm")" 0.5)"
+
+	# random gathers of spilled rows: device reads per row read from it;
+	# after a clean remount, so that the sequential reads above leave no
+	# heat behind (rows read in every run would be promoted)
+	umount_pool "$CPID" "$CMNT"
+	cap_mount
+	g_r=""; g_pr=""; g_50=""; g_99=""; g_mx=0; g_f=""; g_pro=0
+	n=1
+	while [ $n -le "$RUNS" ]; do
+		o=$("$SPB" -m gather -u -P -r "$rs" -n "$CAP_ROWS" -b "$SPILL_BATCH" -t 1 -d "$CAP_SECS" -s "$((SEED * 1000 + n))" "$CMNT/cap.emb") ||
+			fail "spillbench gather (capacity)"
+		echo "capacity gather: $o" >>"$W/runs.log"
+		pr=$(awk -v i="$(field "$o" dev_ios)" -v r="$(field "$o" dev_rows)" 'BEGIN { if (r > 0) printf "%.3f", i / r; else print "-" }')
+		g_r="$g_r $(field "$o" rows_per_s)"; g_pr="$g_pr $pr"; g_f="$g_f $(field "$o" dev_frac)"
+		g_50="$g_50 $(field "$o" dev_per_row_p50)"; g_99="$g_99 $(field "$o" dev_per_row_p99)"
+		g_mx=$(awk -v a="$g_mx" -v b="$(field "$o" dev_per_row_max)" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
+		g_pro=$((g_pro + $(field "$o" promoted)))
+		say "  gather uniform run $n/$RUNS: $(mrows "$(field "$o" rows_per_s)") rows/s, device rows (spill.rows_read) $(pct "$(field "$o" dev_rows)" "$(field "$o" rows_read)") of the rows gathered," \
+			"$pr device reads per such row (per batch p50/p99/max $(field "$o" dev_per_row_p50)/$(field "$o" dev_per_row_p99)/$(field "$o" dev_per_row_max)," \
+			"$(field "$o" dev_batches) batches), promoted $(field "$o" promoted)"
+		n=$((n + 1))
+	done
+	gm=$(med $g_pr)
+	result capacity "${rs}B gather uniform 1thr" "$(med $g_r)" - - - \
+		"$gm device reads per row read from the device (spill.read_ios / spill.rows_read), per batch p50 $(med $g_50) p99 $(med $g_99) max $g_mx; target <= 1.1: $(awk -v g="$gm" 'BEGIN { print (g != "-" && g + 0 <= 1.1) ? "met" : "MISSED" }'); spill.rows_read = $(awk -v f="$(med $g_f)" 'BEGIN { printf "%.1f%%", 100 * f }') of the rows gathered; promoted $g_pro"
+	t=$(now)
+	umount_pool "$CPID" "$CMNT"
+	say "  clean unmount: $(since "$t") s"
+	cap_drop
+	rmdir "$CMNT" "$SW"
+	SW=""
+}
+
 # missrate: miss rate of the cache library (CLOCK, 64 shards as in the daemon)
 # against an exact LRU of the same number of rows, in process (no FUSE)
 section_missrate() {
@@ -1172,9 +1455,9 @@ section() {
 }
 
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
-# SECTIONS="setup snap teardown" runs a subset (setup first, teardown after
-# the sections that use its mount)
-for s_name in ${SECTIONS:-setup rowio hit batch snap teardown snapscale snapwb cache1 verify durable spill missrate}; do
+# SECTIONS="setup snap teardown" (or BENCH_SECTIONS) runs a subset (setup
+# first, teardown after the sections that use its mount)
+for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch snap teardown snapscale snapwb cache1 verify durable spill capacity missrate}}; do
 	section "$s_name"
 done
 
