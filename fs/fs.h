@@ -44,7 +44,7 @@ struct embfs_conf {
 	unsigned threads;
 	char *spill;
 	char *spill_size;
-	unsigned spill_qd, spill_high, spill_low, spill_compact_mbps;
+	unsigned spill_qd, spill_high, spill_low, spill_compact_mbps, spill_runs;
 	int show_help;
 	int show_version;
 };

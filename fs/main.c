@@ -30,6 +30,7 @@ static const struct fuse_opt embfs_opts[] = {
 	OPT("spill_high=%u", spill_high),
 	OPT("spill_low=%u", spill_low),
 	OPT("spill_compact_mbps=%u", spill_compact_mbps),
+	OPT("spill_runs=%u", spill_runs),
 	OPT("-h", show_help),
 	OPT("--help", show_help),
 	OPT("-V", show_version),
@@ -68,7 +69,8 @@ static void usage(const char *prog)
 	       "    -o spill_qd=N          io_uring queue depth of one read's device reads (32)\n"
 	       "    -o spill_high=PCT      share of the pool row versions may take (30)\n"
 	       "    -o spill_low=PCT       the mover spills until they take this share (25)\n"
-	       "    -o spill_compact_mbps=N  compaction I/O budget in MB/s (64)\n\n",
+	       "    -o spill_compact_mbps=N  compaction I/O budget in MB/s (64)\n"
+	       "    -o spill_runs=1        sorted runs on the device, ~2 B of pool per spilled row (experimental; 0)\n\n",
 	       prog);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
@@ -136,7 +138,8 @@ static int attach_spill(struct embfs *fs)
 	char err[512];
 	struct store_spill_conf sc = { .path = fs->conf.spill, .qd = fs->conf.spill_qd,
 				       .high = fs->conf.spill_high, .low = fs->conf.spill_low,
-				       .compact_mbps = fs->conf.spill_compact_mbps, .manual = 1 };
+				       .compact_mbps = fs->conf.spill_compact_mbps, .manual = 1,
+				       .stubs_only = fs->conf.spill_runs == 0 };
 	if (fs->conf.spill_size && (embfs_parse_size(fs->conf.spill_size, &sc.size) || !sc.size)) {
 		fprintf(stderr, "embfs: bad spill_size '%s'\n", fs->conf.spill_size);
 		return -1;

@@ -98,6 +98,19 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 		SP("writer_waits", sp.waits);
 		SP("full_events", sp.full);
 		SP("row_slabs_returned", sp.slabs_returned);
+		SP("runs", sp.runs);
+		SP("runs_dead", sp.runs_dead);
+		SP("run_levels", sp.run_levels);
+		SP("run_rows", sp.run_rows);
+		SP("run_bytes", sp.run_bytes);
+		SP("run_pool_bytes", sp.run_pool_bytes);
+		SP("run_evicted", sp.run_evicted);
+		SP("run_lookups", sp.run_reads);
+		SP("run_blocks_read", sp.run_blocks);
+		SP("bloom_false_positives", sp.bloom_fp);
+		SP("merges", sp.merges);
+		SP("merge_read_bytes", sp.merge_in_bytes);
+		SP("merge_write_bytes", sp.merge_out_bytes);
 		SP("recounting", sp.recounting);
 #undef SP
 	}

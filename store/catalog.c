@@ -173,6 +173,8 @@ static void stable_free(struct store *s, struct stable *st)
 	index_unload(st);
 	free(st->live_keys.v);
 	free(st->snap_keys.v);
+	free(st->live_keys.rg);
+	free(st->snap_keys.rg);
 	pthread_rwlock_destroy(&st->lock);
 	pthread_mutex_destroy(&st->seek_lock);
 	free(st);
@@ -324,7 +326,7 @@ int store_table_lookup(struct store *s, const char *name, uint32_t *id)
 	return st ? 0 : -ENOENT;
 }
 
-static void fill_attr(struct stable *st, struct store_attr *a)
+static void fill_attr(struct store *s, struct stable *st, struct store_attr *a)
 {
 	struct emb_table *t = st->t;
 	a->id = st->id;
@@ -336,7 +338,9 @@ static void fill_attr(struct stable *st, struct store_attr *a)
 	a->row_size = t->row_size;
 	a->dtype = t->dtype;
 	a->size = ld64(&t->size);
-	a->nrows = ld64(&t->nrows);
+	uint64_t in_runs;
+	runs_count(s, st->id, &in_runs); /* rows on the device, counted once per run holding them */
+	a->nrows = ld64(&t->nrows) + in_runs;
 	a->atime_ns = ld64(&t->atime_ns);
 	a->mtime_ns = ld64(&t->mtime_ns);
 	a->ctime_ns = ld64(&t->ctime_ns);
@@ -349,7 +353,7 @@ int store_table_getattr(struct store *s, uint32_t id, struct store_attr *a)
 	pthread_rwlock_rdlock(&s->cat_lock);
 	struct stable *st = tab_get(s, id);
 	if (st)
-		fill_attr(st, a);
+		fill_attr(s, st, a);
 	pthread_rwlock_unlock(&s->cat_lock);
 	return st ? 0 : -ENOENT;
 }
@@ -471,7 +475,10 @@ out:
  * commit_lock held. */
 int catalog_free_locked(struct store *s, struct stable *st)
 {
-	volatile int ret = index_destroy(s, st);
+	volatile int ret = runs_drop_table(s, st);
+	if (ret)
+		return ret;
+	ret = index_destroy(s, st);
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&s->meta_lock);
@@ -498,7 +505,7 @@ int store_table_next(struct store *s, uint32_t *cursor, struct store_attr *a)
 	for (uint32_t i = *cursor; i < EMB_NTABLES; i++) {
 		struct stable *st = s->tab[i];
 		if (st && !(st->t->flags & EMB_T_ORPHAN)) {
-			fill_attr(st, a);
+			fill_attr(s, st, a);
 			*cursor = i + 1;
 			pthread_rwlock_unlock(&s->cat_lock);
 			return 1;

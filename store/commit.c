@@ -25,7 +25,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "store_int.h"
+#include "spill.h"
 
 struct uop {
 	uint64_t row;
@@ -42,6 +42,7 @@ struct uop {
 	int claimed; /* pos is a claimed free slot */
 	int full;    /* an op writes the whole row: the old bytes are not needed */
 	int damaged; /* its newest version is damaged (ver.c) and the update replaces it whole */
+	int inrun;   /* not in the index, but a run on the spill device may hold it (run.c) */
 	char *old;   /* the old bytes of a spilled row that is partly rewritten */
 };
 
@@ -91,10 +92,14 @@ static void plan(struct store *s, struct uop *u)
 	if (v && u->batch < v->batch)
 		u->batch = v->batch; /* batches never go back along a chain */
 	int need = v && snapset_needed(s, v->batch, u->batch);
+	if (u->del && !v && u->inrun) {
+		u->tomb = 1; /* hides what the runs hold */
+		return;
+	}
 	if (u->del) {
 		if (!u->live) {
 			u->skip = 1; /* a hole already, for the live view */
-		} else if (need || v->prev) {
+		} else if (need || v->prev || u->inrun) {
 			u->tomb = 1;
 			u->retain = need;
 			u->prev = need ? u->old_off : v->prev;
@@ -129,7 +134,12 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 				break;
 			u[i].found = u[i].old_off != 0;
 			u[i].claimed = 0;
-			if (!u[i].found && !u[i].del) {
+			u[i].inrun = 0;
+			if (s->sp && (!u[i].found || u[i].del))
+				u[i].inrun = runs_may_hold(s, st->id, u[i].row);
+			if (u[i].found && u[i].del)
+				u[i].inrun = u[i].inrun ? 2 : 0; /* found: plan() keeps a tombstone */
+			if (!u[i].found && (!u[i].del || u[i].inrun)) {
 				ret = index_claim(s, st, c, u[i].row, &u[i].pos);
 				u[i].claimed = 1;
 			}
@@ -258,6 +268,24 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 	if ((ret = prepass(s, st, g->u, g->nu, g->c)))
 		goto out;
 	plan_all(s, g->u, g->nu, !stamped);
+	/* a partial update of a row only a run holds: its bytes from there */
+	for (size_t i = 0; i < g->nu && !ret; i++) {
+		struct uop *x = &g->u[i];
+		if (x->found || !x->inrun || x->full || x->del)
+			continue;
+		if (!(x->old = calloc(1, rs))) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		struct rq q = { .row = x->row, .dst = x->old };
+		ret = runs_lookup(s, st, &q, 1, EMB_NONE);
+		if (!ret && q.state == RQ_EIO)
+			ret = -EIO;
+		if (!ret && q.state != RQ_DATA)
+			memset(x->old, 0, rs);
+	}
+	if (ret)
+		goto out;
 	/* a partial update of a spilled row needs its bytes from the device */
 	for (size_t i = 0; i < g->nu; i++) {
 		struct uop *x = &g->u[i];
@@ -591,4 +619,48 @@ int commit_replay(struct store *s, struct emb_journal *j)
 		max64(&st->t->size, j->size_hint);
 	pm_flush(s, st->t, 128);
 	return pm_barrier(s);
+}
+
+int commit_evict_locked(struct store *s, struct stable *st, const uint64_t *rows, const uint64_t *offs,
+			const char *const *datas, const uint64_t *batches, size_t n, size_t *done)
+{
+	struct group g;
+	uint32_t rs = st->t->row_size;
+	memset(&g, 0, sizeof(g));
+	*done = 0;
+	g.rs = rs;
+	g.stamped = 1;
+	g.chunk = EMB_JOURNAL_CAP;
+	g.u = calloc(n ? n : 1, sizeof(*g.u));
+	g.opstart = calloc(n + 1, sizeof(*g.opstart));
+	int ret = g.u && g.opstart ? slab_class_for(s, rs, &g.cls) : -ENOMEM;
+	for (size_t i = 0; i < n && !ret; i++) {
+		struct uop *x = &g.u[g.nu];
+		uint64_t cur;
+		if ((ret = index_find(s, st, rows[i], &x->pos, &cur)))
+			break;
+		if (cur != offs[i])
+			continue; /* written meanwhile: the pool's version is newer */
+		struct emb_version *v = ver_get(s, cur, st->id, rows[i], rs);
+		if (!v || ver_stub(v) || v->prev || v->batch != batches[i] || ver_tomb(v) != !datas[i] ||
+		    (datas[i] && memcmp(v + 1, datas[i], rs)))
+			continue;
+		x->row = rows[i];
+		x->old_off = cur;
+		x->batch = v->batch;
+		x->found = x->del = x->full = 1;
+		x->live = !ver_tomb(v);
+		g.nu++;
+	}
+	size_t from = 0;
+	for (size_t i = 0; i < g.nu && !ret; i++) {
+		if (i + 1 - from == g.chunk || i + 1 == g.nu) {
+			ret = chunk_apply(s, st, NULL, &g, from, i + 1, 0);
+			from = i + 1;
+			if (!ret)
+				*done = from;
+		}
+	}
+	group_free(&g);
+	return ret;
 }

@@ -261,7 +261,7 @@ uint64_t compact_pick(struct store *s, int forced, double *ratio)
 	}
 	for (uint64_t k = 0; k < pm->nsegs; k++) {
 		const struct emb_sseg *g = &pm->seg[k];
-		if (g->state == EMB_SEG_FREE)
+		if (g->state == EMB_SEG_FREE || g->state == EMB_SEG_RUN)
 			continue;
 		written += g->fill;
 		live += g->live;
@@ -273,7 +273,7 @@ uint64_t compact_pick(struct store *s, int forced, double *ratio)
 			best = k;
 		}
 	}
-	uint32_t nfree = free_segs(pm);
+	uint32_t nfree = free_segs(s->sp);
 	pthread_mutex_unlock(&s->commit_lock);
 	*ratio = best_ratio;
 	if (best == EMB_NONE || forced)

@@ -230,6 +230,32 @@ void device_read(struct spill *sp, struct sreq *q, size_t n)
 	free(buf);
 }
 
+int device_read_raw(struct spill *sp, struct sreq *q, size_t n, char *buf)
+{
+	if (!n)
+		return 0;
+	struct ring *rg;
+	struct io_uring *ring = ring_get(sp, &rg);
+	int *res = calloc(n, sizeof(*res));
+	size_t sub = ring && res ? ring_reads(sp, ring, q, n, buf, res) : 0;
+	if (ring)
+		pthread_mutex_unlock(&rg->lock);
+	uint64_t total = 0;
+	int ret = 0;
+	for (size_t i = 0; i < n; i++) {
+		total += q[i].span;
+		if (i < sub && res[i] == (int)q[i].span)
+			continue;
+		/* no submission, or a short read (damaged device) */
+		if (pread(sp->fd, buf + q[i].boff, q[i].span, (off_t)q[i].blk) != (ssize_t)q[i].span)
+			ret = -EIO;
+	}
+	free(res);
+	atomic_fetch_add_explicit(&sp->read_ios, n, memory_order_relaxed);
+	atomic_fetch_add_explicit(&sp->read_bytes, total, memory_order_relaxed);
+	return ret;
+}
+
 void pin(struct spill *sp, uint64_t loc, int d)
 {
 	uint64_t k = seg_of(sp->pm, loc);
@@ -270,11 +296,13 @@ int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size
 
 /* ---- writing segments (commit_lock held) ------------------------------ */
 
-uint32_t free_segs(const struct emb_spill *pm)
+uint32_t free_segs(const struct spill *sp)
 {
 	uint32_t n = 0;
-	for (uint64_t k = 0; k < pm->nsegs; k++)
-		n += pm->seg[k].state == EMB_SEG_FREE;
+	pthread_mutex_lock((pthread_mutex_t *)&sp->mu);
+	for (uint64_t k = 0; k < sp->pm->nsegs; k++)
+		n += sp->pm->seg[k].state == EMB_SEG_FREE && !sp->seg_busy[k];
+	pthread_mutex_unlock((pthread_mutex_t *)&sp->mu);
 	return n;
 }
 
@@ -284,11 +312,13 @@ int seg_next(struct store *s, int compacting)
 {
 	struct spill *sp = s->sp;
 	struct emb_spill *pm = sp->pm;
-	if (!compacting && free_segs(pm) <= 1)
+	if (!compacting && free_segs(sp) <= 1)
 		return -ENOSPC;
 	uint64_t k;
-	for (k = 0; k < pm->nsegs && pm->seg[k].state != EMB_SEG_FREE; k++)
+	pthread_mutex_lock(&sp->mu); /* not one a run is being written into */
+	for (k = 0; k < pm->nsegs && (pm->seg[k].state != EMB_SEG_FREE || sp->seg_busy[k]); k++)
 		;
+	pthread_mutex_unlock(&sp->mu);
 	if (k == pm->nsegs)
 		return -ENOSPC;
 	if (sp->open_seg >= 0) {
@@ -377,6 +407,7 @@ void iops_tick(struct spill *sp)
 
 void spill_free(struct spill *sp)
 {
+	runs_unload(sp);
 	for (uint32_t i = 0; i < NRINGS; i++)
 		if (sp->rings[i].ok)
 			io_uring_queue_exit(&sp->rings[i].ring);
@@ -428,7 +459,7 @@ int spill_table_check(struct store *s, char *err, size_t n)
 		return store_err(err, n, -EIO, "spill segment table is damaged (geometry)");
 	for (uint64_t k = 0; k < pm->nsegs; k++) {
 		const struct emb_sseg *g = &pm->seg[k];
-		if (g->state > EMB_SEG_SEALED || g->fill > pm->seg_size || g->fill % BLK)
+		if (g->state > EMB_SEG_RUN || g->fill > pm->seg_size || g->fill % BLK)
 			return store_err(err, n, -EIO, "spill segment table is damaged (segment %llu)",
 					 (unsigned long long)k);
 	}
@@ -633,6 +664,7 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->high_bytes = cap / 100 * high;
 	sp->compact_bps = (uint64_t)(c->compact_mbps ? c->compact_mbps : 64) * 1000000ull;
 	sp->manual = c->manual;
+	sp->stubs_only = c->stubs_only;
 	sp->open_seg = -1;
 	sp->recount = s->recovered;
 	sp->pins = calloc(pm->nsegs, sizeof(*sp->pins));
@@ -697,6 +729,14 @@ int device_attach(struct store *s, const struct store_spill_conf *c, char *err, 
 	pthread_mutex_unlock(&s->space_lock);
 	sp->start_bytes = s->row_cap - s->row_cap / 16;
 	s->sp = sp;
+	if ((ret = runs_load(s, err, n))) {
+		s->sp = NULL;
+		pthread_mutex_lock(&s->space_lock);
+		s->row_cap = 0;
+		pthread_mutex_unlock(&s->space_lock);
+		spill_free(sp);
+		return ret;
+	}
 	return 0;
 }
 
@@ -746,7 +786,7 @@ void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
 		st->segs_free += g->state == EMB_SEG_FREE;
 		st->segs_open += g->state == EMB_SEG_OPEN;
 		st->segs_sealed += g->state == EMB_SEG_SEALED;
-		if (g->state != EMB_SEG_FREE) {
+		if (g->state == EMB_SEG_OPEN || g->state == EMB_SEG_SEALED) {
 			st->footprint += g->fill;
 			st->live_bytes += g->live;
 			st->live_versions += g->nlive;
@@ -770,6 +810,7 @@ void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
 	st->waits = atomic_load(&sp->waits);
 	st->full = atomic_load(&sp->full);
 	st->slabs_returned = atomic_load(&sp->shrinks);
+	runs_stats(s, st);
 }
 
 int store_spill_seg_get(struct store *s, uint64_t k, struct store_spill_seg *g)

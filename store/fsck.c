@@ -115,6 +115,8 @@ int store_fsck(struct store *s, struct store_fsck *r)
 	}
 	for (uint64_t k = 0; !ret && w.pm && k < w.pm->nsegs; k++)
 		r->seg_live_off += w.pm->seg[k].live != w.live[k];
+	if (!ret)
+		ret = runs_fsck(s, &r->runs, &r->bad_runs);
 	pthread_mutex_unlock(&s->commit_lock);
 	free(w.live);
 	free(w.stubs.v);

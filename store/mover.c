@@ -142,8 +142,11 @@ static void gather_row(struct store *s, struct stable *st, struct chunk *k, uint
 	int cr = chain_start(s, st, row, head, &c);
 	for (int i = 0; !cr && c.v && !k->full; i++) {
 		struct emb_version *x = c.v;
+		/* a newest version goes behind a stub only when older ones keep
+		 * it from a run (run.c evicts single versions) */
 		int take = !ver_stub(x) && !ver_tomb(x) &&
-			   (i > 0 || all || !heat_test_clear(s->sp, st->id, row));
+			   (i > 0 || all ||
+			    ((x->prev || s->sp->stubs_only) && !heat_test_clear(s->sp, st->id, row)));
 		int link = newer;
 		newer = -1;
 		if (take && !chunk_put(s, st, k, c.off, c.pred, link))
@@ -318,6 +321,46 @@ static int64_t spill_pass(struct store *s, int all, uint64_t target)
 	return ret ? ret : moved;
 }
 
+/* Evict cold single-version rows into sorted runs (run.c) until row
+ * versions take target bytes (all: every such row).  Rows evicted or
+ * -errno.  Mover only (round_lock). */
+static int64_t evict_pass(struct store *s, int all, uint64_t target)
+{
+	struct spill *sp = s->sp;
+	int64_t moved = 0;
+	uint32_t wraps = 0;
+	if (all) {
+		sp->ev_table = 0;
+		sp->ev_di = 0;
+	}
+	uint32_t start_table = sp->ev_table;
+	for (;;) {
+		uint64_t used = row_usage(s);
+		if (!all && used <= target)
+			break;
+		struct stable *st = tab_get(s, sp->ev_table);
+		int64_t n = 0;
+		size_t ndir = 0;
+		if (st && !(st->t->flags & EMB_T_ZOMBIE)) {
+			n = evict_table(s, st, &sp->ev_di, all ? UINT64_MAX / 2 : used - target, all);
+			if (n < 0 && n != -ENOENT)
+				return moved ? moved : n;
+			if (n > 0)
+				moved += n;
+			pthread_rwlock_rdlock(&st->lock);
+			ndir = st->segs ? (size_t)1 << st->gd : 0;
+			pthread_rwlock_unlock(&st->lock);
+		}
+		if (!st || n <= 0 || sp->ev_di >= ndir) {
+			sp->ev_di = 0;
+			sp->ev_table = (sp->ev_table + 1) % EMB_NTABLES;
+			if (sp->ev_table == start_table && ++wraps >= (all ? 1u : 2u))
+				break; /* two sweeps: every reference bit had its second chance */
+		}
+	}
+	return moved;
+}
+
 static int promote(struct store *s)
 {
 	struct spill *sp = s->sp;
@@ -385,7 +428,16 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 	}
 	if ((what & STORE_SPILL_MOVE) || row_usage(s) > sp->start_bytes) {
 		uint64_t target = pass_target(s, need);
-		moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
+		int all = !!(what & STORE_SPILL_ALL);
+		int64_t ev = sp->stubs_only ? 0 : evict_pass(s, all, target);
+		moved = ev;
+		if (ev >= 0 && (all || row_usage(s) > target)) {
+			moved = spill_pass(s, all, target);
+			if (moved >= 0)
+				moved += ev;
+			else if (ev > 0 && moved != -ENOSPC)
+				moved = ev;
+		}
 		/* the device is full: compact, most stale segment first, for as
 		 * long as each one gives back at least an eighth of a segment */
 		for (uint64_t i = 0; moved == -ENOSPC && i < sp->pm->nsegs; i++) {
@@ -409,6 +461,14 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 	}
 	if (what & STORE_SPILL_PROMOTE || !sp->manual)
 		promote(s);
+	/* runs: merge what a table has too many of (one merge only while a
+	 * writer waits for room: it waits for this round), free what merges
+	 * replaced */
+	for (int i = 0; i < (need ? 1 : 4) && merge_some(s) > 0; i++)
+		;
+	pthread_mutex_lock(&s->commit_lock);
+	runs_reap_locked(s);
+	pthread_mutex_unlock(&s->commit_lock);
 	double ratio;
 	uint64_t k = compact_pick(s, !!(what & STORE_SPILL_COMPACT), &ratio);
 	if (k != EMB_NONE) {

@@ -61,16 +61,27 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 	uint32_t rs = st->t->row_size;
 	struct spill *sp = s->sp;
 	struct sreq one, *q = NULL;
-	size_t nq = 0;
+	struct rq rone, *rq = NULL;
+	size_t nq = 0, nrq = 0;
 	int ret = 0;
+	int runs = sp && runs_count(s, st->id, NULL) > 0;
 
 	pthread_rwlock_rdlock(&st->lock);
 	for (size_t i = 0; i < n; i++) {
 		char *dst = buf ? buf + i * rs : NULL;
 		struct emb_version *v;
-		ret = chain_visible(s, st, rows[i], b, &v);
+		int decided;
+		ret = chain_find(s, st, rows[i], b, &v, &decided);
 		if (ret)
 			break; /* damaged: EIO (counted) */
+		if (!decided && runs) { /* the runs say (below) */
+			if (!rq && !(rq = n == 1 ? &rone : malloc(n * sizeof(*rq)))) {
+				ret = -ENOMEM;
+				break;
+			}
+			rq[nrq++] = (struct rq){ .row = rows[i], .dst = dst, .batch = i };
+			continue;
+		}
 		if (stored)
 			stored[i] = v != NULL;
 		if (vbatch)
@@ -119,6 +130,36 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 	}
 	if (q != &one)
 		free(q);
+	if (nrq && !ret) {
+		/* .batch carried the request index until now */
+		size_t *idx = nrq == 1 ? NULL : malloc(nrq * sizeof(*idx));
+		size_t i1 = rq[0].batch;
+		if (nrq > 1 && !idx)
+			ret = -ENOMEM;
+		for (size_t k = 0; idx && k < nrq; k++)
+			idx[k] = rq[k].batch;
+		for (size_t k = 0; !ret && k < nrq; k++)
+			rq[k].batch = 0;
+		if (!ret)
+			ret = runs_lookup(s, st, rq, nrq, b);
+		for (size_t k = 0; !ret && k < nrq; k++) {
+			size_t i = idx ? idx[k] : i1;
+			if (rq[k].state == RQ_EIO) {
+				ret = -EIO;
+				break;
+			}
+			int data = rq[k].state == RQ_DATA;
+			if (!data && rq[k].dst)
+				memset(rq[k].dst, 0, rs);
+			if (stored)
+				stored[i] = data;
+			if (vbatch)
+				vbatch[i] = data ? rq[k].batch : 0;
+		}
+		free(idx);
+	}
+	if (rq != &rone)
+		free(rq);
 	atomic_fetch_add_explicit(&s->n_rows_read, n, memory_order_relaxed);
 	return ret;
 }

@@ -153,7 +153,8 @@ static void reclaim_keep(struct reclaim *rc, const uint64_t *vs, size_t k, int *
 	struct emb_version *v0 = S_PTR(s, vs[0]);
 	size_t h0 = snapset_holders(rc->refb, rc->nref, v0->batch, UINT64_MAX, &only);
 	if (rc->live)
-		keep[0] = !ver_tomb(v0) || older_kept; /* a tombstone hides older versions */
+		/* a tombstone hides older versions, and what a run holds */
+		keep[0] = !ver_tomb(v0) || older_kept || runs_may_hold(s, rc->st->id, v0->row);
 	else
 		keep[0] = h0 > 0;
 	if (!rc->live && h0 == 1 && rc->count) {
@@ -312,7 +313,10 @@ int snap_reclaim_all(struct store *s)
 		if (!st)
 			continue;
 		ret = reclaim_table(s, st, 1);
-		if (ret == 0 && (st->t->flags & EMB_T_ZOMBIE))
+		/* runs are not reclaimed row by row: a zombie with runs goes
+		 * once no snapshot holds it */
+		if (ret == 0 && (st->t->flags & EMB_T_ZOMBIE) &&
+		    (!runs_count(s, st->id, NULL) || !snapset_refs(s, st)))
 			ret = catalog_free_locked(s, st);
 	}
 	return ret < 0 ? ret : 0;

@@ -29,6 +29,33 @@ static int collect_row(void *arg, uint64_t key, uint64_t val)
 	return v ? u64vec_push(&c->keys, key) : 0;
 }
 
+static int range_cmp(const void *a, const void *b)
+{
+	return u64_cmp(a, b);
+}
+
+/* Sort [lo, hi) pairs by lo. */
+static void range_sort(uint64_t *v, size_t n)
+{
+	if (n)
+		qsort(v, n, 2 * sizeof(*v), range_cmp);
+}
+
+/* The first row >= from inside a range of k (EMB_NONE: none). */
+static uint64_t range_next(const struct seek_keys *k, uint64_t from)
+{
+	uint64_t best = EMB_NONE;
+	for (size_t i = 0; i < k->nrg; i++) {
+		uint64_t lo = k->rg[2 * i], hi = k->rg[2 * i + 1];
+		if (hi > from) {
+			uint64_t c = lo > from ? lo : from;
+			if (c < best)
+				best = c;
+		}
+	}
+	return best;
+}
+
 /* The sorted keys of (st, batch) into cache k, rebuilt when its tag changed.
  * seek_lock held. */
 static int keys_get(struct store *s, struct stable *st, uint64_t batch, uint64_t tag, struct seek_keys *k)
@@ -44,9 +71,19 @@ static int keys_get(struct store *s, struct stable *st, uint64_t batch, uint64_t
 		return ret;
 	}
 	u64_sort(c.keys.v, c.keys.n);
+	struct u64vec rg = { 0 };
+	if ((ret = runs_ranges(s, st->id, &rg))) {
+		free(c.keys.v);
+		free(rg.v);
+		return ret;
+	}
+	range_sort(rg.v, rg.n / 2);
 	free(k->v);
+	free(k->rg);
 	k->v = c.keys.v;
 	k->n = c.keys.n;
+	k->rg = rg.v;
+	k->nrg = rg.n / 2;
 	k->tag = tag;
 	if (!k->v) /* no rows: still a valid (empty) cache */
 		k->v = malloc(1);
@@ -89,8 +126,11 @@ int store_row_next(struct store *s, const struct store_view *v, uint64_t from, u
 	if (ret)
 		return ret;
 	size_t i = u64_lower_bound(k->v, k->n, from);
-	if (i < k->n) {
-		*found = k->v[i];
+	uint64_t r = range_next(k, from);
+	if (i < k->n && k->v[i] < r)
+		r = k->v[i];
+	if (r != EMB_NONE) {
+		*found = r;
 		ret = 1;
 	}
 	pthread_mutex_unlock(&st->seek_lock);
@@ -106,9 +146,20 @@ int store_row_hole(struct store *s, const struct store_view *v, uint64_t from, u
 		return ret;
 	size_t i = u64_lower_bound(k->v, k->n, from);
 	uint64_t r = from;
-	while (i < k->n && k->v[i] == r) {
-		i++;
-		r++;
+	for (int moved = 1; moved;) {
+		moved = 0;
+		while (i < k->n && k->v[i] == r) {
+			i++;
+			r++;
+			moved = 1;
+		}
+		for (size_t j = 0; j < k->nrg; j++)
+			if (k->rg[2 * j] <= r && r < k->rg[2 * j + 1]) {
+				r = k->rg[2 * j + 1];
+				moved = 1;
+			}
+		while (i < k->n && k->v[i] < r)
+			i++;
 	}
 	*hole = r;
 	pthread_mutex_unlock(&st->seek_lock);

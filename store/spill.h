@@ -39,6 +39,19 @@ struct pq_ent {
 	uint64_t row;
 };
 
+/* A sorted run (run.c): its header in the pool and what reads need. */
+struct srun {
+	struct emb_run *r;
+	uint64_t off;
+	uint32_t *seg;
+	uint64_t *fence;
+	uint64_t *bloom;
+	uint32_t per_blk;        /* records per block */
+	uint64_t bps;            /* blocks per segment */
+	_Atomic int refs;        /* 1 for its list, +1 per reader */
+	struct srun *next;       /* the next older run of its table, or the next dead one (run_lock) */
+};
+
 struct spill {
 	/* device.c: set at attach, then read-only */
 	int fd;
@@ -49,6 +62,7 @@ struct spill {
 	uint64_t low_bytes, high_bytes, start_bytes;
 	uint64_t compact_bps;
 	int manual;
+	int stubs_only;           /* conf: no runs (run.c) */
 	struct ring rings[NRINGS];
 	_Atomic uint32_t ring_rr;
 	_Atomic uint32_t *pins;   /* readers inside each segment (device.c, atomic) */
@@ -65,6 +79,8 @@ struct spill {
 	char *rbuf;               /* one segment, aligned (compaction) */
 	uint32_t cur_table;
 	size_t cur_di;
+	uint32_t ev_table;        /* run.c's eviction cursor (the mover's, round_lock) */
+	size_t ev_di;
 	int recount;              /* live counts are hints from before a crash */
 
 	/* thread */
@@ -84,6 +100,32 @@ struct spill {
 	_Atomic uint64_t compacted_segs, compact_moved, compact_bytes, compact_done, compact_total;
 	_Atomic uint64_t csum_errors, waits, full, shrinks;
 	uint64_t iops_last, iops_t;
+
+	/* run.c: the sorted runs.  Lists by table slot, newest first, and the
+	 * dead ones waiting for their readers: protected by run_lock (a leaf),
+	 * changed with commit_lock held too.  seg_busy: segments a run is
+	 * being written into (sp->mu). */
+	pthread_rwlock_t run_lock;
+	struct srun **runs;
+	struct srun *dead;
+	struct emb_rundir *rd;
+	uint8_t *seg_busy;
+	_Atomic uint64_t run_next_id;
+	/* the rows of the eviction between its gather and its commit (sorted),
+	 * of table ev_id: deletes and truncation treat them as in a run */
+	uint64_t *ev_rows;
+	size_t ev_n;
+	uint32_t ev_id;
+	_Atomic uint64_t run_evicted, run_reads, run_blocks, bloom_fp, merges, merge_in_bytes, merge_out_bytes;
+};
+
+/* A row looked up in the runs (run.c runs_lookup). */
+enum { RQ_PENDING, RQ_DATA, RQ_HOLE, RQ_EIO };
+struct rq {
+	uint64_t row;
+	char *dst;           /* row bytes go here (NULL: a probe) */
+	uint64_t batch;      /* of the version found */
+	int state;
 };
 
 /* A device read of one record (device.c). */
@@ -130,13 +172,32 @@ void seg_live_add(struct store *s, uint64_t loc, uint32_t rsz, int sign);
 void device_read(struct spill *sp, struct sreq *q, size_t n);
 /* A reader enters (d = 1) or leaves (-1) the segment of loc. */
 void pin(struct spill *sp, uint64_t loc, int d);
-uint32_t free_segs(const struct emb_spill *pm);
+uint32_t free_segs(const struct spill *sp);
 int seg_next(struct store *s, int compacting);
 int seg_room(struct store *s, uint64_t need);
 int seg_write(struct store *s, uint64_t len, uint64_t *at);
 uint64_t place(uint64_t pos, uint32_t rsz);
 void put_rec(char *at, uint32_t table, uint64_t row, uint64_t batch, const void *data, uint32_t len);
 void iops_tick(struct spill *sp);
+
+/* Read extents q[i] (blk = device offset, span = bytes, boff = offset in
+ * buf; all BLK-aligned) in one io_uring submission: 0 or -EIO. */
+int device_read_raw(struct spill *sp, struct sreq *q, size_t n, char *buf);
+/* Take a free segment nobody writes (sp->mu): its index, or EMB_NONE. */
+
+/* run.c */
+int runs_load(struct store *s, char *err, size_t n);
+void runs_unload(struct spill *sp);
+/* Rows of q[0..n) still pending, as batch b sees them in st's runs. */
+int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint64_t b);
+/* Evict cold single-version rows of st, from index position *di, about
+ * budget bytes of slots: rows evicted or -errno.  Takes commit_lock. */
+int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t budget, int all);
+int merge_some(struct store *s);
+int runs_retire_locked(struct store *s, struct srun **v, size_t n);
+int runs_reap_locked(struct store *s);
+uint64_t run_arr_csum(const struct emb_run *r);
+void runs_stats(struct store *s, struct store_spill_stats *st);
 
 /* heat.c */
 void heat_ref(struct spill *sp, uint32_t table, uint64_t row);

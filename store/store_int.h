@@ -86,6 +86,8 @@ struct sclass {
 struct seek_keys {
 	uint64_t *v;
 	size_t n;
+	uint64_t *rg;          /* [lo, hi) pairs of rows the runs may hold (taken as data) */
+	size_t nrg;            /* pairs */
 	uint64_t tag;          /* the live view's st->mod, or the snapshot's generation */
 };
 
@@ -507,6 +509,10 @@ int chain_step(struct chain *c);
 /* The version of row that batch b sees (EMB_NONE: the newest) into *out,
  * NULL for a hole or a tombstone: 0 or -EIO.  st->lock held, or commit_lock. */
 int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out);
+/* chain_visible, and *decided = 0 when the pool's chain has no version for
+ * b (no entry, or all newer): then a run may hold it (run.c). */
+int chain_find(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out,
+	       int *decided);
 /* Is off in row's chain?  1, 0 or -EIO.  commit_lock held (or at mount). */
 int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
 
@@ -524,6 +530,24 @@ void spill_note_write(struct store *s, uint32_t table, uint64_t row);
  * free some.  0 = try again (at most SPILL_MAX_WAITS times). */
 #define SPILL_MAX_WAITS 8
 int spill_wait_room(struct store *s, uint64_t need);
+
+/* run.c: sorted runs on the spill device (see there).  Does a run of table
+ * id perhaps hold row (Bloom filters)?  How many runs, and their records
+ * that are not tombstones (*live, may be NULL)? */
+int runs_may_hold(struct store *s, uint32_t id, uint64_t row);
+int runs_count(struct store *s, uint32_t id, uint64_t *live);
+/* Rows at or past `from` leave st's runs (tombstones in a new run, or whole
+ * runs go).  commit_lock held. */
+int runs_trim(struct store *s, struct stable *st, uint64_t from);
+/* st's runs go (its table is freed).  commit_lock held. */
+int runs_drop_table(struct store *s, struct stable *st);
+/* Does the newest version of row in st's runs hold bytes (not a tombstone)? */
+int runs_row_stored(struct store *s, struct stable *st, uint64_t row);
+/* Ranges [lo, hi) of rows the runs of id may hold, as pairs, in lohi. */
+int runs_ranges(struct store *s, uint32_t id, struct u64vec *lohi);
+/* Check every run: header, arrays, segments, and every block read back
+ * (checksums, rows in order, counts): *n runs, *bad wrong.  commit_lock held. */
+int runs_fsck(struct store *s, uint64_t *n, uint64_t *bad);
 
 /* ---- read.c: the one read path ------------------------------------------ */
 /* Rows as batch b sees them (EMB_NONE: the newest) into buf (NULL: a probe,
@@ -547,6 +571,11 @@ int snap_reclaim_all(struct store *s);
 int commit_locked(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
 		  uint64_t size_hint, int promised);
 int commit_replay(struct store *s, struct emb_journal *j);
+/* Delete rows[i] from the index if it still points at offs[i], a single
+ * version of batches[i] whose bytes equal datas[i] (NULL: a tombstone):
+ * they were written to a run.  *done: rows deleted.  commit_lock held. */
+int commit_evict_locked(struct store *s, struct stable *st, const uint64_t *rows, const uint64_t *offs,
+			const char *const *datas, const uint64_t *batches, size_t n, size_t *done);
 
 /* ---- snap.c: snapshot records -------------------------------------------- */
 /* At open: the records, the generation counter; pending records (lost in a

@@ -37,6 +37,8 @@ int trim_locked(struct store *s, struct stable *st)
 	ret = index_get(s, st, lim / rs, &last);
 	if (ret)
 		return ret;
+	if (lim % rs && !last && runs_may_hold(s, st->id, lim / rs))
+		last = runs_row_stored(s, st, lim / rs); /* only a run holds it */
 	if (lim % rs && last) {
 		static const char zeros[EMB_ROW_MAX];
 		struct store_rowop op = { lim / rs, (uint32_t)(lim % rs), (uint32_t)(rs - lim % rs), zeros, 0 };
@@ -45,7 +47,9 @@ int trim_locked(struct store *s, struct stable *st)
 			return ret;
 	}
 	struct collect c = { (lim + rs - 1) / rs, { 0 } };
-	ret = index_walk(s, st, collect_from, &c);
+	ret = runs_trim(s, st, c.from);
+	if (!ret)
+		ret = index_walk(s, st, collect_from, &c);
 	/* in groups of TRIM_GROUP rows: a group is planned whole in DRAM, and a
 	 * trim interrupted by an error or a crash starts again from trim_from */
 	enum { TRIM_GROUP = 65536 };
@@ -84,7 +88,7 @@ int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_
 		goto out;
 	}
 	struct emb_table *t = st->t;
-	if (t->nrows || snapset_refs(s, st)) {
+	if (t->nrows || snapset_refs(s, st) || runs_count(s, id, NULL)) {
 		ret = -EBUSY;
 		goto out;
 	}

@@ -99,7 +99,8 @@ int chain_step(struct chain *c)
 	return c->v ? 0 : -EIO;
 }
 
-int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out)
+int chain_find(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out,
+	       int *decided)
 {
 	uint64_t head;
 	struct chain c;
@@ -109,7 +110,14 @@ int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, 
 	while (!ret && c.v && b != EMB_NONE && c.v->batch > b)
 		ret = chain_step(&c);
 	*out = !ret && c.v && !ver_tomb(c.v) ? c.v : NULL;
+	*decided = !ret && c.v;
 	return ret;
+}
+
+int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out)
+{
+	int decided;
+	return chain_find(s, st, row, b, out, &decided);
 }
 
 int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off)

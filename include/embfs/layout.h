@@ -319,6 +319,7 @@ struct emb_snaps {
 #define EMB_SEG_FREE 0u
 #define EMB_SEG_OPEN 1u
 #define EMB_SEG_SEALED 2u
+#define EMB_SEG_RUN 3u     /* holds blocks of a sorted run (store/run.c) */
 struct emb_spill_disk {
 	char magic[8];
 	uint32_t version;
@@ -343,8 +344,58 @@ struct emb_spill {
 	uint64_t size, seg_size, nsegs;
 	uint64_t seq;
 	uint64_t csum;         /* XXH64 of magic .. nsegs (fixed at format) */
-	uint64_t reserved[2];
+	uint64_t runs_off;     /* emb_rundir of the sorted runs, 0 = none yet */
+	uint64_t reserved;
 	struct emb_sseg seg[];
+};
+
+/*
+ * Sorted runs (store/run.c).  Rows of one table written out whole, in row-id
+ * order, into blocks of blk_size bytes (4 KiB, or a multiple for big rows)
+ * on the segments seg[] (seg_size / blk_size blocks each, in order).  A block
+ * starts with emb_rblk and holds records (row, batch | EMB_RREC_TOMB, the
+ * row's bytes), sorted by row, a row's versions newest first; a row's
+ * versions share a block unless they fill one.  The pool keeps per run only
+ * this header, the segment list, the first row id of each block (fences)
+ * and a Bloom filter of its row ids.  Immutable once written.
+ */
+#define EMB_RUN_MAGIC 0x4e5552424d45ull /* "EMBRUN" */
+#define EMB_RBLK_MAGIC 0x4b4c4252u      /* "RBLK" */
+#define EMB_RREC_TOMB (1ull << 63)
+struct emb_run {
+	uint64_t magic;
+	uint32_t table;        /* catalog slot */
+	uint32_t rec_size;     /* 16 + row_size */
+	uint64_t table_gen;
+	uint64_t seq;          /* order among the table's runs: larger = newer */
+	uint64_t id;           /* unique; its low 32 bits are in each block */
+	uint64_t nrecs, nlive; /* records; those that are not tombstones */
+	uint64_t nblocks;
+	uint32_t blk_size;
+	uint32_t nsegs;
+	uint64_t min_row, max_row;
+	uint32_t level;        /* merges it went through */
+	uint32_t bloom_k;
+	uint64_t bloom_bits;
+	uint64_t csum;         /* XXH64 of the header (csum = 0) */
+	uint64_t arr_csum;     /* XXH64 of the arrays that follow */
+	/* uint32_t seg[nsegs] (padded to 8 bytes), uint64_t fence[nblocks],
+	 * uint64_t bloom[(bloom_bits + 63) / 64] */
+	uint64_t data[];
+};
+struct emb_rblk {
+	uint32_t magic;
+	uint32_t nrec;
+	uint32_t run_id;       /* low 32 bits of the run's id */
+	uint32_t csum;         /* low 32 bits of XXH3 of the block with csum = 0 */
+};
+#define EMB_RUNDIR_MAGIC 0x524944524d45ull /* "EMRDIR" */
+#define EMB_RUNDIR_CAP 2048u
+struct emb_rundir {
+	uint64_t magic;
+	uint64_t next_id;
+	uint64_t run[EMB_RUNDIR_CAP];  /* live runs (offsets), 0 = free */
+	uint64_t dead[EMB_RUNDIR_CAP]; /* runs replaced or dropped, freed once no reader has them */
 };
 #define EMB_SREC_MAGIC 0x52424d45u /* "EMBR" */
 struct emb_srec {
@@ -358,6 +409,8 @@ struct emb_srec {
 
 _Static_assert(sizeof(struct emb_stub) == EMB_STUB_SLOT, "stub");
 _Static_assert(sizeof(struct emb_srec) == 32, "spill record header");
+_Static_assert(sizeof(struct emb_run) == 120, "run header");
+_Static_assert(sizeof(struct emb_rblk) == 16, "run block header");
 _Static_assert(sizeof(struct emb_spill) == 80, "spill table header");
 _Static_assert(sizeof(struct emb_sseg) == 32, "segment entry");
 _Static_assert(sizeof(struct emb_spill_disk) <= EMB_SPILL_HDR, "spill header");

@@ -267,6 +267,8 @@ struct store_spill_conf {
 	uint32_t high, low;    /* percent of the pool for row versions (0: 30 and 25) */
 	uint32_t compact_mbps; /* compaction I/O budget in MB/s (0: 64) */
 	int manual;            /* no mover thread: store_spill_run() does its work (tests) */
+	int stubs_only;        /* no sorted runs: every spilled version keeps a stub and its
+				* index entry in the pool (the tier before runs; tests, benches) */
 };
 /* Attach the spill device named by c->path and start the mover.  A pool that
  * keeps rows on a spill device refuses c->path == NULL, a missing device or
@@ -297,6 +299,10 @@ struct store_spill_stats {
 	uint64_t compacted_segs, compact_moved, compact_bytes, compact_seg_done, compact_seg_total;
 	uint64_t csum_errors, waits, full;
 	uint64_t slabs_returned;   /* row slabs given back to the heap for stubs and index */
+	/* sorted runs (store/run.c) */
+	uint64_t runs, runs_dead, run_levels, run_rows, run_bytes, run_pool_bytes;
+	uint64_t run_evicted, run_reads, run_blocks, bloom_fp;
+	uint64_t merges, merge_in_bytes, merge_out_bytes;
 };
 void store_spill_stats_get(struct store *s, struct store_spill_stats *st);
 
@@ -318,6 +324,7 @@ struct store_fsck {
 	uint64_t rows, bad_versions, double_refs, leaked_slots, bad_counts;
 	uint64_t stubs, bad_stubs;  /* spilled versions; ones pointing outside written segments */
 	uint64_t seg_live_off;      /* segments whose live count disagrees with the stubs */
+	uint64_t runs, bad_runs;    /* sorted runs; those whose header, arrays, segments or blocks are wrong */
 };
 int store_fsck(struct store *s, struct store_fsck *r);
 

@@ -137,6 +137,7 @@ CAP_CHUNK=${CAP_CHUNK:-64K}             # bytes per timed pwrite of the fill
 CAP_SECS=${CAP_SECS:-4}                 # per gather run
 CAP_HIGH=${CAP_HIGH:-}                  # spill_high / spill_low; empty: the daemon's defaults
 CAP_LOW=${CAP_LOW:-}
+CAP_OPTS=${CAP_OPTS:-}                  # more mount options, e.g. spill_runs=1 (sorted runs)
 
 # /dev/shm stands in for PMem.  PMEM_IS_PMEM_FORCE=1 makes libpmemobj treat
 # the pool as PMem and persist with cache-line flushes instead of msync, as
@@ -1185,6 +1186,7 @@ cap_mount() {
 	cm_o="cache_size=$CAP_CACHE,spill=$SW,spill_size=$CAP_SPILL_SIZE"
 	[ -n "$CAP_HIGH" ] && cm_o="$cm_o,spill_high=$CAP_HIGH"
 	[ -n "$CAP_LOW" ] && cm_o="$cm_o,spill_low=$CAP_LOW"
+	[ -n "$CAP_OPTS" ] && cm_o="$cm_o,$CAP_OPTS"
 	mount_pool "$W/cappool" "$CMNT" "$cm_o" 1
 	CPID=$DPID
 }

@@ -44,6 +44,11 @@ M="$T/m"
 POOL="$T/pool"
 
 # sf FIELD...: "field=value ..." from the stats of $M
+# rows on the device: behind stubs (spill.versions) and in sorted runs
+on_device() { echo $(($(stat_field "$1" spill.versions) + $(stat_field "$1" spill.run_rows))); }
+# versions moved to the device: to stubs and evicted into runs
+moved() { echo $(($(stat_field "$1" spill.moved) + $(stat_field "$1" spill.run_evicted))); }
+
 sf() {
 	for f in "$@"; do printf '%s=%s ' "${f#spill.}" "$(stat_field "$M" "$f")"; done
 }
@@ -100,10 +105,10 @@ topup() {
 		fail "writing $MB MiB to a.emb ($name)"
 	rm -f "$T/fill"
 	rows=$(stat_field "$M" rows)
-	sv=$(stat_field "$M" spill.versions)
+	sv=$(on_device "$M")
 	[ "$((2 * ${sv:-0}))" -gt "$rows" ] ||
 		fail "$name: after writing $MB MiB only ${sv:-none} of $rows rows are spilled"
-	say "$name: $MB MiB written: rows=$rows $(sf pmem.versions spill.versions)"
+	say "$name: $MB MiB written: rows=$rows $(sf pmem.versions spill.versions spill.run_rows spill.runs)"
 }
 
 # fsx_rounds NAME SEEDS...: per seed a top-up, then fsx -K on the table (its
@@ -147,7 +152,7 @@ unmount_pool "$M"
 # spilling MOVED FILE: versions were spilled since spill.moved was MOVED and
 # FILE is past 20 MiB, or its writer ($WPID) has exited
 spilling() {
-	[ "$(stat_field "$M" spill.moved)" -gt "$1" ] && [ "$(stat -c %s "$2")" -ge $((20 << 20)) ] || gone $WPID
+	[ "$(moved "$M")" -gt "$1" ] && [ "$(stat -c %s "$2")" -ge $((20 << 20)) ] || gone $WPID
 }
 
 # crash_round NAME TABLE [embfs args...]: 16 MiB written and fsync'ed, then a
@@ -158,13 +163,13 @@ crash_round() {
 	mount_pool "$POOL" "$M" -o spill="$SP" "$@" $OPTS
 	rand_bytes 32M >"$T/$tab.src"
 	dd if="$T/$tab.src" of="$M/$tab" bs=1M count=16 conv=fsync status=none || fail "$name: writing $tab"
-	moved=$(stat_field "$M" spill.moved)
+	moved=$(moved "$M")
 	dd if="$T/$tab.src" of="$M/$tab" bs=256K skip=64 seek=64 conv=notrunc status=none 2>/dev/null &
 	WPID=$!
 	wait_until 20 spilling "$moved" "$M/$tab"
 	running=no; kill -0 $WPID 2>/dev/null && running=yes
 	size=$(stat -c %s "$M/$tab")
-	nowmoved=$(stat_field "$M" spill.moved)
+	nowmoved=$(moved "$M")
 	crash_daemon "$M"
 	wait $WPID
 	WPID=""
@@ -239,7 +244,7 @@ mount_pool "$P5" "$M" -o spill="$S5",spill_size=64M,cache_size=0 $OPTS
 rand_bytes 24M >"$T/e.src"
 dd if="$T/e.src" of="$M/e.emb" bs=1M conv=fsync status=none || fail "writing e.emb"
 say "24 MiB written with cache_size=0: $(sf spill.versions)"
-[ "$(stat_field "$M" spill.versions)" -gt 1000 ] || fail "too few rows spilled"
+[ "$(on_device "$M")" -gt 1000 ] || fail "too few rows spilled"
 F5=$(stat_field "$M" spill.path)
 unmount_pool "$M"
 # a row with exactly one record, whose bytes are that row's, between two

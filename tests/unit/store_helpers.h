@@ -19,7 +19,8 @@ static inline void fsck_clean(struct store *s)
 	struct store_fsck f;
 	OK(store_fsck(s, &f));
 	if (f.bad_versions || f.double_refs || f.leaked_slots || f.bad_counts || f.bad_stubs ||
-	    f.seg_live_off) {
+	    f.seg_live_off || f.bad_runs) {
+		fprintf(stderr, "fsck: runs %llu bad %llu\n", (unsigned long long)f.runs, (unsigned long long)f.bad_runs);
 		fprintf(stderr, "fsck: rows %llu bad %llu double %llu leaked %llu counts %llu stubs %llu bad %llu live-off %llu\n",
 			(unsigned long long)f.rows, (unsigned long long)f.bad_versions,
 			(unsigned long long)f.double_refs, (unsigned long long)f.leaked_slots,

@@ -1,0 +1,1616 @@
+/*
+ * Sorted runs: how the spill tier keeps rows a table has no room for in the
+ * pool at a few bits of pool each.
+ *
+ * Placement.  The mover evicts cold rows whose pool chain is one version
+ * (the common case: no snapshot holds an older one) by writing them, sorted
+ * by row id, into a new run on the device (blocks of emb_run.blk_size bytes
+ * in whole segments) and then deleting their index entries with a commit
+ * (so the pool's index holds only rows whose newest version is in the pool).
+ * The pool keeps per run its header, segment list, the first row id of each
+ * block (fences: 8 bytes per 4 KiB block) and a Bloom filter of 12 bits per
+ * record: about 2 bytes of pool per spilled row of 256 bytes.  Older
+ * versions that snapshots hold stay in their chains, behind stubs
+ * (device.c); a row's chain with more than one version is not evicted.
+ *
+ * Lookups.  A read the pool's chain does not decide (no entry, or every
+ * version newer than the view's batch) consults the table's runs newest
+ * first: range, Bloom filter, fence search, one block (or the few blocks of
+ * a row with many versions); the first version with batch <= the view's
+ * batch decides, a tombstone is a hole.  A request's rows are resolved run
+ * by run; the blocks they need are read once each, adjacent blocks in one
+ * read (store reads of many rows, `cat`, a snapshot copy, gathers whose ids
+ * share blocks).  Deleting a row a run may hold writes a tombstone into the
+ * pool (commit.c), which the mover evicts like any row.
+ *
+ * Merges.  Evicted runs start at level 0; when a table has MERGE_FANOUT runs
+ * of one level next to each other, the mover merges them into one run of the
+ * next level, keeping of each row the newest version and the newest one each
+ * live snapshot sees, and dropping tombstones a merge that reaches the
+ * table's oldest run no longer needs.  So a table has at most
+ * (MERGE_FANOUT - 1) runs per level and a row costs a lookup about one
+ * device read.  Merges read and write the device without commit_lock.
+ *
+ * Crash safety.  A run's blocks are written and fdatasync'ed into segments
+ * that are still FREE in the pool; one transaction then creates the run's
+ * header, marks its segments EMB_SEG_RUN and lists it in the run directory
+ * (and, for a merge, moves its inputs to the directory's dead list); only
+ * after that does the eviction commit delete index entries (a crash before
+ * it leaves a row both in the pool and in a run: the pool's copy wins).  A
+ * dead run is freed (segments FREE, header freed) once no reader holds it,
+ * or at the next mount.  Mount reads the directory and the headers only.
+ *
+ * Locking.  sp->run_lock (a leaf) guards the DRAM run lists; they change
+ * under commit_lock too.  Readers take a reference on each run they use.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "spill.h"
+
+#define MERGE_FANOUT 4u
+#define BLOOM_BITS_PER_REC 12u
+#define BLOOM_K 8u
+#define EVICT_MAX_BYTES (64ull << 20) /* row bytes one eviction gathers */
+#define EVICT_MIN_ROWS 4096u
+
+/* ---- the run object in the pool ----------------------------------------- */
+
+static uint64_t *run_fences(const struct emb_run *r)
+{
+	return (uint64_t *)((char *)r->data + (((size_t)r->nsegs * 4 + 7) & ~(size_t)7));
+}
+
+static size_t bloom_words(uint64_t bits)
+{
+	return (size_t)((bits + 63) / 64);
+}
+
+static size_t run_arr_bytes(uint32_t nsegs, uint64_t nblocks, uint64_t bloom_bits)
+{
+	return (((size_t)nsegs * 4 + 7) & ~(size_t)7) + nblocks * 8 + bloom_words(bloom_bits) * 8;
+}
+
+static uint64_t run_hdr_csum(const struct emb_run *r)
+{
+	struct emb_run h = *r;
+	h.csum = 0;
+	return XXH64(&h, sizeof(h), EMB_RUN_MAGIC);
+}
+
+static uint32_t blk_csum(const char *b, uint32_t blk)
+{
+	struct emb_rblk h = *(const struct emb_rblk *)b;
+	h.csum = 0;
+	XXH3_state_t *x = XXH3_createState();
+	XXH3_64bits_reset(x);
+	XXH3_64bits_update(x, &h, sizeof(h));
+	XXH3_64bits_update(x, b + sizeof(h), blk - sizeof(h));
+	uint32_t c = (uint32_t)XXH3_64bits_digest(x);
+	XXH3_freeState(x);
+	return c;
+}
+
+static inline uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return x;
+}
+
+static inline uint64_t bloom_pos(uint64_t h, uint64_t bits)
+{
+	return (uint64_t)(((unsigned __int128)h * bits) >> 64);
+}
+
+static void bloom_add(uint64_t *w, uint64_t bits, uint32_t k, uint64_t row)
+{
+	uint64_t h1 = mix64(row + 0x9E3779B97F4A7C15ull), h2 = mix64(h1) | 1;
+	for (uint32_t i = 0; i < k; i++) {
+		uint64_t p = bloom_pos(h1 + i * h2, bits);
+		w[p / 64] |= 1ull << (p % 64);
+	}
+}
+
+static int bloom_has(const uint64_t *w, uint64_t bits, uint32_t k, uint64_t row)
+{
+	uint64_t h1 = mix64(row + 0x9E3779B97F4A7C15ull), h2 = mix64(h1) | 1;
+	for (uint32_t i = 0; i < k; i++) {
+		uint64_t p = bloom_pos(h1 + i * h2, bits);
+		if (!(w[p / 64] & (1ull << (p % 64))))
+			return 0;
+	}
+	return 1;
+}
+
+static struct srun *srun_new(struct spill *sp, struct emb_run *r, uint64_t off)
+{
+	struct srun *x = calloc(1, sizeof(*x));
+	if (!x)
+		return NULL;
+	x->r = r;
+	x->off = off;
+	x->seg = (uint32_t *)r->data;
+	x->fence = run_fences(r);
+	x->bloom = x->fence + r->nblocks;
+	x->per_blk = (r->blk_size - (uint32_t)sizeof(struct emb_rblk)) / r->rec_size;
+	x->bps = sp->pm->seg_size / r->blk_size;
+	atomic_init(&x->refs, 1);
+	return x;
+}
+
+/* The device offset of block i of run x. */
+static uint64_t blk_loc(const struct spill *sp, const struct srun *x, uint64_t i)
+{
+	return seg_base(sp, x->seg[i / x->bps]) + (i % x->bps) * x->r->blk_size;
+}
+
+/* Run r (at off) is sound enough to read through: header, arrays inside
+ * the pool, segments in range.  Mount: the header's checksum only. */
+static int run_sane(struct store *s, uint64_t off, char *err, size_t n)
+{
+	const struct emb_spill *pm = s->sp ? s->sp->pm : S_PTR(s, s->sb->spill_off);
+	if (!pool_range_ok(s, off, sizeof(struct emb_run), 8))
+		return store_err(err, n, -EIO, "run at %llu lies outside the pool", (unsigned long long)off);
+	const struct emb_run *r = S_PTR(s, off);
+	if (r->magic != EMB_RUN_MAGIC || run_hdr_csum(r) != r->csum)
+		return store_err(err, n, -EIO, "run at %llu: damaged header", (unsigned long long)off);
+	if (!r->blk_size || r->blk_size % BLK || r->rec_size + sizeof(struct emb_rblk) > r->blk_size ||
+	    r->blk_size > pm->seg_size || !r->nblocks || r->table >= EMB_NTABLES ||
+	    r->nsegs != (r->nblocks + pm->seg_size / r->blk_size - 1) / (pm->seg_size / r->blk_size) ||
+	    !pool_range_ok(s, off + sizeof(*r), run_arr_bytes(r->nsegs, r->nblocks, r->bloom_bits), 8))
+		return store_err(err, n, -EIO, "run at %llu: bad geometry", (unsigned long long)off);
+	const uint32_t *seg = (const uint32_t *)r->data;
+	for (uint32_t i = 0; i < r->nsegs; i++)
+		if (seg[i] >= pm->nsegs || pm->seg[seg[i]].state != EMB_SEG_RUN)
+			return store_err(err, n, -EIO, "run at %llu: segment %u is not a run segment",
+					 (unsigned long long)off, seg[i]);
+	return 0;
+}
+
+uint64_t run_arr_csum(const struct emb_run *r)
+{
+	return XXH64(r->data, run_arr_bytes(r->nsegs, r->nblocks, r->bloom_bits), r->id);
+}
+
+/* ---- the lists -------------------------------------------------------- */
+
+/* Insert x into its table's list by seq (newest first).  run_lock held. */
+static void list_insert(struct spill *sp, struct srun *x)
+{
+	struct srun **p = &sp->runs[x->r->table];
+	while (*p && (*p)->r->seq > x->r->seq)
+		p = &(*p)->next;
+	x->next = *p;
+	*p = x;
+}
+
+static void srun_put(struct srun *x)
+{
+	atomic_fetch_sub_explicit(&x->refs, 1, memory_order_acq_rel);
+}
+
+/* The runs of table id, newest first, each with a reference: *n of them in
+ * a malloc'ed array (NULL when none).  */
+static int runs_get(struct spill *sp, uint32_t id, struct srun ***out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	pthread_rwlock_rdlock(&sp->run_lock);
+	size_t k = 0;
+	for (struct srun *x = sp->runs[id]; x; x = x->next)
+		k++;
+	struct srun **v = k ? malloc(k * sizeof(*v)) : NULL;
+	if (k && !v) {
+		pthread_rwlock_unlock(&sp->run_lock);
+		return -ENOMEM;
+	}
+	k = 0;
+	for (struct srun *x = sp->runs[id]; x; x = x->next) {
+		atomic_fetch_add_explicit(&x->refs, 1, memory_order_acq_rel);
+		v[k++] = x;
+	}
+	pthread_rwlock_unlock(&sp->run_lock);
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+static void runs_put(struct srun **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		srun_put(v[i]);
+	free(v);
+}
+
+int runs_may_hold(struct store *s, uint32_t id, uint64_t row)
+{
+	struct spill *sp = s->sp;
+	int maybe = 0;
+	if (!sp)
+		return 0;
+	pthread_rwlock_rdlock(&sp->run_lock);
+	for (struct srun *x = sp->runs[id]; x && !maybe; x = x->next)
+		maybe = row >= x->r->min_row && row <= x->r->max_row &&
+			bloom_has(x->bloom, x->r->bloom_bits, x->r->bloom_k, row);
+	if (!maybe && sp->ev_n && sp->ev_id == id) {
+		size_t i = u64_lower_bound(sp->ev_rows, sp->ev_n, row);
+		maybe = i < sp->ev_n && sp->ev_rows[i] == row;
+	}
+	pthread_rwlock_unlock(&sp->run_lock);
+	return maybe;
+}
+
+int runs_count(struct store *s, uint32_t id, uint64_t *live)
+{
+	struct spill *sp = s->sp;
+	int n = 0;
+	if (live)
+		*live = 0;
+	if (!sp)
+		return 0;
+	pthread_rwlock_rdlock(&sp->run_lock);
+	for (struct srun *x = sp->runs[id]; x; x = x->next) {
+		n++;
+		if (live)
+			*live += x->r->nlive;
+	}
+	pthread_rwlock_unlock(&sp->run_lock);
+	return n;
+}
+
+/* ---- reading blocks ------------------------------------------------------ */
+
+/* Blocks [a, b] of run x that may hold row. */
+static int row_blocks(const struct srun *x, uint64_t row, uint64_t *a, uint64_t *b)
+{
+	const struct emb_run *r = x->r;
+	if (row < r->min_row || row > r->max_row || !bloom_has(x->bloom, r->bloom_bits, r->bloom_k, row))
+		return 0;
+	/* last block whose fence is <= row */
+	uint64_t lo = 0, hi = r->nblocks;
+	while (lo < hi) {
+		uint64_t mid = (lo + hi) / 2;
+		if (x->fence[mid] <= row)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!lo)
+		return 0;
+	*b = lo - 1;
+	*a = *b;
+	if (x->fence[*b] == row) /* the row's versions fill blocks: from the first whose fence it is */
+		while (*a > 0 && x->fence[*a - 1] == row)
+			(*a)--;
+	return 1;
+}
+
+/* A block read into memory, checked once. */
+struct bref {
+	uint64_t blk;
+	char *p;
+	int ok; /* 1 sound, -EIO damaged, 0 not checked */
+};
+
+/* Read the distinct blocks of x listed in want[0..n) (sorted, unique) into
+ * one buffer, adjacent blocks in one read; br[i] points at each. */
+static int read_blocks(struct store *s, struct srun *x, const uint64_t *want, size_t n, char **bufp,
+		       struct bref *br)
+{
+	struct spill *sp = s->sp;
+	uint32_t bs = x->r->blk_size;
+	char *buf = NULL;
+	if (posix_memalign((void **)&buf, BLK, n * bs))
+		return -ENOMEM;
+	struct sreq *q = calloc(n, sizeof(*q));
+	if (!q) {
+		free(buf);
+		return -ENOMEM;
+	}
+	size_t nq = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t loc = blk_loc(sp, x, want[i]);
+		br[i] = (struct bref){ want[i], buf + i * bs, 0 };
+		if (nq && q[nq - 1].blk + q[nq - 1].span == loc && q[nq - 1].span + bs <= CHUNK_BYTES &&
+		    (uint64_t)(buf + i * bs - buf) == q[nq - 1].boff + q[nq - 1].span) {
+			q[nq - 1].span += bs;
+			continue;
+		}
+		q[nq++] = (struct sreq){ .blk = loc, .span = bs, .boff = (uint64_t)i * bs };
+	}
+	int ret = device_read_raw(sp, q, nq, buf);
+	free(q);
+	if (ret) {
+		free(buf);
+		return ret;
+	}
+	*bufp = buf;
+	return 0;
+}
+
+/* Check block b of run x once: 0 or -EIO (counted). */
+static int blk_ok(struct spill *sp, const struct srun *x, struct bref *b)
+{
+	if (!b->ok) {
+		const struct emb_rblk *h = (const struct emb_rblk *)b->p;
+		int good = h->magic == EMB_RBLK_MAGIC && h->run_id == (uint32_t)x->r->id &&
+			   h->nrec <= x->per_blk && blk_csum(b->p, x->r->blk_size) == h->csum;
+		b->ok = good ? 1 : -EIO;
+		if (!good)
+			atomic_fetch_add(&sp->csum_errors, 1);
+	}
+	return b->ok > 0 ? 0 : -EIO;
+}
+
+static inline const char *rec_at(const struct srun *x, const char *blk, uint32_t i)
+{
+	return blk + sizeof(struct emb_rblk) + (size_t)i * x->r->rec_size;
+}
+
+static inline uint64_t rec_row(const char *rec)
+{
+	uint64_t v;
+	memcpy(&v, rec, 8);
+	return v;
+}
+
+static inline uint64_t rec_batch(const char *rec)
+{
+	uint64_t v;
+	memcpy(&v, rec + 8, 8);
+	return v;
+}
+
+/* One pending lookup. */
+struct look {
+	size_t qi;          /* index into the caller's requests */
+	uint64_t a, b;      /* blocks to read */
+};
+
+static int look_cmp(const void *pa, const void *pb)
+{
+	const struct look *x = pa, *y = pb;
+	return x->a < y->a ? -1 : x->a > y->a;
+}
+
+static struct bref *bref_find(struct bref *br, size_t n, uint64_t blk)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (br[mid].blk < blk)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && br[lo].blk == blk ? &br[lo] : NULL;
+}
+
+/* Resolve the pending lookups L[0..n) in run x: state set for each row the
+ * run decides. */
+static int look_run(struct store *s, struct srun *x, struct rq *q, struct look *L, size_t n, uint64_t b,
+		    uint32_t rs)
+{
+	struct spill *sp = s->sp;
+	qsort(L, n, sizeof(*L), look_cmp);
+	struct u64vec want = { 0 };
+	int ret = 0;
+	for (size_t i = 0; i < n && !ret; i++)
+		for (uint64_t k = L[i].a; k <= L[i].b && !ret; k++)
+			if (!want.n || want.v[want.n - 1] < k) {
+				/* L is sorted by a; b may reach past the next one's a */
+				if (want.n && k <= want.v[want.n - 1])
+					continue;
+				ret = u64vec_push(&want, k);
+			}
+	if (!ret)
+		u64_sort(want.v, want.n);
+	size_t nw = 0;
+	for (size_t i = 0; i < want.n; i++)
+		if (!nw || want.v[nw - 1] != want.v[i])
+			want.v[nw++] = want.v[i];
+	struct bref *br = ret ? NULL : calloc(nw ? nw : 1, sizeof(*br));
+	char *buf = NULL;
+	if (!ret && !br)
+		ret = -ENOMEM;
+	if (!ret)
+		ret = read_blocks(s, x, want.v, nw, &buf, br);
+	if (!ret)
+		atomic_fetch_add_explicit(&sp->run_blocks, nw, memory_order_relaxed);
+	for (size_t i = 0; i < n && !ret; i++) {
+		struct rq *r = &q[L[i].qi];
+		int seen = 0;
+		for (uint64_t k = L[i].a; k <= L[i].b && r->state == RQ_PENDING; k++) {
+			struct bref *bb = bref_find(br, nw, k);
+			if (!bb || blk_ok(sp, x, bb)) {
+				r->state = RQ_EIO;
+				break;
+			}
+			const struct emb_rblk *h = (const struct emb_rblk *)bb->p;
+			/* first record of the row in this block */
+			uint32_t lo = 0, hi = h->nrec;
+			while (lo < hi) {
+				uint32_t mid = (lo + hi) / 2;
+				if (rec_row(rec_at(x, bb->p, mid)) < r->row)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			for (uint32_t j = lo; j < h->nrec; j++) {
+				const char *rec = rec_at(x, bb->p, j);
+				if (rec_row(rec) != r->row)
+					break;
+				seen = 1;
+				uint64_t bt = rec_batch(rec);
+				if (b != EMB_NONE && (bt & ~EMB_RREC_TOMB) > b)
+					continue;
+				r->batch = bt & ~EMB_RREC_TOMB;
+				if (bt & EMB_RREC_TOMB) {
+					r->state = RQ_HOLE;
+				} else {
+					r->state = RQ_DATA;
+					if (r->dst)
+						memcpy(r->dst, rec + 16, rs);
+				}
+				break;
+			}
+		}
+		if (!seen && r->state == RQ_PENDING)
+			atomic_fetch_add_explicit(&sp->bloom_fp, 1, memory_order_relaxed);
+	}
+	free(buf);
+	free(br);
+	free(want.v);
+	return ret;
+}
+
+int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint64_t b)
+{
+	struct spill *sp = s->sp;
+	struct srun **v;
+	size_t nr;
+	if (!sp)
+		return 0;
+	int ret = runs_get(sp, st->id, &v, &nr);
+	if (ret || !nr)
+		return ret;
+	struct look *L = malloc(n * sizeof(*L));
+	if (!L) {
+		runs_put(v, nr);
+		return -ENOMEM;
+	}
+	uint32_t rs = st->t->row_size;
+	for (size_t ri = 0; ri < nr && !ret; ri++) {
+		size_t nl = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (q[i].state != RQ_PENDING)
+				continue;
+			uint64_t a, bb;
+			if (row_blocks(v[ri], q[i].row, &a, &bb))
+				L[nl++] = (struct look){ i, a, bb };
+		}
+		if (nl)
+			ret = look_run(s, v[ri], q, L, nl, b, rs);
+	}
+	free(L);
+	runs_put(v, nr);
+	atomic_fetch_add_explicit(&sp->run_reads, n, memory_order_relaxed);
+	return ret;
+}
+
+int runs_row_stored(struct store *s, struct stable *st, uint64_t row)
+{
+	struct rq q = { .row = row };
+	return runs_lookup(s, st, &q, 1, EMB_NONE) == 0 && q.state == RQ_DATA;
+}
+
+/* ---- building a run ------------------------------------------------------ */
+
+struct build {
+	struct store *s;
+	struct spill *sp;
+	uint32_t table, rs, rec, bs, per_blk;
+	uint64_t gen, id;
+	char *buf;          /* blocks not yet written: [0, nbuf) */
+	size_t cap, nbuf;   /* in blocks */
+	uint64_t first;     /* block index of buf[0] */
+	uint32_t in_blk;    /* records in the open block (buf[nbuf]) */
+	struct u64vec fences, rows, segs;
+	uint64_t nrecs, nlive, min_row, max_row;
+	uint64_t bytes;     /* written to the device */
+	int err;
+};
+
+/* A free segment nobody writes, or EMB_NONE (the last one stays for the
+ * stub compaction). */
+static uint64_t seg_take(struct spill *sp)
+{
+	uint64_t k = EMB_NONE;
+	pthread_mutex_lock(&sp->mu);
+	uint32_t nfree = 0;
+	for (uint64_t i = 0; i < sp->pm->nsegs; i++)
+		if (sp->pm->seg[i].state == EMB_SEG_FREE && !sp->seg_busy[i]) {
+			if (k == EMB_NONE)
+				k = i;
+			if (++nfree > 1)
+				break;
+		}
+	if (nfree > 1)
+		sp->seg_busy[k] = 1;
+	else
+		k = EMB_NONE;
+	pthread_mutex_unlock(&sp->mu);
+	return k;
+}
+
+static void segs_release(struct spill *sp, const struct u64vec *segs)
+{
+	pthread_mutex_lock(&sp->mu);
+	for (size_t i = 0; i < segs->n; i++)
+		sp->seg_busy[segs->v[i]] = 0;
+	pthread_mutex_unlock(&sp->mu);
+}
+
+static int build_open(struct build *w, struct store *s, struct stable *st)
+{
+	struct spill *sp = s->sp;
+	memset(w, 0, sizeof(*w));
+	w->s = s;
+	w->sp = sp;
+	w->table = st->id;
+	w->gen = st->t->gen;
+	w->rs = st->t->row_size;
+	w->rec = 16 + w->rs;
+	w->bs = (uint32_t)((sizeof(struct emb_rblk) + w->rec + BLK - 1) & ~(BLK - 1));
+	if (w->bs < BLK)
+		w->bs = BLK;
+	w->per_blk = (w->bs - (uint32_t)sizeof(struct emb_rblk)) / w->rec;
+	w->cap = CHUNK_BYTES / w->bs ? CHUNK_BYTES / w->bs : 1;
+	w->min_row = EMB_NONE;
+	if (posix_memalign((void **)&w->buf, BLK, (w->cap + 1) * (size_t)w->bs))
+		return -ENOMEM;
+	memset(w->buf, 0, (w->cap + 1) * (size_t)w->bs);
+	return 0;
+}
+
+/* Write the full blocks in buf to their segments. */
+static int build_flush(struct build *w)
+{
+	struct spill *sp = w->sp;
+	uint64_t bps = sp->pm->seg_size / w->bs;
+	size_t done = 0;
+	while (!w->err && done < w->nbuf) {
+		uint64_t blk = w->first + done;
+		if (blk / bps >= w->segs.n) {
+			uint64_t k = seg_take(sp);
+			if (k == EMB_NONE) {
+				w->err = -ENOSPC;
+				break;
+			}
+			if ((w->err = u64vec_push(&w->segs, k)))
+				break;
+		}
+		size_t n = w->nbuf - done;
+		if (n > bps - blk % bps)
+			n = bps - blk % bps;
+		uint64_t at = seg_base(sp, w->segs.v[blk / bps]) + (blk % bps) * w->bs;
+		size_t len = n * w->bs, off = 0;
+		while (off < len) {
+			ssize_t r = pwrite(sp->fd, w->buf + done * w->bs + off, len - off, (off_t)(at + off));
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0) {
+				w->err = r < 0 ? -errno : -EIO;
+				break;
+			}
+			off += (size_t)r;
+		}
+		w->bytes += off;
+		done += n;
+	}
+	if (w->err)
+		return w->err;
+	/* the open block moves to the front */
+	memmove(w->buf, w->buf + w->nbuf * w->bs, w->bs);
+	memset(w->buf + w->bs, 0, w->nbuf * (size_t)w->bs);
+	w->first += w->nbuf;
+	w->nbuf = 0;
+	return 0;
+}
+
+/* Close the open block: header, checksum. */
+static int build_seal_blk(struct build *w)
+{
+	char *b = w->buf + w->nbuf * (size_t)w->bs;
+	struct emb_rblk *h = (struct emb_rblk *)b;
+	h->magic = EMB_RBLK_MAGIC;
+	h->nrec = w->in_blk;
+	h->run_id = (uint32_t)w->id;
+	h->csum = blk_csum(b, w->bs);
+	w->nbuf++;
+	w->in_blk = 0;
+	if (w->nbuf == w->cap)
+		return build_flush(w);
+	return 0;
+}
+
+/* Append the versions of one row, newest first (nv of them). */
+static int build_row(struct build *w, uint64_t row, const uint64_t *batch, const char *const *data, uint32_t nv)
+{
+	if (w->err)
+		return w->err;
+	if (w->in_blk && w->in_blk + nv > w->per_blk && (w->err = build_seal_blk(w)))
+		return w->err;
+	for (uint32_t i = 0; i < nv; i++) {
+		if (w->in_blk == w->per_blk && (w->err = build_seal_blk(w)))
+			return w->err;
+		if (!w->in_blk && (w->err = u64vec_push(&w->fences, row)))
+			return w->err;
+		char *rec = w->buf + w->nbuf * (size_t)w->bs + sizeof(struct emb_rblk) + (size_t)w->in_blk * w->rec;
+		memcpy(rec, &row, 8);
+		memcpy(rec + 8, &batch[i], 8);
+		if (data[i])
+			memcpy(rec + 16, data[i], w->rs);
+		w->in_blk++;
+		w->nrecs++;
+		w->nlive += !(batch[i] & EMB_RREC_TOMB);
+	}
+	if ((w->err = u64vec_push(&w->rows, row)))
+		return w->err;
+	if (w->min_row == EMB_NONE)
+		w->min_row = row;
+	w->max_row = row;
+	return 0;
+}
+
+/* Write what is left and make it durable. */
+static int build_finish(struct build *w)
+{
+	if (!w->err && w->in_blk)
+		w->err = build_seal_blk(w);
+	if (!w->err && w->nbuf)
+		w->err = build_flush(w);
+	if (!w->err && !w->nrecs)
+		w->err = -ENODATA;
+	if (!w->err && fdatasync(w->sp->fd))
+		w->err = -errno;
+	if (!w->err) {
+		atomic_fetch_add_explicit(&w->sp->spill_writes, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->sp->spill_write_bytes, w->bytes, memory_order_relaxed);
+	}
+	return w->err;
+}
+
+static void build_free(struct build *w, int release)
+{
+	if (release)
+		segs_release(w->sp, &w->segs);
+	free(w->buf);
+	free(w->fences.v);
+	free(w->rows.v);
+	free(w->segs.v);
+}
+
+/* Fill run header r (allocated with room for its arrays) from w. */
+static void run_fill(struct build *w, struct emb_run *r, uint64_t seq, uint32_t level, uint64_t bloom_bits)
+{
+	*r = (struct emb_run){ .magic = EMB_RUN_MAGIC, .table = w->table, .rec_size = w->rec,
+			       .table_gen = w->gen, .seq = seq, .id = w->id, .nrecs = w->nrecs,
+			       .nlive = w->nlive, .nblocks = w->fences.n, .blk_size = w->bs,
+			       .nsegs = (uint32_t)w->segs.n, .min_row = w->min_row, .max_row = w->max_row,
+			       .level = level, .bloom_k = BLOOM_K, .bloom_bits = bloom_bits };
+	uint32_t *seg = (uint32_t *)r->data;
+	memset(seg, 0, ((size_t)r->nsegs * 4 + 7) & ~(size_t)7);
+	for (size_t i = 0; i < w->segs.n; i++)
+		seg[i] = (uint32_t)w->segs.v[i];
+	uint64_t *f = run_fences(r);
+	memcpy(f, w->fences.v, w->fences.n * 8);
+	uint64_t *bl = f + r->nblocks;
+	memset(bl, 0, bloom_words(bloom_bits) * 8);
+	for (size_t i = 0; i < w->rows.n; i++)
+		bloom_add(bl, bloom_bits, BLOOM_K, w->rows.v[i]);
+	r->arr_csum = run_arr_csum(r);
+	r->csum = run_hdr_csum(r);
+}
+
+/* Make the built run part of the pool, in place of the runs old[0..nold)
+ * (a merge; they move to the dead list), at order seq.  commit_lock held. */
+static int run_install(struct store *s, struct build *w, uint64_t seq, uint32_t level, struct srun **old,
+		       size_t nold)
+{
+	struct spill *sp = s->sp;
+	struct emb_rundir *rd = sp->rd;
+	uint64_t bloom_bits = w->rows.n * BLOOM_BITS_PER_REC;
+	if (bloom_bits < 64)
+		bloom_bits = 64;
+	size_t size = sizeof(struct emb_run) + run_arr_bytes((uint32_t)w->segs.n, w->fences.n, bloom_bits);
+	/* free directory slots */
+	volatile size_t slot = EMB_RUNDIR_CAP;
+	size_t dslot[64], nd = 0;
+	for (volatile size_t i = 0; i < EMB_RUNDIR_CAP && slot == EMB_RUNDIR_CAP; i++)
+		if (!rd->run[i])
+			slot = i;
+	for (size_t i = 0; i < EMB_RUNDIR_CAP && nd < nold; i++)
+		if (!rd->dead[i])
+			dslot[nd++] = i;
+	if (slot == EMB_RUNDIR_CAP || nd < nold || nold > 64)
+		return -ENOSPC;
+	volatile int ret = 0;
+	volatile uint64_t off = 0;
+	TX_BEGIN(s->pop) {
+		PMEMoid o = pmemobj_tx_alloc(size, 0);
+		struct emb_run *r = pmemobj_direct(o);
+		off = o.off;
+		run_fill(w, r, seq, level, bloom_bits);
+		for (size_t i = 0; i < w->segs.n; i++) {
+			struct emb_sseg *g = &sp->pm->seg[w->segs.v[i]];
+			pmemobj_tx_add_range_direct(g, sizeof(*g));
+			*g = (struct emb_sseg){ .state = EMB_SEG_RUN, .fill = sp->pm->seg_size, .seq = w->id };
+		}
+		pmemobj_tx_add_range_direct(&rd->run[slot], 8);
+		rd->run[slot] = off;
+		for (size_t i = 0; i < nold; i++) {
+			for (size_t j = 0; j < EMB_RUNDIR_CAP; j++)
+				if (rd->run[j] == old[i]->off) {
+					pmemobj_tx_add_range_direct(&rd->run[j], 8);
+					rd->run[j] = 0;
+				}
+			pmemobj_tx_add_range_direct(&rd->dead[dslot[i]], 8);
+			rd->dead[dslot[i]] = old[i]->off;
+		}
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	ret = pm_tx_end(s, ret);
+	if (ret)
+		return ret;
+	struct srun *x = srun_new(sp, S_PTR(s, off), off);
+	if (!x)
+		return -ENOMEM; /* listed at the next mount */
+	segs_release(sp, &w->segs);
+	w->segs.n = 0;
+	pthread_rwlock_wrlock(&sp->run_lock);
+	for (size_t i = 0; i < nold; i++) {
+		for (struct srun **p = &sp->runs[old[i]->r->table]; *p; p = &(*p)->next)
+			if (*p == old[i]) {
+				*p = old[i]->next;
+				break;
+			}
+		old[i]->next = sp->dead;
+		sp->dead = old[i];
+	}
+	list_insert(sp, x);
+	pthread_rwlock_unlock(&sp->run_lock);
+	return 0;
+}
+
+static uint64_t next_id(struct spill *sp)
+{
+	return atomic_fetch_add(&sp->run_next_id, 1);
+}
+
+/* ---- eviction ----------------------------------------------------------- */
+
+struct ev {
+	uint64_t row, off, batch; /* batch | EMB_RREC_TOMB */
+	char *data;
+};
+
+static int ev_cmp(const void *a, const void *b)
+{
+	const struct ev *x = a, *y = b;
+	return x->row < y->row ? -1 : x->row > y->row;
+}
+
+/* Gather up to max cold single-version rows of st from index position *di
+ * on.  commit_lock held. */
+static int evict_gather(struct store *s, struct stable *st, size_t *di, int all, size_t max, struct ev *e,
+			char *arena, size_t *n)
+{
+	uint32_t rs = st->t->row_size;
+	*n = 0;
+	pthread_rwlock_rdlock(&st->lock);
+	size_t ndir = st->segs ? (size_t)1 << st->gd : 0;
+	int full = 0;
+	while (*di < ndir && !full) {
+		struct emb_seg *seg = st->segs[*di];
+		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS && !full; bi++) {
+			struct emb_bucket *b = &seg->bucket[bi];
+			if (index_bucket_check(s, b))
+				continue;
+			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
+			for (; m && !(full = *n == max); m &= m - 1) {
+				int si = __builtin_ctzll(m);
+				uint64_t row = ld64(&b->slot[si].key), off = ld64(&b->slot[si].val);
+				struct emb_version *v = ver_get(s, off, st->id, row, rs);
+				if (!v || ver_stub(v) || v->prev)
+					continue;
+				if (ver_tomb(v) && !runs_may_hold(s, st->id, row))
+					continue; /* reclaim drops it */
+				if (!all && heat_test_clear(s->sp, st->id, row))
+					continue;
+				char *d = arena + *n * (size_t)rs;
+				memcpy(d, v + 1, rs);
+				e[(*n)++] = (struct ev){ row, off, v->batch | (ver_tomb(v) ? EMB_RREC_TOMB : 0), d };
+			}
+		}
+		if (!full) /* a full gather starts this segment again next time */
+			*di += (size_t)1 << (st->gd - seg->local_depth);
+	}
+	pthread_rwlock_unlock(&st->lock);
+	return 0;
+}
+
+/* Mark the rows of e[0..n) (sorted) of table id in flight (n = 0: none). */
+static int ev_publish(struct spill *sp, uint32_t id, const struct ev *e, size_t n)
+{
+	uint64_t *v = n ? malloc(n * sizeof(*v)) : NULL;
+	if (n && !v)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		v[i] = e[i].row;
+	pthread_rwlock_wrlock(&sp->run_lock);
+	free(sp->ev_rows);
+	sp->ev_rows = v;
+	sp->ev_n = n;
+	sp->ev_id = id;
+	pthread_rwlock_unlock(&sp->run_lock);
+	return 0;
+}
+
+int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t budget, int all)
+{
+	struct spill *sp = s->sp;
+	uint32_t rs = st->t->row_size;
+	size_t max = (size_t)(budget / (rs + sizeof(struct emb_version)));
+	if (max < EVICT_MIN_ROWS)
+		max = EVICT_MIN_ROWS;
+	if (max * rs > EVICT_MAX_BYTES)
+		max = EVICT_MAX_BYTES / rs;
+	struct ev *e = malloc(max * sizeof(*e));
+	char *arena = malloc(max * (size_t)rs);
+	uint64_t *rows = NULL, *offs = NULL, *bats = NULL;
+	const char **datas = NULL;
+	struct build w;
+	int built = 0;
+	size_t n = 0;
+	int ret = e && arena ? 0 : -ENOMEM;
+	uint64_t id = 0;
+	if (!ret) {
+		/* the rows are marked in flight before commit_lock goes: a delete
+		 * or a truncation meanwhile leaves a tombstone for them, and the
+		 * run's id orders it before any run made meanwhile */
+		pthread_mutex_lock(&s->commit_lock);
+		ret = evict_gather(s, st, di, all, max, e, arena, &n);
+		if (!ret && n) {
+			qsort(e, n, sizeof(*e), ev_cmp);
+			ret = ev_publish(sp, st->id, e, n);
+			id = next_id(sp);
+		}
+		pthread_mutex_unlock(&s->commit_lock);
+	}
+	if (ret || !n)
+		goto out;
+	if ((ret = build_open(&w, s, st)))
+		goto out;
+	built = 1;
+	w.id = id;
+	for (size_t i = 0; i < n && !ret; i++) {
+		const char *d = e[i].batch & EMB_RREC_TOMB ? NULL : e[i].data;
+		ret = build_row(&w, e[i].row, &e[i].batch, &d, 1);
+	}
+	if (!ret)
+		ret = build_finish(&w);
+	if (ret)
+		goto out;
+	rows = malloc(n * sizeof(*rows));
+	offs = malloc(n * sizeof(*offs));
+	datas = malloc(n * sizeof(*datas));
+	bats = malloc(n * sizeof(*bats));
+	if (!rows || !offs || !datas || !bats) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		rows[i] = e[i].row;
+		offs[i] = e[i].off;
+		datas[i] = e[i].batch & EMB_RREC_TOMB ? NULL : e[i].data;
+		bats[i] = e[i].batch & ~EMB_RREC_TOMB;
+	}
+	pthread_mutex_lock(&s->commit_lock);
+	if (!tab_get(s, st->id) || st->t->gen != w.gen) {
+		ret = -ENOENT; /* the table went meanwhile */
+	} else {
+		ret = run_install(s, &w, w.id, 0, NULL, 0);
+		if (!ret) {
+			pthread_rwlock_wrlock(&st->lock);
+			st->mod++;
+			pthread_rwlock_unlock(&st->lock);
+			size_t done = 0;
+			ret = commit_evict_locked(s, st, rows, offs, datas, bats, n, &done);
+			atomic_fetch_add_explicit(&sp->run_evicted, done, memory_order_relaxed);
+			n = done;
+		}
+	}
+	ev_publish(sp, 0, NULL, 0);
+	pthread_mutex_unlock(&s->commit_lock);
+out:
+	if (sp->ev_n)
+		ev_publish(sp, 0, NULL, 0);
+	if (built)
+		build_free(&w, 1);
+	free(rows);
+	free(offs);
+	free(datas);
+	free(bats);
+	free(e);
+	free(arena);
+	return ret ? ret : (int64_t)n;
+}
+
+/* ---- merges -------------------------------------------------------------- */
+
+/* Sequential reader of one run's records. */
+struct rit {
+	struct srun *x;
+	char *buf;
+	uint64_t blk0, nblk;   /* blocks [blk0, blk0 + nblk) are in buf */
+	uint64_t blk;          /* current block */
+	uint32_t rec;          /* current record in it */
+	const char *cur;       /* current record, NULL at the end */
+	int err;
+};
+
+static int rit_load(struct store *s, struct rit *it)
+{
+	struct spill *sp = s->sp;
+	struct srun *x = it->x;
+	uint32_t bs = x->r->blk_size;
+	uint64_t n = CHUNK_BYTES / bs ? CHUNK_BYTES / bs : 1;
+	if (it->blk + n > x->r->nblocks)
+		n = x->r->nblocks - it->blk;
+	uint64_t want[256], cnt = 0;
+	/* blocks of one segment are adjacent on the device */
+	for (uint64_t i = it->blk; i < it->blk + n && cnt < 256; i++) {
+		if (cnt && i / x->bps != want[0] / x->bps)
+			break;
+		want[cnt++] = i;
+	}
+	struct sreq q = { .blk = blk_loc(sp, x, it->blk), .span = (uint32_t)(cnt * bs), .boff = 0 };
+	int ret = device_read_raw(sp, &q, 1, it->buf);
+	if (ret)
+		return ret;
+	it->blk0 = it->blk;
+	it->nblk = cnt;
+	for (uint64_t i = 0; i < cnt; i++) {
+		struct bref b = { it->blk + i, it->buf + i * bs, 0 };
+		if (blk_ok(sp, x, &b))
+			return -EIO;
+	}
+	return 0;
+}
+
+/* Step to the next record (or the first). */
+static void rit_next(struct store *s, struct rit *it)
+{
+	struct srun *x = it->x;
+	for (;;) {
+		if (it->blk >= x->r->nblocks) {
+			it->cur = NULL;
+			return;
+		}
+		if (it->blk < it->blk0 || it->blk >= it->blk0 + it->nblk) {
+			if ((it->err = rit_load(s, it))) {
+				it->cur = NULL;
+				return;
+			}
+		}
+		const char *b = it->buf + (it->blk - it->blk0) * x->r->blk_size;
+		const struct emb_rblk *h = (const struct emb_rblk *)b;
+		if (it->rec < h->nrec) {
+			it->cur = rec_at(x, b, it->rec++);
+			return;
+		}
+		it->blk++;
+		it->rec = 0;
+	}
+}
+
+/* Merge runs v[0..m) (adjacent in the table's list, newest first) into one.
+ * bottom: v[m - 1] is the table's oldest run.  Versions no live snapshot
+ * needs are dropped.  Takes commit_lock to install. */
+static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_t m, int bottom)
+{
+	struct spill *sp = s->sp;
+	uint32_t rs = st->t->row_size;
+	uint64_t snaps[EMB_MAX_SNAPS];
+	uint32_t ns;
+	pthread_rwlock_rdlock(&s->snap_lock);
+	ns = s->n_live;
+	memcpy(snaps, s->live_batch, ns * sizeof(snaps[0]));
+	pthread_rwlock_unlock(&s->snap_lock);
+	struct rit *it = calloc(m, sizeof(*it));
+	struct build w;
+	int ret = it ? build_open(&w, s, st) : -ENOMEM;
+	if (ret) {
+		free(it);
+		return ret;
+	}
+	w.id = next_id(sp);
+	uint32_t level = 0;
+	for (size_t i = 0; i < m && !ret; i++) {
+		it[i].x = v[i];
+		it[i].blk0 = EMB_NONE;
+		if (posix_memalign((void **)&it[i].buf, BLK, CHUNK_BYTES + v[i]->r->blk_size))
+			ret = -ENOMEM;
+		else
+			rit_next(s, &it[i]);
+		if (!ret && it[i].err)
+			ret = it[i].err;
+		if (v[i]->r->level + 1 > level)
+			level = v[i]->r->level + 1;
+	}
+	size_t vcap = 64, nv;
+	uint64_t *bt = malloc(vcap * sizeof(*bt));
+	char *vd = malloc(vcap * (size_t)rs);
+	const char **dp = malloc(vcap * sizeof(*dp));
+	uint64_t *kb = malloc(vcap * sizeof(*kb));
+	if (!ret && (!bt || !vd || !dp || !kb))
+		ret = -ENOMEM;
+	uint64_t in_bytes = 0;
+	while (!ret) {
+		uint64_t row = EMB_NONE;
+		for (size_t i = 0; i < m; i++)
+			if (it[i].cur && rec_row(it[i].cur) < row)
+				row = rec_row(it[i].cur);
+		if (row == EMB_NONE)
+			break;
+		nv = 0;
+		for (size_t i = 0; i < m && !ret; i++) {
+			while (it[i].cur && rec_row(it[i].cur) == row) {
+				if (nv == vcap) {
+					vcap *= 2;
+					uint64_t *nb = realloc(bt, vcap * sizeof(*bt));
+					char *nd = nb ? realloc(vd, vcap * (size_t)rs) : NULL;
+					if (nb)
+						bt = nb;
+					if (nd)
+						vd = nd;
+					const char **np = nd ? realloc(dp, vcap * sizeof(*dp)) : NULL;
+					uint64_t *nk = np ? realloc(kb, vcap * sizeof(*kb)) : NULL;
+					if (np)
+						dp = np;
+					if (nk)
+						kb = nk;
+					if (!nk) {
+						ret = -ENOMEM;
+						break;
+					}
+				}
+				bt[nv] = rec_batch(it[i].cur);
+				memcpy(vd + nv * (size_t)rs, it[i].cur + 16, rs);
+				nv++;
+				in_bytes += w.rec;
+				rit_next(s, &it[i]);
+				if (it[i].err)
+					ret = it[i].err;
+			}
+		}
+		if (ret)
+			break;
+		/* keep the newest, and the newest each live snapshot sees */
+		size_t nk = 0;
+		uint8_t keep_mask[1024];
+		size_t lim = nv < sizeof(keep_mask) ? nv : sizeof(keep_mask);
+		memset(keep_mask, 0, lim);
+		keep_mask[0] = 1;
+		for (uint32_t k = 0; k < ns; k++)
+			for (size_t j = 0; j < lim; j++)
+				if ((bt[j] & ~EMB_RREC_TOMB) <= snaps[k]) {
+					keep_mask[j] = 1;
+					break;
+				}
+		for (size_t j = 0; j < lim; j++)
+			if (keep_mask[j]) {
+				kb[nk] = bt[j];
+				dp[nk] = bt[j] & EMB_RREC_TOMB ? NULL : vd + j * (size_t)rs;
+				nk++;
+			}
+		/* the oldest kept versions, when tombstones with nothing older */
+		while (bottom && nk && (kb[nk - 1] & EMB_RREC_TOMB))
+			nk--;
+		if (nk)
+			ret = build_row(&w, row, kb, dp, (uint32_t)nk);
+	}
+	if (!ret)
+		ret = build_finish(&w);
+	if (ret == -ENODATA) { /* everything dropped: the inputs just go */
+		ret = 0;
+		w.nrecs = 0;
+	}
+	if (!ret) {
+		pthread_mutex_lock(&s->commit_lock);
+		/* the inputs must still be listed, next to each other */
+		int listed = 1;
+		pthread_rwlock_rdlock(&sp->run_lock);
+		struct srun *p = sp->runs[st->id];
+		while (p && p != v[0])
+			p = p->next;
+		for (size_t i = 0; i < m; i++) {
+			if (p != v[i]) {
+				listed = 0;
+				break;
+			}
+			p = p->next;
+		}
+		pthread_rwlock_unlock(&sp->run_lock);
+		if (!listed || !tab_get(s, st->id))
+			ret = -ESTALE;
+		else if (w.nrecs)
+			ret = run_install(s, &w, v[0]->r->seq, level, v, m);
+		else
+			ret = runs_retire_locked(s, v, m);
+		if (!ret) {
+			pthread_rwlock_wrlock(&st->lock);
+			st->mod++;
+			pthread_rwlock_unlock(&st->lock);
+		}
+		pthread_mutex_unlock(&s->commit_lock);
+	}
+	if (!ret) {
+		atomic_fetch_add(&sp->merges, 1);
+		atomic_fetch_add(&sp->merge_in_bytes, in_bytes);
+		atomic_fetch_add(&sp->merge_out_bytes, w.bytes);
+	}
+	build_free(&w, 1);
+	for (size_t i = 0; i < m; i++)
+		free(it[i].buf);
+	free(it);
+	free(bt);
+	free(vd);
+	free(dp);
+	free(kb);
+	return ret;
+}
+
+/* One merge a table needs, if any: MERGE_FANOUT adjacent runs of one level.
+ * Returns 1 merged, 0 none needed, or -errno. */
+int merge_some(struct store *s)
+{
+	struct spill *sp = s->sp;
+	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
+		if (!sp->runs[id])
+			continue;
+		struct stable *st = tab_get(s, id);
+		struct srun **v;
+		size_t n;
+		if (!st || runs_get(sp, id, &v, &n))
+			continue;
+		size_t at = n, len = 0;
+		for (size_t i = 0; i < n && at == n; i++) {
+			size_t j = i;
+			while (j < n && v[j]->r->level == v[i]->r->level)
+				j++;
+			if (j - i >= MERGE_FANOUT) {
+				at = i;
+				len = j - i;
+			}
+			i = j - 1;
+		}
+		int ret = 0;
+		if (at < n)
+			ret = merge_runs(s, st, v + at, len, at + len == n);
+		runs_put(v, n);
+		if (at < n)
+			return ret ? ret : 1;
+	}
+	return 0;
+}
+
+/* ---- retiring and freeing runs -------------------------------------------- */
+
+/* Move runs v[0..n) out of their table's list into the dead list (pool and
+ * DRAM).  commit_lock held. */
+int runs_retire_locked(struct store *s, struct srun **v, size_t n)
+{
+	struct spill *sp = s->sp;
+	struct emb_rundir *rd = sp->rd;
+	volatile int ret = 0;
+	TX_BEGIN(s->pop) {
+		size_t d = 0;
+		for (size_t i = 0; i < n; i++) {
+			for (size_t j = 0; j < EMB_RUNDIR_CAP; j++)
+				if (rd->run[j] == v[i]->off) {
+					pmemobj_tx_add_range_direct(&rd->run[j], 8);
+					rd->run[j] = 0;
+				}
+			while (d < EMB_RUNDIR_CAP && rd->dead[d])
+				d++;
+			if (d == EMB_RUNDIR_CAP)
+				pmemobj_tx_abort(ENOSPC);
+			pmemobj_tx_add_range_direct(&rd->dead[d], 8);
+			rd->dead[d] = v[i]->off;
+		}
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	ret = pm_tx_end(s, ret);
+	if (ret)
+		return ret;
+	pthread_rwlock_wrlock(&sp->run_lock);
+	for (size_t i = 0; i < n; i++) {
+		for (struct srun **p = &sp->runs[v[i]->r->table]; *p; p = &(*p)->next)
+			if (*p == v[i]) {
+				*p = v[i]->next;
+				break;
+			}
+		v[i]->next = sp->dead;
+		sp->dead = v[i];
+	}
+	pthread_rwlock_unlock(&sp->run_lock);
+	return 0;
+}
+
+/* Free run off: its segments, the directory's dead entry, the header.  In a
+ * transaction (commit_lock held, or at mount). */
+static int run_free_tx(struct store *s, uint64_t off)
+{
+	struct spill *sp = s->sp;
+	struct emb_rundir *rd = sp->rd;
+	volatile int ret = 0;
+	TX_BEGIN(s->pop) {
+		if (run_sane(s, off, NULL, 0) == 0) {
+			const struct emb_run *r = S_PTR(s, off);
+			const uint32_t *seg = (const uint32_t *)r->data;
+			for (uint32_t i = 0; i < r->nsegs; i++) {
+				struct emb_sseg *g = &sp->pm->seg[seg[i]];
+				pmemobj_tx_add_range_direct(g, sizeof(*g));
+				*g = (struct emb_sseg){ .state = EMB_SEG_FREE };
+			}
+			pmemobj_tx_free(pmemobj_oid(r));
+		}
+		for (size_t j = 0; j < EMB_RUNDIR_CAP; j++)
+			if (rd->dead[j] == off) {
+				pmemobj_tx_add_range_direct(&rd->dead[j], 8);
+				rd->dead[j] = 0;
+			}
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	return pm_tx_end(s, ret);
+}
+
+int runs_reap_locked(struct store *s)
+{
+	struct spill *sp = s->sp;
+	int ret = 0;
+	pthread_rwlock_wrlock(&sp->run_lock);
+	struct srun **p = &sp->dead;
+	while (*p && !ret) {
+		struct srun *x = *p;
+		if (atomic_load(&x->refs) > 1) {
+			p = &x->next;
+			continue;
+		}
+		*p = x->next;
+		pthread_rwlock_unlock(&sp->run_lock);
+		ret = run_free_tx(s, x->off);
+		free(x);
+		pthread_rwlock_wrlock(&sp->run_lock);
+		p = &sp->dead;
+	}
+	pthread_rwlock_unlock(&sp->run_lock);
+	return ret;
+}
+
+int runs_drop_table(struct store *s, struct stable *st)
+{
+	struct spill *sp = s->sp;
+	struct srun **v;
+	size_t n;
+	if (!sp || !sp->runs[st->id])
+		return 0;
+	int ret = runs_get(sp, st->id, &v, &n);
+	if (!ret && n)
+		ret = runs_retire_locked(s, v, n);
+	runs_put(v, n);
+	if (!ret)
+		ret = runs_reap_locked(s);
+	return ret;
+}
+
+/* ---- truncation ---------------------------------------------------------- */
+
+int runs_trim(struct store *s, struct stable *st, uint64_t from)
+{
+	struct spill *sp = s->sp;
+	struct srun **v;
+	size_t n;
+	if (!sp || (!sp->runs[st->id] && !(sp->ev_n && sp->ev_id == st->id)))
+		return 0;
+	int ret = runs_get(sp, st->id, &v, &n);
+	if (ret)
+		return ret;
+	int held = snapset_refs(s, st) > 0;
+	struct u64vec rows = { 0 };
+	/* rows an eviction has in flight (their run comes before this one) */
+	pthread_rwlock_rdlock(&sp->run_lock);
+	for (size_t i = 0; sp->ev_id == st->id && i < sp->ev_n && !ret; i++)
+		if (sp->ev_rows[i] >= from)
+			ret = u64vec_push(&rows, sp->ev_rows[i]);
+	pthread_rwlock_unlock(&sp->run_lock);
+	/* runs wholly past the end go, unless a snapshot holds the table */
+	struct srun *gone[64];
+	size_t ng = 0;
+	for (size_t i = 0; i < n && !held && ng < 64; i++)
+		if (v[i]->r->min_row >= from)
+			gone[ng++] = v[i];
+	if (ng && !ret)
+		ret = runs_retire_locked(s, gone, ng);
+	/* rows past the end in the others get tombstones, in a run of their own */
+	for (size_t i = 0; i < n && !ret; i++) {
+		struct srun *x = v[i];
+		int went = 0;
+		for (size_t k = 0; k < ng; k++)
+			went |= gone[k] == x;
+		if (went || x->r->max_row < from)
+			continue;
+		struct rit it = { .x = x, .blk0 = EMB_NONE };
+		/* start at the last block whose fence is below `from` */
+		if (from > x->r->min_row) {
+			uint64_t lo = 0, hi = x->r->nblocks;
+			while (lo < hi) {
+				uint64_t mid = (lo + hi) / 2;
+				if (x->fence[mid] < from)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			it.blk = lo ? lo - 1 : 0;
+		}
+		if (posix_memalign((void **)&it.buf, BLK, CHUNK_BYTES + x->r->blk_size)) {
+			ret = -ENOMEM;
+			break;
+		}
+		for (rit_next(s, &it); it.cur && !ret; rit_next(s, &it)) {
+			uint64_t r = rec_row(it.cur);
+			if (r >= from && (!rows.n || rows.v[rows.n - 1] != r))
+				ret = u64vec_push(&rows, r);
+		}
+		if (!ret && it.err)
+			ret = it.err;
+		free(it.buf);
+	}
+	runs_put(v, n);
+	if (!ret && rows.n) {
+		u64_sort(rows.v, rows.n);
+		struct build w;
+		ret = build_open(&w, s, st);
+		if (!ret) {
+			w.id = next_id(sp);
+			uint64_t tb = ld64(&s->sb->batch) | EMB_RREC_TOMB;
+			const char *none = NULL;
+			for (size_t i = 0; i < rows.n && !ret; i++)
+				if (!i || rows.v[i] != rows.v[i - 1])
+					ret = build_row(&w, rows.v[i], &tb, &none, 1);
+			if (!ret)
+				ret = build_finish(&w);
+			if (!ret)
+				ret = run_install(s, &w, w.id, 0, NULL, 0);
+			build_free(&w, 1);
+		}
+	}
+	free(rows.v);
+	if (!ret) {
+		pthread_rwlock_wrlock(&st->lock);
+		st->mod++;
+		pthread_rwlock_unlock(&st->lock);
+		ret = runs_reap_locked(s);
+	}
+	return ret;
+}
+
+/* ---- seeking ------------------------------------------------------------- */
+
+int runs_ranges(struct store *s, uint32_t id, struct u64vec *lohi)
+{
+	struct spill *sp = s->sp;
+	struct srun **v;
+	size_t n;
+	if (!sp)
+		return 0;
+	int ret = runs_get(sp, id, &v, &n);
+	for (size_t i = 0; i < n && !ret; i++) {
+		const struct emb_run *r = v[i]->r;
+		for (uint64_t k = 0; k < r->nblocks && !ret; k++) {
+			uint64_t lo = v[i]->fence[k];
+			uint64_t hi = k + 1 < r->nblocks ? v[i]->fence[k + 1] : r->max_row + 1;
+			if (hi <= lo)
+				hi = lo + 1;
+			if (lohi->n && lohi->v[lohi->n - 1] >= lo && lohi->v[lohi->n - 2] <= lo) {
+				if (hi > lohi->v[lohi->n - 1])
+					lohi->v[lohi->n - 1] = hi;
+				continue;
+			}
+			ret = u64vec_push(lohi, lo);
+			if (!ret)
+				ret = u64vec_push(lohi, hi);
+		}
+	}
+	runs_put(v, n);
+	return ret;
+}
+
+/* ---- attach, detach, stats, checks ---------------------------------------- */
+
+int runs_load(struct store *s, char *err, size_t n)
+{
+	struct spill *sp = s->sp;
+	struct emb_spill *pm = sp->pm;
+	sp->runs = calloc(EMB_NTABLES, sizeof(*sp->runs));
+	sp->seg_busy = calloc(pm->nsegs, 1);
+	pthread_rwlock_init(&sp->run_lock, NULL);
+	if (!sp->runs || !sp->seg_busy)
+		return -ENOMEM;
+	if (!pm->runs_off) {
+		volatile int ret = 0;
+		TX_BEGIN(s->pop) {
+			PMEMoid o = pmemobj_tx_zalloc(sizeof(struct emb_rundir), 0);
+			struct emb_rundir *rd = pmemobj_direct(o);
+			rd->magic = EMB_RUNDIR_MAGIC;
+			rd->next_id = 1;
+			pmemobj_tx_add_range_direct(&pm->runs_off, 8);
+			pm->runs_off = o.off;
+		} TX_ONABORT {
+			ret = pm_tx_errno();
+		} TX_END
+		ret = pm_tx_end(s, ret);
+		if (ret)
+			return store_err(err, n, ret, "no room in the pool for the run directory");
+	}
+	if (!pool_range_ok(s, pm->runs_off, sizeof(struct emb_rundir), 8))
+		return store_err(err, n, -EIO, "run directory lies outside the pool");
+	sp->rd = S_PTR(s, pm->runs_off);
+	if (sp->rd->magic != EMB_RUNDIR_MAGIC)
+		return store_err(err, n, -EIO, "run directory is damaged");
+	uint64_t max_id = 0;
+	for (size_t i = 0; i < EMB_RUNDIR_CAP; i++) {
+		uint64_t off = sp->rd->run[i];
+		if (!off)
+			continue;
+		int ret = run_sane(s, off, err, n);
+		if (ret)
+			return ret;
+		struct srun *x = srun_new(sp, S_PTR(s, off), off);
+		if (!x)
+			return -ENOMEM;
+		if (x->r->id > max_id)
+			max_id = x->r->id;
+		list_insert(sp, x);
+	}
+	/* runs a merge replaced: nobody reads them now */
+	for (size_t i = 0; i < EMB_RUNDIR_CAP; i++) {
+		uint64_t off = sp->rd->dead[i];
+		if (!off)
+			continue;
+		if (pool_range_ok(s, off, sizeof(struct emb_run), 8) &&
+		    ((struct emb_run *)S_PTR(s, off))->id > max_id)
+			max_id = ((struct emb_run *)S_PTR(s, off))->id;
+		int ret = run_free_tx(s, off);
+		if (ret)
+			return store_err(err, n, ret, "freeing a replaced run: %s", strerror(-ret));
+	}
+	uint64_t nid = sp->rd->next_id > max_id + 1 ? sp->rd->next_id : max_id + 1;
+	atomic_store(&sp->run_next_id, nid + (1ull << 20)); /* ids of runs lost in a crash stay unused */
+	sp->rd->next_id = nid + (1ull << 20);
+	return pm_persist(s, &sp->rd->next_id, 8);
+}
+
+void runs_unload(struct spill *sp)
+{
+	if (sp->runs) {
+		for (uint32_t id = 0; id < EMB_NTABLES; id++)
+			for (struct srun *x = sp->runs[id], *nx; x; x = nx) {
+				nx = x->next;
+				free(x);
+			}
+		free(sp->runs);
+	}
+	for (struct srun *x = sp->dead, *nx; x; x = nx) {
+		nx = x->next;
+		free(x);
+	}
+	free(sp->seg_busy);
+	free(sp->ev_rows);
+}
+
+void runs_stats(struct store *s, struct store_spill_stats *st)
+{
+	struct spill *sp = s->sp;
+	pthread_rwlock_rdlock(&sp->run_lock);
+	for (uint32_t id = 0; id < EMB_NTABLES; id++)
+		for (struct srun *x = sp->runs[id]; x; x = x->next) {
+			st->runs++;
+			st->run_rows += x->r->nrecs;
+			st->run_bytes += x->r->nblocks * x->r->blk_size;
+			st->run_pool_bytes += sizeof(struct emb_run) +
+					      run_arr_bytes(x->r->nsegs, x->r->nblocks, x->r->bloom_bits);
+			if (x->r->level + 1 > st->run_levels)
+				st->run_levels = x->r->level + 1;
+		}
+	for (struct srun *x = sp->dead; x; x = x->next)
+		st->runs_dead++;
+	pthread_rwlock_unlock(&sp->run_lock);
+	st->run_evicted = atomic_load(&sp->run_evicted);
+	st->run_reads = atomic_load(&sp->run_reads);
+	st->run_blocks = atomic_load(&sp->run_blocks);
+	st->bloom_fp = atomic_load(&sp->bloom_fp);
+	st->merges = atomic_load(&sp->merges);
+	st->merge_in_bytes = atomic_load(&sp->merge_in_bytes);
+	st->merge_out_bytes = atomic_load(&sp->merge_out_bytes);
+}
+
+/* Read run x front to back: 0 when its blocks are sound, in row order and
+ * hold nrecs records (nlive of them rows). */
+static int run_scan_ok(struct store *s, struct srun *x)
+{
+	struct rit it = { .x = x, .blk0 = EMB_NONE };
+	if (posix_memalign((void **)&it.buf, BLK, CHUNK_BYTES + x->r->blk_size))
+		return -ENOMEM;
+	uint64_t n = 0, live = 0, last = 0;
+	int bad = 0;
+	for (rit_next(s, &it); it.cur; rit_next(s, &it)) {
+		uint64_t row = rec_row(it.cur);
+		bad |= n && row < last;
+		bad |= row < x->r->min_row || row > x->r->max_row;
+		last = row;
+		n++;
+		live += !(rec_batch(it.cur) & EMB_RREC_TOMB);
+	}
+	free(it.buf);
+	return bad || it.err || n != x->r->nrecs || live != x->r->nlive;
+}
+
+int runs_fsck(struct store *s, uint64_t *nruns, uint64_t *bad)
+{
+	struct spill *sp = s->sp;
+	*bad = *nruns = 0;
+	if (!sp)
+		return 0;
+	uint8_t *own = calloc(sp->pm->nsegs, 1);
+	if (!own)
+		return -ENOMEM;
+	pthread_rwlock_rdlock(&sp->run_lock);
+	for (uint32_t id = 0; id < EMB_NTABLES; id++)
+		for (struct srun *x = sp->runs[id]; x; x = x->next) {
+			const struct emb_run *r = x->r;
+			int b = run_sane(s, x->off, NULL, 0) || run_arr_csum(r) != r->arr_csum;
+			struct stable *st = tab_get(s, id);
+			b |= !st || st->t->gen != r->table_gen;
+			for (uint64_t k = 1; k < r->nblocks; k++)
+				b |= x->fence[k] < x->fence[k - 1];
+			for (uint32_t k = 0; k < r->nsegs; k++)
+				b |= own[x->seg[k]]++ != 0;
+			if (!b)
+				b = run_scan_ok(s, x) != 0;
+			*bad += b;
+			(*nruns)++;
+		}
+	for (struct srun *x = sp->dead; x; x = x->next) {
+		const struct emb_run *r = x->r;
+		for (uint32_t k = 0; k < r->nsegs; k++)
+			*bad += own[x->seg[k]]++ != 0;
+	}
+	pthread_rwlock_unlock(&sp->run_lock);
+	for (uint64_t k = 0; k < sp->pm->nsegs; k++)
+		*bad += sp->pm->seg[k].state == EMB_SEG_RUN && !own[k];
+	free(own);
+	return 0;
+}
