@@ -70,7 +70,7 @@ static void usage(const char *prog)
 	       "    -o spill_high=PCT      share of the pool row versions may take (30)\n"
 	       "    -o spill_low=PCT       the mover spills until they take this share (25)\n"
 	       "    -o spill_compact_mbps=N  compaction I/O budget in MB/s (64)\n"
-	       "    -o spill_runs=1        sorted runs on the device, ~2 B of pool per spilled row (experimental; 0)\n\n",
+	       "    -o spill_runs=0        no sorted runs: a 40-byte stub and an index entry in the pool per spilled row (1)\n\n",
 	       prog);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
@@ -82,8 +82,13 @@ static int parse_args(struct fuse_args *args, struct embfs *fs, struct fuse_cmdl
 {
 	fs->conf.dim = 64;
 	fs->conf.dirty_age_ms = 5000;
+	fs->conf.spill_runs = 1;
 	if (fuse_opt_parse(args, &fs->conf, embfs_opts, opt_proc) == -1)
 		return -1;
+	if (fs->conf.spill_runs > 1) {
+		fprintf(stderr, "embfs: spill_runs must be 0 or 1, not %u\n", fs->conf.spill_runs);
+		return -1;
+	}
 	if (fs->conf.show_help) {
 		usage(prog);
 		return 1;

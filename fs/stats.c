@@ -104,6 +104,7 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 		SP("run_rows", sp.run_rows);
 		SP("run_bytes", sp.run_bytes);
 		SP("run_pool_bytes", sp.run_pool_bytes);
+		SP("run_meta_bytes", sp.run_meta_bytes);
 		SP("run_evicted", sp.run_evicted);
 		SP("run_lookups", sp.run_reads);
 		SP("run_blocks_read", sp.run_blocks);

@@ -115,7 +115,7 @@ static void plan(struct store *s, struct uop *u)
 /* Look every row up and claim index slots for new rows; splits restart it.
  * Needs no snapshot: plan_all decides what the old versions become. */
 static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
-		   struct claims *c)
+		   struct claims *c, int runs_hidden)
 {
 	for (;;) {
 		int ret = 0;
@@ -135,7 +135,7 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 			u[i].found = u[i].old_off != 0;
 			u[i].claimed = 0;
 			u[i].inrun = 0;
-			if (s->sp && (!u[i].found || u[i].del))
+			if (s->sp && !runs_hidden && (!u[i].found || u[i].del))
 				u[i].inrun = runs_may_hold(s, st->id, u[i].row);
 			if (u[i].found && u[i].del)
 				u[i].inrun = u[i].inrun ? 2 : 0; /* found: plan() keeps a tombstone */
@@ -193,6 +193,7 @@ struct group {
 	uint32_t cls, rs;
 	size_t chunk;      /* uops per commit: the journal, and copy-on-write headroom */
 	int stamped;       /* every op carries its batch: snap_lock is not held throughout */
+	int runs_hidden;   /* COMMIT_RUNS_HIDDEN: deletes need no tombstone for the runs */
 };
 
 static void group_free(struct group *g)
@@ -212,13 +213,14 @@ static void group_free(struct group *g)
  * rows a partial update needs.  Nothing in the pool changes.  commit_lock
  * held, and snap_lock (shared) unless g->stamped. */
 static int group_plan(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
-		      struct group *g, int stamped)
+		      struct group *g, int stamped, int runs_hidden)
 {
 	uint32_t rs = st->t->row_size;
 	uint64_t cur_batch = ld64(&s->sb->batch);
 	memset(g, 0, sizeof(*g));
 	g->rs = rs;
 	g->stamped = stamped;
+	g->runs_hidden = !!runs_hidden;
 	g->m.cap = 16;
 	while (g->m.cap < 2 * n + 16)
 		g->m.cap <<= 1;
@@ -265,7 +267,7 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 		ret = -ENOMEM;
 		goto out;
 	}
-	if ((ret = prepass(s, st, g->u, g->nu, g->c)))
+	if ((ret = prepass(s, st, g->u, g->nu, g->c, g->runs_hidden)))
 		goto out;
 	plan_all(s, g->u, g->nu, !stamped);
 	/* a partial update of a row only a run holds: its bytes from there */
@@ -507,9 +509,9 @@ static int group_commit(struct store *s, struct stable *st, const struct store_r
 		stamped = ops[i].batch != 0;
 	if (!stamped)
 		pthread_rwlock_rdlock(&s->snap_lock); /* the set of live snapshots stays put */
-	int ret = group_plan(s, st, ops, n, &g, stamped);
+	int ret = group_plan(s, st, ops, n, &g, stamped, promised & COMMIT_RUNS_HIDDEN);
 	if (!ret)
-		ret = group_room(s, &g, promised);
+		ret = group_room(s, &g, promised & COMMIT_PROMISED);
 	if (!ret) {
 		size_t from = 0, last = 0, in_chunk = 0;
 		for (size_t i = 0; i < g.nu; i++)

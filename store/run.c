@@ -1,17 +1,19 @@
 /*
  * Sorted runs: how the spill tier keeps rows a table has no room for in the
- * pool at a few bits of pool each.
+ * pool at a few bytes of pool per run, not per row.
  *
  * Placement.  The mover evicts cold rows whose pool chain is one version
  * (the common case: no snapshot holds an older one) by writing them, sorted
  * by row id, into a new run on the device (blocks of emb_run.blk_size bytes
- * in whole segments) and then deleting their index entries with a commit
- * (so the pool's index holds only rows whose newest version is in the pool).
- * The pool keeps per run its header, segment list, the first row id of each
- * block (fences: 8 bytes per 4 KiB block) and a Bloom filter of 12 bits per
- * record: about 2 bytes of pool per spilled row of 256 bytes.  Older
- * versions that snapshots hold stay in their chains, behind stubs
- * (device.c); a row's chain with more than one version is not evicted.
+ * in whole segments, then the run's meta blocks: its segment list, the
+ * first row id of each block (fences, 8 bytes per 4 KiB block) and a Bloom
+ * filter of 12 bits per record) and then deleting their index entries with
+ * a commit (so the pool's index holds only rows whose newest version is in
+ * the pool).  The pool keeps one 128-byte record per run in the run
+ * directory (allocated once): nothing per row.  The arrays are read into
+ * DRAM at a run's first use (srun_load).  Older versions that snapshots
+ * hold stay in their chains, behind stubs (device.c); a row's chain with
+ * more than one version is not evicted.
  *
  * Lookups.  A read the pool's chain does not decide (no entry, or every
  * version newer than the view's batch) consults the table's runs newest
@@ -29,16 +31,21 @@
  * live snapshot sees, and dropping tombstones a merge that reaches the
  * table's oldest run no longer needs.  So a table has at most
  * (MERGE_FANOUT - 1) runs per level and a row costs a lookup about one
- * device read.  Merges read and write the device without commit_lock.
+ * device read.  When the device is half full, all runs of the table with
+ * the most are merged (that drops every copy newer runs
+ * replaced).  Merges read and write the device without commit_lock.
  *
- * Crash safety.  A run's blocks are written and fdatasync'ed into segments
- * that are still FREE in the pool; one transaction then creates the run's
- * header, marks its segments EMB_SEG_RUN and lists it in the run directory
- * (and, for a merge, moves its inputs to the directory's dead list); only
- * after that does the eviction commit delete index entries (a crash before
- * it leaves a row both in the pool and in a run: the pool's copy wins).  A
- * dead run is freed (segments FREE, header freed) once no reader holds it,
- * or at the next mount.  Mount reads the directory and the headers only.
+ * Crash safety.  A run's blocks and meta blocks are written and
+ * fdatasync'ed into segments that are still FREE in the pool; one
+ * transaction then writes its record in the run directory, marks its
+ * segments EMB_SEG_RUN and (for a merge) marks its inputs dead; only after
+ * that does the eviction commit delete index entries (a crash before it
+ * leaves a row both in the pool and in a run: the pool's copy wins).  Rows
+ * gathered for an eviction count as in a run (runs_may_hold, runs_trim)
+ * until its commit, and its run is ordered by when they were gathered, so a
+ * delete or truncation meanwhile leaves a tombstone that hides them.  A dead
+ * run is freed (segments FREE, record cleared) once no reader holds it, or
+ * at the next mount.  Mount reads the directory's records only.
  *
  * Locking.  sp->run_lock (a leaf) guards the DRAM run lists; they change
  * under commit_lock too.  Readers take a reference on each run they use.
@@ -57,28 +64,24 @@
 #define EVICT_MAX_BYTES (64ull << 20) /* row bytes one eviction gathers */
 #define EVICT_MIN_ROWS 4096u
 
-/* ---- the run object in the pool ----------------------------------------- */
-
-static uint64_t *run_fences(const struct emb_run *r)
-{
-	return (uint64_t *)((char *)r->data + (((size_t)r->nsegs * 4 + 7) & ~(size_t)7));
-}
+/* ---- runs: records, meta, arrays ----------------------------------------- */
 
 static size_t bloom_words(uint64_t bits)
 {
 	return (size_t)((bits + 63) / 64);
 }
 
-static size_t run_arr_bytes(uint32_t nsegs, uint64_t nblocks, uint64_t bloom_bits)
+/* Bytes of the fences and the filter. */
+static size_t arr_bytes(const struct emb_run *r)
 {
-	return (((size_t)nsegs * 4 + 7) & ~(size_t)7) + nblocks * 8 + bloom_words(bloom_bits) * 8;
+	return r->nblocks * 8 + bloom_words(r->bloom_bits) * 8;
 }
 
-static uint64_t run_hdr_csum(const struct emb_run *r)
+static uint64_t rec_csum(const struct emb_run *r)
 {
 	struct emb_run h = *r;
 	h.csum = 0;
-	return XXH64(&h, sizeof(h), EMB_RUN_MAGIC);
+	return XXH64(&h, sizeof(h), EMB_RMETA_MAGIC);
 }
 
 static uint32_t blk_csum(const char *b, uint32_t blk)
@@ -91,6 +94,19 @@ static uint32_t blk_csum(const char *b, uint32_t blk)
 	XXH3_64bits_update(x, b + sizeof(h), blk - sizeof(h));
 	uint32_t c = (uint32_t)XXH3_64bits_digest(x);
 	XXH3_freeState(x);
+	return c;
+}
+
+static uint64_t meta_hdr_csum(const struct emb_rmeta *m)
+{
+	struct emb_rmeta h = *m;
+	h.csum = 0;
+	XXH64_state_t *x = XXH64_createState();
+	XXH64_reset(x, EMB_RMETA_MAGIC);
+	XXH64_update(x, &h, sizeof(h));
+	XXH64_update(x, m->seg, (size_t)m->nsegs * 4);
+	uint64_t c = XXH64_digest(x);
+	XXH64_freeState(x);
 	return c;
 }
 
@@ -129,54 +145,114 @@ static int bloom_has(const uint64_t *w, uint64_t bits, uint32_t k, uint64_t row)
 	return 1;
 }
 
-static struct srun *srun_new(struct spill *sp, struct emb_run *r, uint64_t off)
+/* A run's DRAM state; its arrays (owned, one malloc: segs first) if the
+ * builder has them, else read at first use. */
+static struct srun *srun_new(struct spill *sp, struct emb_run *r, uint32_t *arrays)
 {
 	struct srun *x = calloc(1, sizeof(*x));
 	if (!x)
 		return NULL;
 	x->r = r;
-	x->off = off;
-	x->seg = (uint32_t *)r->data;
-	x->fence = run_fences(r);
-	x->bloom = x->fence + r->nblocks;
 	x->per_blk = (r->blk_size - (uint32_t)sizeof(struct emb_rblk)) / r->rec_size;
 	x->bps = sp->pm->seg_size / r->blk_size;
+	pthread_mutex_init(&x->load_mu, NULL);
 	atomic_init(&x->refs, 1);
+	if (arrays) {
+		x->seg = arrays;
+		x->fence = (uint64_t *)((char *)arrays + (((size_t)r->nsegs * 4 + 7) & ~(size_t)7));
+		x->bloom = x->fence + r->nblocks;
+		atomic_init(&x->loaded, 1);
+	}
 	return x;
 }
 
-/* The device offset of block i of run x. */
+static void srun_free(struct srun *x)
+{
+	pthread_mutex_destroy(&x->load_mu);
+	free(x->seg);
+	free(x);
+}
+
+/* The device offset of block i of run x (its arrays loaded). */
 static uint64_t blk_loc(const struct spill *sp, const struct srun *x, uint64_t i)
 {
 	return seg_base(sp, x->seg[i / x->bps]) + (i % x->bps) * x->r->blk_size;
 }
 
-/* Run r (at off) is sound enough to read through: header, arrays inside
- * the pool, segments in range.  Mount: the header's checksum only. */
-static int run_sane(struct store *s, uint64_t off, char *err, size_t n)
+/* Record r is sound: checksum, geometry. */
+static int rec_sane(struct store *s, const struct emb_run *r, char *err, size_t n)
 {
-	const struct emb_spill *pm = s->sp ? s->sp->pm : S_PTR(s, s->sb->spill_off);
-	if (!pool_range_ok(s, off, sizeof(struct emb_run), 8))
-		return store_err(err, n, -EIO, "run at %llu lies outside the pool", (unsigned long long)off);
-	const struct emb_run *r = S_PTR(s, off);
-	if (r->magic != EMB_RUN_MAGIC || run_hdr_csum(r) != r->csum)
-		return store_err(err, n, -EIO, "run at %llu: damaged header", (unsigned long long)off);
-	if (!r->blk_size || r->blk_size % BLK || r->rec_size + sizeof(struct emb_rblk) > r->blk_size ||
-	    r->blk_size > pm->seg_size || !r->nblocks || r->table >= EMB_NTABLES ||
-	    r->nsegs != (r->nblocks + pm->seg_size / r->blk_size - 1) / (pm->seg_size / r->blk_size) ||
-	    !pool_range_ok(s, off + sizeof(*r), run_arr_bytes(r->nsegs, r->nblocks, r->bloom_bits), 8))
-		return store_err(err, n, -EIO, "run at %llu: bad geometry", (unsigned long long)off);
-	const uint32_t *seg = (const uint32_t *)r->data;
-	for (uint32_t i = 0; i < r->nsegs; i++)
-		if (seg[i] >= pm->nsegs || pm->seg[seg[i]].state != EMB_SEG_RUN)
-			return store_err(err, n, -EIO, "run at %llu: segment %u is not a run segment",
-					 (unsigned long long)off, seg[i]);
+	const struct emb_spill *pm = s->sp->pm;
+	if (rec_csum(r) != r->csum)
+		return store_err(err, n, -EIO, "run record %llu: damaged (checksum)", (unsigned long long)r->id);
+	uint64_t bps = r->blk_size ? pm->seg_size / r->blk_size : 0;
+	if (!r->id || !r->blk_size || r->blk_size % BLK || r->rec_size + sizeof(struct emb_rblk) > r->blk_size ||
+	    r->blk_size > pm->seg_size || !r->nblocks || r->table >= EMB_NTABLES || !bps ||
+	    r->nsegs != (r->nblocks + 1 + (arr_bytes(r) + r->blk_size - 1) / r->blk_size + bps - 1) / bps ||
+	    r->nsegs > (r->blk_size - sizeof(struct emb_rmeta)) / 4 || r->meta_loc < EMB_SPILL_HDR ||
+	    r->meta_loc % BLK || r->meta_loc + r->blk_size > pm->size)
+		return store_err(err, n, -EIO, "run record %llu: bad geometry", (unsigned long long)r->id);
 	return 0;
 }
 
-uint64_t run_arr_csum(const struct emb_run *r)
+/* Read x's segments, fences and filter from its meta blocks: 0 or -EIO
+ * (counted; the run's rows then read as EIO). */
+static int srun_load(struct store *s, struct srun *x)
 {
-	return XXH64(r->data, run_arr_bytes(r->nsegs, r->nblocks, r->bloom_bits), r->id);
+	struct spill *sp = s->sp;
+	int st = atomic_load_explicit(&x->loaded, memory_order_acquire);
+	if (st)
+		return st > 0 ? 0 : st;
+	pthread_mutex_lock(&x->load_mu);
+	if ((st = atomic_load(&x->loaded))) {
+		pthread_mutex_unlock(&x->load_mu);
+		return st > 0 ? 0 : st;
+	}
+	const struct emb_run *r = x->r;
+	uint32_t bs = r->blk_size;
+	size_t segb = ((size_t)r->nsegs * 4 + 7) & ~(size_t)7, ab = arr_bytes(r);
+	uint64_t nmeta = (ab + bs - 1) / bs;
+	char *hb = NULL, *ab_buf = NULL;
+	uint32_t *arrays = malloc(segb + ab);
+	int ret = arrays && !posix_memalign((void **)&hb, BLK, bs) &&
+			  !posix_memalign((void **)&ab_buf, BLK, (nmeta ? nmeta : 1) * bs) ? 0 : -ENOMEM;
+	struct sreq q = { .blk = r->meta_loc, .span = bs, .boff = 0 };
+	if (!ret)
+		ret = device_read_raw(sp, &q, 1, hb);
+	const struct emb_rmeta *m = (const struct emb_rmeta *)hb;
+	if (!ret && (m->magic != EMB_RMETA_MAGIC || m->id != r->id || m->nsegs != r->nsegs ||
+		     meta_hdr_csum(m) != m->csum))
+		ret = -EIO;
+	if (!ret) {
+		memset(arrays, 0, segb);
+		memcpy(arrays, m->seg, (size_t)r->nsegs * 4);
+		for (uint32_t i = 0; i < r->nsegs && !ret; i++)
+			if (arrays[i] >= sp->pm->nsegs || sp->pm->seg[arrays[i]].state != EMB_SEG_RUN)
+				ret = -EIO;
+	}
+	x->seg = arrays;
+	for (uint64_t i = 0; !ret && i < nmeta; i++) {
+		q = (struct sreq){ .blk = blk_loc(sp, x, r->nblocks + 1 + i), .span = bs, .boff = i * bs };
+		ret = device_read_raw(sp, &q, 1, ab_buf);
+	}
+	if (!ret && XXH64(ab_buf, ab, r->id) != r->meta_csum)
+		ret = -EIO;
+	if (!ret) {
+		memcpy((char *)arrays + segb, ab_buf, ab);
+		x->fence = (uint64_t *)((char *)arrays + segb);
+		x->bloom = x->fence + r->nblocks;
+	} else {
+		x->seg = NULL;
+		free(arrays);
+		if (ret == -EIO)
+			atomic_fetch_add(&sp->csum_errors, 1);
+	}
+	free(hb);
+	free(ab_buf);
+	if (ret != -ENOMEM)
+		atomic_store_explicit(&x->loaded, ret ? ret : 1, memory_order_release);
+	pthread_mutex_unlock(&x->load_mu);
+	return ret;
 }
 
 /* ---- the lists -------------------------------------------------------- */
@@ -236,9 +312,12 @@ int runs_may_hold(struct store *s, uint32_t id, uint64_t row)
 	if (!sp)
 		return 0;
 	pthread_rwlock_rdlock(&sp->run_lock);
-	for (struct srun *x = sp->runs[id]; x && !maybe; x = x->next)
-		maybe = row >= x->r->min_row && row <= x->r->max_row &&
-			bloom_has(x->bloom, x->r->bloom_bits, x->r->bloom_k, row);
+	for (struct srun *x = sp->runs[id]; x && !maybe; x = x->next) {
+		if (row < x->r->min_row || row > x->r->max_row)
+			continue;
+		/* an unreadable filter: the run may hold any row of its range */
+		maybe = srun_load(s, x) || bloom_has(x->bloom, x->r->bloom_bits, x->r->bloom_k, row);
+	}
 	if (!maybe && sp->ev_n && sp->ev_id == id) {
 		size_t i = u64_lower_bound(sp->ev_rows, sp->ev_n, row);
 		maybe = i < sp->ev_n && sp->ev_rows[i] == row;
@@ -489,10 +568,20 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 	uint32_t rs = st->t->row_size;
 	for (size_t ri = 0; ri < nr && !ret; ri++) {
 		size_t nl = 0;
+		int lr = srun_load(s, v[ri]);
+		if (lr == -ENOMEM) {
+			ret = lr;
+			break;
+		}
 		for (size_t i = 0; i < n; i++) {
 			if (q[i].state != RQ_PENDING)
 				continue;
 			uint64_t a, bb;
+			if (lr) { /* its arrays are unreadable: its rows are EIO */
+				if (q[i].row >= v[ri]->r->min_row && q[i].row <= v[ri]->r->max_row)
+					q[i].state = RQ_EIO;
+				continue;
+			}
 			if (row_blocks(v[ri], q[i].row, &a, &bb))
 				L[nl++] = (struct look){ i, a, bb };
 		}
@@ -501,7 +590,11 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 	}
 	free(L);
 	runs_put(v, nr);
+	uint64_t found = 0;
+	for (size_t i = 0; i < n; i++)
+		found += q[i].state == RQ_DATA;
 	atomic_fetch_add_explicit(&sp->run_reads, n, memory_order_relaxed);
+	atomic_fetch_add_explicit(&sp->reads, found, memory_order_relaxed); /* rows from the device */
 	return ret;
 }
 
@@ -525,6 +618,10 @@ struct build {
 	struct u64vec fences, rows, segs;
 	uint64_t nrecs, nlive, min_row, max_row;
 	uint64_t bytes;     /* written to the device */
+	/* build_finish: segs | fences | filter (one malloc, for the srun),
+	 * the filter's size, the meta block's place and the arrays' checksum */
+	uint32_t *arrays;
+	uint64_t nblocks, bloom_bits, meta_loc, meta_csum;
 	int err;
 };
 
@@ -671,19 +768,72 @@ static int build_row(struct build *w, uint64_t row, const uint64_t *batch, const
 }
 
 /* Write what is left and make it durable. */
+/* Append one raw block (meta). */
+static int build_raw(struct build *w, const void *src, size_t len)
+{
+	char *b = w->buf + w->nbuf * (size_t)w->bs;
+	memset(b, 0, w->bs);
+	memcpy(b, src, len);
+	w->nbuf++;
+	return w->nbuf == w->cap ? build_flush(w) : 0;
+}
+
+/* Write what is left, then the meta blocks (segments, fences, filter), and
+ * make it all durable. */
 static int build_finish(struct build *w)
 {
+	struct spill *sp = w->sp;
 	if (!w->err && w->in_blk)
 		w->err = build_seal_blk(w);
-	if (!w->err && w->nbuf)
-		w->err = build_flush(w);
 	if (!w->err && !w->nrecs)
 		w->err = -ENODATA;
-	if (!w->err && fdatasync(w->sp->fd))
+	if (w->err)
+		return w->err;
+	w->nblocks = w->fences.n;
+	w->bloom_bits = w->rows.n * BLOOM_BITS_PER_REC < 64 ? 64 : w->rows.n * BLOOM_BITS_PER_REC;
+	size_t ab = w->nblocks * 8 + bloom_words(w->bloom_bits) * 8;
+	uint64_t nmeta = (ab + w->bs - 1) / w->bs, bps = sp->pm->seg_size / w->bs;
+	uint64_t nsegs = (w->nblocks + 1 + nmeta + bps - 1) / bps;
+	if (nsegs > (w->bs - sizeof(struct emb_rmeta)) / 4)
+		return w->err = -EFBIG; /* its segment list would not fit one block */
+	while (w->segs.n < nsegs) { /* the meta block lists them all */
+		uint64_t k = seg_take(sp);
+		if (k == EMB_NONE)
+			return w->err = -ENOSPC;
+		if ((w->err = u64vec_push(&w->segs, k)))
+			return w->err;
+	}
+	size_t segb = ((size_t)nsegs * 4 + 7) & ~(size_t)7;
+	w->arrays = calloc(1, segb + ab);
+	struct emb_rmeta *m = calloc(1, w->bs);
+	if (!w->arrays || !m) {
+		free(m);
+		return w->err = -ENOMEM;
+	}
+	for (uint64_t i = 0; i < nsegs; i++)
+		w->arrays[i] = (uint32_t)w->segs.v[i];
+	uint64_t *fence = (uint64_t *)((char *)w->arrays + segb), *bloom = fence + w->nblocks;
+	memcpy(fence, w->fences.v, w->nblocks * 8);
+	for (size_t i = 0; i < w->rows.n; i++)
+		bloom_add(bloom, w->bloom_bits, BLOOM_K, w->rows.v[i]);
+	w->meta_csum = XXH64(fence, ab, w->id);
+	*m = (struct emb_rmeta){ .magic = EMB_RMETA_MAGIC, .id = w->id, .nsegs = (uint32_t)nsegs };
+	memcpy(m->seg, w->arrays, nsegs * 4);
+	m->csum = meta_hdr_csum(m);
+	w->meta_loc = seg_base(sp, w->segs.v[w->nblocks / bps]) + (w->nblocks % bps) * w->bs;
+	w->err = build_raw(w, m, w->bs);
+	free(m);
+	for (uint64_t i = 0; !w->err && i < nmeta; i++) {
+		size_t off = i * w->bs, len = ab - off < w->bs ? ab - off : w->bs;
+		w->err = build_raw(w, (char *)fence + off, len);
+	}
+	if (!w->err && w->nbuf)
+		w->err = build_flush(w);
+	if (!w->err && fdatasync(sp->fd))
 		w->err = -errno;
 	if (!w->err) {
-		atomic_fetch_add_explicit(&w->sp->spill_writes, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&w->sp->spill_write_bytes, w->bytes, memory_order_relaxed);
+		atomic_fetch_add_explicit(&sp->spill_writes, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&sp->spill_write_bytes, w->bytes, memory_order_relaxed);
 	}
 	return w->err;
 }
@@ -696,74 +846,43 @@ static void build_free(struct build *w, int release)
 	free(w->fences.v);
 	free(w->rows.v);
 	free(w->segs.v);
-}
-
-/* Fill run header r (allocated with room for its arrays) from w. */
-static void run_fill(struct build *w, struct emb_run *r, uint64_t seq, uint32_t level, uint64_t bloom_bits)
-{
-	*r = (struct emb_run){ .magic = EMB_RUN_MAGIC, .table = w->table, .rec_size = w->rec,
-			       .table_gen = w->gen, .seq = seq, .id = w->id, .nrecs = w->nrecs,
-			       .nlive = w->nlive, .nblocks = w->fences.n, .blk_size = w->bs,
-			       .nsegs = (uint32_t)w->segs.n, .min_row = w->min_row, .max_row = w->max_row,
-			       .level = level, .bloom_k = BLOOM_K, .bloom_bits = bloom_bits };
-	uint32_t *seg = (uint32_t *)r->data;
-	memset(seg, 0, ((size_t)r->nsegs * 4 + 7) & ~(size_t)7);
-	for (size_t i = 0; i < w->segs.n; i++)
-		seg[i] = (uint32_t)w->segs.v[i];
-	uint64_t *f = run_fences(r);
-	memcpy(f, w->fences.v, w->fences.n * 8);
-	uint64_t *bl = f + r->nblocks;
-	memset(bl, 0, bloom_words(bloom_bits) * 8);
-	for (size_t i = 0; i < w->rows.n; i++)
-		bloom_add(bl, bloom_bits, BLOOM_K, w->rows.v[i]);
-	r->arr_csum = run_arr_csum(r);
-	r->csum = run_hdr_csum(r);
+	free(w->arrays);
 }
 
 /* Make the built run part of the pool, in place of the runs old[0..nold)
- * (a merge; they move to the dead list), at order seq.  commit_lock held. */
+ * (a merge; they turn dead), at order seq.  commit_lock held. */
 static int run_install(struct store *s, struct build *w, uint64_t seq, uint32_t level, struct srun **old,
 		       size_t nold)
 {
 	struct spill *sp = s->sp;
 	struct emb_rundir *rd = sp->rd;
-	uint64_t bloom_bits = w->rows.n * BLOOM_BITS_PER_REC;
-	if (bloom_bits < 64)
-		bloom_bits = 64;
-	size_t size = sizeof(struct emb_run) + run_arr_bytes((uint32_t)w->segs.n, w->fences.n, bloom_bits);
-	/* free directory slots */
 	volatile size_t slot = EMB_RUNDIR_CAP;
-	size_t dslot[64], nd = 0;
-	for (volatile size_t i = 0; i < EMB_RUNDIR_CAP && slot == EMB_RUNDIR_CAP; i++)
-		if (!rd->run[i])
+	for (size_t i = 0; i < EMB_RUNDIR_CAP && slot == EMB_RUNDIR_CAP; i++)
+		if (!rd->run[i].state)
 			slot = i;
-	for (size_t i = 0; i < EMB_RUNDIR_CAP && nd < nold; i++)
-		if (!rd->dead[i])
-			dslot[nd++] = i;
-	if (slot == EMB_RUNDIR_CAP || nd < nold || nold > 64)
+	if (slot == EMB_RUNDIR_CAP)
 		return -ENOSPC;
+	struct emb_run r = { .id = w->id, .table = w->table, .rec_size = w->rec, .table_gen = w->gen,
+			     .seq = seq, .nrecs = w->nrecs, .nlive = w->nlive, .nblocks = w->nblocks,
+			     .blk_size = w->bs, .nsegs = (uint32_t)w->segs.n, .min_row = w->min_row,
+			     .max_row = w->max_row, .level = level, .bloom_k = BLOOM_K,
+			     .bloom_bits = w->bloom_bits, .meta_loc = w->meta_loc, .meta_csum = w->meta_csum,
+			     .state = EMB_RUN_LIVE };
+	r.csum = rec_csum(&r);
 	volatile int ret = 0;
-	volatile uint64_t off = 0;
 	TX_BEGIN(s->pop) {
-		PMEMoid o = pmemobj_tx_alloc(size, 0);
-		struct emb_run *r = pmemobj_direct(o);
-		off = o.off;
-		run_fill(w, r, seq, level, bloom_bits);
 		for (size_t i = 0; i < w->segs.n; i++) {
 			struct emb_sseg *g = &sp->pm->seg[w->segs.v[i]];
 			pmemobj_tx_add_range_direct(g, sizeof(*g));
 			*g = (struct emb_sseg){ .state = EMB_SEG_RUN, .fill = sp->pm->seg_size, .seq = w->id };
 		}
-		pmemobj_tx_add_range_direct(&rd->run[slot], 8);
-		rd->run[slot] = off;
+		pmemobj_tx_add_range_direct(&rd->run[slot], sizeof(r));
+		rd->run[slot] = r;
 		for (size_t i = 0; i < nold; i++) {
-			for (size_t j = 0; j < EMB_RUNDIR_CAP; j++)
-				if (rd->run[j] == old[i]->off) {
-					pmemobj_tx_add_range_direct(&rd->run[j], 8);
-					rd->run[j] = 0;
-				}
-			pmemobj_tx_add_range_direct(&rd->dead[dslot[i]], 8);
-			rd->dead[dslot[i]] = old[i]->off;
+			struct emb_run *o = old[i]->r;
+			pmemobj_tx_add_range_direct(o, sizeof(*o));
+			o->state = EMB_RUN_DEAD;
+			o->csum = rec_csum(o);
 		}
 	} TX_ONABORT {
 		ret = pm_tx_errno();
@@ -771,9 +890,10 @@ static int run_install(struct store *s, struct build *w, uint64_t seq, uint32_t 
 	ret = pm_tx_end(s, ret);
 	if (ret)
 		return ret;
-	struct srun *x = srun_new(sp, S_PTR(s, off), off);
+	struct srun *x = srun_new(sp, &rd->run[slot], w->arrays);
 	if (!x)
 		return -ENOMEM; /* listed at the next mount */
+	w->arrays = NULL;
 	segs_release(sp, &w->segs);
 	w->segs.n = 0;
 	pthread_rwlock_wrlock(&sp->run_lock);
@@ -1046,6 +1166,8 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 	w.id = next_id(sp);
 	uint32_t level = 0;
 	for (size_t i = 0; i < m && !ret; i++) {
+		if ((ret = srun_load(s, v[i])))
+			break; /* an unreadable run is not merged (its rows read as EIO) */
 		it[i].x = v[i];
 		it[i].blk0 = EMB_NONE;
 		if (posix_memalign((void **)&it[i].buf, BLK, CHUNK_BYTES + v[i]->r->blk_size))
@@ -1185,6 +1307,31 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 int merge_some(struct store *s)
 {
 	struct spill *sp = s->sp;
+	/* the device is half full: merge all runs of the table with the most,
+	 * which drops every copy newer runs replaced (while the output still
+	 * finds room) */
+	if (free_segs(sp) * 2 < sp->pm->nsegs) {
+		uint32_t best = EMB_NTABLES;
+		size_t most = 1;
+		for (uint32_t id = 0; id < EMB_NTABLES; id++) {
+			if (!sp->runs[id])
+				continue;
+			size_t k = (size_t)runs_count(s, id, NULL);
+			if (k > most) {
+				most = k;
+				best = id;
+			}
+		}
+		struct stable *st = best < EMB_NTABLES ? tab_get(s, best) : NULL;
+		struct srun **v;
+		size_t n;
+		if (st && !runs_get(sp, best, &v, &n)) {
+			int ret = n > 1 ? merge_runs(s, st, v, n, 1) : 0;
+			runs_put(v, n);
+			if (n > 1)
+				return ret ? ret : 1;
+		}
+	}
 	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
 		if (!sp->runs[id])
 			continue;
@@ -1221,22 +1368,13 @@ int merge_some(struct store *s)
 int runs_retire_locked(struct store *s, struct srun **v, size_t n)
 {
 	struct spill *sp = s->sp;
-	struct emb_rundir *rd = sp->rd;
 	volatile int ret = 0;
 	TX_BEGIN(s->pop) {
-		size_t d = 0;
 		for (size_t i = 0; i < n; i++) {
-			for (size_t j = 0; j < EMB_RUNDIR_CAP; j++)
-				if (rd->run[j] == v[i]->off) {
-					pmemobj_tx_add_range_direct(&rd->run[j], 8);
-					rd->run[j] = 0;
-				}
-			while (d < EMB_RUNDIR_CAP && rd->dead[d])
-				d++;
-			if (d == EMB_RUNDIR_CAP)
-				pmemobj_tx_abort(ENOSPC);
-			pmemobj_tx_add_range_direct(&rd->dead[d], 8);
-			rd->dead[d] = v[i]->off;
+			struct emb_run *o = v[i]->r;
+			pmemobj_tx_add_range_direct(o, sizeof(*o));
+			o->state = EMB_RUN_DEAD;
+			o->csum = rec_csum(o);
 		}
 	} TX_ONABORT {
 		ret = pm_tx_errno();
@@ -1258,29 +1396,22 @@ int runs_retire_locked(struct store *s, struct srun **v, size_t n)
 	return 0;
 }
 
-/* Free run off: its segments, the directory's dead entry, the header.  In a
- * transaction (commit_lock held, or at mount). */
-static int run_free_tx(struct store *s, uint64_t off)
+/* Free dead run x: its segments (if its meta block can say which) and its
+ * record, in one transaction (commit_lock held, or at mount). */
+static int run_free_tx(struct store *s, struct srun *x)
 {
 	struct spill *sp = s->sp;
-	struct emb_rundir *rd = sp->rd;
+	struct emb_run *r = x->r;
+	int known = srun_load(s, x) == 0; /* else its segments stay taken (fsck says so) */
 	volatile int ret = 0;
 	TX_BEGIN(s->pop) {
-		if (run_sane(s, off, NULL, 0) == 0) {
-			const struct emb_run *r = S_PTR(s, off);
-			const uint32_t *seg = (const uint32_t *)r->data;
-			for (uint32_t i = 0; i < r->nsegs; i++) {
-				struct emb_sseg *g = &sp->pm->seg[seg[i]];
-				pmemobj_tx_add_range_direct(g, sizeof(*g));
-				*g = (struct emb_sseg){ .state = EMB_SEG_FREE };
-			}
-			pmemobj_tx_free(pmemobj_oid(r));
+		for (uint32_t i = 0; known && i < r->nsegs; i++) {
+			struct emb_sseg *g = &sp->pm->seg[x->seg[i]];
+			pmemobj_tx_add_range_direct(g, sizeof(*g));
+			*g = (struct emb_sseg){ .state = EMB_SEG_FREE };
 		}
-		for (size_t j = 0; j < EMB_RUNDIR_CAP; j++)
-			if (rd->dead[j] == off) {
-				pmemobj_tx_add_range_direct(&rd->dead[j], 8);
-				rd->dead[j] = 0;
-			}
+		pmemobj_tx_add_range_direct(r, sizeof(*r));
+		memset(r, 0, sizeof(*r));
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
@@ -1301,8 +1432,8 @@ int runs_reap_locked(struct store *s)
 		}
 		*p = x->next;
 		pthread_rwlock_unlock(&sp->run_lock);
-		ret = run_free_tx(s, x->off);
-		free(x);
+		ret = run_free_tx(s, x);
+		srun_free(x);
 		pthread_rwlock_wrlock(&sp->run_lock);
 		p = &sp->dead;
 	}
@@ -1362,6 +1493,8 @@ int runs_trim(struct store *s, struct stable *st, uint64_t from)
 			went |= gone[k] == x;
 		if (went || x->r->max_row < from)
 			continue;
+		if ((ret = srun_load(s, x)))
+			break;
 		struct rit it = { .x = x, .blk0 = EMB_NONE };
 		/* start at the last block whose fence is below `from` */
 		if (from > x->r->min_row) {
@@ -1429,6 +1562,12 @@ int runs_ranges(struct store *s, uint32_t id, struct u64vec *lohi)
 	int ret = runs_get(sp, id, &v, &n);
 	for (size_t i = 0; i < n && !ret; i++) {
 		const struct emb_run *r = v[i]->r;
+		if (srun_load(s, v[i])) { /* unreadable: its whole range counts */
+			ret = u64vec_push(lohi, r->min_row);
+			if (!ret)
+				ret = u64vec_push(lohi, r->max_row + 1);
+			continue;
+		}
 		for (uint64_t k = 0; k < r->nblocks && !ret; k++) {
 			uint64_t lo = v[i]->fence[k];
 			uint64_t hi = k + 1 < r->nblocks ? v[i]->fence[k + 1] : r->max_row + 1;
@@ -1482,28 +1621,26 @@ int runs_load(struct store *s, char *err, size_t n)
 		return store_err(err, n, -EIO, "run directory is damaged");
 	uint64_t max_id = 0;
 	for (size_t i = 0; i < EMB_RUNDIR_CAP; i++) {
-		uint64_t off = sp->rd->run[i];
-		if (!off)
+		struct emb_run *r = &sp->rd->run[i];
+		if (!r->state)
 			continue;
-		int ret = run_sane(s, off, err, n);
+		int ret = r->state == EMB_RUN_LIVE || r->state == EMB_RUN_DEAD
+				  ? rec_sane(s, r, err, n)
+				  : store_err(err, n, -EIO, "run record %zu: bad state %u", i, r->state);
 		if (ret)
 			return ret;
-		struct srun *x = srun_new(sp, S_PTR(s, off), off);
+		struct srun *x = srun_new(sp, r, NULL);
 		if (!x)
 			return -ENOMEM;
-		if (x->r->id > max_id)
-			max_id = x->r->id;
-		list_insert(sp, x);
-	}
-	/* runs a merge replaced: nobody reads them now */
-	for (size_t i = 0; i < EMB_RUNDIR_CAP; i++) {
-		uint64_t off = sp->rd->dead[i];
-		if (!off)
+		if (r->id > max_id)
+			max_id = r->id;
+		if (r->state == EMB_RUN_LIVE) {
+			list_insert(sp, x);
 			continue;
-		if (pool_range_ok(s, off, sizeof(struct emb_run), 8) &&
-		    ((struct emb_run *)S_PTR(s, off))->id > max_id)
-			max_id = ((struct emb_run *)S_PTR(s, off))->id;
-		int ret = run_free_tx(s, off);
+		}
+		/* a run a merge replaced or a drop let go: nobody reads it now */
+		ret = run_free_tx(s, x);
+		srun_free(x);
 		if (ret)
 			return store_err(err, n, ret, "freeing a replaced run: %s", strerror(-ret));
 	}
@@ -1519,13 +1656,13 @@ void runs_unload(struct spill *sp)
 		for (uint32_t id = 0; id < EMB_NTABLES; id++)
 			for (struct srun *x = sp->runs[id], *nx; x; x = nx) {
 				nx = x->next;
-				free(x);
+				srun_free(x);
 			}
 		free(sp->runs);
 	}
 	for (struct srun *x = sp->dead, *nx; x; x = nx) {
 		nx = x->next;
-		free(x);
+		srun_free(x);
 	}
 	free(sp->seg_busy);
 	free(sp->ev_rows);
@@ -1540,8 +1677,8 @@ void runs_stats(struct store *s, struct store_spill_stats *st)
 			st->runs++;
 			st->run_rows += x->r->nrecs;
 			st->run_bytes += x->r->nblocks * x->r->blk_size;
-			st->run_pool_bytes += sizeof(struct emb_run) +
-					      run_arr_bytes(x->r->nsegs, x->r->nblocks, x->r->bloom_bits);
+			st->run_pool_bytes += sizeof(struct emb_run);
+			st->run_meta_bytes += arr_bytes(x->r) + ((size_t)x->r->nsegs * 4 + 7) / 8 * 8;
 			if (x->r->level + 1 > st->run_levels)
 				st->run_levels = x->r->level + 1;
 		}
@@ -1591,7 +1728,12 @@ int runs_fsck(struct store *s, uint64_t *nruns, uint64_t *bad)
 	for (uint32_t id = 0; id < EMB_NTABLES; id++)
 		for (struct srun *x = sp->runs[id]; x; x = x->next) {
 			const struct emb_run *r = x->r;
-			int b = run_sane(s, x->off, NULL, 0) || run_arr_csum(r) != r->arr_csum;
+			int b = rec_sane(s, r, NULL, 0) || srun_load(s, x);
+			if (b) { /* its segments are unknown */
+				(*bad)++;
+				(*nruns)++;
+				continue;
+			}
 			struct stable *st = tab_get(s, id);
 			b |= !st || st->t->gen != r->table_gen;
 			for (uint64_t k = 1; k < r->nblocks; k++)
@@ -1605,7 +1747,7 @@ int runs_fsck(struct store *s, uint64_t *nruns, uint64_t *bad)
 		}
 	for (struct srun *x = sp->dead; x; x = x->next) {
 		const struct emb_run *r = x->r;
-		for (uint32_t k = 0; k < r->nsegs; k++)
+		for (uint32_t k = 0; !srun_load(s, x) && k < r->nsegs; k++)
 			*bad += own[x->seg[k]]++ != 0;
 	}
 	pthread_rwlock_unlock(&sp->run_lock);

@@ -39,15 +39,17 @@ struct pq_ent {
 	uint64_t row;
 };
 
-/* A sorted run (run.c): its header in the pool and what reads need. */
+/* A sorted run (run.c): its record in the pool, and its segments, fences
+ * and filter read from its meta blocks on the device (at first use). */
 struct srun {
-	struct emb_run *r;
-	uint64_t off;
-	uint32_t *seg;
-	uint64_t *fence;
-	uint64_t *bloom;
+	struct emb_run *r;       /* its record in the pool's run directory */
 	uint32_t per_blk;        /* records per block */
 	uint64_t bps;            /* blocks per segment */
+	pthread_mutex_t load_mu; /* around reading the arrays */
+	_Atomic int loaded;      /* 1: the arrays are here; -EIO: unreadable */
+	uint32_t *seg;           /* one malloc: segments, fences, filter */
+	uint64_t *fence;
+	uint64_t *bloom;
 	_Atomic int refs;        /* 1 for its list, +1 per reader */
 	struct srun *next;       /* the next older run of its table, or the next dead one (run_lock) */
 };
@@ -196,7 +198,6 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 int merge_some(struct store *s);
 int runs_retire_locked(struct store *s, struct srun **v, size_t n);
 int runs_reap_locked(struct store *s);
-uint64_t run_arr_csum(const struct emb_run *r);
 void runs_stats(struct store *s, struct store_spill_stats *st);
 
 /* heat.c */

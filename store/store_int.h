@@ -11,6 +11,7 @@
  *   commit.c    group commit of row updates
  *   snap.c      snapshot records
  *   mover.c     the spill mover (spilling, promotion, its thread)
+ *   run.c       sorted runs on the spill device: eviction, lookups, merges
  *   compact.c   compaction of the spill device, recount
  *   reclaim.c   freeing what no snapshot needs
  *   read.c      the one read path (pool and device)
@@ -46,6 +47,8 @@
  *   meta_lock          around a transaction that reseals checksummed metadata
  *                      (superblock, catalog entry, reserve, snapshot record)
  *   sp->mu, ring locks spill mover state, io_uring rings (leaves)
+ *   sp->run_lock       the run lists (a leaf; the lists change under
+ *                      commit_lock too); a run's load_mu inside it
  *
  * store_table_set_geometry once took cat_lock before snap_lock while
  * store_snap_create took them the other way: that deadlocked the mount.
@@ -567,9 +570,13 @@ int reclaim_replay(struct store *s, struct emb_journal *j);
 int snap_reclaim_all(struct store *s);
 
 /* ---- commit.c: group commit (commit_lock held; takes snap_lock shared) --- */
-/* Apply ops as one group (see commit.c); promised: they were promised room. */
+/* Apply ops as one group (see commit.c).  flags: COMMIT_PROMISED, they
+ * were promised room; COMMIT_RUNS_HIDDEN, newer runs already hide the rows
+ * deleted (truncation wrote their tombstones): no pool tombstones for them. */
+#define COMMIT_PROMISED 1
+#define COMMIT_RUNS_HIDDEN 2
 int commit_locked(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
-		  uint64_t size_hint, int promised);
+		  uint64_t size_hint, int flags);
 int commit_replay(struct store *s, struct emb_journal *j);
 /* Delete rows[i] from the index if it still points at offs[i], a single
  * version of batches[i] whose bytes equal datas[i] (NULL: a tombstone):

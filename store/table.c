@@ -62,7 +62,7 @@ int trim_locked(struct store *s, struct stable *st)
 		}
 		for (size_t i = 0; i < k; i++)
 			ops[i].row = c.keys.v[at + i];
-		ret = commit_locked(s, st, ops, k, 0, 0);
+		ret = commit_locked(s, st, ops, k, 0, COMMIT_RUNS_HIDDEN);
 		free(ops);
 	}
 	free(c.keys.v);

@@ -352,36 +352,40 @@ struct emb_spill {
 /*
  * Sorted runs (store/run.c).  Rows of one table written out whole, in row-id
  * order, into blocks of blk_size bytes (4 KiB, or a multiple for big rows)
- * on the segments seg[] (seg_size / blk_size blocks each, in order).  A block
- * starts with emb_rblk and holds records (row, batch | EMB_RREC_TOMB, the
- * row's bytes), sorted by row, a row's versions newest first; a row's
- * versions share a block unless they fill one.  The pool keeps per run only
- * this header, the segment list, the first row id of each block (fences)
- * and a Bloom filter of its row ids.  Immutable once written.
+ * on whole segments (seg_size / blk_size blocks each).  A block starts with
+ * emb_rblk and holds records (row, batch | EMB_RREC_TOMB, the row's bytes),
+ * sorted by row, a row's versions newest first; a row's versions share a
+ * block unless they fill one.  After the last data block come the run's
+ * meta blocks: emb_rmeta (with the list of the run's segments) at meta_loc,
+ * then the first row id of each data block (fences) and a Bloom filter of
+ * the run's row ids.  The pool keeps only a fixed record per run in the run
+ * directory: no pool allocation per run, and a few bytes per run, not per
+ * row.  Immutable once written.
  */
-#define EMB_RUN_MAGIC 0x4e5552424d45ull /* "EMBRUN" */
 #define EMB_RBLK_MAGIC 0x4b4c4252u      /* "RBLK" */
+#define EMB_RMETA_MAGIC 0x4154454d4e5552ull /* "RUNMETA" */
 #define EMB_RREC_TOMB (1ull << 63)
+#define EMB_RUN_LIVE 1u
+#define EMB_RUN_DEAD 2u                 /* replaced or dropped: freed once no reader has it */
 struct emb_run {
-	uint64_t magic;
+	uint64_t id;           /* unique, never 0; its low 32 bits are in each block */
 	uint32_t table;        /* catalog slot */
 	uint32_t rec_size;     /* 16 + row_size */
 	uint64_t table_gen;
 	uint64_t seq;          /* order among the table's runs: larger = newer */
-	uint64_t id;           /* unique; its low 32 bits are in each block */
 	uint64_t nrecs, nlive; /* records; those that are not tombstones */
-	uint64_t nblocks;
+	uint64_t nblocks;      /* data blocks */
 	uint32_t blk_size;
 	uint32_t nsegs;
 	uint64_t min_row, max_row;
 	uint32_t level;        /* merges it went through */
 	uint32_t bloom_k;
 	uint64_t bloom_bits;
-	uint64_t csum;         /* XXH64 of the header (csum = 0) */
-	uint64_t arr_csum;     /* XXH64 of the arrays that follow */
-	/* uint32_t seg[nsegs] (padded to 8 bytes), uint64_t fence[nblocks],
-	 * uint64_t bloom[(bloom_bits + 63) / 64] */
-	uint64_t data[];
+	uint64_t meta_loc;     /* device offset of its emb_rmeta block */
+	uint64_t meta_csum;    /* XXH64 of the fences and the filter */
+	uint32_t state;        /* 0 = free record, EMB_RUN_LIVE, EMB_RUN_DEAD */
+	uint32_t reserved;
+	uint64_t csum;         /* XXH64 of the record (csum = 0) */
 };
 struct emb_rblk {
 	uint32_t magic;
@@ -389,13 +393,22 @@ struct emb_rblk {
 	uint32_t run_id;       /* low 32 bits of the run's id */
 	uint32_t csum;         /* low 32 bits of XXH3 of the block with csum = 0 */
 };
-#define EMB_RUNDIR_MAGIC 0x524944524d45ull /* "EMRDIR" */
+/* The first meta block: the run's segments; fences and filter follow in
+ * the next blocks (run blocks nblocks + 1 ...). */
+struct emb_rmeta {
+	uint64_t magic;
+	uint64_t id;
+	uint32_t nsegs;
+	uint32_t reserved;
+	uint64_t csum;         /* XXH64 of this header (csum = 0) and seg[] */
+	uint32_t seg[];
+};
+#define EMB_RUNDIR_MAGIC 0x3252494452554eull /* "NURDIR2" */
 #define EMB_RUNDIR_CAP 2048u
 struct emb_rundir {
 	uint64_t magic;
 	uint64_t next_id;
-	uint64_t run[EMB_RUNDIR_CAP];  /* live runs (offsets), 0 = free */
-	uint64_t dead[EMB_RUNDIR_CAP]; /* runs replaced or dropped, freed once no reader has them */
+	struct emb_run run[EMB_RUNDIR_CAP];
 };
 #define EMB_SREC_MAGIC 0x52424d45u /* "EMBR" */
 struct emb_srec {
@@ -409,7 +422,8 @@ struct emb_srec {
 
 _Static_assert(sizeof(struct emb_stub) == EMB_STUB_SLOT, "stub");
 _Static_assert(sizeof(struct emb_srec) == 32, "spill record header");
-_Static_assert(sizeof(struct emb_run) == 120, "run header");
+_Static_assert(sizeof(struct emb_run) == 128, "run record");
+_Static_assert(sizeof(struct emb_rmeta) == 32, "run meta header");
 _Static_assert(sizeof(struct emb_rblk) == 16, "run block header");
 _Static_assert(sizeof(struct emb_spill) == 80, "spill table header");
 _Static_assert(sizeof(struct emb_sseg) == 32, "segment entry");

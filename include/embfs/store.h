@@ -300,7 +300,9 @@ struct store_spill_stats {
 	uint64_t csum_errors, waits, full;
 	uint64_t slabs_returned;   /* row slabs given back to the heap for stubs and index */
 	/* sorted runs (store/run.c) */
-	uint64_t runs, runs_dead, run_levels, run_rows, run_bytes, run_pool_bytes;
+	uint64_t runs, runs_dead, run_levels, run_rows, run_bytes;
+	uint64_t run_pool_bytes;   /* their records in the pool */
+	uint64_t run_meta_bytes;   /* segment lists, fences and filters (device, and DRAM once read) */
 	uint64_t run_evicted, run_reads, run_blocks, bloom_fp;
 	uint64_t merges, merge_in_bytes, merge_out_bytes;
 };

@@ -2,7 +2,8 @@
 # spill: the SSD spill tier through the mount.  Pools on tmpfs, spill files on
 # a disk file system ($SPILLDIR, default /var/tmp).  A 64 MiB pool keeps
 # 16 MiB of row versions (spill_high 30), so a 32 MiB table of 256-byte rows
-# lives mostly on the spill file.  The first ~100 ops of each fsx run meet
+# lives mostly on the spill file: in sorted runs (the default), or behind
+# stubs with -o spill_runs=0 (tests/e2e/spillstubs.sh runs this file so).  The first ~100 ops of each fsx run meet
 # mostly spilled rows; the run then drops most of them, so each run starts
 # from a fresh top-up.
 #  1. fsx (random writes, partial rows, punches, truncates, reads) on that
@@ -247,6 +248,64 @@ say "24 MiB written with cache_size=0: $(sf spill.versions)"
 [ "$(on_device "$M")" -gt 1000 ] || fail "too few rows spilled"
 F5=$(stat_field "$M" spill.path)
 unmount_pool "$M"
+case "$OPTS" in
+*spill_runs=0*) ;; # stubs: below
+*)
+# sorted runs: flip a data byte of row R in every block that holds it (the
+# live run's, and those of runs merged away but not yet written over); R
+# and the rows sharing its block read EIO, every other row reads right
+R=$(python3 - "$F5" "$T/e.src" "$RS" <<'EOF'
+import struct, sys
+dev, src, rs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+d, s = open(dev, 'rb').read(), open(src, 'rb').read()
+nrows, rec = len(s) // rs, 16 + rs
+blocks = {}
+for off in range(4096, len(d) - 4096 + 1, 4096):
+    if d[off:off + 4] != b'RBLK':
+        continue
+    n = struct.unpack_from('<I', d, off + 4)[0]
+    rows = [struct.unpack_from('<Q', d, off + 16 + i * rec)[0] for i in range(min(n, (4096 - 16) // rec))]
+    blocks[off] = rows
+inruns = sorted({r for rows in blocks.values() for r in rows if r < nrows})
+if not inruns:
+    sys.exit("no row in a run block")
+R = inruns[len(inruns) // 2]
+hold = [off for off, rows in blocks.items() if R in rows]
+if not hold:
+    sys.exit("row %d is in no run block" % R)
+near = set()
+with open(dev, 'r+b') as f:
+    for off in hold:
+        i = blocks[off].index(R)
+        f.seek(off + 16 + i * rec + 16 + 7)
+        f.write(bytes([d[off + 16 + i * rec + 16 + 7] ^ 0x5a]))
+        near.update(blocks[off])
+print(R, len(hold), *sorted(near - {R}))
+EOF
+) || fail "finding row blocks in $F5"
+set -- $R
+R=$1; NB=$2; shift 2
+MATES=" $* "
+say "flipped a byte of row $R in $NB block(s) of $(basename "$F5"); $# rows share them"
+mount_pool "$P5" "$M" -o spill="$S5",cache_size=0 $OPTS
+readrow() { dd if="$M/e.emb" of="$T/row" bs=$RS skip="$1" count=1 iflag=direct status=none 2>"$T/row.err"; }
+readrow "$R" && fail "reading row $R with a flipped byte succeeded"
+grep -q "Input/output error" "$T/row.err" || fail "row $R: want EIO, got: $(cat "$T/row.err")"
+good=0
+for r in $(seq $((R - 64)) $((R + 64))); do
+	case "$MATES" in *" $r "*) continue ;; esac
+	[ "$r" = "$R" ] && continue
+	readrow "$r" || fail "row $r outside the damaged block: $(cat "$T/row.err")"
+	dd if="$T/e.src" bs=$RS skip="$r" count=1 status=none | cmp -s - "$T/row" || fail "row $r reads wrong bytes"
+	good=$((good + 1))
+done
+ce=$(stat_field "$M" spill.checksum_errors)
+[ "${ce:-0}" -ge 1 ] || fail "spill.checksum_errors is '${ce:-none}'"
+say "row $R: Input/output error; $good rows around it outside its block read right; checksum_errors=$ce"
+unmount_pool "$M"
+exit 0
+;;
+esac
 # a row with exactly one record, whose bytes are that row's, between two
 # spilled rows: flip one of its bytes; print the row, the byte and the rows
 # whose records share its 4 KiB block (the mover spills in index order)

@@ -942,8 +942,9 @@ static void test_threads(void)
 	for (int i = 0; i < 2; i++)
 		pthread_join(rd[i], NULL);
 	struct store_spill_stats st = sstats(s);
-	printf("  %llu rows read by 2 readers, %llu moved, %llu promoted, %llu segments compacted\n",
-	       (unsigned long long)treads, (unsigned long long)st.spilled, (unsigned long long)st.promoted,
+	printf("  %llu rows read by 2 readers, %llu moved, %llu evicted to runs, %llu promoted, %llu segments compacted\n",
+	       (unsigned long long)treads, (unsigned long long)st.spilled, (unsigned long long)st.run_evicted,
+	       (unsigned long long)st.promoted,
 	       (unsigned long long)st.compacted_segs);
 	CHECK(tbad == 0);
 	CHECK(st.spilled + st.run_evicted > 0);
@@ -1122,12 +1123,13 @@ static void test_runs(void)
 	for (uint64_t r = 0; r < RUNS_N; r += RUNS_N / 8)
 		write_evict(s, id, r, r + RUNS_N / 8, 1);
 	struct store_spill_stats st = sstats(s);
-	printf("  %llu rows: %llu runs (%llu levels), %llu rows in runs, %llu merges, pool %.2f B per run row\n",
+	printf("  %llu rows: %llu runs (%llu levels), %llu rows in runs, %llu merges, pool %.4f B and device meta %.2f B per run row\n",
 	       (unsigned long long)RUNS_N, (unsigned long long)st.runs, (unsigned long long)st.run_levels,
 	       (unsigned long long)st.run_rows, (unsigned long long)st.merges,
-	       st.run_rows ? (double)st.run_pool_bytes / (double)st.run_rows : 0.0);
+	       st.run_rows ? (double)st.run_pool_bytes / (double)st.run_rows : 0.0,
+	       st.run_rows ? (double)st.run_meta_bytes / (double)st.run_rows : 0.0);
 	CHECK(st.run_rows >= RUNS_N * 9 / 10 && st.merges > 0);
-	CHECK(st.run_pool_bytes < 4 * st.run_rows);
+	CHECK(st.run_pool_bytes * 100 < st.run_rows && st.run_meta_bytes < 3 * st.run_rows);
 	CHECK(st.runs < 3 * st.run_levels + 1);
 	check_view(s, -1, id, 0, RUNS_N, g_one);
 	fsck_clean(s);
@@ -1276,6 +1278,7 @@ static const struct part {
 	{ "runs", test_runs },
 	{ "runs_random", runs_random },
 	{ "runs_full", runs_full },
+	{ "runs_threads", runs_threads },
 	{ "runs_crash", runs_crash },
 	{ "runs_snapshots", runs_snap },
 };
@@ -1300,14 +1303,6 @@ int main(int argc, char **argv)
 			continue;
 		parts[i].fn();
 		printf("%s ok\n", parts[i].name);
-		ran++;
-	}
-	/* runs_threads: known to fail (ENOSPC: libpmemobj's heap runs out in a
-	 * 64 MiB pool under a writer rewriting rows the mover evicts; issue 12
-	 * note): run it by name */
-	if (only && !strcmp(only, "runs_threads")) {
-		runs_threads();
-		printf("runs_threads ok\n");
 		ran++;
 	}
 	if (!ran) {
