@@ -664,7 +664,9 @@ void store_stats_get(struct store *s, struct store_stats *st)
 		if (t->t->flags & EMB_T_ZOMBIE)
 			continue; /* its rows are only the snapshots' */
 		st->tables += !(t->t->flags & EMB_T_ORPHAN);
-		st->rows += ld64(&t->t->nrows);
+		uint64_t in_runs;
+		runs_count(s, t->id, &in_runs); /* once per run holding a row */
+		st->rows += ld64(&t->t->nrows) + in_runs;
 	}
 	pthread_rwlock_unlock(&s->cat_lock);
 	slab_usage(s, &slab_bytes, &free_slots, &nslabs);
