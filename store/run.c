@@ -849,6 +849,32 @@ static void build_free(struct build *w, int release)
 	free(w->arrays);
 }
 
+/* Mark the records of v[0..n) dead (inside a transaction). */
+static void mark_dead_tx(struct srun **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct emb_run *o = v[i]->r;
+		pmemobj_tx_add_range_direct(o, sizeof(*o));
+		o->state = EMB_RUN_DEAD;
+		o->csum = rec_csum(o);
+	}
+}
+
+/* Move v[0..n) from their tables' lists to the dead list.  run_lock held
+ * exclusive. */
+static void list_retire(struct spill *sp, struct srun **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		for (struct srun **p = &sp->runs[v[i]->r->table]; *p; p = &(*p)->next)
+			if (*p == v[i]) {
+				*p = v[i]->next;
+				break;
+			}
+		v[i]->next = sp->dead;
+		sp->dead = v[i];
+	}
+}
+
 /* Make the built run part of the pool, in place of the runs old[0..nold)
  * (a merge; they turn dead), at order seq.  commit_lock held. */
 static int run_install(struct store *s, struct build *w, uint64_t seq, uint32_t level, struct srun **old,
@@ -878,12 +904,7 @@ static int run_install(struct store *s, struct build *w, uint64_t seq, uint32_t 
 		}
 		pmemobj_tx_add_range_direct(&rd->run[slot], sizeof(r));
 		rd->run[slot] = r;
-		for (size_t i = 0; i < nold; i++) {
-			struct emb_run *o = old[i]->r;
-			pmemobj_tx_add_range_direct(o, sizeof(*o));
-			o->state = EMB_RUN_DEAD;
-			o->csum = rec_csum(o);
-		}
+		mark_dead_tx(old, nold);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
@@ -897,15 +918,7 @@ static int run_install(struct store *s, struct build *w, uint64_t seq, uint32_t 
 	segs_release(sp, &w->segs);
 	w->segs.n = 0;
 	pthread_rwlock_wrlock(&sp->run_lock);
-	for (size_t i = 0; i < nold; i++) {
-		for (struct srun **p = &sp->runs[old[i]->r->table]; *p; p = &(*p)->next)
-			if (*p == old[i]) {
-				*p = old[i]->next;
-				break;
-			}
-		old[i]->next = sp->dead;
-		sp->dead = old[i];
-	}
+	list_retire(sp, old, nold);
 	list_insert(sp, x);
 	pthread_rwlock_unlock(&sp->run_lock);
 	return 0;
@@ -1370,12 +1383,7 @@ int runs_retire_locked(struct store *s, struct srun **v, size_t n)
 	struct spill *sp = s->sp;
 	volatile int ret = 0;
 	TX_BEGIN(s->pop) {
-		for (size_t i = 0; i < n; i++) {
-			struct emb_run *o = v[i]->r;
-			pmemobj_tx_add_range_direct(o, sizeof(*o));
-			o->state = EMB_RUN_DEAD;
-			o->csum = rec_csum(o);
-		}
+		mark_dead_tx(v, n);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
@@ -1383,15 +1391,7 @@ int runs_retire_locked(struct store *s, struct srun **v, size_t n)
 	if (ret)
 		return ret;
 	pthread_rwlock_wrlock(&sp->run_lock);
-	for (size_t i = 0; i < n; i++) {
-		for (struct srun **p = &sp->runs[v[i]->r->table]; *p; p = &(*p)->next)
-			if (*p == v[i]) {
-				*p = v[i]->next;
-				break;
-			}
-		v[i]->next = sp->dead;
-		sp->dead = v[i];
-	}
+	list_retire(sp, v, n);
 	pthread_rwlock_unlock(&sp->run_lock);
 	return 0;
 }

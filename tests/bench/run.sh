@@ -51,6 +51,9 @@
 #             read after remount + drop_caches vs dd iflag=direct of the
 #             spill file, device reads and read amplification; uniform
 #             gathers: device reads per spilled row and its distribution
+#   spillsnap the snap section's training loop (snapshot every SNAP_EVERY
+#             batches vs none) over a 256 MiB table mostly in sorted runs:
+#             a 64 MiB pool, 8 MiB cache, spill file in DISK_DIR (issue 12)
 #   missrate  in-process miss-rate curve of the cache library (CLOCK) vs an
 #             exact LRU (build/bench/missrate), Zipf and uniform ids
 #
@@ -68,12 +71,14 @@
 #   SPILL_SECS (4), SPILL_BATCH (4096), SNAP_BATCHES (40), SNAP_EVERY (5),
 #   SNAP_BIG_ROWS (8000000), SNAPWB_ROWS (2097152), SNAPWB_TRAIN_ROWS
 #   (1048576), SNAPWB_POOL_SIZE (2G), SNAPWB_N (25), SNAPWB_GAP_MS (10),
-#   SNAPWB_TRAIN_RUNS (5), SNAPWB_MEDIA ("disk shm"), CAP_POOL_SIZE (64M),
+#   SNAPWB_TRAIN_RUNS (5), SNAPWB_MEDIA ("disk shm"), SS_ROWS (1048576),
+#   SS_POOL_SIZE (64M), CAP_POOL_SIZE (64M),
 #   CAP_CACHE (8M), CAP_SPILL_SIZE (4G), CAP_DIMS ("16 32 64" f32),
 #   CAP_MAX_BYTES (1G of rows per fill) or CAP_MAX_ROWS, CAP_FILL_SECS
 #   (120: a fill writes no longer), CAP_FILL_RUNS (1 per row size),
 #   CAP_CHUNK (64K per pwrite), CAP_SECS (4 per gather run), CAP_HIGH and
-#   CAP_LOW (spill_high/spill_low; the daemon's defaults if empty).
+#   CAP_LOW (spill_high/spill_low; the daemon's defaults if empty), CAP_OPTS
+#   (more mount options, e.g. spill_runs=0 for the stub tier).
 #   SECTIONS (or BENCH_SECTIONS): the sections to run, in order.
 # Exit 0 done, 1 failure, 77 skipped (no FUSE, no room on /dev/shm).
 set -u
@@ -115,6 +120,8 @@ SNAPWB_N=${SNAPWB_N:-25}                 # mkdirs per write-back
 SNAPWB_GAP_MS=${SNAPWB_GAP_MS:-10}       # between them
 SNAPWB_TRAIN_RUNS=${SNAPWB_TRAIN_RUNS:-5} # snapwb: training-loop pairs (with, without)
 SNAPWB_MEDIA=${SNAPWB_MEDIA:-"disk shm"}
+SS_ROWS=${SS_ROWS:-1048576}              # spillsnap: the table (256-byte rows)
+SS_POOL_SIZE=${SS_POOL_SIZE:-64M}        # spillsnap: its pool
 SPILL_POOL_SIZE=${SPILL_POOL_SIZE:-256M} # section spill: pool on /dev/shm
 SPILL_CACHE=${SPILL_CACHE:-16M}         # its row cache
 SPILL_DIM=${SPILL_DIM:-128}             # f32: 512-byte rows
@@ -609,17 +616,16 @@ section_batch() {
 # Zipf batch of 4096 rows read with pread, changed, written back with
 # pwrite) with a snapshot every SNAP_EVERY batches against none, runs
 # interleaved; mkdir latency; pool space held per row changed since.
-section_snap() {
-	SB="$BUILD/bench/snapbench"
-	[ -x "$SB" ] || fail "$SB not built"
-	say ""
-	say "snap: training loop, $SNAP_BATCHES batches of 4096 Zipf rows (pread + pwrite each), snapshot every $SNAP_EVERY batches vs none"
+# train_pairs MNT TABLE ROWS TAG: RUNS pairs of `snapbench train` on
+# MNT/TABLE, with a snapshot every SNAP_EVERY batches and without (which
+# goes first alternates: the first run of a pair warms caches); sets tn and
+# ts to the lists of rows/s without and with snapshots
+train_pairs() {
 	tn=""; ts=""
 	for r in $(seq 1 "$RUNS"); do
-		# alternate which goes first: the first run of a pair warms caches
 		for e in $( [ $((r % 2)) = 1 ] && echo "0 $SNAP_EVERY" || echo "$SNAP_EVERY 0"); do
-			o=$("$SB" train "$MNT" "$TABLE.emb" "$ROWS" "$SNAP_BATCHES" "$e" "$r") || fail "snapbench train"
-			echo "snap every $e: $o" >>"$W/runs.log"
+			o=$("$SB" train "$1" "$2" "$3" "$SNAP_BATCHES" "$e" "$r") || fail "snapbench train ($4)"
+			echo "$4 every $e: $o" >>"$W/runs.log"
 			if [ "$e" = 0 ]; then
 				tn="$tn $(echo "$o" | awk '{ print $3 }')"
 			else
@@ -628,6 +634,14 @@ section_snap() {
 		done
 		say "  run $r: none $(echo "$tn" | awk '{ print $NF }') rows/s, with snapshots $(echo "$ts" | awk '{ print $NF }') rows/s ($o)"
 	done
+}
+
+section_snap() {
+	SB="$BUILD/bench/snapbench"
+	[ -x "$SB" ] || fail "$SB not built"
+	say ""
+	say "snap: training loop, $SNAP_BATCHES batches of 4096 Zipf rows (pread + pwrite each), snapshot every $SNAP_EVERY batches vs none"
+	train_pairs "$MNT" "$TABLE.emb" "$ROWS" snap
 	mn=$(med $tn); ms=$(med $ts)
 	ov=$(awk -v a="$ms" -v b="$mn" 'BEGIN { printf "%.1f", 100 * (1 - a / b) }')
 	result snap "train 1thr, snapshot every $SNAP_EVERY batches" "$ms" "$mn" - - "base = no snapshots; throughput overhead ${ov}% (target < 3%)"
@@ -1053,7 +1067,8 @@ section_spill() {
 	done
 	[ "$(stat_of "$SMNT" rows)" = "$SPILL_ROWS" ] || fail "spill pool holds $(stat_of "$SMNT" rows) rows, want $SPILL_ROWS"
 	used=$(stat_of "$SMNT" pool.used_bytes); rowb=$(stat_of "$SMNT" pmem.row_bytes)
-	nver=$(stat_of "$SMNT" pmem.versions); sver=$(stat_of "$SMNT" spill.versions)
+	nver=$(stat_of "$SMNT" pmem.versions)
+	sver=$(($(stat_of "$SMNT" spill.versions) + $(stat_of "$SMNT" spill.run_rows))) # stubs + sorted runs
 	segb=$(stat_of "$SMNT" spill.segment_bytes)
 	useg=$(($(stat_of "$SMNT" spill.segments) - $(stat_of "$SMNT" spill.segments_free)))
 	# fio reads the part of the spill file that holds segments (they are
@@ -1064,7 +1079,7 @@ section_spill() {
 	say "  fill: $(field "$o" secs) s, $(mrows "$(field "$o" rows_per_s)") rows/s, $(field "$o" mb_per_s) MB/s" \
 		"(pwrite 1 MiB + fsync; $(field "$o" writer_waits) writer waits for the mover)"
 	say "  after fill: $sver rows on the device ($(pct "$sver" "$SPILL_ROWS")), $nver in PMem; PMem used $((used >> 20)) MiB of" \
-		"$((pool_b >> 20)): row versions $((rowb >> 20)) MiB, the rest ~$per_row B per spilled row (40-B stub + index);" \
+		"$((pool_b >> 20)): row versions $((rowb >> 20)) MiB, the rest ~$per_row B per spilled row;" \
 		"spill file: $useg segments of $((segb >> 20)) MiB used (fio reads its first $((SPILL_RANGE >> 20)) MiB)"
 	result spill "populate 1MiB pwrite+fsync" "$(field "$o" rows_per_s)" - - - \
 		"$(field "$o" mb_per_s) MB/s; $(pct "$sver" "$SPILL_ROWS") of $SPILL_ROWS rows spilled; table = $(awk -v t="$tbytes" -v p="$pool_b" -v c="$cache_b" 'BEGIN { printf "%.2f", t / (p + c) }')x (pool + cache); PMem ~$per_row B per spilled row"
@@ -1415,6 +1430,53 @@ section_capacity() {
 	SW=""
 }
 
+# spillsnap (issue 12): the snap section's training loop over a table that
+# is mostly on the spill device (sorted runs): a snapshot every SNAP_EVERY
+# batches vs none, pairs alternating which goes first
+section_spillsnap() {
+	SB="$BUILD/bench/snapbench"
+	SPB=$BUILD/bench/spillbench
+	[ -x "$SB" ] && [ -x "$SPB" ] || fail "snapbench or spillbench not built (run make)"
+	ensure_w
+	say ""
+	ssb=$((SS_ROWS * 256))
+	say "spillsnap: a table of $SS_ROWS rows x 256 B ($((ssb >> 20)) MiB) in a $SS_POOL_SIZE pool on /dev/shm" \
+		"+ 8 MiB row cache + spill file in $DISK_DIR; $SNAP_BATCHES batches of 4096 Zipf rows (pread + pwrite each)," \
+		"a snapshot every $SNAP_EVERY batches vs none, $RUNS pairs"
+	avail_mb=$(df -Pm "$DISK_DIR" | awk 'NR == 2 { print $4 }')
+	if [ "${avail_mb:-0}" -lt 3072 ]; then
+		say "  $DISK_DIR has $avail_mb MiB free, need ~3 GiB; skipped"
+		result spillsnap "skipped" - - - - "no room in $DISK_DIR"
+		return
+	fi
+	SW=$(mktemp -d "$DISK_DIR/embfs-bench-spillsnap.XXXXXX") || fail "mktemp in $DISK_DIR"
+	"$MKFS" -f -s "$SS_POOL_SIZE" -t "ss.emb:64:f32" "$W/sspool" >/dev/null || fail "mkfs.embfs sspool"
+	mkdir -p "$W/ssmnt"
+	SSM=$W/ssmnt
+	mount_pool "$W/sspool" "$SSM" "cache_size=8M,spill=$SW,spill_size=2G" 1
+	SSPID=$DPID
+	o=$("$SPB" -m fill -r 256 -n "$SS_ROWS" "$SSM/ss.emb") || fail "spillbench fill (spillsnap)"
+	echo "$o" >>"$W/runs.log"
+	i=0; prev=-1
+	while [ $i -lt 120 ]; do # the mover settles
+		cur=$(stat_of "$SSM" spill.run_evicted)
+		[ "$cur" = "$prev" ] && break
+		prev=$cur; i=$((i + 1)); sleep 0.5
+	done
+	onr=$(stat_of "$SSM" spill.run_rows)
+	say "  filled: $(field "$o" mb_per_s) MB/s; $onr rows in runs ($(pct "$onr" "$SS_ROWS") of the table)"
+	train_pairs "$SSM" ss.emb "$SS_ROWS" spillsnap
+	mn=$(med $tn); ms=$(med $ts)
+	ov=$(awk -v a="$ms" -v b="$mn" 'BEGIN { printf "%.1f", 100 * (1 - a / b) }')
+	say "  device reads $(stat_of "$SSM" spill.read_ios), runs $(stat_of "$SSM" spill.runs), merges $(stat_of "$SSM" spill.merges)"
+	result spillsnap "train 1thr, snapshot every $SNAP_EVERY" "$ms" "$mn" - - \
+		"base = no snapshots; $(pct "$onr" "$SS_ROWS") of the table in runs; throughput overhead ${ov}% (target <= 3%)"
+	umount_pool "$SSPID" "$SSM"
+	rm -rf "$W/sspool" "$SW"
+	rmdir "$SSM"
+	SW=""
+}
+
 # missrate: miss rate of the cache library (CLOCK, 64 shards as in the daemon)
 # against an exact LRU of the same number of rows, in process (no FUSE)
 section_missrate() {
@@ -1459,7 +1521,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" (or BENCH_SECTIONS) runs a subset (setup
 # first, teardown after the sections that use its mount)
-for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch snap teardown snapscale snapwb cache1 verify durable spill capacity missrate}}; do
+for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch snap teardown snapscale snapwb cache1 verify durable spill capacity spillsnap missrate}}; do
 	section "$s_name"
 done
 
