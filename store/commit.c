@@ -603,6 +603,11 @@ int commit_replay(struct store *s, struct emb_journal *j)
 		uint64_t cur;
 		if (index_get(s, st, r->row, &cur))
 			continue; /* damaged: keep both versions (a leak, never a loss) */
+		if (r->flags & EMB_JR_CHAIN) { /* an evicted row's older version */
+			if (!cur)
+				ver_free(s, r->old_off);
+			continue;
+		}
 		int done = r->new_off ? cur == r->new_off : cur != r->old_off;
 		int damaged = r->flags & EMB_JR_DAMAGED; /* never read nor freed */
 		if (done) {
@@ -623,8 +628,53 @@ int commit_replay(struct store *s, struct emb_journal *j)
 	return pm_barrier(s);
 }
 
-int commit_evict_locked(struct store *s, struct stable *st, const uint64_t *rows, const uint64_t *offs,
-			const char *const *datas, const uint64_t *batches, size_t n, size_t *done)
+/* Is row's chain still exactly e (its versions' slots, batches, bytes)? */
+static int chain_same(struct store *s, struct stable *st, const struct evict_row *e, uint64_t head)
+{
+	struct chain c;
+	uint32_t k = 0;
+	if (head != e->off[0] || chain_start(s, st, e->row, head, &c))
+		return 0;
+	for (; c.v; k++) {
+		struct emb_version *v = c.v;
+		if (k == e->nv || c.off != e->off[k] || ver_stub(v) || v->batch != e->batch[k] ||
+		    ver_tomb(v) != !e->data[k] || (e->data[k] && memcmp(v + 1, e->data[k], st->t->row_size)))
+			return 0;
+		if (chain_step(&c))
+			return 0;
+	}
+	return k == e->nv;
+}
+
+/* One eviction commit of uops [from, to): intents (a row's older versions
+ * as EMB_JR_CHAIN records), index entries out, every version freed. */
+static int evict_apply(struct store *s, struct stable *st, struct group *g, const struct evict_row *const *er,
+		       size_t from, size_t to)
+{
+	struct emb_journal *j = s->jr;
+	uint64_t nrec = 0;
+	for (size_t i = from; i < to; i++) {
+		const struct evict_row *e = er[i];
+		j->rec[nrec++] = (struct emb_jrec){ e->row, e->off[0], 0, st->id, 0 };
+		for (uint32_t k = 1; k < e->nv; k++)
+			j->rec[nrec++] = (struct emb_jrec){ e->row, e->off[k], 0, st->id, EMB_JR_CHAIN };
+	}
+	int ret = journal_seal(s, st, EMB_J_COMMIT, nrec, 0);
+	if (ret)
+		return ret;
+	chunk_publish(s, st, g, from, to, 0);
+	if ((ret = pm_barrier(s)))
+		return ret; /* the journal decides after a crash */
+	chunk_free(s, st, g, from, to);
+	for (size_t i = from; i < to; i++)
+		for (uint32_t k = 1; k < er[i]->nv; k++)
+			ver_free(s, er[i]->off[k]);
+	ret = journal_clear(s);
+	atomic_fetch_add_explicit(&s->n_commits, 1, memory_order_relaxed);
+	return ret;
+}
+
+int commit_evict_locked(struct store *s, struct stable *st, const struct evict_row *e, size_t n, size_t *done)
 {
 	struct group g;
 	uint32_t rs = st->t->row_size;
@@ -632,37 +682,38 @@ int commit_evict_locked(struct store *s, struct stable *st, const uint64_t *rows
 	*done = 0;
 	g.rs = rs;
 	g.stamped = 1;
-	g.chunk = EMB_JOURNAL_CAP;
 	g.u = calloc(n ? n : 1, sizeof(*g.u));
 	g.opstart = calloc(n + 1, sizeof(*g.opstart));
-	int ret = g.u && g.opstart ? slab_class_for(s, rs, &g.cls) : -ENOMEM;
+	const struct evict_row **er = calloc(n ? n : 1, sizeof(*er));
+	int ret = g.u && g.opstart && er ? slab_class_for(s, rs, &g.cls) : -ENOMEM;
 	for (size_t i = 0; i < n && !ret; i++) {
 		struct uop *x = &g.u[g.nu];
 		uint64_t cur;
-		if ((ret = index_find(s, st, rows[i], &x->pos, &cur)))
+		if ((ret = index_find(s, st, e[i].row, &x->pos, &cur)))
 			break;
-		if (cur != offs[i])
+		if (e[i].nv > EMB_JOURNAL_CAP || !chain_same(s, st, &e[i], cur))
 			continue; /* written meanwhile: the pool's version is newer */
-		struct emb_version *v = ver_get(s, cur, st->id, rows[i], rs);
-		if (!v || ver_stub(v) || v->prev || v->batch != batches[i] || ver_tomb(v) != !datas[i] ||
-		    (datas[i] && memcmp(v + 1, datas[i], rs)))
-			continue;
-		x->row = rows[i];
+		struct emb_version *v = S_PTR(s, cur);
+		x->row = e[i].row;
 		x->old_off = cur;
 		x->batch = v->batch;
 		x->found = x->del = x->full = 1;
 		x->live = !ver_tomb(v);
-		g.nu++;
+		er[g.nu++] = &e[i];
 	}
-	size_t from = 0;
+	size_t from = 0, nrec = 0;
 	for (size_t i = 0; i < g.nu && !ret; i++) {
-		if (i + 1 - from == g.chunk || i + 1 == g.nu) {
-			ret = chunk_apply(s, st, NULL, &g, from, i + 1, 0);
+		nrec += er[i]->nv;
+		size_t next = i + 1 < g.nu ? er[i + 1]->nv : 0;
+		if (i + 1 == g.nu || nrec + next > EMB_JOURNAL_CAP) {
+			ret = evict_apply(s, st, &g, er, from, i + 1);
 			from = i + 1;
+			nrec = 0;
 			if (!ret)
 				*done = from;
 		}
 	}
+	free(er);
 	group_free(&g);
 	return ret;
 }

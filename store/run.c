@@ -2,18 +2,18 @@
  * Sorted runs: how the spill tier keeps rows a table has no room for in the
  * pool at a few bytes of pool per run, not per row.
  *
- * Placement.  The mover evicts cold rows whose pool chain is one version
- * (the common case: no snapshot holds an older one) by writing them, sorted
- * by row id, into a new run on the device (blocks of emb_run.blk_size bytes
+ * Placement.  The mover evicts cold rows, their whole chains, by writing
+ * them, sorted by row id, into a new run on the device (blocks of emb_run.blk_size bytes
  * in whole segments, then the run's meta blocks: its segment list, the
  * first row id of each block (fences, 8 bytes per 4 KiB block) and a Bloom
  * filter of 12 bits per record) and then deleting their index entries with
  * a commit (so the pool's index holds only rows whose newest version is in
  * the pool).  The pool keeps one 128-byte record per run in the run
  * directory (allocated once): nothing per row.  The arrays are read into
- * DRAM at a run's first use (srun_load).  Older versions that snapshots
- * hold stay in their chains, behind stubs (device.c); a row's chain with
- * more than one version is not evicted.
+ * DRAM at a run's first use (srun_load).  A row's whole chain goes (the
+ * versions snapshots hold, newest first; the commit frees the older slots
+ * through EMB_JR_CHAIN records); a chain holding a stub stays.  Old versions
+ * of rows whose newest version is hot go behind stubs (device.c, mover.c).
  *
  * Lookups.  A read the pool's chain does not decide (no entry, or every
  * version newer than the view's batch) consults the table's runs newest
@@ -931,9 +931,21 @@ static uint64_t next_id(struct spill *sp)
 
 /* ---- eviction ----------------------------------------------------------- */
 
+/* An eviction's rows: each a chain of nv versions at v0.. in the flat
+ * arrays (slot, batch | EMB_RREC_TOMB, bytes in the arena or NULL). */
 struct ev {
-	uint64_t row, off, batch; /* batch | EMB_RREC_TOMB */
-	char *data;
+	uint64_t row;
+	uint32_t nv;
+	size_t v0;
+};
+
+struct evset {
+	struct ev *e;
+	size_t n, max;
+	uint64_t *off, *bat;
+	const char **data;
+	char *arena;
+	size_t nv, vmax;
 };
 
 static int ev_cmp(const void *a, const void *b)
@@ -942,13 +954,51 @@ static int ev_cmp(const void *a, const void *b)
 	return x->row < y->row ? -1 : x->row > y->row;
 }
 
-/* Gather up to max cold single-version rows of st from index position *di
- * on.  commit_lock held. */
-static int evict_gather(struct store *s, struct stable *st, size_t *di, int all, size_t max, struct ev *e,
-			char *arena, size_t *n)
+#define EVICT_MAX_CHAIN 64u /* longer chains (many snapshots) stay */
+
+/* Take row's chain (head at off) into es if it is sound, has no stub, and
+ * fits: 1 taken, 0 skipped, -1 es is full.  st->lock held. */
+static int ev_take(struct store *s, struct stable *st, struct evset *es, uint64_t row, uint64_t off)
 {
 	uint32_t rs = st->t->row_size;
-	*n = 0;
+	uint64_t offs[EVICT_MAX_CHAIN];
+	struct emb_version *vs[EVICT_MAX_CHAIN];
+	uint32_t nv = 0;
+	struct chain c;
+	if (chain_start(s, st, row, off, &c))
+		return 0;
+	while (c.v) {
+		if (nv == EVICT_MAX_CHAIN || ver_stub(c.v))
+			return 0;
+		offs[nv] = c.off;
+		vs[nv++] = c.v;
+		if (chain_step(&c))
+			return 0; /* damaged: it stays */
+	}
+	if (!nv)
+		return 0;
+	if (es->n == es->max || es->nv + nv > es->vmax)
+		return -1;
+	es->e[es->n++] = (struct ev){ row, nv, es->nv };
+	for (uint32_t k = 0; k < nv; k++) {
+		size_t i = es->nv++;
+		es->off[i] = offs[k];
+		es->bat[i] = vs[k]->batch | (ver_tomb(vs[k]) ? EMB_RREC_TOMB : 0);
+		es->data[i] = NULL;
+		if (!ver_tomb(vs[k])) {
+			char *d = es->arena + i * (size_t)rs;
+			memcpy(d, vs[k] + 1, rs);
+			es->data[i] = d;
+		}
+	}
+	return 1;
+}
+
+/* Gather cold rows of st (their whole chains) from index position *di on,
+ * until es is full.  commit_lock held. */
+static int evict_gather(struct store *s, struct stable *st, size_t *di, int all, struct evset *es)
+{
+	uint32_t rs = st->t->row_size;
 	pthread_rwlock_rdlock(&st->lock);
 	size_t ndir = st->segs ? (size_t)1 << st->gd : 0;
 	int full = 0;
@@ -959,19 +1009,17 @@ static int evict_gather(struct store *s, struct stable *st, size_t *di, int all,
 			if (index_bucket_check(s, b))
 				continue;
 			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
-			for (; m && !(full = *n == max); m &= m - 1) {
+			for (; m && !full; m &= m - 1) {
 				int si = __builtin_ctzll(m);
 				uint64_t row = ld64(&b->slot[si].key), off = ld64(&b->slot[si].val);
 				struct emb_version *v = ver_get(s, off, st->id, row, rs);
-				if (!v || ver_stub(v) || v->prev)
+				if (!v || ver_stub(v))
 					continue;
-				if (ver_tomb(v) && !runs_may_hold(s, st->id, row))
+				if (ver_tomb(v) && !v->prev && !runs_may_hold(s, st->id, row))
 					continue; /* reclaim drops it */
 				if (!all && heat_test_clear(s->sp, st->id, row))
 					continue;
-				char *d = arena + *n * (size_t)rs;
-				memcpy(d, v + 1, rs);
-				e[(*n)++] = (struct ev){ row, off, v->batch | (ver_tomb(v) ? EMB_RREC_TOMB : 0), d };
+				full = ev_take(s, st, es, row, off) < 0;
 			}
 		}
 		if (!full) /* a full gather starts this segment again next time */
@@ -1007,24 +1055,29 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 		max = EVICT_MIN_ROWS;
 	if (max * rs > EVICT_MAX_BYTES)
 		max = EVICT_MAX_BYTES / rs;
-	struct ev *e = malloc(max * sizeof(*e));
-	char *arena = malloc(max * (size_t)rs);
-	uint64_t *rows = NULL, *offs = NULL, *bats = NULL;
-	const char **datas = NULL;
+	struct evset es = { .max = max, .vmax = max };
+	es.e = malloc(max * sizeof(*es.e));
+	es.off = malloc(max * sizeof(*es.off));
+	es.bat = malloc(max * sizeof(*es.bat));
+	es.data = malloc(max * sizeof(*es.data));
+	es.arena = malloc(max * (size_t)rs);
+	uint64_t *plain = NULL;
+	struct evict_row *er = NULL;
 	struct build w;
 	int built = 0;
 	size_t n = 0;
-	int ret = e && arena ? 0 : -ENOMEM;
+	int ret = es.e && es.off && es.bat && es.data && es.arena ? 0 : -ENOMEM;
 	uint64_t id = 0;
 	if (!ret) {
 		/* the rows are marked in flight before commit_lock goes: a delete
 		 * or a truncation meanwhile leaves a tombstone for them, and the
 		 * run's id orders it before any run made meanwhile */
 		pthread_mutex_lock(&s->commit_lock);
-		ret = evict_gather(s, st, di, all, max, e, arena, &n);
+		ret = evict_gather(s, st, di, all, &es);
+		n = es.n;
 		if (!ret && n) {
-			qsort(e, n, sizeof(*e), ev_cmp);
-			ret = ev_publish(sp, st->id, e, n);
+			qsort(es.e, n, sizeof(*es.e), ev_cmp);
+			ret = ev_publish(sp, st->id, es.e, n);
 			id = next_id(sp);
 		}
 		pthread_mutex_unlock(&s->commit_lock);
@@ -1035,28 +1088,23 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 		goto out;
 	built = 1;
 	w.id = id;
-	for (size_t i = 0; i < n && !ret; i++) {
-		const char *d = e[i].batch & EMB_RREC_TOMB ? NULL : e[i].data;
-		ret = build_row(&w, e[i].row, &e[i].batch, &d, 1);
-	}
+	for (size_t i = 0; i < n && !ret; i++)
+		ret = build_row(&w, es.e[i].row, &es.bat[es.e[i].v0], &es.data[es.e[i].v0], es.e[i].nv);
 	if (!ret)
 		ret = build_finish(&w);
 	if (ret)
 		goto out;
-	rows = malloc(n * sizeof(*rows));
-	offs = malloc(n * sizeof(*offs));
-	datas = malloc(n * sizeof(*datas));
-	bats = malloc(n * sizeof(*bats));
-	if (!rows || !offs || !datas || !bats) {
+	plain = malloc(es.nv * sizeof(*plain));
+	er = malloc(n * sizeof(*er));
+	if (!plain || !er) {
 		ret = -ENOMEM;
 		goto out;
 	}
-	for (size_t i = 0; i < n; i++) {
-		rows[i] = e[i].row;
-		offs[i] = e[i].off;
-		datas[i] = e[i].batch & EMB_RREC_TOMB ? NULL : e[i].data;
-		bats[i] = e[i].batch & ~EMB_RREC_TOMB;
-	}
+	for (size_t i = 0; i < es.nv; i++)
+		plain[i] = es.bat[i] & ~EMB_RREC_TOMB;
+	for (size_t i = 0; i < n; i++)
+		er[i] = (struct evict_row){ es.e[i].row, es.e[i].nv, &es.off[es.e[i].v0], &plain[es.e[i].v0],
+					    &es.data[es.e[i].v0] };
 	pthread_mutex_lock(&s->commit_lock);
 	if (!tab_get(s, st->id) || st->t->gen != w.gen) {
 		ret = -ENOENT; /* the table went meanwhile */
@@ -1067,7 +1115,7 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 			st->mod++;
 			pthread_rwlock_unlock(&st->lock);
 			size_t done = 0;
-			ret = commit_evict_locked(s, st, rows, offs, datas, bats, n, &done);
+			ret = commit_evict_locked(s, st, er, n, &done);
 			atomic_fetch_add_explicit(&sp->run_evicted, done, memory_order_relaxed);
 			n = done;
 		}
@@ -1079,12 +1127,13 @@ out:
 		ev_publish(sp, 0, NULL, 0);
 	if (built)
 		build_free(&w, 1);
-	free(rows);
-	free(offs);
-	free(datas);
-	free(bats);
-	free(e);
-	free(arena);
+	free(plain);
+	free(er);
+	free(es.e);
+	free(es.off);
+	free(es.bat);
+	free(es.data);
+	free(es.arena);
 	return ret ? ret : (int64_t)n;
 }
 

@@ -578,11 +578,18 @@ int snap_reclaim_all(struct store *s);
 int commit_locked(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
 		  uint64_t size_hint, int flags);
 int commit_replay(struct store *s, struct emb_journal *j);
-/* Delete rows[i] from the index if it still points at offs[i], a single
- * version of batches[i] whose bytes equal datas[i] (NULL: a tombstone):
- * they were written to a run.  *done: rows deleted.  commit_lock held. */
-int commit_evict_locked(struct store *s, struct stable *st, const uint64_t *rows, const uint64_t *offs,
-			const char *const *datas, const uint64_t *batches, size_t n, size_t *done);
+/* A row an eviction wrote to a run: its chain's versions, newest first. */
+struct evict_row {
+	uint64_t row;
+	uint32_t nv;
+	const uint64_t *off;      /* their slots */
+	const uint64_t *batch;    /* their batches */
+	const char *const *data;  /* their bytes, NULL for a tombstone */
+};
+/* Delete e[i].row from the index, and free its versions, if its chain is
+ * still exactly e[i] (slots, batches, bytes): it was written to a run.
+ * *done: rows deleted.  commit_lock held. */
+int commit_evict_locked(struct store *s, struct stable *st, const struct evict_row *e, size_t n, size_t *done);
 
 /* ---- snap.c: snapshot records -------------------------------------------- */
 /* At open: the records, the generation counter; pending records (lost in a

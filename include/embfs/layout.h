@@ -244,6 +244,7 @@ struct emb_jrec {
 	uint32_t flags;     /* EMB_JR_* */
 };
 #define EMB_JR_DAMAGED 1u /* old_off failed its checks: recovery never reads nor frees it */
+#define EMB_JR_CHAIN 2u   /* an older version of a row an eviction deletes: freed if the row left the index */
 struct emb_journal {
 	uint64_t count;        /* records valid when csum matches */
 	uint64_t seq;
