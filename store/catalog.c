@@ -143,13 +143,6 @@ static struct emb_table *entry(struct store *s, uint32_t id)
 	return (struct emb_table *)S_PTR(s, off) + id % EMB_CAT_PER_CHUNK;
 }
 
-struct stable *tab_get(struct store *s, uint32_t id)
-{
-	if (id >= EMB_NTABLES)
-		return NULL;
-	return __atomic_load_n(&s->tab[id], __ATOMIC_ACQUIRE);
-}
-
 static struct stable *stable_new(struct store *s, uint32_t id, struct emb_table *t)
 {
 	struct stable *st = calloc(1, sizeof(*st));
@@ -326,7 +319,7 @@ int store_table_lookup(struct store *s, const char *name, uint32_t *id)
 	return st ? 0 : -ENOENT;
 }
 
-static void fill_attr(struct store *s, struct stable *st, struct store_attr *a)
+static void fill_attr(struct stable *st, struct store_attr *a)
 {
 	struct emb_table *t = st->t;
 	a->id = st->id;
@@ -338,9 +331,8 @@ static void fill_attr(struct store *s, struct stable *st, struct store_attr *a)
 	a->row_size = t->row_size;
 	a->dtype = t->dtype;
 	a->size = ld64(&t->size);
-	uint64_t in_runs;
-	runs_count(s, st->id, &in_runs); /* rows on the device, counted once per run holding them */
-	a->nrows = ld64(&t->nrows) + in_runs;
+	/* rows on the device, counted once per run holding them */
+	a->nrows = ld64(&t->nrows) + atomic_load(&st->run_live);
 	a->atime_ns = ld64(&t->atime_ns);
 	a->mtime_ns = ld64(&t->mtime_ns);
 	a->ctime_ns = ld64(&t->ctime_ns);
@@ -353,7 +345,7 @@ int store_table_getattr(struct store *s, uint32_t id, struct store_attr *a)
 	pthread_rwlock_rdlock(&s->cat_lock);
 	struct stable *st = tab_get(s, id);
 	if (st)
-		fill_attr(s, st, a);
+		fill_attr(st, a);
 	pthread_rwlock_unlock(&s->cat_lock);
 	return st ? 0 : -ENOENT;
 }
@@ -475,10 +467,7 @@ out:
  * commit_lock held. */
 int catalog_free_locked(struct store *s, struct stable *st)
 {
-	volatile int ret = runs_drop_table(s, st);
-	if (ret)
-		return ret;
-	ret = index_destroy(s, st);
+	volatile int ret = index_destroy(s, st);
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&s->meta_lock);
@@ -505,7 +494,7 @@ int store_table_next(struct store *s, uint32_t *cursor, struct store_attr *a)
 	for (uint32_t i = *cursor; i < EMB_NTABLES; i++) {
 		struct stable *st = s->tab[i];
 		if (st && !(st->t->flags & EMB_T_ORPHAN)) {
-			fill_attr(s, st, a);
+			fill_attr(st, a);
 			*cursor = i + 1;
 			pthread_rwlock_unlock(&s->cat_lock);
 			return 1;

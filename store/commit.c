@@ -25,7 +25,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "spill.h"
+#include "store_int.h"
 
 struct uop {
 	uint64_t row;
@@ -279,11 +279,9 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 			ret = -ENOMEM;
 			goto out;
 		}
-		struct rq q = { .row = x->row, .dst = x->old };
-		ret = runs_lookup(s, st, &q, 1, EMB_NONE);
-		if (!ret && q.state == RQ_EIO)
-			ret = -EIO;
-		if (!ret && q.state != RQ_DATA)
+		int got = runs_row_read(s, st, x->row, x->old);
+		ret = got < 0 ? got : 0;
+		if (got == 0)
 			memset(x->old, 0, rs);
 	}
 	if (ret)
@@ -626,94 +624,4 @@ int commit_replay(struct store *s, struct emb_journal *j)
 		max64(&st->t->size, j->size_hint);
 	pm_flush(s, st->t, 128);
 	return pm_barrier(s);
-}
-
-/* Is row's chain still exactly e (its versions' slots, batches, bytes)? */
-static int chain_same(struct store *s, struct stable *st, const struct evict_row *e, uint64_t head)
-{
-	struct chain c;
-	uint32_t k = 0;
-	if (head != e->off[0] || chain_start(s, st, e->row, head, &c))
-		return 0;
-	for (; c.v; k++) {
-		struct emb_version *v = c.v;
-		if (k == e->nv || c.off != e->off[k] || ver_stub(v) || v->batch != e->batch[k] ||
-		    ver_tomb(v) != !e->data[k] || (e->data[k] && memcmp(v + 1, e->data[k], st->t->row_size)))
-			return 0;
-		if (chain_step(&c))
-			return 0;
-	}
-	return k == e->nv;
-}
-
-/* One eviction commit of uops [from, to): intents (a row's older versions
- * as EMB_JR_CHAIN records), index entries out, every version freed. */
-static int evict_apply(struct store *s, struct stable *st, struct group *g, const struct evict_row *const *er,
-		       size_t from, size_t to)
-{
-	struct emb_journal *j = s->jr;
-	uint64_t nrec = 0;
-	for (size_t i = from; i < to; i++) {
-		const struct evict_row *e = er[i];
-		j->rec[nrec++] = (struct emb_jrec){ e->row, e->off[0], 0, st->id, 0 };
-		for (uint32_t k = 1; k < e->nv; k++)
-			j->rec[nrec++] = (struct emb_jrec){ e->row, e->off[k], 0, st->id, EMB_JR_CHAIN };
-	}
-	int ret = journal_seal(s, st, EMB_J_COMMIT, nrec, 0);
-	if (ret)
-		return ret;
-	chunk_publish(s, st, g, from, to, 0);
-	if ((ret = pm_barrier(s)))
-		return ret; /* the journal decides after a crash */
-	chunk_free(s, st, g, from, to);
-	for (size_t i = from; i < to; i++)
-		for (uint32_t k = 1; k < er[i]->nv; k++)
-			ver_free(s, er[i]->off[k]);
-	ret = journal_clear(s);
-	atomic_fetch_add_explicit(&s->n_commits, 1, memory_order_relaxed);
-	return ret;
-}
-
-int commit_evict_locked(struct store *s, struct stable *st, const struct evict_row *e, size_t n, size_t *done)
-{
-	struct group g;
-	uint32_t rs = st->t->row_size;
-	memset(&g, 0, sizeof(g));
-	*done = 0;
-	g.rs = rs;
-	g.stamped = 1;
-	g.u = calloc(n ? n : 1, sizeof(*g.u));
-	g.opstart = calloc(n + 1, sizeof(*g.opstart));
-	const struct evict_row **er = calloc(n ? n : 1, sizeof(*er));
-	int ret = g.u && g.opstart && er ? slab_class_for(s, rs, &g.cls) : -ENOMEM;
-	for (size_t i = 0; i < n && !ret; i++) {
-		struct uop *x = &g.u[g.nu];
-		uint64_t cur;
-		if ((ret = index_find(s, st, e[i].row, &x->pos, &cur)))
-			break;
-		if (e[i].nv > EMB_JOURNAL_CAP || !chain_same(s, st, &e[i], cur))
-			continue; /* written meanwhile: the pool's version is newer */
-		struct emb_version *v = S_PTR(s, cur);
-		x->row = e[i].row;
-		x->old_off = cur;
-		x->batch = v->batch;
-		x->found = x->del = x->full = 1;
-		x->live = !ver_tomb(v);
-		er[g.nu++] = &e[i];
-	}
-	size_t from = 0, nrec = 0;
-	for (size_t i = 0; i < g.nu && !ret; i++) {
-		nrec += er[i]->nv;
-		size_t next = i + 1 < g.nu ? er[i + 1]->nv : 0;
-		if (i + 1 == g.nu || nrec + next > EMB_JOURNAL_CAP) {
-			ret = evict_apply(s, st, &g, er, from, i + 1);
-			from = i + 1;
-			nrec = 0;
-			if (!ret)
-				*done = from;
-		}
-	}
-	free(er);
-	group_free(&g);
-	return ret;
 }

@@ -407,7 +407,7 @@ void iops_tick(struct spill *sp)
 
 void spill_free(struct spill *sp)
 {
-	runs_unload(sp);
+	free(sp->seg_busy);
 	for (uint32_t i = 0; i < NRINGS; i++)
 		if (sp->rings[i].ok)
 			io_uring_queue_exit(&sp->rings[i].ring);
@@ -668,6 +668,7 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->open_seg = -1;
 	sp->recount = s->recovered;
 	sp->pins = calloc(pm->nsegs, sizeof(*sp->pins));
+	sp->seg_busy = calloc(pm->nsegs, 1);
 	sp->heat = calloc((size_t)1 << HEAT_BITS, 1);
 	if (posix_memalign((void **)&sp->wbuf, BLK, CHUNK_BYTES))
 		sp->wbuf = NULL;
@@ -681,7 +682,7 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	pthread_mutex_init(&sp->round_lock, NULL);
 	pthread_cond_init(&sp->cv, NULL);
 	pthread_cond_init(&sp->done_cv, NULL);
-	if (sp->fd < 0 || !sp->pins || !sp->heat || !sp->wbuf || !sp->rbuf) {
+	if (sp->fd < 0 || !sp->pins || !sp->seg_busy || !sp->heat || !sp->wbuf || !sp->rbuf) {
 		spill_free(sp);
 		return -ENOMEM;
 	}
@@ -729,14 +730,6 @@ int device_attach(struct store *s, const struct store_spill_conf *c, char *err, 
 	pthread_mutex_unlock(&s->space_lock);
 	sp->start_bytes = s->row_cap - s->row_cap / 16;
 	s->sp = sp;
-	if ((ret = runs_load(s, err, n))) {
-		s->sp = NULL;
-		pthread_mutex_lock(&s->space_lock);
-		s->row_cap = 0;
-		pthread_mutex_unlock(&s->space_lock);
-		spill_free(sp);
-		return ret;
-	}
 	return 0;
 }
 
@@ -745,14 +738,6 @@ void spill_detach(struct store *s)
 	struct spill *sp = s->sp;
 	if (!sp)
 		return;
-	if (sp->thr_started) {
-		pthread_mutex_lock(&sp->mu);
-		sp->stop = 1;
-		pthread_cond_broadcast(&sp->cv);
-		pthread_cond_broadcast(&sp->done_cv);
-		pthread_mutex_unlock(&sp->mu);
-		pthread_join(sp->thr, NULL);
-	}
 	pthread_mutex_lock(&s->space_lock);
 	s->row_cap = 0;
 	pthread_mutex_unlock(&s->space_lock);
@@ -762,7 +747,7 @@ void spill_detach(struct store *s)
 
 /* ---- status ------------------------------------------------------------ */
 
-void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
+void device_stats_get(struct store *s, struct store_spill_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	struct spill *sp = s->sp;
@@ -810,7 +795,6 @@ void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
 	st->waits = atomic_load(&sp->waits);
 	st->full = atomic_load(&sp->full);
 	st->slabs_returned = atomic_load(&sp->shrinks);
-	runs_stats(s, st);
 }
 
 int store_spill_seg_get(struct store *s, uint64_t k, struct store_spill_seg *g)

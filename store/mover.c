@@ -575,12 +575,41 @@ int store_spill_start(struct store *s)
 	return 0;
 }
 
+void spill_close(struct store *s)
+{
+	struct spill *sp = s->sp;
+	if (!sp)
+		return;
+	if (sp->thr_started) {
+		pthread_mutex_lock(&sp->mu);
+		sp->stop = 1;
+		pthread_cond_broadcast(&sp->cv);
+		pthread_cond_broadcast(&sp->done_cv);
+		pthread_mutex_unlock(&sp->mu);
+		pthread_join(sp->thr, NULL);
+		sp->thr_started = 0;
+	}
+	runs_unload(sp);
+	spill_detach(s);
+}
+
+void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
+{
+	device_stats_get(s, st);
+	if (s->sp)
+		runs_stats(s, st);
+}
+
 int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *err, size_t n)
 {
 	int ret = device_attach(s, c, err, n);
 	struct spill *sp = s->sp;
 	if (ret || !sp)
 		return ret;
+	if ((ret = runs_load(s, err, n))) {
+		spill_close(s);
+		return ret;
+	}
 	if (sp->manual && sp->recount) { /* tests run the mover by hand: counts exact at once */
 		pthread_mutex_lock(&s->commit_lock);
 		ret = recount_locked(s);

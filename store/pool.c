@@ -602,7 +602,7 @@ void store_close(struct store *s)
 {
 	if (!s)
 		return;
-	spill_detach(s);
+	spill_close(s);
 	pthread_mutex_lock(&s->commit_lock);
 	if (!pm_failed(s)) { /* no row is promised now: no index room is held */
 		pthread_mutex_lock(&s->space_lock);
@@ -664,9 +664,8 @@ void store_stats_get(struct store *s, struct store_stats *st)
 		if (t->t->flags & EMB_T_ZOMBIE)
 			continue; /* its rows are only the snapshots' */
 		st->tables += !(t->t->flags & EMB_T_ORPHAN);
-		uint64_t in_runs;
-		runs_count(s, t->id, &in_runs); /* once per run holding a row */
-		st->rows += ld64(&t->t->nrows) + in_runs;
+		/* rows in runs count once per run holding them */
+		st->rows += ld64(&t->t->nrows) + atomic_load(&t->run_live);
 	}
 	pthread_rwlock_unlock(&s->cat_lock);
 	slab_usage(s, &slab_bytes, &free_slots, &nslabs);

@@ -316,7 +316,7 @@ int snap_reclaim_all(struct store *s)
 		/* runs are not reclaimed row by row: a zombie with runs goes
 		 * once no snapshot holds it */
 		if (ret == 0 && (st->t->flags & EMB_T_ZOMBIE) &&
-		    (!runs_count(s, st->id, NULL) || !snapset_refs(s, st)))
+		    (!runs_count(s, st->id, NULL) || !snapset_refs(s, st)) && !(ret = runs_drop_table(s, st)))
 			ret = catalog_free_locked(s, st);
 	}
 	return ret < 0 ? ret : 0;

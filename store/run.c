@@ -598,10 +598,13 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 	return ret;
 }
 
-int runs_row_stored(struct store *s, struct stable *st, uint64_t row)
+int runs_row_read(struct store *s, struct stable *st, uint64_t row, void *buf)
 {
-	struct rq q = { .row = row };
-	return runs_lookup(s, st, &q, 1, EMB_NONE) == 0 && q.state == RQ_DATA;
+	struct rq q = { .row = row, .dst = buf };
+	int ret = runs_lookup(s, st, &q, 1, EMB_NONE);
+	if (!ret && q.state == RQ_EIO)
+		ret = -EIO;
+	return ret ? ret : q.state == RQ_DATA;
 }
 
 /* ---- building a run ------------------------------------------------------ */
@@ -860,11 +863,25 @@ static void mark_dead_tx(struct srun **v, size_t n)
 	}
 }
 
+/* A table's count of live records in runs follows a run coming (sign 1) or
+ * going (-1). */
+static void live_add(struct store *s, const struct emb_run *r, int sign)
+{
+	struct stable *st = tab_get(s, r->table);
+	if (!st || st->t->gen != r->table_gen)
+		return;
+	if (sign > 0)
+		atomic_fetch_add(&st->run_live, r->nlive);
+	else
+		atomic_fetch_sub(&st->run_live, r->nlive);
+}
+
 /* Move v[0..n) from their tables' lists to the dead list.  run_lock held
  * exclusive. */
-static void list_retire(struct spill *sp, struct srun **v, size_t n)
+static void list_retire(struct store *s, struct spill *sp, struct srun **v, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
+		live_add(s, v[i]->r, -1);
 		for (struct srun **p = &sp->runs[v[i]->r->table]; *p; p = &(*p)->next)
 			if (*p == v[i]) {
 				*p = v[i]->next;
@@ -918,8 +935,9 @@ static int run_install(struct store *s, struct build *w, uint64_t seq, uint32_t 
 	segs_release(sp, &w->segs);
 	w->segs.n = 0;
 	pthread_rwlock_wrlock(&sp->run_lock);
-	list_retire(sp, old, nold);
+	list_retire(s, sp, old, nold);
 	list_insert(sp, x);
+	live_add(s, x->r, 1);
 	pthread_rwlock_unlock(&sp->run_lock);
 	return 0;
 }
@@ -1440,7 +1458,7 @@ int runs_retire_locked(struct store *s, struct srun **v, size_t n)
 	if (ret)
 		return ret;
 	pthread_rwlock_wrlock(&sp->run_lock);
-	list_retire(sp, v, n);
+	list_retire(s, sp, v, n);
 	pthread_rwlock_unlock(&sp->run_lock);
 	return 0;
 }
@@ -1643,9 +1661,8 @@ int runs_load(struct store *s, char *err, size_t n)
 	struct spill *sp = s->sp;
 	struct emb_spill *pm = sp->pm;
 	sp->runs = calloc(EMB_NTABLES, sizeof(*sp->runs));
-	sp->seg_busy = calloc(pm->nsegs, 1);
 	pthread_rwlock_init(&sp->run_lock, NULL);
-	if (!sp->runs || !sp->seg_busy)
+	if (!sp->runs)
 		return -ENOMEM;
 	if (!pm->runs_off) {
 		volatile int ret = 0;
@@ -1685,6 +1702,7 @@ int runs_load(struct store *s, char *err, size_t n)
 			max_id = r->id;
 		if (r->state == EMB_RUN_LIVE) {
 			list_insert(sp, x);
+			live_add(s, r, 1);
 			continue;
 		}
 		/* a run a merge replaced or a drop let go: nobody reads it now */
@@ -1713,8 +1731,10 @@ void runs_unload(struct spill *sp)
 		nx = x->next;
 		srun_free(x);
 	}
-	free(sp->seg_busy);
+	sp->runs = NULL;
+	sp->dead = NULL;
 	free(sp->ev_rows);
+	sp->ev_rows = NULL;
 }
 
 void runs_stats(struct store *s, struct store_spill_stats *st)

@@ -182,6 +182,8 @@ uint64_t place(uint64_t pos, uint32_t rsz);
 void put_rec(char *at, uint32_t table, uint64_t row, uint64_t batch, const void *data, uint32_t len);
 void iops_tick(struct spill *sp);
 
+/* The device's part of store_spill_stats_get (mover.c adds the runs'). */
+void device_stats_get(struct store *s, struct store_spill_stats *st);
 /* Read extents q[i] (blk = device offset, span = bytes, boff = offset in
  * buf; all BLK-aligned) in one io_uring submission: 0 or -EIO. */
 int device_read_raw(struct spill *sp, struct sreq *q, size_t n, char *buf);

@@ -11,10 +11,11 @@
  *   commit.c    group commit of row updates
  *   snap.c      snapshot records
  *   mover.c     the spill mover (spilling, promotion, its thread)
- *   run.c       sorted runs on the spill device: eviction, lookups, merges
  *   compact.c   compaction of the spill device, recount
  *   reclaim.c   freeing what no snapshot needs
  *   read.c      the one read path (pool and device)
+ *   run.c       sorted runs on the spill device: eviction, lookups, merges
+ *   evict.c     the commit that takes evicted rows out of the index
  *   version.c   row versions: checksums, validated chains, relinks
  *   device.c    the spill device: segments, records, I/O
  *   catalog.c   tables: names, slots, attributes
@@ -105,6 +106,7 @@ struct stable {
 	pthread_mutex_t seek_lock;
 	struct seek_keys live_keys, snap_keys; /* protected by seek_lock */
 	struct stable *name_next; /* name hash chain; protected by cat_lock */
+	_Atomic uint64_t run_live;  /* records in its sorted runs that are not tombstones (run.c) */
 };
 
 /*
@@ -410,7 +412,14 @@ int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, u
 int index_destroy(struct store *s, struct stable *st);
 
 /* ---- catalog.c: tables (takes cat_lock) --------------------------------- */
-struct stable *tab_get(struct store *s, uint32_t id);
+/* The table in catalog slot id, or NULL; read lock-free (a slot's pointer
+ * is published and cleared atomically under cat_lock). */
+static inline struct stable *tab_get(struct store *s, uint32_t id)
+{
+	if (id >= EMB_NTABLES)
+		return NULL;
+	return __atomic_load_n(&s->tab[id], __ATOMIC_ACQUIRE);
+}
 int catalog_load(struct store *s);
 void catalog_unload(struct store *s);
 /* Every catalog entry (free ones too) and each table's index directory is
@@ -524,7 +533,10 @@ int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
 uint32_t spill_rec_size(uint32_t len);
 /* Read back the records of these stubs of st: how many fail.  commit_lock held. */
 int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n);
+/* device.c: free the tier's DRAM state (its thread stopped, runs unloaded). */
 void spill_detach(struct store *s);
+/* mover.c: stop the mover, unload the runs, detach the device. */
+void spill_close(struct store *s);
 /* The spill segment table, if any, is sound (mount). */
 int spill_table_check(struct store *s, char *err, size_t n);
 /* heat.c: a commit wrote row (its reference bit). */
@@ -544,8 +556,9 @@ int runs_count(struct store *s, uint32_t id, uint64_t *live);
 int runs_trim(struct store *s, struct stable *st, uint64_t from);
 /* st's runs go (its table is freed).  commit_lock held. */
 int runs_drop_table(struct store *s, struct stable *st);
-/* Does the newest version of row in st's runs hold bytes (not a tombstone)? */
-int runs_row_stored(struct store *s, struct stable *st, uint64_t row);
+/* Row's newest version in st's runs: 1 bytes (into buf unless NULL), 0 none
+ * or a tombstone, or -errno. */
+int runs_row_read(struct store *s, struct stable *st, uint64_t row, void *buf);
 /* Ranges [lo, hi) of rows the runs of id may hold, as pairs, in lohi. */
 int runs_ranges(struct store *s, uint32_t id, struct u64vec *lohi);
 /* Check every run: header, arrays, segments, and every block read back

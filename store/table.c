@@ -38,7 +38,7 @@ int trim_locked(struct store *s, struct stable *st)
 	if (ret)
 		return ret;
 	if (lim % rs && !last && runs_may_hold(s, st->id, lim / rs))
-		last = runs_row_stored(s, st, lim / rs); /* only a run holds it */
+		last = runs_row_read(s, st, lim / rs, NULL) > 0; /* only a run holds it */
 	if (lim % rs && last) {
 		static const char zeros[EMB_ROW_MAX];
 		struct store_rowop op = { lim / rs, (uint32_t)(lim % rs), (uint32_t)(rs - lim % rs), zeros, 0 };
@@ -134,7 +134,7 @@ static int release_locked(struct store *s, struct stable *st)
 	if (s->n_live) /* rows only snapshots hold now count as theirs */
 		return snap_reclaim_all(s);
 	ret = reclaim_table(s, st, 0);
-	if (ret == 0)
+	if (ret == 0 && !(ret = runs_drop_table(s, st)))
 		ret = catalog_free_locked(s, st);
 	return ret < 0 ? ret : 0;
 }

@@ -302,6 +302,12 @@ done
 ce=$(stat_field "$M" spill.checksum_errors)
 [ "${ce:-0}" -ge 1 ] || fail "spill.checksum_errors is '${ce:-none}'"
 say "row $R: Input/output error; $good rows around it outside its block read right; checksum_errors=$ce"
+# the table goes: its runs' segments are free room again (statfs counts them)
+f0=$(stat -f -c %f "$M")
+rm "$M/e.emb"
+runs_gone() { [ "$(stat_field "$M" spill.runs)" = 0 ] && [ "$(stat -f -c %f "$M")" -gt $((f0 + 2048)) ]; }
+wait_until 10 runs_gone || fail "rm e.emb: spill.runs $(stat_field "$M" spill.runs), free blocks $f0 -> $(stat -f -c %f "$M")"
+say "rm e.emb: no runs left; statfs free blocks $f0 -> $(stat -f -c %f "$M")"
 unmount_pool "$M"
 exit 0
 ;;
