@@ -144,12 +144,13 @@ void root_statfs(fuse_req_t req)
 	v.f_frsize = 4096;
 	v.f_blocks = s.pool_size / 4096;
 	v.f_bfree = s.free_bytes / 4096;
-	/* with a spill tier its segments count too: free ones are free room */
+	/* with a spill tier its segments count too: free ones (and the open
+	 * one's unwritten end) are free room */
 	struct store_spill_stats sp;
 	store_spill_stats_get(fs->st, &sp);
 	if (sp.attached) {
 		v.f_blocks += sp.segs * sp.seg_size / 4096;
-		v.f_bfree += sp.segs_free * sp.seg_size / 4096;
+		v.f_bfree += sp.free_bytes / 4096;
 	}
 	v.f_bavail = v.f_bfree;
 	v.f_files = INO_NTABLES;

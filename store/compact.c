@@ -279,5 +279,6 @@ uint64_t compact_pick(struct store *s, int forced, double *ratio)
 	if (best == EMB_NONE || forced)
 		return best;
 	int needed = written > live + live / 2 + 2 * pm->seg_size || nfree < 3;
-	return needed && best_ratio < 0.75 ? best : EMB_NONE;
+	/* a segment nothing points into any more costs nothing to free */
+	return (needed && best_ratio < 0.75) || best_ratio == 0 ? best : EMB_NONE;
 }

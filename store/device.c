@@ -770,6 +770,10 @@ void device_stats_get(struct store *s, struct store_spill_stats *st)
 		const struct emb_sseg *g = &pm->seg[k];
 		st->segs_free += g->state == EMB_SEG_FREE;
 		st->segs_open += g->state == EMB_SEG_OPEN;
+		if (g->state == EMB_SEG_FREE)
+			st->free_bytes += pm->seg_size;
+		else if (g->state == EMB_SEG_OPEN)
+			st->free_bytes += pm->seg_size - g->fill;
 		st->segs_sealed += g->state == EMB_SEG_SEALED;
 		if (g->state == EMB_SEG_OPEN || g->state == EMB_SEG_SEALED) {
 			st->footprint += g->fill;

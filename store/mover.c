@@ -476,6 +476,18 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 		if (ret && moved >= 0)
 			moved = ret;
 	}
+	/* the open segment holds only stale records: append from its start */
+	pthread_mutex_lock(&s->commit_lock);
+	if (sp->open_seg >= 0 && !sp->recount) {
+		struct emb_sseg *g = &sp->pm->seg[sp->open_seg];
+		if (g->fill && !g->nlive && !g->live && !atomic_load(&sp->pins[sp->open_seg])) {
+			g->fill = 0;
+			pm_flush(s, &g->fill, 8);
+			if (pm_barrier(s) && moved >= 0)
+				moved = -EIO;
+		}
+	}
+	pthread_mutex_unlock(&s->commit_lock);
 	return moved;
 }
 

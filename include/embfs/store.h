@@ -292,6 +292,7 @@ struct store_spill_stats {
 	uint32_t qd;
 	uint64_t size, seg_size, segs, segs_free, segs_open, segs_sealed;
 	uint64_t footprint;        /* bytes written to segments not yet freed */
+	uint64_t free_bytes;       /* free segments and the open one's unwritten end */
 	uint64_t live_bytes, live_versions;
 	uint64_t pmem_row_bytes, pmem_versions, pmem_high, pmem_low;
 	uint64_t spilled, spill_writes, spill_write_bytes, promoted;
