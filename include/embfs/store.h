@@ -251,14 +251,15 @@ struct store_stats {
 };
 void store_stats_get(struct store *s, struct store_stats *st);
 
-/* ---- spill tier (store/spill.c) -------------------------------------
+/* ---- spill tier (store/device.c, mover.c, run.c) ----------------------
  *
- * With a spill device attached the pool keeps the index of every row and
- * the hot versions; row versions may take up to `high` percent of the pool.
- * When they come near it a mover thread writes cold versions (and versions
- * only snapshots hold) to append-only segments on the device and leaves a
- * 40-byte stub in their place, until they take `low` percent.  Spilled rows
- * read again are promoted back.  Compaction rewrites mostly-stale segments.
+ * With a spill device attached row versions may take up to `high` percent
+ * of the pool.  When they come near it a mover thread evicts cold rows (with
+ * the versions snapshots hold) into sorted runs on the device and takes them
+ * out of the pool's index, until they take `low` percent; old versions of
+ * hot rows go to append-only segments behind 40-byte stubs (with
+ * stubs_only, every spilled version does).  Runs are merged, stale stub
+ * segments compacted; rows read again from stubs are promoted back.
  */
 struct store_spill_conf {
 	const char *path;      /* file, directory (for embfs-<pool uuid>.spill) or block device; NULL = none */
