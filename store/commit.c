@@ -137,8 +137,6 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 			u[i].inrun = 0;
 			if (s->sp && !runs_hidden && (!u[i].found || u[i].del))
 				u[i].inrun = runs_may_hold(s, st->id, u[i].row);
-			if (u[i].found && u[i].del)
-				u[i].inrun = u[i].inrun ? 2 : 0; /* found: plan() keeps a tombstone */
 			if (!u[i].found && (!u[i].del || u[i].inrun)) {
 				ret = index_claim(s, st, c, u[i].row, &u[i].pos);
 				u[i].claimed = 1;

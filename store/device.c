@@ -296,14 +296,33 @@ int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size
 
 /* ---- writing segments (commit_lock held) ------------------------------ */
 
-uint32_t free_segs(const struct spill *sp)
+uint32_t free_segs(struct spill *sp)
 {
 	uint32_t n = 0;
-	pthread_mutex_lock((pthread_mutex_t *)&sp->mu);
+	pthread_mutex_lock(&sp->mu);
 	for (uint64_t k = 0; k < sp->pm->nsegs; k++)
 		n += sp->pm->seg[k].state == EMB_SEG_FREE && !sp->seg_busy[k];
-	pthread_mutex_unlock((pthread_mutex_t *)&sp->mu);
+	pthread_mutex_unlock(&sp->mu);
 	return n;
+}
+
+uint64_t seg_claim(struct spill *sp, uint32_t keep)
+{
+	uint64_t k = EMB_NONE;
+	uint32_t nfree = 0;
+	pthread_mutex_lock(&sp->mu);
+	for (uint64_t i = 0; i < sp->pm->nsegs && nfree <= keep; i++)
+		if (sp->pm->seg[i].state == EMB_SEG_FREE && !sp->seg_busy[i]) {
+			if (k == EMB_NONE)
+				k = i;
+			nfree++;
+		}
+	if (nfree > keep)
+		sp->seg_busy[k] = 1;
+	else
+		k = EMB_NONE;
+	pthread_mutex_unlock(&sp->mu);
+	return k;
 }
 
 /* Seal the open segment and open a free one.  The last free segment is kept
@@ -312,14 +331,8 @@ int seg_next(struct store *s, int compacting)
 {
 	struct spill *sp = s->sp;
 	struct emb_spill *pm = sp->pm;
-	if (!compacting && free_segs(sp) <= 1)
-		return -ENOSPC;
-	uint64_t k;
-	pthread_mutex_lock(&sp->mu); /* not one a run is being written into */
-	for (k = 0; k < pm->nsegs && (pm->seg[k].state != EMB_SEG_FREE || sp->seg_busy[k]); k++)
-		;
-	pthread_mutex_unlock(&sp->mu);
-	if (k == pm->nsegs)
+	uint64_t k = seg_claim(sp, compacting ? 0 : 1);
+	if (k == EMB_NONE)
 		return -ENOSPC;
 	if (sp->open_seg >= 0) {
 		pm->seg[sp->open_seg].state = EMB_SEG_SEALED;
@@ -331,6 +344,9 @@ int seg_next(struct store *s, int compacting)
 	g->seq = ++pm->seq;
 	g->state = EMB_SEG_OPEN;
 	pm_flush(s, g, sizeof(*g));
+	pthread_mutex_lock(&sp->mu);
+	sp->seg_busy[k] = 0; /* OPEN now: no run takes it */
+	pthread_mutex_unlock(&sp->mu);
 	sp->open_seg = (int64_t)k;
 	return pm_persist(s, &pm->seq, 8);
 }

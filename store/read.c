@@ -79,7 +79,7 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 				ret = -ENOMEM;
 				break;
 			}
-			rq[nrq++] = (struct rq){ .row = rows[i], .dst = dst, .batch = i };
+			rq[nrq++] = (struct rq){ .row = rows[i], .dst = dst, .idx = i };
 			continue;
 		}
 		if (stored)
@@ -130,33 +130,20 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 	}
 	if (q != &one)
 		free(q);
-	if (nrq && !ret) {
-		/* .batch carried the request index until now */
-		size_t *idx = nrq == 1 ? NULL : malloc(nrq * sizeof(*idx));
-		size_t i1 = rq[0].batch;
-		if (nrq > 1 && !idx)
-			ret = -ENOMEM;
-		for (size_t k = 0; idx && k < nrq; k++)
-			idx[k] = rq[k].batch;
-		for (size_t k = 0; !ret && k < nrq; k++)
-			rq[k].batch = 0;
-		if (!ret)
-			ret = runs_lookup(s, st, rq, nrq, b);
-		for (size_t k = 0; !ret && k < nrq; k++) {
-			size_t i = idx ? idx[k] : i1;
-			if (rq[k].state == RQ_EIO) {
-				ret = -EIO;
-				break;
-			}
-			int data = rq[k].state == RQ_DATA;
-			if (!data && rq[k].dst)
-				memset(rq[k].dst, 0, rs);
-			if (stored)
-				stored[i] = data;
-			if (vbatch)
-				vbatch[i] = data ? rq[k].batch : 0;
+	if (nrq && !ret)
+		ret = runs_lookup(s, st, rq, nrq, b);
+	for (size_t k = 0; k < nrq && !ret; k++) {
+		if (rq[k].state == RQ_EIO) {
+			ret = -EIO;
+			break;
 		}
-		free(idx);
+		int data = rq[k].state == RQ_DATA;
+		if (!data && rq[k].dst)
+			memset(rq[k].dst, 0, rs);
+		if (stored)
+			stored[rq[k].idx] = data;
+		if (vbatch)
+			vbatch[rq[k].idx] = data ? rq[k].batch : 0;
 	}
 	if (rq != &rone)
 		free(rq);

@@ -352,15 +352,9 @@ static int row_blocks(const struct srun *x, uint64_t row, uint64_t *a, uint64_t 
 	const struct emb_run *r = x->r;
 	if (row < r->min_row || row > r->max_row || !bloom_has(x->bloom, r->bloom_bits, r->bloom_k, row))
 		return 0;
-	/* last block whose fence is <= row */
-	uint64_t lo = 0, hi = r->nblocks;
-	while (lo < hi) {
-		uint64_t mid = (lo + hi) / 2;
-		if (x->fence[mid] <= row)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	/* last block whose fence is <= row (row ids are below 2^64 / row size:
+	 * row + 1 does not wrap) */
+	size_t lo = u64_lower_bound(x->fence, r->nblocks, row + 1);
 	if (!lo)
 		return 0;
 	*b = lo - 1;
@@ -481,20 +475,12 @@ static int look_run(struct store *s, struct srun *x, struct rq *q, struct look *
 	qsort(L, n, sizeof(*L), look_cmp);
 	struct u64vec want = { 0 };
 	int ret = 0;
+	/* L is sorted by a, so the blocks come in order: each pushed once */
 	for (size_t i = 0; i < n && !ret; i++)
 		for (uint64_t k = L[i].a; k <= L[i].b && !ret; k++)
-			if (!want.n || want.v[want.n - 1] < k) {
-				/* L is sorted by a; b may reach past the next one's a */
-				if (want.n && k <= want.v[want.n - 1])
-					continue;
+			if (!want.n || want.v[want.n - 1] < k)
 				ret = u64vec_push(&want, k);
-			}
-	if (!ret)
-		u64_sort(want.v, want.n);
-	size_t nw = 0;
-	for (size_t i = 0; i < want.n; i++)
-		if (!nw || want.v[nw - 1] != want.v[i])
-			want.v[nw++] = want.v[i];
+	size_t nw = want.n;
 	struct bref *br = ret ? NULL : calloc(nw ? nw : 1, sizeof(*br));
 	char *buf = NULL;
 	if (!ret && !br)
@@ -628,28 +614,6 @@ struct build {
 	int err;
 };
 
-/* A free segment nobody writes, or EMB_NONE (the last one stays for the
- * stub compaction). */
-static uint64_t seg_take(struct spill *sp)
-{
-	uint64_t k = EMB_NONE;
-	pthread_mutex_lock(&sp->mu);
-	uint32_t nfree = 0;
-	for (uint64_t i = 0; i < sp->pm->nsegs; i++)
-		if (sp->pm->seg[i].state == EMB_SEG_FREE && !sp->seg_busy[i]) {
-			if (k == EMB_NONE)
-				k = i;
-			if (++nfree > 1)
-				break;
-		}
-	if (nfree > 1)
-		sp->seg_busy[k] = 1;
-	else
-		k = EMB_NONE;
-	pthread_mutex_unlock(&sp->mu);
-	return k;
-}
-
 static void segs_release(struct spill *sp, const struct u64vec *segs)
 {
 	pthread_mutex_lock(&sp->mu);
@@ -689,7 +653,7 @@ static int build_flush(struct build *w)
 	while (!w->err && done < w->nbuf) {
 		uint64_t blk = w->first + done;
 		if (blk / bps >= w->segs.n) {
-			uint64_t k = seg_take(sp);
+			uint64_t k = seg_claim(sp, 1); /* the last stays for stub compaction */
 			if (k == EMB_NONE) {
 				w->err = -ENOSPC;
 				break;
@@ -800,7 +764,7 @@ static int build_finish(struct build *w)
 	if (nsegs > (w->bs - sizeof(struct emb_rmeta)) / 4)
 		return w->err = -EFBIG; /* its segment list would not fit one block */
 	while (w->segs.n < nsegs) { /* the meta block lists them all */
-		uint64_t k = seg_take(sp);
+		uint64_t k = seg_claim(sp, 1); /* the last stays for stub compaction */
 		if (k == EMB_NONE)
 			return w->err = -ENOSPC;
 		if ((w->err = u64vec_push(&w->segs, k)))
@@ -1176,13 +1140,8 @@ static int rit_load(struct store *s, struct rit *it)
 	uint64_t n = CHUNK_BYTES / bs ? CHUNK_BYTES / bs : 1;
 	if (it->blk + n > x->r->nblocks)
 		n = x->r->nblocks - it->blk;
-	uint64_t want[256], cnt = 0;
 	/* blocks of one segment are adjacent on the device */
-	for (uint64_t i = it->blk; i < it->blk + n && cnt < 256; i++) {
-		if (cnt && i / x->bps != want[0] / x->bps)
-			break;
-		want[cnt++] = i;
-	}
+	uint64_t cnt = x->bps - it->blk % x->bps < n ? x->bps - it->blk % x->bps : n;
 	struct sreq q = { .blk = blk_loc(sp, x, it->blk), .span = (uint32_t)(cnt * bs), .boff = 0 };
 	int ret = device_read_raw(sp, &q, 1, it->buf);
 	if (ret)
@@ -1223,6 +1182,72 @@ static void rit_next(struct store *s, struct rit *it)
 	}
 }
 
+/* The versions of one row a merge gathers from its inputs, in order. */
+struct mvers {
+	size_t n, cap;
+	uint64_t *batch;     /* | EMB_RREC_TOMB */
+	char *bytes;         /* row i at i * row size */
+	const char **data;   /* kept versions' bytes (NULL: tombstone) */
+	uint8_t *keep;
+};
+
+/* Room for one more version of rs bytes: 0 or -ENOMEM. */
+static int mvers_room(struct mvers *mv, uint32_t rs)
+{
+	if (mv->n < mv->cap)
+		return 0;
+	size_t cap = mv->cap ? 2 * mv->cap : 64;
+	uint64_t *b = realloc(mv->batch, cap * sizeof(*b));
+	if (b)
+		mv->batch = b;
+	char *d = b ? realloc(mv->bytes, cap * (size_t)rs) : NULL;
+	if (d)
+		mv->bytes = d;
+	const char **p = d ? realloc(mv->data, cap * sizeof(*p)) : NULL;
+	if (p)
+		mv->data = p;
+	uint8_t *k = p ? realloc(mv->keep, cap) : NULL;
+	if (!k)
+		return -ENOMEM;
+	mv->keep = k;
+	mv->cap = cap;
+	return 0;
+}
+
+static void mvers_free(struct mvers *mv)
+{
+	free(mv->batch);
+	free(mv->bytes);
+	free(mv->data);
+	free(mv->keep);
+}
+
+/* Keep of mv the newest version and the newest each of the live snapshots'
+ * batches snaps[0..ns) sees, and (bottom: no older run) drop the oldest
+ * kept ones while they are tombstones: their batches and bytes, compacted
+ * to the front of mv->batch and mv->data.  Returns how many are kept. */
+static size_t mvers_keep(struct mvers *mv, uint32_t rs, const uint64_t *snaps, uint32_t ns, int bottom)
+{
+	memset(mv->keep, 0, mv->n);
+	mv->keep[0] = 1;
+	for (uint32_t k = 0; k < ns; k++)
+		for (size_t j = 0; j < mv->n; j++)
+			if ((mv->batch[j] & ~EMB_RREC_TOMB) <= snaps[k]) {
+				mv->keep[j] = 1;
+				break;
+			}
+	size_t nk = 0;
+	for (size_t j = 0; j < mv->n; j++)
+		if (mv->keep[j]) {
+			mv->batch[nk] = mv->batch[j];
+			mv->data[nk] = mv->batch[j] & EMB_RREC_TOMB ? NULL : mv->bytes + j * (size_t)rs;
+			nk++;
+		}
+	while (bottom && nk && (mv->batch[nk - 1] & EMB_RREC_TOMB))
+		nk--;
+	return nk;
+}
+
 /* Merge runs v[0..m) (adjacent in the table's list, newest first) into one.
  * bottom: v[m - 1] is the table's oldest run.  Versions no live snapshot
  * needs are dropped.  Takes commit_lock to install. */
@@ -1259,13 +1284,7 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 		if (v[i]->r->level + 1 > level)
 			level = v[i]->r->level + 1;
 	}
-	size_t vcap = 64, nv;
-	uint64_t *bt = malloc(vcap * sizeof(*bt));
-	char *vd = malloc(vcap * (size_t)rs);
-	const char **dp = malloc(vcap * sizeof(*dp));
-	uint64_t *kb = malloc(vcap * sizeof(*kb));
-	if (!ret && (!bt || !vd || !dp || !kb))
-		ret = -ENOMEM;
+	struct mvers mv = { 0 };
 	uint64_t in_bytes = 0;
 	while (!ret) {
 		uint64_t row = EMB_NONE;
@@ -1274,31 +1293,14 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 				row = rec_row(it[i].cur);
 		if (row == EMB_NONE)
 			break;
-		nv = 0;
+		mv.n = 0;
 		for (size_t i = 0; i < m && !ret; i++) {
 			while (it[i].cur && rec_row(it[i].cur) == row) {
-				if (nv == vcap) {
-					vcap *= 2;
-					uint64_t *nb = realloc(bt, vcap * sizeof(*bt));
-					char *nd = nb ? realloc(vd, vcap * (size_t)rs) : NULL;
-					if (nb)
-						bt = nb;
-					if (nd)
-						vd = nd;
-					const char **np = nd ? realloc(dp, vcap * sizeof(*dp)) : NULL;
-					uint64_t *nk = np ? realloc(kb, vcap * sizeof(*kb)) : NULL;
-					if (np)
-						dp = np;
-					if (nk)
-						kb = nk;
-					if (!nk) {
-						ret = -ENOMEM;
-						break;
-					}
-				}
-				bt[nv] = rec_batch(it[i].cur);
-				memcpy(vd + nv * (size_t)rs, it[i].cur + 16, rs);
-				nv++;
+				if ((ret = mvers_room(&mv, rs)))
+					break;
+				mv.batch[mv.n] = rec_batch(it[i].cur);
+				memcpy(mv.bytes + mv.n * (size_t)rs, it[i].cur + 16, rs);
+				mv.n++;
 				in_bytes += w.rec;
 				rit_next(s, &it[i]);
 				if (it[i].err)
@@ -1307,29 +1309,9 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 		}
 		if (ret)
 			break;
-		/* keep the newest, and the newest each live snapshot sees */
-		size_t nk = 0;
-		uint8_t keep_mask[1024];
-		size_t lim = nv < sizeof(keep_mask) ? nv : sizeof(keep_mask);
-		memset(keep_mask, 0, lim);
-		keep_mask[0] = 1;
-		for (uint32_t k = 0; k < ns; k++)
-			for (size_t j = 0; j < lim; j++)
-				if ((bt[j] & ~EMB_RREC_TOMB) <= snaps[k]) {
-					keep_mask[j] = 1;
-					break;
-				}
-		for (size_t j = 0; j < lim; j++)
-			if (keep_mask[j]) {
-				kb[nk] = bt[j];
-				dp[nk] = bt[j] & EMB_RREC_TOMB ? NULL : vd + j * (size_t)rs;
-				nk++;
-			}
-		/* the oldest kept versions, when tombstones with nothing older */
-		while (bottom && nk && (kb[nk - 1] & EMB_RREC_TOMB))
-			nk--;
+		size_t nk = mvers_keep(&mv, rs, snaps, ns, bottom);
 		if (nk)
-			ret = build_row(&w, row, kb, dp, (uint32_t)nk);
+			ret = build_row(&w, row, mv.batch, mv.data, (uint32_t)nk);
 	}
 	if (!ret)
 		ret = build_finish(&w);
@@ -1375,10 +1357,7 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 	for (size_t i = 0; i < m; i++)
 		free(it[i].buf);
 	free(it);
-	free(bt);
-	free(vd);
-	free(dp);
-	free(kb);
+	mvers_free(&mv);
 	return ret;
 }
 
@@ -1565,14 +1544,7 @@ int runs_trim(struct store *s, struct stable *st, uint64_t from)
 		struct rit it = { .x = x, .blk0 = EMB_NONE };
 		/* start at the last block whose fence is below `from` */
 		if (from > x->r->min_row) {
-			uint64_t lo = 0, hi = x->r->nblocks;
-			while (lo < hi) {
-				uint64_t mid = (lo + hi) / 2;
-				if (x->fence[mid] < from)
-					lo = mid + 1;
-				else
-					hi = mid;
-			}
+			size_t lo = u64_lower_bound(x->fence, x->r->nblocks, from);
 			it.blk = lo ? lo - 1 : 0;
 		}
 		if (posix_memalign((void **)&it.buf, BLK, CHUNK_BYTES + x->r->blk_size)) {

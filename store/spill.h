@@ -126,6 +126,7 @@ enum { RQ_PENDING, RQ_DATA, RQ_HOLE, RQ_EIO };
 struct rq {
 	uint64_t row;
 	char *dst;           /* row bytes go here (NULL: a probe) */
+	size_t idx;          /* row index in the caller's request */
 	uint64_t batch;      /* of the version found */
 	int state;
 };
@@ -174,7 +175,10 @@ void seg_live_add(struct store *s, uint64_t loc, uint32_t rsz, int sign);
 void device_read(struct spill *sp, struct sreq *q, size_t n);
 /* A reader enters (d = 1) or leaves (-1) the segment of loc. */
 void pin(struct spill *sp, uint64_t loc, int d);
-uint32_t free_segs(const struct spill *sp);
+uint32_t free_segs(struct spill *sp);
+/* A free segment nobody writes, marked busy (sp->mu), leaving `keep` free
+ * ones: its index, or EMB_NONE. */
+uint64_t seg_claim(struct spill *sp, uint32_t keep);
 int seg_next(struct store *s, int compacting);
 int seg_room(struct store *s, uint64_t need);
 int seg_write(struct store *s, uint64_t len, uint64_t *at);
