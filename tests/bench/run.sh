@@ -616,6 +616,16 @@ section_batch() {
 # Zipf batch of 4096 rows read with pread, changed, written back with
 # pwrite) with a snapshot every SNAP_EVERY batches against none, runs
 # interleaved; mkdir latency; pool space held per row changed since.
+# room SECTION DIR MB: DIR has MB MiB free; else say so, record SECTION as
+# skipped and return 1
+room() {
+	avail_mb=$(df -Pm "$2" | awk 'NR == 2 { print $4 }')
+	[ "${avail_mb:-0}" -ge "$3" ] && return 0
+	say "  $2 has $avail_mb MiB free, need ~$3; skipped"
+	result "$1" "skipped" - - - - "no room in $2"
+	return 1
+}
+
 # train_pairs MNT TABLE ROWS TAG: RUNS pairs of `snapbench train` on
 # MNT/TABLE, with a snapshot every SNAP_EVERY batches and without (which
 # goes first alternates: the first run of a pair warms caches); sets tn and
@@ -931,13 +941,8 @@ section_durable() {
 	bytes=$((DISK_ROWS * ROW_SIZE))
 	say "durable: pool as a plain file on the root disk ($DISK_DIR, no PMEM_IS_PMEM_FORCE), $DISK_ROWS rows;" \
 		"Zipf(0.99) pwrite, fsync every $SYNC_EVERY rows, 1 thread, $RUNS x $SECS s"
-	avail_mb=$(df -Pm "$DISK_DIR" | awk 'NR == 2 { print $4 }')
 	need_mb=$((bytes / 1048576 + 1024 + 512)) # baseline + pool (<= 1 GiB by default) + slack
-	if [ "${avail_mb:-0}" -lt "$need_mb" ]; then
-		say "  $DISK_DIR has $avail_mb MiB free, need ~$need_mb; skipped"
-		result durable "skipped" - - - - "no room in $DISK_DIR"
-		return
-	fi
+	room durable "$DISK_DIR" "$need_mb" || return
 	DW=$(mktemp -d "$DISK_DIR/embfs-bench.XXXXXX") || fail "mktemp in $DISK_DIR"
 	mkdir "$DW/mnt"
 	t=$(now)
@@ -1030,18 +1035,7 @@ section_spill() {
 	say "spill: table of $SPILL_ROWS rows x $srs B ($((tbytes >> 20)) MiB) = $(awk -v t="$tbytes" -v p="$pool_b" -v c="$cache_b" 'BEGIN { printf "%.2f", t / (p + c) }')x" \
 		"(pool $SPILL_POOL_SIZE on /dev/shm + row cache $SPILL_CACHE); spill file $SPILL_SIZE in $DISK_DIR," \
 		"spill_qd=$SPILL_QD spill_high=$SPILL_HIGH spill_low=$SPILL_LOW; $RUNS x $SPILL_SECS s per configuration"
-	avail_mb=$(df -Pm "$DISK_DIR" | awk 'NR == 2 { print $4 }')
-	if [ "${avail_mb:-0}" -lt $(((spill_b >> 20) + 512)) ]; then
-		say "  $DISK_DIR has $avail_mb MiB free, need ~$(((spill_b >> 20) + 512)); skipped"
-		result spill "skipped" - - - - "no room in $DISK_DIR"
-		return
-	fi
-	avail_mb=$(df -Pm /dev/shm | awk 'NR == 2 { print $4 }')
-	if [ "${avail_mb:-0}" -lt $(((pool_b >> 20) + 256)) ]; then
-		say "  /dev/shm has $avail_mb MiB free, need ~$(((pool_b >> 20) + 256)); skipped"
-		result spill "skipped" - - - - "no room in /dev/shm"
-		return
-	fi
+	room spill "$DISK_DIR" $(((spill_b >> 20) + 512)) && room spill /dev/shm $(((pool_b >> 20) + 256)) || return
 	have_fio=1; fo="- -"
 	command -v fio >/dev/null || { have_fio=0; say "  no fio (tests/deps.sh installs it): embfs figures only"; }
 	SW=$(mktemp -d "$DISK_DIR/embfs-bench-spill.XXXXXX") || fail "mktemp in $DISK_DIR"
@@ -1261,18 +1255,8 @@ section_capacity() {
 		result capacity "skipped" - - - - "no FUSE"
 		return
 	fi
-	avail_mb=$(df -Pm "$DISK_DIR" | awk 'NR == 2 { print $4 }')
-	if [ "${avail_mb:-0}" -lt $(((spill_b >> 20) + 512)) ]; then
-		say "  $DISK_DIR has $avail_mb MiB free, need ~$(((spill_b >> 20) + 512)) (CAP_SPILL_SIZE + 512 MiB); skipped"
-		result capacity "skipped" - - - - "no room in $DISK_DIR for a $CAP_SPILL_SIZE spill file"
-		return
-	fi
-	avail_mb=$(df -Pm /dev/shm | awk 'NR == 2 { print $4 }')
-	if [ "${avail_mb:-0}" -lt $(((pool_b >> 20) + 256)) ]; then
-		say "  /dev/shm has $avail_mb MiB free, need ~$(((pool_b >> 20) + 256)); skipped"
-		result capacity "skipped" - - - - "no room in /dev/shm"
-		return
-	fi
+	# the spill file (CAP_SPILL_SIZE) + 512 MiB, the pool + 256 MiB
+	room capacity "$DISK_DIR" $(((spill_b >> 20) + 512)) && room capacity /dev/shm $(((pool_b >> 20) + 256)) || return
 	SW=$(mktemp -d "$DISK_DIR/embfs-bench-spill.XXXXXX") || fail "mktemp in $DISK_DIR"
 	CMNT=$W/capmnt
 	mkdir -p "$CMNT"
@@ -1443,12 +1427,7 @@ section_spillsnap() {
 	say "spillsnap: a table of $SS_ROWS rows x 256 B ($((ssb >> 20)) MiB) in a $SS_POOL_SIZE pool on /dev/shm" \
 		"+ 8 MiB row cache + spill file in $DISK_DIR; $SNAP_BATCHES batches of 4096 Zipf rows (pread + pwrite each)," \
 		"a snapshot every $SNAP_EVERY batches vs none, $RUNS pairs"
-	avail_mb=$(df -Pm "$DISK_DIR" | awk 'NR == 2 { print $4 }')
-	if [ "${avail_mb:-0}" -lt 3072 ]; then
-		say "  $DISK_DIR has $avail_mb MiB free, need ~3 GiB; skipped"
-		result spillsnap "skipped" - - - - "no room in $DISK_DIR"
-		return
-	fi
+	room spillsnap "$DISK_DIR" 3072 || return
 	SW=$(mktemp -d "$DISK_DIR/embfs-bench-spillsnap.XXXXXX") || fail "mktemp in $DISK_DIR"
 	"$MKFS" -f -s "$SS_POOL_SIZE" -t "ss.emb:64:f32" "$W/sspool" >/dev/null || fail "mkfs.embfs sspool"
 	mkdir -p "$W/ssmnt"

@@ -173,18 +173,28 @@ static double pct_of(double *v, size_t n, double pct)
 	return v[k ? k - 1 : 0];
 }
 
-/* rows [0, rows) front to back; with -E the first ENOSPC ends the writes */
-static int fill(const struct conf *c)
+/* Open c->path with flags and a page-aligned buffer of the rows one chunk
+ * holds (at least one): 0, or 1 after saying why. */
+static int open_chunked(const struct conf *c, int flags, int *fd, char **buf, uint64_t *rows_per)
 {
-	int fd = open(c->path, O_WRONLY | O_CREAT, 0644);
-	char *buf = NULL;
-	uint64_t rows_per = c->chunk / c->row_size;
-	if (!rows_per)
-		rows_per = 1;
-	if (fd < 0 || posix_memalign((void **)&buf, 4096, rows_per * c->row_size)) {
+	*fd = open(c->path, flags, 0644);
+	*buf = NULL;
+	*rows_per = c->chunk / c->row_size ? c->chunk / c->row_size : 1;
+	if (*fd < 0 || posix_memalign((void **)buf, 4096, *rows_per * c->row_size)) {
 		fprintf(stderr, "spillbench: %s: %s\n", c->path, strerror(errno ? errno : ENOMEM));
 		return 1;
 	}
+	return 0;
+}
+
+/* rows [0, rows) front to back; with -E the first ENOSPC ends the writes */
+static int fill(const struct conf *c)
+{
+	int fd;
+	char *buf;
+	uint64_t rows_per;
+	if (open_chunked(c, O_WRONLY | O_CREAT, &fd, &buf, &rows_per))
+		return 1;
 	static uint64_t lat[HIST_N];
 	uint64_t nlat = 0, lat_max = 0, s0[NKEYS], s1[NKEYS];
 	stats_read(c->stats_path, s0);
@@ -262,15 +272,11 @@ static int fill(const struct conf *c)
 /* reads rows [0, rows) front to back and checks every word of every row */
 static int check(const struct conf *c)
 {
-	int fd = open(c->path, O_RDONLY);
-	char *buf = NULL;
-	uint64_t rows_per = c->chunk / c->row_size;
-	if (!rows_per)
-		rows_per = 1;
-	if (fd < 0 || posix_memalign((void **)&buf, 4096, rows_per * c->row_size)) {
-		fprintf(stderr, "spillbench: %s: %s\n", c->path, strerror(errno ? errno : ENOMEM));
+	int fd;
+	char *buf;
+	uint64_t rows_per;
+	if (open_chunked(c, O_RDONLY, &fd, &buf, &rows_per))
 		return 1;
-	}
 	uint64_t s0[NKEYS], s1[NKEYS], bad = 0, first_bad = 0;
 	int have_stats = stats_read(c->stats_path, s0) == 0;
 	uint32_t words = c->row_size / 8;

@@ -248,6 +248,18 @@ say "24 MiB written with cache_size=0: $(sf spill.versions)"
 [ "$(on_device "$M")" -gt 1000 ] || fail "too few rows spilled"
 F5=$(stat_field "$M" spill.path)
 unmount_pool "$M"
+# readrow ROW: one row, O_DIRECT (no page cache: exactly that row is read)
+readrow() { dd if="$M/e.emb" of="$T/row" bs=$RS skip="$1" count=1 iflag=direct status=none 2>"$T/row.err"; }
+# row_eio ROW: reading ROW fails with EIO
+row_eio() {
+	readrow "$1" && fail "reading row $1 with a flipped byte succeeded"
+	grep -q "Input/output error" "$T/row.err" || fail "row $1: want EIO, got: $(cat "$T/row.err")"
+}
+# row_ok ROW WHERE: ROW reads back as the source has it
+row_ok() {
+	readrow "$1" || fail "row $1 $2: $(cat "$T/row.err")"
+	dd if="$T/e.src" bs=$RS skip="$1" count=1 status=none | cmp -s - "$T/row" || fail "row $1 reads wrong bytes"
+}
 case "$OPTS" in
 *spill_runs=0*) ;; # stubs: below
 *)
@@ -288,15 +300,12 @@ R=$1; NB=$2; shift 2
 MATES=" $* "
 say "flipped a byte of row $R in $NB block(s) of $(basename "$F5"); $# rows share them"
 mount_pool "$P5" "$M" -o spill="$S5",cache_size=0 $OPTS
-readrow() { dd if="$M/e.emb" of="$T/row" bs=$RS skip="$1" count=1 iflag=direct status=none 2>"$T/row.err"; }
-readrow "$R" && fail "reading row $R with a flipped byte succeeded"
-grep -q "Input/output error" "$T/row.err" || fail "row $R: want EIO, got: $(cat "$T/row.err")"
+row_eio "$R"
 good=0
 for r in $(seq $((R - 64)) $((R + 64))); do
 	case "$MATES" in *" $r "*) continue ;; esac
 	[ "$r" = "$R" ] && continue
-	readrow "$r" || fail "row $r outside the damaged block: $(cat "$T/row.err")"
-	dd if="$T/e.src" bs=$RS skip="$r" count=1 status=none | cmp -s - "$T/row" || fail "row $r reads wrong bytes"
+	row_ok "$r" "outside the damaged block"
 	good=$((good + 1))
 done
 ce=$(stat_field "$M" spill.checksum_errors)
@@ -349,14 +358,10 @@ R=$1; BYTE=$2; shift 2
 MATES="$*"
 say "flipped byte $BYTE of $(basename "$F5"): a data byte of row $R; rows $((R - 1)), $((R + 1)) spilled too; $# more rows in its block"
 mount_pool "$P5" "$M" -o spill="$S5",cache_size=0 $OPTS
-# readrow ROW: one row, O_DIRECT (no page cache: exactly that row is read)
-readrow() { dd if="$M/e.emb" of="$T/row" bs=$RS skip="$1" count=1 iflag=direct status=none 2>"$T/row.err"; }
-readrow "$R" && fail "reading row $R with a flipped byte succeeded"
-grep -q "Input/output error" "$T/row.err" || fail "row $R: want EIO, got: $(cat "$T/row.err")"
+row_eio "$R"
 for r in $(seq $((R - 8)) $((R + 8))) $MATES; do
 	[ "$r" = "$R" ] && continue
-	readrow "$r" || fail "row $r near the damaged row $R: $(cat "$T/row.err")"
-	dd if="$T/e.src" bs=$RS skip="$r" count=1 status=none | cmp -s - "$T/row" || fail "row $r reads wrong bytes"
+	row_ok "$r" "near the damaged row $R"
 done
 readrow "$R" && fail "row $R read fine the second time"
 ce=$(stat_field "$M" spill.checksum_errors)
