@@ -1081,18 +1081,19 @@ static inline struct shard *shard_of(struct cache *c, uint64_t h, uint32_t *si)
 
 /* A missed row fetched from below (tmp): cached, unless it is a hole or
  * the fill raced a drop (cacheable 0), and its bytes [off, off + len) into
- * buf, from the cache if it was filled meanwhile (that is newer). */
-static void read_fill(struct cache *c, struct shard *sh, uint32_t si, uint32_t table, uint32_t rs, uint64_t row,
+ * buf, from the cache if it was filled meanwhile (that is newer: then 1). */
+static int read_fill(struct cache *c, struct shard *sh, uint32_t si, uint32_t table, uint32_t rs, uint64_t row,
 		      uint64_t h, const char *tmp, int cacheable, uint64_t sbatch, uint32_t off, uint32_t len,
 		      void *buf)
 {
 	struct tstat *t = tst(c, table);
 	uint32_t idx = NIL;
-	int err = 0;
+	int err = 0, cached = 0;
 	pthread_mutex_lock(&sh->lock);
 	if (cacheable && (idx = lookup(sh, table, row, h)) != NIL) {
 		sh->e[idx].flags |= F_REF;
 		tmp = e_data(sh, &sh->e[idx]);
+		cached = 1;
 	} else if (cacheable) {
 		idx = insert(c, sh, table, rs, row, h, &err);
 		if (idx != NIL) {
@@ -1111,10 +1112,12 @@ static void read_fill(struct cache *c, struct shard *sh, uint32_t si, uint32_t t
 		if (err == -EAGAIN)
 			make_clean(c, si); /* next miss finds room */
 	}
+	return cached;
 }
 
-int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
-	       void *buf)
+/* cache_read(), and 1 if the row is stored or cached, 0 if a hole. */
+static int read_row(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
+		    void *buf)
 {
 	uint64_t h = hash(table, row), sbatch = 0;
 	uint32_t si;
@@ -1133,7 +1136,7 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 		sh->hits++;
 		pthread_mutex_unlock(&sh->lock);
 		TS_ADD(t, hits, 1);
-		return 0;
+		return 1;
 	}
 	pthread_mutex_unlock(&sh->lock);
 	uint64_t gen = atomic_load(&t->gen);
@@ -1141,11 +1144,18 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 	if (!tmp)
 		return -ENOMEM;
 	int ret = c->ops->fetch(c->ctx, table, row, tmp, &sbatch);
-	if (ret >= 0)
-		read_fill(c, sh, si, table, rs, row, h, tmp, ret == 1 && atomic_load(&t->gen) == gen, sbatch, off,
-			  len, buf);
+	if (ret >= 0 && read_fill(c, sh, si, table, rs, row, h, tmp, ret == 1 && atomic_load(&t->gen) == gen,
+				  sbatch, off, len, buf))
+		ret = 1;
 	if (tmp != sbuf)
 		free(tmp);
+	return ret;
+}
+
+int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
+	       void *buf)
+{
+	int ret = read_row(c, table, rs, row, off, len, buf);
 	return ret < 0 ? ret : 0;
 }
 
@@ -1354,6 +1364,7 @@ struct rowgroup {
 	uint32_t *ord, *miss, *si;
 	uint32_t start[CACHE_MAX_SHARDS + 1];
 	size_t nmiss;
+	uint8_t *present; /* a read's: 1 = row i stored or cached (may be NULL) */
 };
 
 static void rowgroup_free(struct rowgroup *g)
@@ -1451,6 +1462,8 @@ static int walk_shard(struct cache *c, struct shard *sh, uint32_t table, uint32_
 		} else {
 			memcpy(out + (size_t)p * rs, e_data(sh, e), rs);
 			e->flags |= F_REF;
+			if (g->present)
+				g->present[p] = 1;
 		}
 		sh->hits++;
 		(*hits)++;
@@ -1507,6 +1520,8 @@ static int fetch_misses(struct cache *c, uint32_t table, uint32_t rs, const uint
 		int err = 0;
 		pthread_mutex_lock(&sh->lock);
 		uint32_t idx = lookup(sh, table, ids[i], h);
+		if (g->present)
+			g->present[g->miss[i]] = idx != NIL || stored[i];
 		if (idx != NIL) { /* written (or fetched) meanwhile: that is newer */
 			struct centry *e = &sh->e[idx];
 			memcpy(dst, e_data(sh, e), rs);
@@ -1539,19 +1554,32 @@ out:
 	return ret;
 }
 
+/* Row i one at a time into out (and present[i]); 0 or -errno. */
+static int read_each(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows, const uint32_t *idx,
+		     size_t n, char *out, uint8_t *present)
+{
+	for (size_t k = 0; k < n; k++) {
+		size_t i = idx ? idx[k] : k;
+		int r = read_row(c, table, rs, rows[i], 0, rs, out + i * rs);
+		if (r < 0)
+			return r;
+		if (present)
+			present[i] = (uint8_t)r;
+	}
+	return 0;
+}
+
 int cache_read_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows, size_t n,
-		    void *buf)
+		    void *buf, uint8_t *present)
 {
 	char *out = buf;
 	struct rowgroup g;
 	int ret = 0;
 	if (table >= CACHE_MAX_TABLES || n > UINT32_MAX)
 		return -EINVAL;
-	if (rowgroup_make(c, table, rows, n, &g)) {
-		for (size_t i = 0; i < n && !ret; i++) /* one at a time, then */
-			ret = cache_read(c, table, rs, rows[i], 0, rs, out + i * rs);
-		return ret;
-	}
+	if (rowgroup_make(c, table, rows, n, &g)) /* one at a time, then */
+		return read_each(c, table, rs, rows, NULL, n, out, present);
+	g.present = present;
 	walk_rows(c, table, rs, rows, &g, out, NULL, 0, NULL);
 	if (g.nmiss > 1 && c->ops->fetch_rows) {
 		ret = fetch_misses(c, table, rs, rows, &g, out);
@@ -1561,8 +1589,7 @@ int cache_read_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t
 		}
 		ret = 0;
 	}
-	for (size_t i = 0; i < g.nmiss && !ret; i++)
-		ret = cache_read(c, table, rs, rows[g.miss[i]], 0, rs, out + (size_t)g.miss[i] * rs);
+	ret = read_each(c, table, rs, rows, g.miss, g.nmiss, out, present);
 	rowgroup_free(&g);
 	return ret;
 }

@@ -84,6 +84,8 @@ struct bfd {
 	uint64_t resp_cap, resp_len;
 	uint64_t *unpin;      /* a gather's rows to unpin after reading them */
 	uint32_t unpin_cap;
+	uint8_t *present;     /* a gather's presence, a byte per row (F_PRESENT) */
+	uint32_t present_cap;
 
 	pthread_mutex_t pf_lock; /* protects pf and closing */
 	struct pfmap pf;
@@ -124,7 +126,9 @@ static inline struct bfd *FH(struct fuse_file_info *fi)
 /* ---- targets ---------------------------------------------------------- */
 
 /* What a request's table inode resolves to (attr.c's fs_view): -EINVAL
- * unless ino is a table file, live or in a snapshot.  A snapshot's table is
+ * unless ino is a table file, live or in a snapshot; -ESTALE for a table
+ * unlinked and kept only by open files (its name is gone: a client that
+ * names tables by inode must not go on using it).  A snapshot's table is
  * read-only (SCATTER gets EROFS) and read from the store (its snapshot made
  * durable first); a live table's rows are read through the row cache when
  * there is one, where PREFETCH can pin them. */
@@ -134,6 +138,8 @@ static int resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
 	struct store_attr a;
 	if (fs_view(fs, ino, &v, &a))
 		return -EINVAL;
+	if (a.orphan)
+		return -ESTALE;
 	if (v.snap) {
 		int ret = rows_sync_snap(fs, v.snap - 1);
 		if (ret)
@@ -245,6 +251,7 @@ static void bfd_put(struct bfd *f)
 	free(f->req);
 	free(f->resp);
 	free(f->unpin);
+	free(f->present);
 	free(f->pf.e);
 	pthread_mutex_destroy(&f->lock);
 	pthread_mutex_destroy(&f->pf_lock);
@@ -263,7 +270,7 @@ static void pf_run(struct batch *b, struct pfjob *j)
 	 * one submission per 4096), then pin them, cached by now */
 	char *tmp = malloc(4096 * (size_t)j->row_size);
 	for (size_t k = 0; tmp && k < j->n && !b->stop; k += 4096)
-		cache_read_rows(c, j->table, j->row_size, j->rows + k, j->n - k < 4096 ? j->n - k : 4096, tmp);
+		cache_read_rows(c, j->table, j->row_size, j->rows + k, j->n - k < 4096 ? j->n - k : 4096, tmp, NULL);
 	free(tmp);
 	for (; i < j->n && !b->stop; i++) {
 		uint64_t row = j->rows[i];
@@ -468,7 +475,8 @@ static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
 		h->flags = le32toh(h->flags);
 		h->total_len = le64toh(h->total_len);
 		if (memcmp(h->magic, EMBFS_BATCH_MAGIC, 4) || h->op < EMBFS_BATCH_GATHER ||
-		    h->op > EMBFS_BATCH_PREFETCH || h->flags || h->count == 0 ||
+		    h->op > EMBFS_BATCH_PREFETCH || (h->flags & ~EMBFS_BATCH_F_PRESENT) ||
+		    (h->flags && h->op != EMBFS_BATCH_GATHER) || h->count == 0 ||
 		    h->count > EMBFS_BATCH_MAX_COUNT)
 			return -EINVAL;
 		int ret = resolve(fs, h->table_ino, &f->t);
@@ -578,8 +586,17 @@ static void prefetch(struct embfs *fs, struct bfd *f)
 	pthread_mutex_unlock(&b->lock);
 }
 
-/* Copy a gather's rows into the response; rows this fd prefetched are
- * consumed (unpinned once read). */
+/* Pack present[0..n) (0 or 1 each) into a bitmap: bit i%8 of byte i/8. */
+static void pack_bits(const uint8_t *present, uint32_t n, uint8_t *bits)
+{
+	memset(bits, 0, (n + 7) / 8);
+	for (uint32_t i = 0; i < n; i++)
+		bits[i / 8] |= (uint8_t)(present[i] << (i % 8));
+}
+
+/* Copy a gather's rows into the response (then, with EMBFS_BATCH_F_PRESENT,
+ * the presence bitmap); rows this fd prefetched are consumed (unpinned once
+ * read). */
 static int gather(struct embfs *fs, struct bfd *f)
 {
 	struct batch *b = fs->batch;
@@ -589,9 +606,18 @@ static int gather(struct embfs *fs, struct bfd *f)
 	struct btarget now;
 	if (resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs)
 		return -ESTALE;
-	int ret = grow(&f->resp, &f->resp_cap, (uint64_t)n * rs);
+	int want = f->h.flags & EMBFS_BATCH_F_PRESENT;
+	uint64_t len = (uint64_t)n * rs + (want ? (n + 7) / 8 : 0);
+	int ret = grow(&f->resp, &f->resp_cap, len);
 	if (ret)
 		return ret;
+	if (want && f->present_cap < n) {
+		uint8_t *p = realloc(f->present, n);
+		if (!p)
+			return -ENOMEM;
+		f->present = p;
+		f->present_cap = n;
+	}
 	uint32_t nun = 0;
 	pthread_mutex_lock(&f->pf_lock);
 	if (f->pf.n && f->unpin_cap < n) {
@@ -612,7 +638,7 @@ static int gather(struct embfs *fs, struct bfd *f)
 		pf_del(&f->pf, e);
 	}
 	pthread_mutex_unlock(&f->pf_lock);
-	ret = rows_get(fs, &t->view, rs, ids, n, f->resp);
+	ret = rows_get(fs, &t->view, rs, ids, n, f->resp, want ? f->present : NULL);
 	for (uint32_t i = 0; i < nun; i++)
 		cache_unpin(fs->cache, t->id, f->unpin[i]);
 	if (nun) {
@@ -621,7 +647,9 @@ static int gather(struct embfs *fs, struct bfd *f)
 	}
 	if (ret)
 		return ret == -ENOENT ? -ESTALE : ret; /* removed since the check */
-	f->resp_len = (uint64_t)n * rs;
+	if (want)
+		pack_bits(f->present, n, (uint8_t *)f->resp + (uint64_t)n * rs);
+	f->resp_len = len;
 	INC(b, gathers, 1);
 	INC(b, gather_rows, n);
 	return 0;

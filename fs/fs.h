@@ -210,9 +210,10 @@ void fs_dir_reply(struct fs_dirbuf *b);
  * one; the sync points; the cache's callbacks (embfs_cache_ops). */
 /* Whole rows ids[0..n) of the table v names into buf (row i at buf + i * rs):
  * a live table's through the row cache when there is one, a snapshot's (or
- * without a cache) from the store. */
+ * without a cache) from the store.  present (may be NULL): present[i] = 1 if
+ * row i is stored (or written and still in the cache), 0 for a hole. */
 int rows_get(struct embfs *fs, const struct store_view *v, uint32_t rs, const uint64_t *ids, size_t n,
-	     char *buf);
+	     char *buf, uint8_t *present);
 /* Bytes [off, off + len) of the table v names (rows of rs bytes). */
 int rows_read(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t off, size_t len, char *buf);
 /* data to bytes [off, off + len) of live table id: refused whole (ENOSPC)

@@ -425,13 +425,13 @@ static int capture(struct embfs *fs, struct pc_tab *t, uint32_t id, uint32_t rs,
 	int ret = store_view_live(fs->st, id, &v);
 	if (ret)
 		return ret;
-	ret = rows_get(fs, &v, rs, rows, n, buf);
+	ret = rows_get(fs, &v, rs, rows, n, buf, NULL);
 	uint8_t *ok = NULL;
 	if (ret < 0) {
 		if (!(ok = calloc(n, 1)))
 			return -ENOMEM;
 		for (size_t i = 0; i < n; i++)
-			ok[i] = rows_get(fs, &v, rs, &rows[i], 1, buf + i * rs) == 0;
+			ok[i] = rows_get(fs, &v, rs, &rows[i], 1, buf + i * rs, NULL) == 0;
 	}
 	ret = 0;
 	struct piece p;

@@ -32,10 +32,10 @@ static int store_get(struct embfs *fs, uint32_t id, const uint64_t *rows, size_t
 }
 
 int rows_get(struct embfs *fs, const struct store_view *v, uint32_t rs, const uint64_t *ids, size_t n,
-	     char *buf)
+	     char *buf, uint8_t *present)
 {
-	int ret = fs->cache && !v->snap ? cache_read_rows(fs->cache, v->id, rs, ids, n, buf)
-					: store_rows_read(fs->st, v, ids, n, buf, NULL, NULL);
+	int ret = fs->cache && !v->snap ? cache_read_rows(fs->cache, v->id, rs, ids, n, buf, present)
+					: store_rows_read(fs->st, v, ids, n, buf, present, NULL);
 	return ret < 0 ? ret : 0;
 }
 
@@ -50,7 +50,7 @@ static int rows_run(struct embfs *fs, const struct store_view *v, uint32_t rs, u
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
 		ids[i] = first + i;
-	int ret = rows_get(fs, v, rs, ids, n, buf);
+	int ret = rows_get(fs, v, rs, ids, n, buf, NULL);
 	if (ids != sids)
 		free(ids);
 	return ret;

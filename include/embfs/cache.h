@@ -102,9 +102,10 @@ int cache_read(struct cache *c, uint32_t table, uint32_t row_size, uint64_t row,
 /* Whole rows rows[0..n) into buf (row i at buf + i * row_size), as n
  * cache_read() calls, but each shard is locked once for all its rows and their
  * lookups are pipelined with prefetches (a batch gather's cost is memory
- * latency).  Duplicates are fine. */
+ * latency).  Duplicates are fine.  present (may be NULL): present[i] = 1 if
+ * row i is stored below or cached (written), 0 if it is a hole. */
 int cache_read_rows(struct cache *c, uint32_t table, uint32_t row_size, const uint64_t *rows, size_t n,
-		    void *buf);
+		    void *buf, uint8_t *present);
 /* Whole rows from data (row i at data + i * row_size) to rows[0..n), as n
  * cache_write() calls in order (the last of duplicates wins), grouped by
  * shard like cache_read_rows(), all spending one credit.  Each row is

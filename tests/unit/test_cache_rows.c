@@ -99,7 +99,7 @@ static void ids_fill(uint64_t *ids, size_t n, uint64_t *seed, uint64_t lo, uint6
 static void check_read(struct cache *c, const uint64_t *ids, size_t n)
 {
 	uint8_t *buf = malloc(n * RS);
-	CHECK(buf && cache_read_rows(c, 3, RS, ids, n, buf) == 0);
+	CHECK(buf && cache_read_rows(c, 3, RS, ids, n, buf, NULL) == 0);
 	for (size_t i = 0; i < n; i++)
 		CHECK(!memcmp(buf + i * RS, shadow[ids[i]], RS));
 	free(buf);
@@ -228,7 +228,7 @@ static void *work(void *arg)
 		w->rounds++;
 		for (size_t i = 0; i < 2048; i++)
 			memcpy(shadow[ids[i]], buf + i * RS, RS);
-		if (cache_read_rows(w->c, 3, RS, ids, 2048, buf))
+		if (cache_read_rows(w->c, 3, RS, ids, 2048, buf, NULL))
 			w->err = 1;
 		for (size_t i = 0; i < 2048; i++)
 			if (memcmp(buf + i * RS, shadow[ids[i]], RS))

@@ -1,0 +1,760 @@
+"""embfs: embedding tables on an embfs mount, from Python.
+
+    import embfs
+    m = embfs.Mount("/mnt/emb")
+    t = m.create("user.emb", dim=64, dtype="f32", exist_ok=True)
+    rows, present = t.gather([42, 7, 42], present=True)   # (3, 64) float32, [bool]
+    t.scatter([42, 7], rows[:2] + 1)
+    m.set_batch(1000); m.snapshot("step-1000")
+    old = m.table("user.emb", snapshot="step-1000").gather([42])
+
+Only ordinary file calls on the mount (README "Batched rows"): a table is a
+file, a batch of rows moves through MNT/.embfs/rows.  Standard library and
+numpy; torch is optional (embfs.torch, and gather/scatter accept tensors).
+
+Threads and processes: every thread gets its own fd of .embfs/rows (a
+request and its response belong to an fd), opened on first use; a process
+made by fork() (a DataLoader worker) opens its own on first use and never
+touches the parent's.  Errors are EmbfsError (an OSError: .errno, .strerror,
+.filename = the table's path); bad arguments are also ValueError/TypeError.
+"""
+import errno as _errno
+import os
+import stat as _stat
+import struct
+import threading
+import weakref
+
+import numpy as np
+
+__all__ = ["Mount", "Table", "EmbfsError", "BadArgument", "BadType", "Init", "unique",
+           "bf16_to_f32", "f32_to_bf16", "DTYPES", "MAX_COUNT", "MAX_BYTES"]
+
+_HDR = struct.Struct("<4sIQIIQ")  # magic, op, table inode, count, flags, total length
+_GATHER, _SCATTER, _PREFETCH = 1, 2, 3
+_F_PRESENT = 1
+MAX_COUNT = 65536            # row ids per request (include/embfs/batch.h)
+MAX_BYTES = 64 << 20         # count * row_size per request
+_OFF_MAX = (1 << 63) - 1
+_PAGE = 4096
+
+# embfs dtype -> numpy dtype of the array gather returns.  numpy has no
+# bfloat16: bf16 rows come as int16 holding the raw bits (embfs.torch views
+# them as torch.bfloat16; bf16_to_f32 converts).
+DTYPES = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "bf16": np.dtype("<i2"),
+          "f64": np.dtype("<f8"), "i8": np.dtype("i1"), "u8": np.dtype("u1"),
+          "i16": np.dtype("<i2"), "i32": np.dtype("<i4")}
+
+
+class EmbfsError(OSError):
+    """An operation on a table or the mount failed: .errno says why, the
+    message names the table (or snapshot) and the cause."""
+
+    def __init__(self, err, msg, path=None):
+        super().__init__(err, msg, path) if path else super().__init__(err, msg)
+
+
+class BadArgument(EmbfsError, ValueError):
+    """Ids or rows that cannot be sent (errno EINVAL); nothing was changed."""
+
+    def __init__(self, msg, path=None):
+        super().__init__(_errno.EINVAL, msg, path)
+
+
+class BadType(EmbfsError, TypeError):
+    """Rows of the wrong dtype, or ids that are not integers (EINVAL)."""
+
+    def __init__(self, msg, path=None):
+        super().__init__(_errno.EINVAL, msg, path)
+
+
+def _oserror(e, what, path=None):
+    return EmbfsError(e.errno, f"{what}: {os.strerror(e.errno)}", path)
+
+
+# ---- per-thread, fork-safe fds of .embfs/rows --------------------------------
+
+_all_conns = weakref.WeakSet()
+
+
+def _after_fork():
+    # the child's copies of the parent's fds: closed here (the parent's
+    # stay open); the child's threads open their own on first use
+    for c in list(_all_conns):
+        if c.fd >= 0:
+            try:
+                os.close(c.fd)
+            except OSError:
+                pass
+            c.fd = -1
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+class _Conn:
+    """One thread's fd of MNT/.embfs/rows and its scratch buffer."""
+    __slots__ = ("fd", "bits", "__weakref__")
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self.bits = bytearray(MAX_COUNT // 8)
+        _all_conns.add(self)
+
+    def close(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.fd = -1
+
+    def __del__(self):
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
+def _aligned(nbytes):
+    """A page-aligned uint8 array of nbytes (a response lands in whole pages:
+    fewer FUSE reads)."""
+    raw = np.empty(nbytes + _PAGE, np.uint8)
+    off = -raw.ctypes.data % _PAGE
+    return raw[off:off + nbytes]
+
+
+def _advance(bufs, n):
+    """The buffers left after the first n bytes of bufs."""
+    left = []
+    for b in bufs:
+        if n >= len(b):
+            n -= len(b)
+        else:
+            left.append(b[n:])
+            n = 0
+    return left
+
+
+def _bytes_view(a):
+    """A writable or read-only byte memoryview of a C-contiguous ndarray."""
+    return memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
+
+
+class Mount:
+    """An embfs mount: its tables, snapshots, batch id and sync point."""
+
+    def __init__(self, path):
+        self.path = os.path.abspath(os.fspath(path))
+        self._rows = os.path.join(self.path, ".embfs", "rows")
+        if not os.path.exists(self._rows):
+            raise EmbfsError(_errno.ENOTDIR, f"{self.path}: not an embfs mount (no .embfs/rows)", self.path)
+        self._local = threading.local()
+        self._conns = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        return f"embfs.Mount({self.path!r})"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Close every thread's fd of .embfs/rows (they reopen on next use)."""
+        with self._lock:
+            for c in list(self._conns):
+                c.close()
+        self._local = threading.local()
+
+    def _conn(self):
+        c = getattr(self._local, "c", None)
+        if c is None or c.fd < 0:
+            try:
+                c = _Conn(self._rows)
+            except OSError as e:
+                raise _oserror(e, f"{self._rows}: open", self._rows) from None
+            self._local.c = c
+            with self._lock:
+                self._conns.add(c)
+        return c
+
+    # ---- tables ----
+    def tables(self):
+        """Names of the live tables."""
+        return sorted(e.name for e in os.scandir(self.path) if e.is_file(follow_symlinks=False))
+
+    def table(self, name, snapshot=None):
+        """The table NAME (live, or as of snapshot SNAPSHOT: read-only)."""
+        return Table(self, name, snapshot=snapshot)
+
+    __getitem__ = table
+
+    def create(self, name, dim, dtype="f32", exist_ok=False, mode=0o644):
+        """Make table NAME of DIM x DTYPE; with exist_ok, an existing table of
+        that geometry is fine (another geometry is an error)."""
+        path = self._tpath(name)
+        if dtype not in DTYPES:
+            raise BadArgument(f"table {name}: dtype {dtype!r} is not one of {' '.join(DTYPES)}", path)
+        if not isinstance(dim, (int, np.integer)) or dim < 1:
+            raise BadArgument(f"table {name}: dim {dim!r} must be a positive integer", path)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, mode)
+        except FileExistsError:
+            if not exist_ok:
+                raise EmbfsError(_errno.EEXIST, f"table {name} exists", path) from None
+            t = Table(self, name)
+            if t.dim != dim or t.dtype_name != dtype:
+                raise EmbfsError(_errno.EEXIST, f"table {name} exists as {t.dim} x {t.dtype_name}, "
+                                 f"not {dim} x {dtype}", path) from None
+            return t
+        except OSError as e:
+            raise _oserror(e, f"table {name}: create", path) from None
+        try:
+            os.setxattr(fd, "user.embfs.dtype", dtype.encode())
+            os.setxattr(fd, "user.embfs.dim", str(int(dim)).encode())
+        except OSError as e:
+            os.close(fd)
+            os.unlink(path)
+            raise _oserror(e, f"table {name}: geometry {dim} x {dtype}", path) from None
+        os.close(fd)
+        return Table(self, name)
+
+    def remove(self, name):
+        """Delete live table NAME (snapshots keep theirs)."""
+        try:
+            os.unlink(self._tpath(name))
+        except OSError as e:
+            raise _oserror(e, f"table {name}: remove", self._tpath(name)) from None
+
+    def _tpath(self, name, snapshot=None):
+        if not name or "/" in name or name in (".", ".."):
+            raise BadArgument(f"{name!r} is not a table name")
+        if snapshot is None:
+            return os.path.join(self.path, name)
+        return os.path.join(self._snapdir(snapshot), name)
+
+    # ---- snapshots and batches ----
+    def _snapdir(self, name):
+        if not name or "/" in name or name in (".", ".."):
+            raise BadArgument(f"{name!r} is not a snapshot name")
+        return os.path.join(self.path, ".snapshots", name)
+
+    def snapshot(self, name):
+        """Take snapshot NAME of every table (mkdir .snapshots/NAME)."""
+        d = self._snapdir(name)
+        try:
+            os.mkdir(d)
+        except OSError as e:
+            raise _oserror(e, f"snapshot {name}", d) from None
+
+    def snapshots(self):
+        """Names of the snapshots, oldest first."""
+        d = os.path.join(self.path, ".snapshots")
+        try:
+            ents = [(e.stat().st_mtime_ns, e.name) for e in os.scandir(d)]
+        except OSError as e:
+            raise _oserror(e, "snapshots", d) from None
+        return [n for _, n in sorted(ents)]
+
+    def drop(self, name):
+        """Drop snapshot NAME (rmdir): the rows only it held are freed."""
+        d = self._snapdir(name)
+        try:
+            os.rmdir(d)
+        except OSError as e:
+            raise _oserror(e, f"snapshot {name}: drop", d) from None
+
+    @property
+    def batch(self):
+        """The current batch id (stamped on every row version written)."""
+        with open(os.path.join(self.path, ".embfs", "batch"), "rb") as f:
+            return int(f.read())
+
+    def set_batch(self, step):
+        """Make STEP the batch id of the writes from now on.  It never goes
+        back: a smaller one than the current raises EINVAL (a snapshot moves
+        it past its own); the same one is a no-op."""
+        p = os.path.join(self.path, ".embfs", "batch")
+        step = int(step)
+        if step == self.batch:
+            return
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, b"%d\n" % step)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            cur = self.batch
+            raise EmbfsError(e.errno, f"batch id {step}: {os.strerror(e.errno)}"
+                             + (f" (it is {cur} and never goes back)" if step < cur else ""), p) from None
+
+    def sync(self):
+        """Make every table's writes durable (fsync of the mount's root)."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            raise _oserror(e, f"{self.path}: sync", self.path) from None
+        finally:
+            os.close(fd)
+
+    def stats(self):
+        """The counters of .embfs/stats as a dict of ints (floats, strings)."""
+        out = {}
+        with open(os.path.join(self.path, ".embfs", "stats")) as f:
+            for line in f:
+                k, _, v = line.strip().partition(" ")
+                if not k:
+                    continue
+                for conv in (int, float):
+                    try:
+                        out[k] = conv(v)
+                        break
+                    except ValueError:
+                        pass
+                else:
+                    out[k] = v
+        return out
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _is_tensor(x):
+    t = type(x)
+    return t.__module__ == "torch" and t.__name__ in ("Tensor", "Parameter") or \
+        (t.__module__.startswith("torch") and hasattr(x, "detach") and hasattr(x, "numpy"))
+
+
+_TORCH_DTYPES = None
+
+
+def _torch_dtype(name):
+    global _TORCH_DTYPES
+    if _TORCH_DTYPES is None:
+        torch = _torch()
+        _TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+                         "f64": torch.float64, "i8": torch.int8, "u8": torch.uint8,
+                         "i16": torch.int16, "i32": torch.int32}
+    return _TORCH_DTYPES[name]
+
+
+class Table:
+    """A table: live (read-write) or in a snapshot (read-only).
+
+    Geometry comes from its xattrs (dim, dtype, row_size).  Row ids are
+    non-negative integers whose row ends within 2^63 - 1 bytes
+    (max_row); rows never written read as zeros, and gather(present=True)
+    tells them apart from stored rows."""
+
+    def __init__(self, mount, name=None, snapshot=None):
+        if not isinstance(mount, Mount):
+            # a path: MNT/NAME or MNT/.snapshots/S/NAME
+            p = os.path.abspath(os.fspath(mount))
+            d, name = os.path.split(p)
+            if os.path.basename(os.path.dirname(d)) == ".snapshots":
+                snapshot, d = os.path.basename(d), os.path.dirname(os.path.dirname(d))
+            mount = Mount(d)
+        self.mount, self.name, self.snapshot = mount, name, snapshot
+        self.path = mount._tpath(name, snapshot)
+        self.read_only = snapshot is not None
+        self._geometry()
+
+    def _geometry(self):
+        try:
+            st = os.stat(self.path)
+            if not _stat.S_ISREG(st.st_mode):
+                raise EmbfsError(_errno.EINVAL, f"{self}: not a table", self.path)
+            dim = int(os.getxattr(self.path, "user.embfs.dim"))
+            dtype = os.getxattr(self.path, "user.embfs.dtype").decode()
+            rs = int(os.getxattr(self.path, "user.embfs.row_size"))
+        except FileNotFoundError:
+            raise EmbfsError(_errno.ENOENT, f"{self}: no such table", self.path) from None
+        except OSError as e:
+            raise _oserror(e, f"{self}", self.path) from None
+        if dtype not in DTYPES or DTYPES[dtype].itemsize * dim != rs:
+            raise EmbfsError(_errno.EINVAL, f"{self}: geometry {dim} x {dtype} ({rs} B rows) not understood",
+                             self.path)
+        self.ino, self.dim, self.dtype_name, self.row_size = st.st_ino, dim, dtype, rs
+        self.dtype = DTYPES[dtype]
+        self.max_row = _OFF_MAX // rs - 1
+        self._chunk = max(1, min(MAX_COUNT, MAX_BYTES // rs))
+
+    def __repr__(self):
+        return f"table {self.name}" + (f" (snapshot {self.snapshot})" if self.snapshot else "")
+
+    __str__ = __repr__
+
+    @property
+    def torch_dtype(self):
+        return _torch_dtype(self.dtype_name)
+
+    @property
+    def nrows(self):
+        """Rows up to the end of the file (stored or holes)."""
+        return os.stat(self.path).st_size // self.row_size
+
+    __len__ = lambda self: self.nrows
+
+    # ---- arguments ----
+    def _ids(self, ids):
+        """ids as a C-contiguous little-endian uint64 array (flattened), checked."""
+        if _is_tensor(ids):
+            ids = ids.detach().cpu().numpy()
+        a = np.asarray(ids)
+        if a.dtype.kind not in "iu":
+            if a.size == 0 and a.dtype.kind == "f":
+                a = a.astype(np.int64)
+            else:
+                raise BadType(f"{self}: row ids must be integers, not {a.dtype}", self.path)
+        a = a.reshape(-1)
+        if a.size:
+            lo, hi = int(a.min()), int(a.max())
+            if lo < 0:
+                raise BadArgument(f"{self}: negative row id {lo}", self.path)
+            if hi > self.max_row:
+                raise BadArgument(f"{self}: row id {hi} out of range (rows of {self.row_size} B: at most "
+                                  f"{self.max_row})", self.path)
+        if a.dtype != np.uint64 and a.dtype != np.int64:
+            a = a.astype(np.int64)
+        return np.ascontiguousarray(a).view("<u8")
+
+    def _rows_arg(self, rows, shape):
+        """rows as a C-contiguous ndarray of our dtype and shape (n, dim)."""
+        if _is_tensor(rows):
+            want = self.torch_dtype
+            if rows.dtype != want:
+                raise BadType(f"{self}: rows are {rows.dtype}, the table holds {self.dtype_name} ({want})",
+                              self.path)
+            t = rows.detach().cpu().contiguous()
+            if self.dtype_name == "bf16":
+                t = t.view(_torch().int16)
+            rows = t.numpy()
+        else:
+            rows = np.asarray(rows)
+            if rows.dtype != self.dtype:
+                raise BadType(f"{self}: rows are {rows.dtype}, the table holds {self.dtype_name} "
+                              f"({self.dtype})", self.path)
+        if rows.shape != shape and rows.shape != (shape[0], self.dim):
+            raise BadArgument(f"{self}: rows of shape {tuple(rows.shape)} for {shape[0]} ids; "
+                              f"expected {(shape[0], self.dim)}", self.path)
+        return np.ascontiguousarray(rows).reshape(shape[0], self.dim)
+
+    # ---- requests ----
+    def _send(self, c, op, ids, rows=None, flags=0):
+        n = len(ids)
+        parts = [_HDR.pack(b"EMBB", op, self.ino, n, flags, 0), memoryview(ids).cast("B")]
+        if rows is not None:
+            parts.append(_bytes_view(rows))
+        total = sum(len(p) for p in parts)
+        parts[0] = _HDR.pack(b"EMBB", op, self.ino, n, flags, total)
+        done = 0
+        while True:
+            # a short write means "send the rest": that write gets the error
+            n = os.pwritev(c.fd, parts, done)
+            done += n
+            if done >= total:
+                return
+            parts = _advance(parts, n)
+
+    def _recv(self, c, bufs, need):
+        got = 0
+        while got < need:
+            n = os.preadv(c.fd, bufs, got)
+            if n <= 0:
+                raise EmbfsError(_errno.EIO, f"{self}: short gather response ({got} of {need} bytes)", self.path)
+            got += n
+            bufs = _advance(bufs, n)
+
+    def _retry(self, fn):
+        """Run fn(conn); on ESTALE (or an inode the daemon no longer knows)
+        re-stat the table: same geometry -> once more, else a clear error."""
+        try:
+            return fn(self.mount._conn())
+        except OSError as e:
+            if isinstance(e, EmbfsError):
+                raise
+            err = e.errno
+            if err not in (_errno.ESTALE, _errno.EINVAL):
+                raise _oserror(e, f"{self}", self.path) from None
+        old = (self.ino, self.dim, self.dtype_name)
+        try:
+            self._geometry()
+        except EmbfsError as g:
+            if g.errno == _errno.ENOENT:
+                raise EmbfsError(_errno.ENOENT, f"{self}: removed while in use", self.path) from None
+            raise
+        if (self.dim, self.dtype_name) != old[1:]:
+            raise EmbfsError(_errno.ESTALE, f"{self}: geometry changed from {old[1]} x {old[2]} to "
+                             f"{self.dim} x {self.dtype_name}", self.path)
+        if self.ino == old[0] and err == _errno.EINVAL:
+            raise EmbfsError(_errno.EINVAL, f"{self}: request refused: {os.strerror(err)}", self.path)
+        try:
+            return fn(self.mount._conn())
+        except OSError as e:
+            raise _oserror(e, f"{self}", self.path) from None
+
+    # ---- the API ----
+    def gather(self, ids, out=None, present=False, init=None):
+        """Rows ids (any shape of integers, duplicates fine) as an array of
+        shape ids.shape + (dim,): numpy, or torch when ids is a tensor.
+        out: an array/tensor to read into (C-contiguous, our dtype, n x dim):
+        no copy.  present=True: also a bool array, True where the row is
+        stored (False: never written or deleted; such a row reads as zeros).
+        init: an Init (or callable(ids) -> rows) that fills the rows not
+        stored."""
+        as_torch = _is_tensor(ids)
+        shape = tuple(ids.shape) if hasattr(ids, "shape") else (len(ids),)
+        a = self._ids(ids)
+        n = len(a)
+        if out is None:
+            res = _aligned(n * self.row_size).view(self.dtype).reshape(n, self.dim)
+        else:
+            res = self._out(out, n)
+        pres = np.empty(n, bool) if (present or init is not None) else None
+        for k in range(0, n, self._chunk):
+            self._gather_chunk(a[k:k + self._chunk], res[k:k + self._chunk],
+                               pres[k:k + self._chunk] if pres is not None else None)
+        if init is not None and not pres.all():
+            miss = ~pres
+            res[miss] = np.asarray(init(a[miss].view(np.int64), self), dtype=self.dtype)
+        if out is not None:
+            result = out
+        elif as_torch:
+            torch = _torch()
+            result = torch.from_numpy(res.reshape(shape + (self.dim,)))
+            if self.dtype_name == "bf16":
+                result = result.view(torch.bfloat16)
+        else:
+            result = res.reshape(shape + (self.dim,))
+        if present:
+            pr = pres.reshape(shape)
+            return result, (_torch().from_numpy(pr) if as_torch else pr)
+        return result
+
+    def _out(self, out, n):
+        if _is_tensor(out):
+            if out.dtype != self.torch_dtype or not out.is_contiguous() or out.device.type != "cpu":
+                raise BadType(f"{self}: out must be a contiguous CPU tensor of {self.torch_dtype}", self.path)
+            arr = (out.view(_torch().int16) if self.dtype_name == "bf16" else out).detach().numpy()
+        else:
+            arr = out
+            if not isinstance(arr, np.ndarray) or arr.dtype != self.dtype or not arr.flags.c_contiguous \
+                    or not arr.flags.writeable:
+                raise BadType(f"{self}: out must be a writable C-contiguous {self.dtype} array", self.path)
+        if arr.size != n * self.dim:
+            raise BadArgument(f"{self}: out holds {arr.size} values, {n} rows need {n * self.dim}", self.path)
+        return arr.reshape(n, self.dim)
+
+    def _gather_chunk(self, ids, res, pres):
+        n = len(ids)
+        flags = _F_PRESENT if pres is not None else 0
+
+        def run(c):
+            self._send(c, _GATHER, ids, flags=flags)
+            bufs = [_bytes_view(res)]
+            need = n * self.row_size
+            if flags:
+                nb = (n + 7) // 8
+                bufs.append(memoryview(c.bits)[:nb])
+                need += nb
+            self._recv(c, bufs, need)
+            if flags:
+                pres[:] = np.unpackbits(np.frombuffer(c.bits, np.uint8, (n + 7) // 8),
+                                        count=n, bitorder="little").view(bool)
+        self._retry(run)
+
+    def present(self, ids):
+        """Which of ids are stored (a bool array of ids' shape)."""
+        return self.gather(ids, present=True)[1]
+
+    def scatter(self, ids, rows):
+        """Write rows (shape ids.shape + (dim,) or (len, dim), the table's
+        dtype exactly) at ids; duplicates: the last wins.  Each row is atomic;
+        a batch above the request limits is sent in several requests."""
+        if self.read_only:
+            raise EmbfsError(_errno.EROFS, f"{self}: a snapshot's table is read-only", self.path)
+        shape = tuple(ids.shape) if hasattr(ids, "shape") else (len(ids),)
+        a = self._ids(ids)
+        r = self._rows_arg(rows, (len(a),) + tuple(shape[1:]) + (self.dim,) if len(shape) > 1 else
+                           (len(a), self.dim))
+        for k in range(0, len(a), self._chunk):
+            ck, rk = a[k:k + self._chunk], r[k:k + self._chunk]
+            self._retry(lambda c: self._send(c, _SCATTER, ck, rk))
+
+    def prefetch(self, ids):
+        """Hint: these rows are read soon (the daemon pins them in its row
+        cache until this thread's next gather of them)."""
+        a = self._ids(ids)
+        for k in range(0, len(a), self._chunk):
+            ck = a[k:k + self._chunk]
+            self._retry(lambda c: self._send(c, _PREFETCH, ck))
+
+    def as_array(self, writable=False):
+        """The whole table as a numpy.memmap of shape (nrows, dim) (the
+        kernel's page cache: for serving and scans; torch.from_numpy() makes
+        it a tensor).  bf16 tables map as int16 raw bits."""
+        n = self.nrows
+        if writable and self.read_only:
+            raise EmbfsError(_errno.EROFS, f"{self}: a snapshot's table is read-only", self.path)
+        if n == 0:
+            return np.zeros((0, self.dim), self.dtype)
+        if n * self.row_size > (1 << 46):
+            raise EmbfsError(_errno.EFBIG, f"{self}: {n} rows ({n * self.row_size} B) are too many to map; "
+                             "use gather", self.path)
+        return np.memmap(self.path, dtype=self.dtype, mode="r+" if writable else "r", shape=(n, self.dim))
+
+    def stored_ids(self, start=0, stop=None):
+        """Ids of the stored rows in [start, stop), ascending (SEEK_DATA /
+        SEEK_HOLE over the file: one pair of calls per run of stored rows)."""
+        rs = self.row_size
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            end = os.fstat(fd).st_size if stop is None else min(stop * rs, os.fstat(fd).st_size)
+            off = start * rs
+            while off < end:
+                try:
+                    d = os.lseek(fd, off, os.SEEK_DATA)
+                except OSError as e:
+                    if e.errno == _errno.ENXIO:
+                        return
+                    raise _oserror(e, f"{self}: SEEK_DATA", self.path) from None
+                if d >= end:
+                    return
+                h = min(os.lseek(fd, d, os.SEEK_HOLE), end)
+                yield from range(d // rs, (h + rs - 1) // rs)
+                off = h
+        finally:
+            os.close(fd)
+
+    def truncate(self, nrows=0):
+        """Drop every row from nrows on (ftruncate)."""
+        if self.read_only:
+            raise EmbfsError(_errno.EROFS, f"{self}: a snapshot's table is read-only", self.path)
+        try:
+            os.truncate(self.path, int(nrows) * self.row_size)
+        except OSError as e:
+            raise _oserror(e, f"{self}: truncate", self.path) from None
+
+    def copy_from(self, src, batch=65536):
+        """Make this table's rows those of src (same geometry; e.g. a snapshot's
+        table: a restore).  Rows src does not store become holes."""
+        if (src.dim, src.dtype_name) != (self.dim, self.dtype_name):
+            raise BadArgument(f"{self}: cannot copy {src} ({src.dim} x {src.dtype_name}) into "
+                              f"{self.dim} x {self.dtype_name}", self.path)
+        self.truncate(0)
+        ids = []
+
+        def flush():
+            if ids:
+                a = np.array(ids, np.int64)
+                self.scatter(a, src.gather(a))
+                ids.clear()
+        for r in src.stored_ids():
+            ids.append(r)
+            if len(ids) >= batch:
+                flush()
+        flush()
+        # the file size too (holes at the end count)
+        size = os.stat(src.path).st_size
+        if os.stat(self.path).st_size < size:
+            os.truncate(self.path, size)
+
+    def fsync(self):
+        """Make this table's writes durable."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# ---- helpers -------------------------------------------------------------------
+
+def unique(ids):
+    """(unique ids ascending, inverse) with unique[inverse] == ids (flattened);
+    numpy or torch like ids."""
+    if _is_tensor(ids):
+        u, inv = _torch().unique(ids.reshape(-1), sorted=True, return_inverse=True)
+        return u, inv
+    u, inv = np.unique(np.asarray(ids).reshape(-1), return_inverse=True)
+    return u, inv
+
+
+def _mix(x):
+    """splitmix64 finalizer over a uint64 array (wraps mod 2^64)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+class Init:
+    """Deterministic initial values of rows never written: a function of
+    (seed, row id, column) only, so any process, order or batch gives the
+    same row.  Init.uniform(a, b, seed) or Init.normal(mean, std, seed);
+    `cols` (default: all) limits it to the first cols columns, the rest
+    are zero (e.g. optimizer state)."""
+
+    def __init__(self, kind, p, q, seed=0, cols=None, fill=0.0):
+        if kind not in ("uniform", "normal", "constant"):
+            raise BadArgument(f"init kind {kind!r}: uniform, normal or constant")
+        self.kind, self.p, self.q, self.seed, self.cols, self.fill = kind, float(p), float(q), int(seed), cols, fill
+
+    @classmethod
+    def uniform(cls, a=-0.05, b=0.05, seed=0, cols=None, fill=0.0):
+        return cls("uniform", a, b, seed, cols, fill)
+
+    @classmethod
+    def normal(cls, mean=0.0, std=0.01, seed=0, cols=None, fill=0.0):
+        return cls("normal", mean, std, seed, cols, fill)
+
+    @classmethod
+    def constant(cls, value=0.0, cols=None, fill=0.0):
+        return cls("constant", value, 0, 0, cols, fill)
+
+    def __repr__(self):
+        return f"Init({self.kind}, {self.p}, {self.q}, seed={self.seed}, cols={self.cols})"
+
+    def _u01(self, ids, cols, salt):
+        with np.errstate(over="ignore"):
+            base = _mix(ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+                        + np.uint64((self.seed * 2 + salt) & 0xFFFFFFFFFFFFFFFF))
+            x = _mix(base[:, None] + np.arange(1, cols + 1, dtype=np.uint64)[None, :]
+                     * np.uint64(0xD1B54A32D192ED03))
+        return ((x >> np.uint64(11)).astype(np.float64) + 0.5) * (1.0 / (1 << 53))
+
+    def values(self, ids, dim, dtype=np.float32):
+        """Rows for ids (int array) of dim columns."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        k = dim if self.cols is None else min(self.cols, dim)
+        out = np.full((len(ids), dim), self.fill, np.float64)
+        if self.kind == "uniform":
+            out[:, :k] = self.p + (self.q - self.p) * self._u01(ids, k, 0)
+        elif self.kind == "normal":
+            u1, u2 = self._u01(ids, k, 0), self._u01(ids, k, 1)
+            out[:, :k] = self.p + self.q * np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+        else:
+            out[:, :k] = self.p
+        if np.dtype(dtype) == DTYPES["bf16"]:
+            return f32_to_bf16(out.astype(np.float32))
+        return out.astype(dtype)
+
+    def __call__(self, ids, table):
+        return self.values(ids, table.dim, table.dtype if table.dtype_name != "bf16" else DTYPES["bf16"])
+
+
+def bf16_to_f32(a):
+    """int16 raw bfloat16 bits (as gather returns them) -> float32."""
+    return (np.asarray(a).view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def f32_to_bf16(a):
+    """float32 -> int16 raw bfloat16 bits, rounded to nearest even."""
+    u = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    r = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    nan = np.isnan(np.asarray(a, np.float32))
+    r = np.where(nan, np.uint32(0x7FC0), r)
+    return r.astype(np.uint16).view(np.int16)

@@ -1,0 +1,94 @@
+"""A fresh pool mounted for a test case: mkfs.embfs, embfs -f, wait for the
+mount to appear in /proc/mounts (never sleep and hope), and always unmount
+and reap the daemon (by its PID) at the end, also when the test fails.
+
+    with Pooled(size="256M", opts="cache_size=64M") as p:
+        m = embfs.Mount(p.mnt)
+"""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("BUILD", os.path.join(TOP, "build"))
+
+
+def mounted(mnt):
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == mnt for line in f)
+
+
+def wait_for(cond, secs, what):
+    end = time.monotonic() + secs
+    while not cond():
+        if time.monotonic() > end:
+            raise TimeoutError(f"not within {secs} s: {what}")
+        time.sleep(0.02)
+
+
+class Pooled:
+    def __init__(self, size="256M", opts=None, tables=(), snapshots=True):
+        self.size, self.opts, self.tables = size, opts, tables
+        self.proc = None
+
+    def __enter__(self):
+        self.dir = tempfile.mkdtemp(prefix="embfs-pytest.")
+        self.pool = os.path.join(self.dir, "pool.embfs")
+        self.mnt = os.path.join(self.dir, "mnt")
+        os.mkdir(self.mnt)
+        try:
+            args = [os.path.join(BUILD, "mkfs.embfs"), "-s", self.size, "-L", "pytest"]
+            for t in self.tables:
+                args += ["-t", t]
+            subprocess.run(args + [self.pool], check=True, stdout=subprocess.DEVNULL)
+            self.mount()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def mount(self):
+        cmd = [os.path.join(BUILD, "embfs"), "-f"]
+        if self.opts:
+            cmd += ["-o", self.opts]
+        self.log = open(os.path.join(self.dir, "daemon.log"), "w")
+        self.proc = subprocess.Popen(cmd + [self.pool, self.mnt], stdout=self.log, stderr=subprocess.STDOUT)
+
+        def up():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"embfs exited with {self.proc.returncode}: {self.daemon_log()}")
+            return mounted(self.mnt)
+        wait_for(up, 30, f"mount of {self.mnt}")
+
+    def daemon_log(self):
+        try:
+            with open(os.path.join(self.dir, "daemon.log")) as f:
+                return f.read()[-2000:]
+        except OSError:
+            return ""
+
+    def unmount(self):
+        if self.proc is None:
+            return
+        if mounted(self.mnt):
+            r = subprocess.run(["fusermount3", "-u", self.mnt], stderr=subprocess.DEVNULL)
+            if r.returncode:
+                subprocess.run(["fusermount3", "-uz", self.mnt], stderr=subprocess.DEVNULL)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        rc, self.proc = self.proc.returncode, None
+        self.log.close()
+        if rc != 0:
+            raise RuntimeError(f"embfs exited with {rc}: {self.daemon_log()}")
+
+    def __exit__(self, *exc):
+        try:
+            self.unmount()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
