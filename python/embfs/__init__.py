@@ -27,7 +27,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ["Mount", "Table", "EmbfsError", "BadArgument", "BadType", "Init", "unique",
+__all__ = ["close_all", "Mount", "Table", "EmbfsError", "BadArgument", "BadType", "Init", "unique",
            "bf16_to_f32", "f32_to_bf16", "DTYPES", "MAX_COUNT", "MAX_BYTES"]
 
 _HDR = struct.Struct("<4sIQIIQ")  # magic, op, table inode, count, flags, total length
@@ -90,6 +90,13 @@ def _after_fork():
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+def close_all():
+    """Close every fd of .embfs/rows this process holds, of every mount and
+    thread (each reopens on its next request): before unmounting."""
+    for c in list(_all_conns):
+        c.close()
 
 
 class _Conn:

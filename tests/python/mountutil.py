@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -73,6 +74,9 @@ class Pooled:
     def unmount(self):
         if self.proc is None:
             return
+        emb = sys.modules.get("embfs")
+        if emb is not None:
+            emb.close_all()  # our own fds would keep the mount busy
         if mounted(self.mnt):
             r = subprocess.run(["fusermount3", "-u", self.mnt], stderr=subprocess.DEVNULL)
             if r.returncode:

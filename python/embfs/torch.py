@@ -1,0 +1,275 @@
+"""embfs.torch: PyTorch embedding modules whose weights live in embfs tables.
+
+    import embfs, embfs.torch as et
+    m = embfs.Mount("/mnt/emb")
+    bag = et.EmbeddingBag(m, "C1.emb", 16, mode="sum", optimizer="adagrad")
+    opt = et.RowWiseAdagrad([bag], lr=0.05)
+    out = bag(ids, offsets)            # gathers the batch's unique rows
+    loss(out).backward()               # row gradients of those rows
+    opt.step(); opt.zero_grad()        # scatters the updated rows (and state)
+
+A table row holds the embedding (embedding_dim values) followed by the
+optimizer's state for that row (row-wise Adagrad: 1 value, its sum of
+squared gradients; SGD: none), so one gather and one scatter move both and a
+snapshot holds both.  Rows never written are initialised by `init`
+(deterministic per row id, see embfs.Init) when first gathered; they are
+stored at the first optimizer step that updates them.
+
+The modules have no torch Parameters: the tables are the state.
+state_dict() carries only a description (table path and geometry, as the
+module's extra state); load_state_dict() checks that it matches the table
+the module was built on and copies no rows.  Checkpoint with
+Mount.snapshot() (tables and optimizer state at once) and keep dense
+parameters next to it; resume by building the modules over the tables
+restored from the snapshot (Table.copy_from).
+"""
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import BadArgument, EmbfsError, Init, Mount, Table, bf16_to_f32, f32_to_bf16
+
+__all__ = ["Embedding", "EmbeddingBag", "SGD", "RowWiseAdagrad", "Prefetcher", "STATE_COLS"]
+
+STATE_COLS = {"sgd": 0, "adagrad": 1}
+
+
+def _table(where, name, dim, dtype, create):
+    if isinstance(where, Table):
+        return where
+    m = where if isinstance(where, Mount) else Mount(where)
+    if create:
+        return m.create(name, dim, dtype, exist_ok=True)
+    return m.table(name)
+
+
+class _TableModule(torch.nn.Module):
+    def __init__(self, where, name, embedding_dim, optimizer, dtype, init, create):
+        super().__init__()
+        if optimizer not in STATE_COLS:
+            raise BadArgument(f"optimizer {optimizer!r}: one of {', '.join(STATE_COLS)}")
+        if dtype not in ("f32", "f16", "bf16"):
+            raise BadArgument(f"dtype {dtype!r}: embedding modules hold f32, f16 or bf16 rows")
+        self.embedding_dim, self.optimizer = int(embedding_dim), optimizer
+        self.state_cols = STATE_COLS[optimizer]
+        self.table = _table(where, name, self.embedding_dim + self.state_cols, dtype, create)
+        if self.table.dim != self.embedding_dim + self.state_cols or self.table.dtype_name not in ("f32", "f16", "bf16"):
+            raise EmbfsError(22, f"{self.table}: {self.table.dim} x {self.table.dtype_name}, this module needs "
+                             f"{self.embedding_dim} + {self.state_cols} ({optimizer} state) columns of a float type",
+                             self.table.path)
+        bound = self.embedding_dim ** -0.5
+        self.init = init if init is not None else Init.uniform(-bound, bound, seed=0, cols=self.embedding_dim)
+        self._pending = []  # (unique ids, their full rows as float32, the weight leaf)
+
+    def extra_repr(self):
+        return f"{self.table}, {self.embedding_dim}, optimizer={self.optimizer}"
+
+    # ---- rows ----
+    def _rows_f32(self, ids):
+        raw = self.table.gather(ids, init=self.init)
+        if self.table.dtype_name == "f32":
+            return raw
+        if self.table.dtype_name == "bf16":
+            return bf16_to_f32(raw)
+        return raw.astype(np.float32)
+
+    def _store(self, ids, rows):
+        if self.table.dtype_name == "bf16":
+            rows = f32_to_bf16(rows)
+        elif self.table.dtype_name == "f16":
+            rows = rows.astype(np.float16)
+        self.table.scatter(ids, rows)
+
+    def _weights(self, input):
+        """The unique rows of input as a (u, embedding_dim) tensor, and the
+        input remapped to indices into it."""
+        if not isinstance(input, torch.Tensor):
+            input = torch.as_tensor(input)
+        if input.dtype not in (torch.int64, torch.int32):
+            raise BadArgument(f"{self.table}: indices must be int64 or int32, not {input.dtype}", self.table.path)
+        ids = input.detach().reshape(-1).cpu().numpy().astype(np.int64, copy=False)
+        u, inv = np.unique(ids, return_inverse=True)
+        rows = self._rows_f32(u)
+        w = torch.from_numpy(np.ascontiguousarray(rows[:, :self.embedding_dim]))
+        if self.training and torch.is_grad_enabled():
+            w.requires_grad_(True)
+            self._pending.append((u, rows, w))
+        return w, torch.from_numpy(inv.reshape(tuple(input.shape))).to(torch.int64)
+
+    def prefetch(self, input):
+        """Announce the ids of an upcoming batch (pinned in the daemon's row
+        cache until this thread gathers them)."""
+        ids = input.detach().reshape(-1).cpu().numpy() if isinstance(input, torch.Tensor) else np.asarray(input)
+        if ids.size:
+            self.table.prefetch(np.unique(ids))
+
+    def weights(self, ids):
+        """The current embedding rows of ids (no gradient), for inspection."""
+        return torch.from_numpy(np.ascontiguousarray(self._rows_f32(np.asarray(ids))[:, :self.embedding_dim]))
+
+    # ---- the optimizer's side ----
+    def _take_grads(self):
+        """(ids, full rows, row grads) of everything looked up since the last
+        step, rows merged (their gradients summed); pending cleared."""
+        pend = [(u, r, w.grad) for u, r, w in self._pending if w.grad is not None]
+        self._pending = []
+        if not pend:
+            return None
+        if len(pend) == 1:
+            u, r, g = pend[0]
+            return u, r, g.numpy()
+        ids = np.concatenate([p[0] for p in pend])
+        u, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+        rows = np.concatenate([p[1] for p in pend])[first]
+        g = torch.zeros(len(u), self.embedding_dim)
+        g.index_add_(0, torch.from_numpy(inv), torch.cat([p[2] for p in pend]))
+        return u, rows, g.numpy()
+
+    def _drop_grads(self):
+        self._pending = []
+
+    # ---- state_dict: the tables are the state ----
+    def get_extra_state(self):
+        return {"table": self.table.name, "path": self.table.path, "dim": self.table.dim,
+                "dtype": self.table.dtype_name, "embedding_dim": self.embedding_dim,
+                "optimizer": self.optimizer}
+
+    def set_extra_state(self, state):
+        mine = self.get_extra_state()
+        for k in ("dim", "dtype", "embedding_dim", "optimizer"):
+            if state.get(k) != mine[k]:
+                raise EmbfsError(22, f"{self.table}: state_dict is for {state.get('table')} with {k} "
+                                 f"{state.get(k)!r}, this module has {mine[k]!r}", self.table.path)
+
+
+class Embedding(_TableModule):
+    """torch.nn.Embedding over an embfs table: forward(input) returns
+    input.shape + (embedding_dim,).  `where`: a Mount, a mount path, or a
+    Table (then name is ignored).  The table is made (dim embedding_dim +
+    the optimizer's state columns) if missing."""
+
+    def __init__(self, where, name, embedding_dim, optimizer="adagrad", dtype="f32", init=None, create=True):
+        super().__init__(where, name, embedding_dim, optimizer, dtype, init, create)
+
+    def forward(self, input):
+        w, idx = self._weights(input)
+        return F.embedding(idx, w)
+
+
+class EmbeddingBag(_TableModule):
+    """torch.nn.EmbeddingBag over an embfs table: mode "sum" or "mean",
+    input 2-D (bags of equal size) or 1-D with offsets (include_last_offset
+    as torch's), per_sample_weights (mode "sum")."""
+
+    def __init__(self, where, name, embedding_dim, mode="sum", optimizer="adagrad", dtype="f32", init=None,
+                 create=True, include_last_offset=False):
+        if mode not in ("sum", "mean"):
+            raise BadArgument(f"EmbeddingBag mode {mode!r}: sum or mean")
+        super().__init__(where, name, embedding_dim, optimizer, dtype, init, create)
+        self.mode, self.include_last_offset = mode, include_last_offset
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        w, idx = self._weights(input)
+        return F.embedding_bag(idx, w, offsets, mode=self.mode, per_sample_weights=per_sample_weights,
+                               include_last_offset=self.include_last_offset)
+
+
+class _RowOptimizer:
+    """Steps the rows the given embfs modules looked up since the last step:
+    each module's updated rows (weights and state) go back in one scatter
+    per table."""
+    kind = None
+
+    def __init__(self, modules, lr):
+        self.modules = list(modules)
+        self.lr = float(lr)
+        for m in self.modules:
+            if not isinstance(m, _TableModule):
+                raise BadArgument(f"{m!r} is not an embfs.torch module")
+            if m.optimizer != self.kind:
+                raise BadArgument(f"{m.table}: built for optimizer {m.optimizer!r}, not {self.kind!r} "
+                                  "(its rows hold that optimizer's state)", m.table.path)
+
+    def zero_grad(self, set_to_none=True):
+        """Forget lookups not stepped (their gradients)."""
+        for m in self.modules:
+            m._drop_grads()
+
+    @torch.no_grad()
+    def step(self):
+        for m in self.modules:
+            got = m._take_grads()
+            if got is None:
+                continue
+            ids, rows, g = got
+            self._update(rows, g, m.embedding_dim)
+            m._store(ids, rows)
+
+    def state_dict(self):
+        return {"kind": self.kind, "lr": self.lr}
+
+    def load_state_dict(self, state):
+        if state.get("kind") != self.kind:
+            raise BadArgument(f"optimizer state of {state.get('kind')!r}, this is {self.kind!r}")
+        self.lr = float(state["lr"])
+
+
+class SGD(_RowOptimizer):
+    """w -= lr * g, per row looked up."""
+    kind = "sgd"
+
+    def _update(self, rows, g, e):
+        rows[:, :e] -= self.lr * g
+
+
+class RowWiseAdagrad(_RowOptimizer):
+    """Row-wise Adagrad (as FBGEMM's): per row, s += mean(g^2) over its
+    columns, w -= lr * g / (sqrt(s) + eps); s is the row's last column."""
+    kind = "adagrad"
+
+    def __init__(self, modules, lr, eps=1e-8):
+        super().__init__(modules, lr)
+        self.eps = float(eps)
+
+    def _update(self, rows, g, e):
+        s = rows[:, e] + np.mean(g * g, axis=1, dtype=np.float32)
+        rows[:, e] = s
+        rows[:, :e] -= (self.lr * g) / (np.sqrt(s) + self.eps)[:, None]
+
+    def state_dict(self):
+        return {"kind": self.kind, "lr": self.lr, "eps": self.eps}
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.eps = float(state["eps"])
+
+
+class Prefetcher:
+    """Iterate `loader` (a DataLoader or any iterable of batches) one batch
+    ahead: before yielding batch i it announces batch i+1's ids, so their
+    rows load while batch i trains.  ids_of(batch) -> [(module, ids), ...]."""
+
+    def __init__(self, loader, ids_of):
+        self.loader, self.ids_of = loader, ids_of
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        it = iter(self.loader)
+        try:
+            cur = next(it)
+        except StopIteration:
+            return
+        while True:
+            try:
+                nxt = next(it)
+            except StopIteration:
+                nxt = None
+            if nxt is not None:
+                for mod, ids in self.ids_of(nxt):
+                    mod.prefetch(ids)
+            yield cur
+            if nxt is None:
+                return
+            cur = nxt
