@@ -97,10 +97,16 @@ demo: deps all
 bench: deps all
 	@BUILD=$(abspath $(BUILD)) sh tests/bench/run.sh
 
+# The Python package goes where Debian's /usr/bin/python3 looks: PREFIX=/usr
+# -> /usr/lib/python3/dist-packages, else PREFIX/lib/python3.N/dist-packages
+PYVER := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo 3)
+PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
+
 install: $(PROGS)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PYTHONDIR)/embfs
 	install -m 755 $(BUILD)/embfs $(DESTDIR)$(PREFIX)/bin/embfs
 	install -m 755 $(BUILD)/mkfs.embfs $(DESTDIR)$(PREFIX)/sbin/mkfs.embfs
+	install -m 644 python/embfs/__init__.py python/embfs/torch.py $(DESTDIR)$(PYTHONDIR)/embfs/
 
 clean:
 	rm -rf $(BUILD)

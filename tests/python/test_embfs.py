@@ -1,0 +1,345 @@
+"""Tests of the embfs Python package (python/embfs) on a real mount.
+
+Run by tests/e2e/python.sh (make test):
+    PYTHONPATH=python /usr/bin/python3 -m unittest discover -s tests/python -v
+Randomized cases draw from EMBFS_SEED (printed; set it to replay).
+"""
+import errno
+import os
+import random
+import threading
+import unittest
+import zlib
+
+import numpy as np
+
+import embfs
+from mountutil import Pooled
+
+SEED = int(os.environ.get("EMBFS_SEED") or random.SystemRandom().randrange(1 << 32))
+print(f"test_embfs: seed {SEED} (replay: EMBFS_SEED={SEED})", flush=True)
+
+
+class MountCase(unittest.TestCase):
+    opts = "cache_size=32M"
+    size = "512M"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pool = Pooled(size=cls.size, opts=cls.opts)
+        cls.pool.__enter__()
+        cls.m = embfs.Mount(cls.pool.mnt)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pool.__exit__(None, None, None)
+
+    def setUp(self):
+        self.rng = np.random.default_rng([SEED, zlib.crc32(self.id().encode())])
+
+    def fresh(self, name, dim=8, dtype="f32"):
+        try:
+            self.m.remove(name)
+        except embfs.EmbfsError:
+            pass
+        return self.m.create(name, dim, dtype)
+
+
+class TestRows(MountCase):
+    def test_roundtrip_duplicates_last_wins(self):
+        t = self.fresh("rt.emb", 16)
+        ids = self.rng.integers(0, 5000, 3000)
+        rows = self.rng.standard_normal((3000, 16)).astype(np.float32)
+        t.scatter(ids, rows)
+        want = {}
+        for i, r in zip(ids, rows):
+            want[int(i)] = r
+        u = np.array(sorted(want))
+        got = t.gather(u)
+        self.assertEqual(got.shape, (len(u), 16))
+        np.testing.assert_array_equal(got, np.stack([want[i] for i in u]))
+        # a 2-D id array gives rows of its shape
+        g2 = t.gather(u[:20].reshape(4, 5))
+        self.assertEqual(g2.shape, (4, 5, 16))
+        np.testing.assert_array_equal(g2.reshape(20, 16), got[:20])
+        # and the same bytes through the file
+        with open(t.path, "rb") as f:
+            f.seek(int(u[3]) * t.row_size)
+            self.assertEqual(f.read(t.row_size), got[3].tobytes())
+
+    def test_presence(self):
+        t = self.fresh("pres.emb", 4)
+        t.scatter([1, 3], np.ones((2, 4), np.float32))
+        t.scatter([5], np.zeros((1, 4), np.float32))  # a stored row of zeros
+        rows, p = t.gather([0, 1, 2, 3, 5, 10 ** 9], present=True)
+        self.assertEqual(p.tolist(), [False, True, False, True, True, False])
+        self.assertEqual(rows[4].tolist(), [0.0] * 4)
+        t.truncate(4)  # rows 4.. dropped
+        self.assertEqual(t.present([3, 5]).tolist(), [True, False])
+        self.assertEqual(list(t.stored_ids()), [1, 3])
+
+    def test_presence_many_rows_bit_order(self):
+        t = self.fresh("bits.emb", 2)
+        ids = np.arange(0, 2000)
+        stored = self.rng.random(2000) < 0.3
+        t.scatter(ids[stored], np.ones((stored.sum(), 2), np.float32))
+        order = self.rng.permutation(2000)
+        p = t.present(ids[order])
+        np.testing.assert_array_equal(p, stored[order])
+
+    def test_dtypes(self):
+        for name, npd in embfs.DTYPES.items():
+            t = self.fresh(f"dt-{name}.emb", 3, name)
+            self.assertEqual(t.dtype, npd)
+            self.assertEqual(t.row_size, 3 * npd.itemsize)
+            rows = (self.rng.integers(-100, 100, (4, 3))).astype(npd) if name not in ("u8",) else \
+                self.rng.integers(0, 200, (4, 3)).astype(npd)
+            t.scatter([0, 7, 9, 2], rows)
+            np.testing.assert_array_equal(t.gather([0, 7, 9, 2]), rows)
+
+    def test_bf16(self):
+        t = self.fresh("bf.emb", 4, "bf16")
+        x = np.array([[1.0, -2.5, 3.140625, 1e-3]], np.float32)
+        t.scatter([3], embfs.f32_to_bf16(x))
+        back = embfs.bf16_to_f32(t.gather([3]))
+        np.testing.assert_allclose(back, x, rtol=1e-2)
+        self.assertEqual(back[0, :3].tolist(), [1.0, -2.5, 3.140625])
+
+    def test_chunking_past_request_limits(self):
+        # 70,000 ids (> 65,536 per request) and 80 MiB of 4 KiB rows (> 64 MiB)
+        t = self.fresh("chunk.emb", 2)
+        ids = self.rng.permutation(200000)[:70000]
+        rows = np.stack([ids, -ids], 1).astype(np.float32)
+        t.scatter(ids, rows)
+        np.testing.assert_array_equal(t.gather(ids[::-1]), rows[::-1])
+        big = self.fresh("chunkbig.emb", 1024)
+        ids = np.arange(20000) * 7
+        rows = np.repeat(ids.astype(np.float32)[:, None], 1024, 1)
+        big.scatter(ids, rows)
+        got = big.gather(ids)
+        np.testing.assert_array_equal(got[:, 0], ids)
+        np.testing.assert_array_equal(got[:, 1023], ids)
+        st = self.m.stats()
+        self.assertGreaterEqual(st["batch.gathers"], 3)
+
+    def test_out_buffers(self):
+        t = self.fresh("out.emb", 8)
+        rows = self.rng.standard_normal((10, 8)).astype(np.float32)
+        t.scatter(np.arange(10), rows)
+        out = np.empty((10, 8), np.float32)
+        r = t.gather(np.arange(10), out=out)
+        self.assertIs(r, out)
+        np.testing.assert_array_equal(out, rows)
+        with self.assertRaises(TypeError):
+            t.gather(np.arange(10), out=np.empty((10, 8), np.float64))
+        with self.assertRaises(ValueError):
+            t.gather(np.arange(10), out=np.empty((9, 8), np.float32))
+
+    def test_bad_input_changes_nothing(self):
+        t = self.fresh("bad.emb", 4)
+        t.scatter([0, 1], np.ones((2, 4), np.float32))
+        before = t.gather([0, 1, 2])
+        cases = [
+            (TypeError, lambda: t.scatter([2], np.ones((1, 4), np.float64))),
+            (ValueError, lambda: t.scatter([2, 3], np.ones((3, 4), np.float32))),
+            (ValueError, lambda: t.scatter([2], np.ones((1, 5), np.float32))),
+            (ValueError, lambda: t.scatter([-1], np.ones((1, 4), np.float32))),
+            (ValueError, lambda: t.scatter([t.max_row + 1], np.ones((1, 4), np.float32))),
+            (ValueError, lambda: t.gather([2 ** 62])),
+            (TypeError, lambda: t.gather([1.5])),
+            (ValueError, lambda: t.gather([0, -5])),
+        ]
+        for exc, fn in cases:
+            with self.assertRaises(exc) as cm:
+                fn()
+            self.assertIsInstance(cm.exception, embfs.EmbfsError)
+            self.assertEqual(cm.exception.errno, errno.EINVAL)
+            self.assertIn("bad.emb", str(cm.exception))
+        np.testing.assert_array_equal(t.gather([0, 1, 2]), before)
+        with self.assertRaises(embfs.EmbfsError) as cm:
+            self.m.create("bad.emb", 5)
+        self.assertEqual(cm.exception.errno, errno.EEXIST)
+        with self.assertRaises(ValueError):
+            self.m.create("x.emb", 4, "f128")
+        with self.assertRaises(embfs.EmbfsError) as cm:
+            self.m.table("nosuch.emb")
+        self.assertEqual(cm.exception.errno, errno.ENOENT)
+
+    def test_removed_and_recreated(self):
+        t = self.fresh("gone.emb", 4)
+        t.scatter([1], np.ones((1, 4), np.float32))
+        other = self.m.table("gone.emb")
+        self.m.remove("gone.emb")
+        with self.assertRaises(embfs.EmbfsError) as cm:
+            t.gather([1])
+        self.assertEqual(cm.exception.errno, errno.ENOENT)
+        self.assertIn("gone.emb", str(cm.exception))
+        self.assertIn("removed", str(cm.exception))
+        # made again with the same geometry: the handle follows the name
+        self.m.create("gone.emb", 4)
+        self.assertEqual(other.present([1]).tolist(), [False])
+        other.scatter([2], np.ones((1, 4), np.float32))
+        # made again with another geometry: a clear error, nothing written
+        self.m.remove("gone.emb")
+        self.m.create("gone.emb", 6)
+        with self.assertRaises(embfs.EmbfsError) as cm:
+            other.scatter([2], np.ones((1, 4), np.float32))
+        self.assertEqual(cm.exception.errno, errno.ESTALE)
+        self.assertIn("geometry", str(cm.exception))
+        self.assertEqual(list(self.m.table("gone.emb").stored_ids()), [])
+
+    def test_removed_while_open_elsewhere(self):
+        # an fd of the table keeps it alive, but a request by inode gets ESTALE
+        t = self.fresh("orphan.emb", 4)
+        t.scatter([1], np.ones((1, 4), np.float32))
+        fd = os.open(t.path, os.O_RDONLY)
+        try:
+            self.m.remove("orphan.emb")
+            with self.assertRaises(embfs.EmbfsError) as cm:
+                t.gather([1])
+            self.assertEqual(cm.exception.errno, errno.ENOENT)
+        finally:
+            os.close(fd)
+
+    def test_threads_own_fds(self):
+        t = self.fresh("thr.emb", 8)
+        errs, fds = [], set()
+
+        def work(k):
+            try:
+                rng = np.random.default_rng([SEED, k])
+                for _ in range(30):
+                    ids = rng.choice(np.arange(k * 1000, k * 1000 + 1000), 200, replace=False)
+                    rows = np.repeat(ids.astype(np.float32)[:, None], 8, 1)
+                    t.scatter(ids, rows)
+                    g = t.gather(ids)
+                    np.testing.assert_array_equal(g, rows)
+                fds.add(self.m._conn().fd)
+            except Exception as e:  # reported below
+                errs.append(e)
+        th = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for x in th:
+            x.start()
+        for x in th:
+            x.join()
+        self.assertEqual(errs, [])
+        self.assertEqual(len(fds), 4)
+
+    def test_fork(self):
+        t = self.fresh("fork.emb", 4)
+        t.scatter([0], np.full((1, 4), 7, np.float32))
+        parent_fd = self.m._conn().fd
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                # the child opens its own fd; the parent's is not used
+                g = t.gather([0])
+                t.scatter([1], g + 1)
+                code = 0 if self.m._conn().fd >= 0 and g[0, 0] == 7 else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertEqual(self.m._conn().fd, parent_fd)
+        self.assertEqual(t.gather([1])[0].tolist(), [8.0] * 4)
+
+    def test_prefetch(self):
+        t = self.fresh("pf.emb", 8)
+        t.scatter(np.arange(500), np.ones((500, 8), np.float32))
+        self.m.sync()
+        s0 = self.m.stats()
+        t.prefetch(np.arange(500))
+        t.gather(np.arange(500))
+        s1 = self.m.stats()
+        self.assertEqual(s1["batch.prefetches"] - s0["batch.prefetches"], 1)
+        self.assertEqual(s1["prefetch.rows"] - s0["prefetch.rows"], 500)
+
+    def test_unique(self):
+        ids = self.rng.integers(0, 50, 300)
+        u, inv = embfs.unique(ids)
+        np.testing.assert_array_equal(u[inv], ids)
+        self.assertTrue((np.diff(u) > 0).all())
+
+
+class TestSnapshots(MountCase):
+    def test_snapshot_cycle(self):
+        m = self.m
+        t = m.create("s.emb", 4)
+        t.scatter([1, 2], np.ones((2, 4), np.float32))
+        m.set_batch(m.batch + 10)
+        b = m.batch
+        m.set_batch(b)  # the same: fine
+        m.snapshot("a")
+        self.assertGreater(m.batch, b)
+        with self.assertRaises(embfs.EmbfsError) as cm:
+            m.set_batch(b - 1)
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
+        self.assertIn("never goes back", str(cm.exception))
+        t.scatter([2, 3], np.full((2, 4), 2, np.float32))
+        m.snapshot("b")
+        self.assertEqual(m.snapshots(), ["a", "b"])
+        sa = m.table("s.emb", snapshot="a")
+        rows, p = sa.gather([1, 2, 3], present=True)
+        self.assertEqual(p.tolist(), [True, True, False])
+        self.assertEqual(rows[:, 0].tolist(), [1, 1, 0])
+        self.assertEqual(embfs.Table(os.path.join(m.path, ".snapshots", "b", "s.emb")).gather([2])[0, 0], 2)
+        with self.assertRaises(embfs.EmbfsError) as cm:
+            sa.scatter([1], np.ones((1, 4), np.float32))
+        self.assertEqual(cm.exception.errno, errno.EROFS)
+        with self.assertRaises(embfs.EmbfsError) as cm:
+            m.snapshot("a")
+        self.assertEqual(cm.exception.errno, errno.EEXIST)
+        # as_array maps the snapshot
+        arr = sa.as_array()
+        self.assertEqual(arr.shape, (sa.nrows, 4))
+        np.testing.assert_array_equal(np.asarray(arr[1:3]), rows[:2])
+        del arr
+        # restore: the live table becomes the snapshot's
+        t.copy_from(sa)
+        self.assertEqual(t.present([1, 2, 3]).tolist(), [True, True, False])
+        self.assertEqual(t.gather([2])[0, 0], 1)
+        m.drop("a")
+        self.assertEqual(m.snapshots(), ["b"])
+        with self.assertRaises(embfs.EmbfsError):
+            sa.gather([1])
+        m.sync()
+
+
+class TestNoCache(MountCase):
+    """Without the row cache, presence comes from the store."""
+    opts = "cache_size=0"
+    size = "128M"
+
+    def test_presence_store(self):
+        t = self.m.create("nc.emb", 4)
+        t.scatter([2, 9], np.ones((2, 4), np.float32))
+        self.assertEqual(t.present([1, 2, 9, 100]).tolist(), [False, True, True, False])
+
+
+class TestInit(unittest.TestCase):
+    def test_deterministic_per_row(self):
+        ini = embfs.Init.uniform(-0.5, 0.5, seed=3)
+        a = ini.values([5, 9, 1 << 60], 8)
+        b = ini.values([1 << 60, 5], 8)
+        np.testing.assert_array_equal(a[[2, 0]], b)
+        self.assertTrue((a >= -0.5).all() and (a < 0.5).all())
+        self.assertFalse(np.array_equal(ini.values([5], 8), embfs.Init.uniform(-0.5, 0.5, seed=4).values([5], 8)))
+        n = embfs.Init.normal(0, 1, seed=1, cols=6).values(np.arange(20000), 7)
+        self.assertAlmostEqual(float(n[:, :6].mean()), 0, delta=0.02)
+        self.assertAlmostEqual(float(n[:, :6].std()), 1, delta=0.02)
+        self.assertEqual(n[:, 6].tolist(), [0.0] * 20000)
+
+    def test_gather_init_fills_only_missing(self):
+        with Pooled(size="64M", opts="cache_size=8M") as p:
+            m = embfs.Mount(p.mnt)
+            t = m.create("i.emb", 4)
+            t.scatter([2], np.zeros((1, 4), np.float32))
+            ini = embfs.Init.uniform(1, 2, seed=0)
+            g = t.gather([1, 2, 3], init=ini)
+            self.assertEqual(g[1].tolist(), [0.0] * 4)
+            np.testing.assert_array_equal(g[[0, 2]], ini.values([1, 3], 4))
+
+
+if __name__ == "__main__":
+    unittest.main()
