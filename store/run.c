@@ -54,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation per block */
 #include <xxhash.h>
 
 #include "spill.h"
@@ -88,13 +89,12 @@ static uint32_t blk_csum(const char *b, uint32_t blk)
 {
 	struct emb_rblk h = *(const struct emb_rblk *)b;
 	h.csum = 0;
-	XXH3_state_t *x = XXH3_createState();
-	XXH3_64bits_reset(x);
-	XXH3_64bits_update(x, &h, sizeof(h));
-	XXH3_64bits_update(x, b + sizeof(h), blk - sizeof(h));
-	uint32_t c = (uint32_t)XXH3_64bits_digest(x);
-	XXH3_freeState(x);
-	return c;
+	XXH3_state_t x;
+	XXH3_INITSTATE(&x);
+	XXH3_64bits_reset(&x);
+	XXH3_64bits_update(&x, &h, sizeof(h));
+	XXH3_64bits_update(&x, b + sizeof(h), blk - sizeof(h));
+	return (uint32_t)XXH3_64bits_digest(&x);
 }
 
 static uint64_t meta_hdr_csum(const struct emb_rmeta *m)
