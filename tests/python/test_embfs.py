@@ -130,6 +130,10 @@ class TestRows(MountCase):
         r = t.gather(np.arange(10), out=out)
         self.assertIs(r, out)
         np.testing.assert_array_equal(out, rows)
+        buf = t.empty(10)
+        self.assertEqual(buf.ctypes.data % 4096, 0)
+        self.assertIs(t.gather(np.arange(10), out=buf), buf)
+        np.testing.assert_array_equal(buf, rows)
         with self.assertRaises(TypeError):
             t.gather(np.arange(10), out=np.empty((10, 8), np.float64))
         with self.assertRaises(ValueError):

@@ -189,6 +189,19 @@ class TestModules(unittest.TestCase):
         self.assertEqual(s1["batch.prefetches"] - s0["batch.prefetches"], 9)
         self.assertEqual(s1["prefetch.rows"] - s0["prefetch.rows"], 90)
 
+    def test_table_tensors(self):
+        t = self.m.create(self.fresh_name("tt.emb"), 4, "bf16")
+        rows = torch.randn(3, 4).to(torch.bfloat16)
+        t.scatter(torch.tensor([1, 5, 9]), rows)
+        got = t.gather(torch.tensor([9, 1]))
+        self.assertEqual(got.dtype, torch.bfloat16)
+        torch.testing.assert_close(got, rows[[2, 0]])
+        out = t.empty(2, torch=True)
+        self.assertIs(t.gather(torch.tensor([5, 1]), out=out), out)
+        torch.testing.assert_close(out, rows[[1, 0]])
+        with self.assertRaises(TypeError):
+            t.scatter(torch.tensor([1]), torch.randn(1, 4))  # float32 into bf16
+
     def test_bad_input(self):
         emb = et.Embedding(self.m, self.fresh_name("bi.emb"), 2)
         with self.assertRaises(ValueError):
