@@ -30,11 +30,13 @@ int fs_view(struct embfs *fs, uint64_t ino, struct store_view *v, struct store_a
 	return ret || !a ? ret : store_view_getattr(fs->st, v, a);
 }
 
-/* A table file: a snapshot's is read-only and counts its stored rows only,
- * a live one's also rows written but not yet in the store. */
+/* A table file: a snapshot's counts its stored rows only, a live one's also
+ * rows written but not yet in the store.  A snapshot's shows the mode its
+ * table had (as files on a read-only mount do: changes get EROFS), so that
+ * cp -a of it keeps the mode. */
 static void table_stat(struct embfs *fs, const struct store_view *v, const struct store_attr *a, struct stat *st)
 {
-	st->st_mode = S_IFREG | (a->mode & (v->snap ? 07555 : 07777));
+	st->st_mode = S_IFREG | (a->mode & 07777);
 	st->st_nlink = a->orphan ? 0 : 1;
 	st->st_uid = a->uid;
 	st->st_gid = a->gid;

@@ -58,6 +58,7 @@ struct embfs {
 	uint32_t def_dim, def_dtype;
 	_Atomic uint64_t *nlookup;  /* kernel references per table id */
 	_Atomic uint64_t n_read, n_write, n_read_bytes, n_write_bytes, n_fsync, n_snaps;
+	_Atomic uint64_t n_copy, n_copy_bytes, n_copy_geometry; /* copy.c */
 	_Atomic int failure_logged; /* the pool's failure (store_health) was logged */
 	struct batch *batch;        /* batch.c: .embfs/rows threads and counters */
 	struct pcache *pc;          /* pcache.c: stale kernel pages after scatters */
@@ -99,6 +100,10 @@ void table_setattr(fuse_req_t req, uint32_t id, struct stat *attr, int to_set);
 void table_setxattr(fuse_req_t req, uint32_t id, const char *name, const char *value, size_t size,
 		    int flags);
 void table_fallocate(fuse_req_t req, uint32_t id, int mode, off_t off, off_t len);
+/* copy.c: copy_file_range into live table id from table ino_in (live or a
+ * snapshot's), served inside the daemon. */
+void table_copy_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, uint32_t id, fuse_ino_t ino_out,
+		      off_t off_out, size_t len, int flags);
 /* The kernel dropped n references to live table id (no reply). */
 void table_forget(struct embfs *fs, uint32_t id, uint64_t n);
 

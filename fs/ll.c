@@ -379,6 +379,19 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : ENODEV);
 }
 
+static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
+			       fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len,
+			       int flags)
+{
+	struct fs_ino k = fs_ino(ino_out);
+	(void)fi_in;
+	(void)fi_out;
+	if (k.kind == FS_TABLE && fs_ino_is_table(fs_ino(ino_in)))
+		table_copy_range(req, ino_in, off_in, k.id, ino_out, off_out, len, flags);
+	else
+		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : EOPNOTSUPP);
+}
+
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
 {
 	(void)fi;
@@ -419,4 +432,5 @@ const struct fuse_lowlevel_ops embfs_ops = {
 	.create = op_create,
 	.fallocate = op_fallocate,
 	.lseek = op_lseek,
+	.copy_file_range = op_copy_file_range,
 };

@@ -328,21 +328,27 @@ void table_setxattr(fuse_req_t req, uint32_t id, const char *name, const char *v
 		ret = -ENOTSUP;
 	else if (flags & XATTR_CREATE)
 		ret = -EEXIST;
-	else if (!strcmp(name, XA_ROWSZ))
-		ret = -EPERM;
 	if (!ret)
 		ret = xa_text(value, size, v, sizeof(v));
 	if (!ret)
 		ret = store_table_getattr(fs->st, id, &a);
+	if (!ret && !strcmp(name, XA_ROWSZ)) {
+		/* read-only; setting the value it has (cp -a copying the xattrs) is fine */
+		char cur[16];
+		snprintf(cur, sizeof(cur), "%u", a.row_size);
+		ret = strcmp(v, cur) ? -EPERM : 1;
+	}
 	if (!ret)
 		ret = xa_geometry(name, v, &a, &dim, &dtype);
+	if (!ret && dim == a.dim && dtype == a.dtype)
+		ret = 1; /* what it is already: nothing to change, also with rows */
 	if (!ret)
 		ret = rows_before_change(fs, id);
 	if (!ret)
 		ret = store_table_set_geometry(fs->st, id, dim, dtype);
 	if (!ret)
 		rows_after_change(fs, id, 0, UINT64_MAX);
-	fuse_reply_err(req, -ret);
+	fuse_reply_err(req, ret > 0 ? 0 : -ret);
 }
 
 void table_fallocate(fuse_req_t req, uint32_t id, int mode, off_t off, off_t len)

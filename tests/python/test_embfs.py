@@ -299,8 +299,10 @@ class TestSnapshots(MountCase):
         self.assertEqual(arr.shape, (sa.nrows, 4))
         np.testing.assert_array_equal(np.asarray(arr[1:3]), rows[:2])
         del arr
-        # restore: the live table becomes the snapshot's
+        # restore: the live table becomes the snapshot's, copied in the daemon
+        c0 = m.stats()["fs.copy_calls"]
         t.copy_from(sa)
+        self.assertGreater(m.stats()["fs.copy_calls"], c0)
         self.assertEqual(t.present([1, 2, 3]).tolist(), [True, True, False])
         self.assertEqual(t.gather([2])[0, 0], 1)
         m.drop("a")
@@ -308,6 +310,52 @@ class TestSnapshots(MountCase):
         with self.assertRaises(embfs.EmbfsError):
             sa.gather([1])
         m.sync()
+
+
+    def test_copy_sparse_far_rows(self):
+        # rows 2^40 apart: the copy walks what is stored, not the file's length
+        m = self.m
+        t = m.create("far.emb", 4)
+        far = [3, 1 << 40, (1 << 50) + 7]
+        t.scatter(far, np.arange(12, dtype=np.float32).reshape(3, 4))
+        u = m.create("far2.emb", 4)
+        u.scatter([5], np.ones((1, 4), np.float32))
+        u.copy_from(t)
+        self.assertEqual(list(u.stored_ids()), far)
+        np.testing.assert_array_equal(u.gather(far), t.gather(far))
+        self.assertEqual(os.stat(u.path).st_size, os.stat(t.path).st_size)
+
+
+    def test_copy_file_range_takes_geometry_and_mode(self):
+        # what cp -a of a snapshot's table relies on (README "Snapshots")
+        m = self.m
+        t = m.create("geo.emb", 4, "f16")
+        os.chmod(t.path, 0o640)
+        t.scatter([0, 9], np.ones((2, 4), np.float16))
+        m.snapshot("geo")
+        snap = os.path.join(m.path, ".snapshots", "geo", "geo.emb")
+        self.assertEqual(os.stat(snap).st_mode & 0o7777, 0o640)  # its table's mode
+        dst = os.path.join(m.path, "geo2.emb")
+        fi = os.open(snap, os.O_RDONLY)
+        fo = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o600)  # the mount's default geometry
+        try:
+            self.assertEqual(os.copy_file_range(fi, fo, 1 << 20, 0, 0), os.fstat(fi).st_size)
+        finally:
+            os.close(fi)
+            os.close(fo)
+        g = embfs.Table(dst)
+        self.assertEqual((g.dim, g.dtype_name), (4, "f16"))
+        self.assertEqual(list(g.stored_ids()), [0, 9])
+        # setting the geometry it has is fine with rows; another is EBUSY
+        os.setxattr(dst, "user.embfs.dim", b"4")
+        os.setxattr(dst, "user.embfs.row_size", b"8")
+        with self.assertRaises(OSError) as cm:
+            os.setxattr(dst, "user.embfs.dim", b"5")
+        self.assertEqual(cm.exception.errno, errno.EBUSY)
+        with self.assertRaises(OSError) as cm:
+            os.setxattr(dst, "user.embfs.row_size", b"16")
+        self.assertEqual(cm.exception.errno, errno.EPERM)
+        m.drop("geo")
 
 
 class TestNoCache(MountCase):
