@@ -648,12 +648,14 @@ class Table:
 
     def copy_from(self, src, batch=65536):
         """Make this table's rows those of src (same geometry; e.g. a snapshot's
-        table: a restore).  Rows src does not store become holes."""
+        table: a restore).  Rows src does not store become holes.  Returns
+        the number of rows copied."""
         if (src.dim, src.dtype_name) != (self.dim, self.dtype_name):
             raise BadArgument(f"{self}: cannot copy {src} ({src.dim} x {src.dtype_name}) into "
                               f"{self.dim} x {self.dtype_name}", self.path)
         self.truncate(0)
         ids = []
+        copied = 0
 
         def flush():
             if ids:
@@ -662,6 +664,7 @@ class Table:
                 ids.clear()
         for r in src.stored_ids():
             ids.append(r)
+            copied += 1
             if len(ids) >= batch:
                 flush()
         flush()
@@ -669,6 +672,7 @@ class Table:
         size = os.stat(src.path).st_size
         if os.stat(self.path).st_size < size:
             os.truncate(self.path, size)
+        return copied
 
     def fsync(self):
         """Make this table's writes durable."""
