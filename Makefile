@@ -91,6 +91,10 @@ example-train: deps all
 example-python: deps all
 	@BUILD=$(abspath $(BUILD)) sh examples/run.sh python
 
+# README "A DLRM-style model with embfs.torch": train, snapshot, roll back, resume bit-exactly
+example-torch: deps all
+	@BUILD=$(abspath $(BUILD)) sh examples/run.sh torch
+
 demo: deps all
 	@BUILD=$(abspath $(BUILD)) sh examples/demo.sh
 
@@ -111,4 +115,4 @@ install: $(PROGS)
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all deps test demo bench install clean example-train example-python
+.PHONY: all deps test demo bench install clean example-train example-python example-torch

@@ -450,6 +450,13 @@ static int evict_one(struct cache *c, struct shard *sh)
 	return saw_dirty ? -EAGAIN : -ENOSPC;
 }
 
+/* The entry holds a row (stored below, or written here), not a hole that
+ * cache_pin() loaded: a clean entry is new only then.  Shard lock held. */
+static inline int e_stored(const struct centry *e)
+{
+	return (e->flags & (F_NEW | F_DIRTY)) != F_NEW;
+}
+
 /* Insert a row (not present).  Returns the entry, or NIL with *err set:
  * -EAGAIN (write back dirty rows, then retry) or -ENOSPC/-ENOMEM (bypass). */
 static uint32_t insert(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs,
@@ -1115,7 +1122,7 @@ static int read_fill(struct cache *c, struct shard *sh, uint32_t si, uint32_t ta
 	return cached;
 }
 
-/* cache_read(), and 1 if the row is stored or cached, 0 if a hole. */
+/* cache_read(), and 1 if the row is stored or written, 0 if a hole. */
 static int read_row(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
 		    void *buf)
 {
@@ -1131,12 +1138,13 @@ static int read_row(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, 
 	uint32_t idx = lookup(sh, table, row, h);
 	if (idx != NIL) {
 		struct centry *e = &sh->e[idx];
+		int stored = e_stored(e);
 		memcpy(buf, e_data(sh, e) + off, len);
 		e->flags |= F_REF;
 		sh->hits++;
 		pthread_mutex_unlock(&sh->lock);
 		TS_ADD(t, hits, 1);
-		return 1;
+		return stored;
 	}
 	pthread_mutex_unlock(&sh->lock);
 	uint64_t gen = atomic_load(&t->gen);
@@ -1463,7 +1471,7 @@ static int walk_shard(struct cache *c, struct shard *sh, uint32_t table, uint32_
 			memcpy(out + (size_t)p * rs, e_data(sh, e), rs);
 			e->flags |= F_REF;
 			if (g->present)
-				g->present[p] = 1;
+				g->present[p] = (uint8_t)e_stored(e);
 		}
 		sh->hits++;
 		(*hits)++;
@@ -1521,7 +1529,7 @@ static int fetch_misses(struct cache *c, uint32_t table, uint32_t rs, const uint
 		pthread_mutex_lock(&sh->lock);
 		uint32_t idx = lookup(sh, table, ids[i], h);
 		if (g->present)
-			g->present[g->miss[i]] = idx != NIL || stored[i];
+			g->present[g->miss[i]] = idx != NIL ? e_stored(&sh->e[idx]) : stored[i];
 		if (idx != NIL) { /* written (or fetched) meanwhile: that is newer */
 			struct centry *e = &sh->e[idx];
 			memcpy(dst, e_data(sh, e), rs);

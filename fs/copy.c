@@ -89,6 +89,7 @@ static int copy_rows(struct embfs *fs, const struct cside *src, uint32_t id, uin
 			hole = data + (budget - copied);
 		ret = copy_run(fs, src, id, rs, data, rout + (data - rin), hole - data, ids, buf);
 		copied += hole - data;
+		atomic_fetch_add_explicit(&fs->n_copy_rows, hole - data, memory_order_relaxed);
 		r = hole;
 	}
 	free(ids);

@@ -58,7 +58,7 @@ struct embfs {
 	uint32_t def_dim, def_dtype;
 	_Atomic uint64_t *nlookup;  /* kernel references per table id */
 	_Atomic uint64_t n_read, n_write, n_read_bytes, n_write_bytes, n_fsync, n_snaps;
-	_Atomic uint64_t n_copy, n_copy_bytes, n_copy_geometry; /* copy.c */
+	_Atomic uint64_t n_copy, n_copy_bytes, n_copy_rows, n_copy_geometry; /* copy.c */
 	_Atomic int failure_logged; /* the pool's failure (store_health) was logged */
 	struct batch *batch;        /* batch.c: .embfs/rows threads and counters */
 	struct pcache *pc;          /* pcache.c: stale kernel pages after scatters */

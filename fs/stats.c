@@ -48,6 +48,7 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 	fprintf(f, "fs.fsync_calls %llu\n", (unsigned long long)atomic_load(&fs->n_fsync));
 	fprintf(f, "fs.copy_calls %llu\n", (unsigned long long)atomic_load(&fs->n_copy));
 	fprintf(f, "fs.copy_bytes %llu\n", (unsigned long long)atomic_load(&fs->n_copy_bytes));
+	fprintf(f, "fs.copy_rows %llu\n", (unsigned long long)atomic_load(&fs->n_copy_rows));
 	fprintf(f, "fs.copy_geometry_taken %llu\n", (unsigned long long)atomic_load(&fs->n_copy_geometry));
 	batch_stats(fs, f);
 	pc_stats(fs, f);

@@ -3,7 +3,8 @@
  * against a fake store: they must give exactly what the same cache_read() /
  * cache_write() calls in order would, with duplicates (the last write wins),
  * holes, rows not cached, a cache far smaller than a batch (evictions and
- * bypasses), reservations that balance, and several threads at once.
+ * bypasses), reservations that balance, several threads at once, and the
+ * presence bits (a hole a pin loaded into the cache is still a hole).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -258,8 +259,42 @@ static void test_threads(void)
 	cache_destroy(c);
 }
 
+/* present[]: stored rows and written ones 1, holes 0, also a hole that a
+ * prefetch pin brought into the cache (until it is written) */
+static void test_present(void)
+{
+	reset();
+	struct cache_conf cc = { 1000 * (RS + CACHE_ROW_OVERHEAD), 0, 0 };
+	struct cache *c = cache_create(&cc, &OPS, NULL);
+	CHECK(c);
+	CHECK(cache_pin(c, 3, RS, 11) == 0); /* a hole */
+	CHECK(cache_pin(c, 3, RS, 12) == 0); /* stored */
+	uint64_t ids[6] = { 11, 12, 13, 14, 11, 12 };
+	uint8_t want[6] = { 0, 1, 0, 1, 0, 1 }, got[6], buf[6 * RS];
+	for (int round = 0; round < 2; round++) { /* misses, then hits */
+		memset(got, 0xee, sizeof(got));
+		CHECK(cache_read_rows(c, 3, RS, ids, 6, buf, got) == 0);
+		for (int i = 0; i < 6; i++)
+			CHECK(got[i] == want[i] && !memcmp(buf + i * RS, shadow[ids[i]], RS));
+	}
+	uint64_t w[2] = { 11, 13 };
+	do_write(c, w, 2, 7, 1);
+	want[0] = want[2] = want[4] = 1;
+	CHECK(cache_read_rows(c, 3, RS, ids, 6, buf, got) == 0);
+	for (int i = 0; i < 6; i++)
+		CHECK(got[i] == want[i] && !memcmp(buf + i * RS, shadow[ids[i]], RS));
+	cache_unpin(c, 3, 11);
+	cache_unpin(c, 3, 12);
+	check_store_after_flush(c);
+	CHECK(cache_read_rows(c, 3, RS, ids, 6, buf, got) == 0);
+	for (int i = 0; i < 6; i++)
+		CHECK(got[i] == want[i]);
+	cache_destroy(c);
+}
+
 int main(void)
 {
+	test_present();
 	test_big(0);
 	test_big(1);
 	test_small();
