@@ -899,11 +899,24 @@ out:;
 
 static uint64_t oldest_dirty(struct cache *c);
 
+/* Nothing of table is dirty or preserved: a flush of it has nothing to do
+ * (an lseek or setxattr of a clean table then scans no shard).  Called with
+ * flush_lock held: write-backs in flight are done. */
+static int table_clean(struct cache *c, int64_t table)
+{
+	if (table < 0 || table >= CACHE_MAX_TABLES || atomic_load(&tst(c, (uint32_t)table)->dirty))
+		return 0;
+	pthread_mutex_lock(&c->pres_lock);
+	uint64_t np = c->npres;
+	pthread_mutex_unlock(&c->pres_lock);
+	return np == 0;
+}
+
 int cache_flush(struct cache *c, int64_t table)
 {
 	struct pick p = { table, 0, 0 };
 	pthread_mutex_lock(&c->flush_lock);
-	int ret = writeback_rounds(c, 0, c->nshards, &p);
+	int ret = table_clean(c, table) ? 0 : writeback_rounds(c, 0, c->nshards, &p);
 	uint64_t low = table < 0 && !ret ? oldest_dirty(c) : 0;
 	pthread_mutex_unlock(&c->flush_lock);
 	if (low && c->ops->durable_below)
