@@ -4,7 +4,7 @@
  * with one pread/pwrite per row.
  *
  *   gatherbench -m batch|pread [-w] [-r ROWSIZE] [-n ROWS] [-b BATCH] [-t THREADS]
- *               [-d SECONDS] [-s SEED] [-z THETA] [-B BATCHFILE] FILE
+ *               [-d SECONDS] [-s SEED] [-z THETA] [-B BATCHFILE] [-I] FILE
  *
  * -m batch: per batch one GATHER request (pwrite of header + ids at offset 0)
  *   and one pread of the B rows from the batch file; with -w then a SCATTER
@@ -22,6 +22,9 @@
  * same fixed bijection as rowbench (so the hot rows are the same); each
  * thread (own fds) draws 2^20 ids from its own stream before the clock
  * starts and cycles through them, duplicates within a batch kept.
+ * -I: no batches; per thread one line "ids thread=T seed=S n=2^20
+ * first=A,B,C,D digest=HEX" (ids_digest below) and exit: tests/bench/pybench.py
+ * -I prints the same lines when it draws the same ids (run.sh checks it).
  *
  * Output, one line:
  *   gatherbench mode=batch threads=1 batch=4096 write=0 ... batches=N rows_per_s=X
@@ -56,7 +59,7 @@ struct conf {
 	const char *path, *batch_path;
 	uint32_t row_size, batch;
 	uint64_t rows, seed, ino;
-	int batched, write, threads, touch;
+	int batched, write, threads, touch, ids_only;
 	double secs, theta;
 };
 
@@ -80,6 +83,20 @@ static uint64_t now_ns(void)
 }
 
 /* ids, Zipf sampler and latency histogram: bench.h, shared with rowbench.c */
+
+/* an order-sensitive digest of ids: the sum mod 2^64 of the splitmix64
+ * finalizer of ids[i] ^ (i * golden) (pybench.py computes it with numpy) */
+static uint64_t ids_digest(const uint64_t *ids, size_t n)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t z = ids[i] ^ (i * 0x9E3779B97F4A7C15ull);
+		z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+		z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+		sum += z ^ (z >> 31);
+	}
+	return sum;
+}
 
 /* ---- one batch ---- */
 
@@ -212,7 +229,7 @@ static void *worker_run(void *arg)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: gatherbench -m batch|pread [-w] [-P] [-r ROWSIZE] [-n ROWS] [-b BATCH] [-t THREADS]\n"
-		   "                   [-d SECONDS] [-s SEED] [-z THETA] [-B BATCHFILE] FILE\n"
+		   "                   [-d SECONDS] [-s SEED] [-z THETA] [-B BATCHFILE] [-I] FILE\n"
 		   "  defaults: -r 256 -n 4000000 -b 4096 -t 1 -d 3 -s 1 -z 0.99\n");
 }
 
@@ -222,7 +239,7 @@ int main(int argc, char **argv)
 			  .secs = 3, .theta = 0.99, .batched = -1 };
 	static char bpath[PATH_MAX];
 	int opt;
-	while ((opt = getopt(argc, argv, "m:wPr:n:b:t:d:s:z:B:h")) != -1) {
+	while ((opt = getopt(argc, argv, "m:wPr:n:b:t:d:s:z:B:Ih")) != -1) {
 		switch (opt) {
 		case 'm':
 			c.batched = !strcmp(optarg, "batch") ? 1 : !strcmp(optarg, "pread") ? 0 : -1;
@@ -239,10 +256,13 @@ int main(int argc, char **argv)
 		case 's': c.seed = strtoull(optarg, NULL, 10); break;
 		case 'z': c.theta = strtod(optarg, NULL); break;
 		case 'B': c.batch_path = optarg; break;
+		case 'I': c.ids_only = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
 		}
 	}
+	if (c.ids_only && c.batched < 0)
+		c.batched = 1;
 	if (c.batched < 0 || (c.touch && !c.batched) || optind != argc - 1 || !c.row_size || !c.rows || !c.batch ||
 	    c.batch > EMBFS_BATCH_MAX_COUNT || c.threads < 1 || c.threads > 64 || !(c.secs > 0) ||
 	    !(c.theta > 0))
@@ -281,6 +301,17 @@ int main(int argc, char **argv)
 		rng_seed(&r, w[t].seed);
 		for (size_t i = 0; i < ring; i++)
 			w[t].ids[i] = perm_row(&pm, zipf_next(&z, &r) - 1);
+		if (c.ids_only) {
+			const uint64_t *d = w[t].ids;
+			printf("ids thread=%d seed=%llu n=%zu first=%llu,%llu,%llu,%llu digest=%016llx\n", t,
+			       (unsigned long long)w[t].seed, ring, (unsigned long long)d[0], (unsigned long long)d[1],
+			       (unsigned long long)d[2], (unsigned long long)d[3], (unsigned long long)ids_digest(d, ring));
+			free(w[t].ids);
+		}
+	}
+	if (c.ids_only) {
+		free(w);
+		return 0;
 	}
 	for (int t = 0; t < c.threads; t++)
 		if (pthread_create(&w[t].tid, NULL, worker_run, &w[t]))

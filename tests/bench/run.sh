@@ -18,6 +18,13 @@
 #   batch     training batches of 4096 Zipf ids through .embfs/rows vs
 #             per-row pread on the mount and on /dev/shm, 1 and 2 clients;
 #             then each batch written back too (build/bench/gatherbench)
+#   pybatch   issue 13's Python package against the C client on the same
+#             batches: tests/bench/pybench.py (import embfs; Table.gather
+#             into a reused buffer, Table.scatter) and gatherbench -m batch
+#             draw the same ids (checked first: -I digests), 1 and 2
+#             clients, gather and gather+scatter, PY_RUNS runs of PY_SECS s
+#             each, alternately; ratio python/C (target >= 0.7x).  On the
+#             main mount if setup ran, else on a pool of its own
 #   teardown  clean unmount of the main mount
 #   cache1    row cache at 1% of the table vs cache_size=0, two daemons on
 #             copies of the pool, O_DIRECT read/write/rmw
@@ -78,7 +85,9 @@
 #   (120: a fill writes no longer), CAP_FILL_RUNS (1 per row size),
 #   CAP_CHUNK (64K per pwrite), CAP_SECS (4 per gather run), CAP_HIGH and
 #   CAP_LOW (spill_high/spill_low; the daemon's defaults if empty), CAP_OPTS
-#   (more mount options, e.g. spill_runs=0 for the stub tier).
+#   (more mount options, e.g. spill_runs=0 for the stub tier), PY
+#   (/usr/bin/python3: Debian's, with python3-numpy), PY_RUNS (RUNS), PY_SECS
+#   (5 per run).
 #   SECTIONS (or BENCH_SECTIONS): the sections to run, in order.
 # Exit 0 done, 1 failure, 77 skipped (no FUSE, no room on /dev/shm).
 set -u
@@ -145,6 +154,9 @@ CAP_SECS=${CAP_SECS:-4}                 # per gather run
 CAP_HIGH=${CAP_HIGH:-}                  # spill_high / spill_low; empty: the daemon's defaults
 CAP_LOW=${CAP_LOW:-}
 CAP_OPTS=${CAP_OPTS:-}                  # more mount options, e.g. spill_runs=1 (sorted runs)
+PY=${PY:-/usr/bin/python3}              # section pybatch: Debian's python3, with python3-numpy
+PY_RUNS=${PY_RUNS:-$RUNS}               # its runs per configuration, each side
+PY_SECS=${PY_SECS:-5}                   # per run
 
 # /dev/shm stands in for PMem.  PMEM_IS_PMEM_FORCE=1 makes libpmemobj treat
 # the pool as PMem and persist with cache-line flushes instead of msync, as
@@ -271,8 +283,8 @@ cleanup() {
 			[ $rc -ne 0 ] && [ -s "$W/daemon.log" ] && { echo "daemon log:" >&2; tail -20 "$W/daemon.log" >&2; }
 			[ -s "$W/runs.log" ] && cp "$W/runs.log" "$BENCH_OUT.runs" 2>/dev/null
 			rm -f "$W/pool" "$W/pool0" "$W/base.emb" "$W/daemon.log" "$W/summary" "$W/runs.log" \
-				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool" "$W/spillpool" "$W/cappool"
-			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/snapwbmnt" "$W/spillmnt" "$W/capmnt" 2>/dev/null
+				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool" "$W/spillpool" "$W/cappool" "$W/pypool"
+			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/snapwbmnt" "$W/spillmnt" "$W/capmnt" "$W/pymnt" 2>/dev/null
 			rmdir "$W" 2>/dev/null
 		fi
 	fi
@@ -609,6 +621,119 @@ section_batch() {
 	done
 	result batch "gather+scatter 1thr recording" "$(med $cv)" "$(med $pv)" "$(med $cp)" "$(med $pp)" \
 		"scatters with the table read via pread (one row a batch): $(pct "$caps" "$scs") of them recorded its rows' bytes; base: not read, none recorded"
+}
+
+# pybatch: the Python package (python/embfs) against the C client on the
+# same batches.  gatherbench -m batch and tests/bench/pybench.py (Python
+# threads, Table.gather(ids, out=buffer), with -w one byte of each row
+# changed and Table.scatter) draw the same ids for the same seed and thread
+# (checked here first: gatherbench -I and pybench.py -I print each
+# thread's first ids and a digest of its 2^20); per configuration PY_RUNS
+# runs of PY_SECS s of each, alternately (which goes first alternates).
+# Uses the main mount when setup ran, else a pool of its own with ROWS rows
+# from /dev/urandom.  FUSE requests per batch include pybench's one 1-id
+# gather per thread before the clock (it opens the thread's fd).
+section_pybatch() {
+	gb=$BUILD/bench/gatherbench
+	pb=$TOP/tests/bench/pybench.py
+	bsz=${BATCH_IDS:-4096}
+	[ -x "$gb" ] || fail "$gb not built (run make)"
+	ensure_w
+	say ""
+	if ! PYTHONPATH=$TOP/python "$PY" -c 'import embfs' 2>/dev/null; then
+		say "pybatch: $PY cannot import numpy or embfs (tests/deps.sh installs python3-numpy); skipped"
+		result pybatch "skipped" - - - - "no numpy for $PY"
+		return
+	fi
+	pyown=0
+	if [ -n "$PID" ] && is_mounted "$MNT"; then
+		pm=$MNT
+	else
+		[ -c /dev/fuse ] || skip "no /dev/fuse"
+		pyown=1
+		room pybatch /dev/shm $((ROWS * ROW_SIZE / 1048576 * 2 + 512)) || return
+		"$MKFS" -f -s "$POOL_SIZE" -t "$TABLE:64:f32" "$W/pypool" >/dev/null || fail "mkfs.embfs pypool"
+		mkdir -p "$W/pymnt"
+		pm=$W/pymnt
+		mount_pool "$W/pypool" "$pm" "" 1
+		pypid=$DPID
+		t=$(now)
+		head -c $((ROWS * ROW_SIZE)) /dev/urandom |
+			dd of="$pm/$TABLE.emb" bs=1M iflag=fullblock conv=notrunc,fsync status=none || fail "populate (pybatch)"
+		[ "$(stat_of "$pm" rows)" = "$ROWS" ] || fail "pybatch pool holds $(stat_of "$pm" rows) rows, want $ROWS"
+		say "pybatch: a pool of its own on $pm: $ROWS rows from /dev/urandom by dd bs=1M + fsync ($(since "$t") s)"
+	fi
+	tf=$pm/$TABLE.emb
+	say "pybatch: python/embfs vs gatherbench -m batch, batches of $bsz Zipf(0.99) ids over $ROWS rows," \
+		"$PY_RUNS x $PY_SECS s per configuration and side; row cache $(($(stat_of "$pm" cache.budget_bytes || echo 0) >> 20)) MiB;" \
+		"$("$PY" -c 'import sys, numpy; print("python", sys.version.split()[0], "numpy", numpy.__version__)')"
+	pyb() { PYTHONPATH=$TOP/python "$PY" "$pb" "$@"; }
+	tmax=$(echo $THREADS | tr ' ' '\n' | sort -n | tail -1)
+	t=$(now)
+	n=1
+	while [ $n -le "$PY_RUNS" ]; do
+		seed=$((SEED * 1000 + n))
+		a=$("$gb" -I -t "$tmax" -b "$bsz" -n "$ROWS" -s "$seed" "$tf") || fail "gatherbench -I"
+		b=$(pyb -I -t "$tmax" -b "$bsz" -n "$ROWS" -s "$seed" "$tf") || fail "pybench.py -I"
+		[ "$a" = "$b" ] || fail "pybench.py draws other ids than gatherbench (seed $seed):
+$a
+$b"
+		echo "$b" >>"$W/runs.log"
+		n=$((n + 1))
+	done
+	say "  ids: gatherbench -I and pybench.py -I agree (first ids, digest of 2^20) for seeds" \
+		"$((SEED * 1000 + 1))..$((SEED * 1000 + PY_RUNS)), threads 0..$((tmax - 1)) ($(since "$t") s)"
+	allmet=met
+	for wr in 0 1; do
+		if [ $wr = 0 ]; then kind=gather; wflag=""; else kind="gather+scatter"; wflag=-w; fi
+		for t in $THREADS; do
+			cv=""; pv=""; cp=""; pp=""; rv=""; cb=0; pyb_n=0; cq=0; pq=0
+			n=1
+			while [ $n -le "$PY_RUNS" ]; do
+				seed=$((SEED * 1000 + n))
+				line="  $kind ${t}thr run $n/$PY_RUNS:"
+				for side in $( [ $((n % 2)) = 1 ] && echo "c py" || echo "py c"); do
+					q0=$(stat_of "$pm" batch.write_requests); d0=$(stat_of "$pm" batch.read_requests)
+					case $side in
+					c) o=$("$gb" -m batch $wflag -t "$t" -b "$bsz" -n "$ROWS" -d "$PY_SECS" -s "$seed" "$tf") ||
+						fail "gatherbench $kind ${t}thr" ;;
+					py) o=$(pyb $wflag -t "$t" -b "$bsz" -n "$ROWS" -d "$PY_SECS" -s "$seed" "$tf") ||
+						fail "pybench.py $kind ${t}thr" ;;
+					esac
+					q1=$(stat_of "$pm" batch.write_requests); d1=$(stat_of "$pm" batch.read_requests)
+					echo "$o" >>"$W/runs.log"
+					r=$(field "$o" rows_per_s); p=$(field "$o" p50_batch_us)
+					line="$line $([ $side = c ] && echo C || echo python) $(mrows "$r") p50 ${p}us p99 $(field "$o" p99_batch_us)us;"
+					if [ $side = c ]; then
+						cv="$cv $r"; cp="$cp $p"; rc=$r
+						cb=$((cb + $(field "$o" batches))); cq=$((cq + q1 - q0 + d1 - d0))
+					else
+						pv="$pv $r"; pp="$pp $p"; rp=$r
+						pyb_n=$((pyb_n + $(field "$o" batches))); pq=$((pq + q1 - q0 + d1 - d0))
+					fi
+				done
+				rv="$rv $(ratio "$rp" "$rc")"
+				say "$line python/C $(ratio "$rp" "$rc")"
+				n=$((n + 1))
+			done
+			cm=$(med $cv); pym=$(med $pv); rm_=$(ratio "$pym" "$cm")
+			rq=$(awk -v a="$pq" -v na="$pyb_n" -v b="$cq" -v nb="$cb" \
+				'BEGIN { if (na > 0 && nb > 0) printf "FUSE requests per batch python %.2f, C %.2f", a / na, b / nb; else print "-" }')
+			result pybatch "$kind ${t}thr python/C" "$pym" "$cm" "$(med $pp)" "$(med $cp)" \
+				"base = gatherbench -m batch (C), same batches; per-run ratios$(echo "$rv" | tr -s ' ' ' '); $rq"
+			LAST_MNT=$pym; LAST_SHM=$cm
+			target 0.7
+			mt=$(meets "$rm_" 0.7)
+			[ "$mt" = met ] || allmet=MISSED
+			say "  $kind ${t}thr: python $(mrows "$pym") C $(mrows "$cm") rows/s (medians), python/C $rm_; target >= 0.7x: $mt"
+		done
+	done
+	say "  pybatch target >= 0.7x: $allmet"
+	if [ $pyown = 1 ]; then
+		umount_pool "$pypid" "$pm"
+		rm -f "$W/pypool"
+		rmdir "$pm"
+	fi
 }
 
 # teardown: clean unmount (flushes everything), timed
@@ -1500,7 +1625,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" (or BENCH_SECTIONS) runs a subset (setup
 # first, teardown after the sections that use its mount)
-for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch snap teardown snapscale snapwb cache1 verify durable spill capacity spillsnap missrate}}; do
+for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable spill capacity spillsnap missrate}}; do
 	section "$s_name"
 done
 
