@@ -10,8 +10,8 @@
  *  - Same row size and row-aligned offsets: the source's stored rows are
  *    found through its seek index and only they are written (holes stay
  *    holes, and a sparse table costs what it stores, not its length; where
- *    the destination stores a row the source does not, that row is
- *    punched, as a byte copy of zeros would leave it reading).
+ *    the destination may store a row the source does not -- below its
+ *    size -- that row is punched, as a byte copy of zeros would leave it).
  *  - Anything else (unaligned offsets, other row sizes, a partial last
  *    row): the bytes are read and written as by READ and WRITE.
  * Each request copies at most MAX_BYTES of stored rows (or, byte by byte,
@@ -58,10 +58,11 @@ static int copy_run(struct embfs *fs, const struct cside *src, uint32_t id, uint
 /* Rows [rin, rin + n) of src to [rout, rout + n) of table id, row size rs:
  * the source's runs of stored rows are found with its seek index (a sparse
  * table costs what it stores, not its length) and written; rows it does
- * not store are punched in the destination unless that is empty.  Stops
- * once MAX_BYTES of rows are copied: *covered = rows of the range done. */
+ * not store are punched in the destination below dst_end (its size in rows:
+ * no row is stored past it).  Stops once MAX_BYTES of rows are copied:
+ * *covered = rows of the range done. */
 static int copy_rows(struct embfs *fs, const struct cside *src, uint32_t id, uint32_t rs, uint64_t rin,
-		     uint64_t rout, uint64_t n, int dst_empty, uint64_t *covered)
+		     uint64_t rout, uint64_t n, uint64_t dst_end, uint64_t *covered)
 {
 	uint64_t *ids = malloc(CHUNK_ROWS * sizeof(*ids));
 	char *buf = malloc((size_t)CHUNK_ROWS * rs);
@@ -74,8 +75,10 @@ static int copy_rows(struct embfs *fs, const struct cside *src, uint32_t id, uin
 			break;
 		if (ret == 0 || data > end)
 			data = end;
-		if (data > r && !dst_empty)
-			ret = rows_punch(fs, id, (rout + (r - rin)) * rs, (data - r) * rs);
+		uint64_t plo = rout + (r - rin), phi = rout + (data - rin);
+		phi = phi < dst_end ? phi : dst_end;
+		if (plo < phi)
+			ret = rows_punch(fs, id, plo * rs, (phi - plo) * rs);
 		if (ret < 0)
 			break;
 		r = data;
@@ -144,6 +147,7 @@ static int64_t copy_range(struct embfs *fs, fuse_ino_t ino_in, uint64_t in, uint
 	if (out + len < out || out + len > (uint64_t)INT64_MAX)
 		return -EFBIG;
 	int dst_empty = da.size == 0 && rows_count(fs, id, da.nrows) == 0;
+	uint64_t dst_end = dst_empty ? 0 : (da.size + da.row_size - 1) / da.row_size;
 	if (dst_empty && (da.dim != src.a.dim || da.dtype != src.a.dtype)) {
 		if ((ret = rows_before_change(fs, id)))
 			return ret;
@@ -158,7 +162,7 @@ static int64_t copy_range(struct embfs *fs, fuse_ino_t ino_in, uint64_t in, uint
 	uint32_t rs = src.a.row_size;
 	uint64_t whole = 0, covered = 0;
 	if (da.row_size == rs && in % rs == 0 && out % rs == 0) {
-		ret = copy_rows(fs, &src, id, rs, in / rs, out / rs, len / rs, dst_empty, &covered);
+		ret = copy_rows(fs, &src, id, rs, in / rs, out / rs, len / rs, dst_end, &covered);
 		whole = covered * rs;
 		if (!ret && whole)
 			ret = store_table_extend(fs->st, id, out + whole); /* trailing holes count */

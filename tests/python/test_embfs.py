@@ -346,6 +346,19 @@ class TestSnapshots(MountCase):
         g = embfs.Table(dst)
         self.assertEqual((g.dim, g.dtype_name), (4, "f16"))
         self.assertEqual(list(g.stored_ids()), [0, 9])
+        # into a table with rows: where the source has none, they go
+        h = m.create("geo3.emb", 4, "f16")
+        h.scatter([1, 9, 10, 40], np.full((4, 4), 3, np.float16))
+        fi = os.open(snap, os.O_RDONLY)
+        fo = os.open(h.path, os.O_WRONLY)
+        try:
+            self.assertEqual(os.copy_file_range(fi, fo, 1 << 20, 0, 0), os.fstat(fi).st_size)
+        finally:
+            os.close(fi)
+            os.close(fo)
+        # row 1 punched; rows 10 and 40 lie past the source's 10 rows: untouched
+        self.assertEqual(list(h.stored_ids()), [0, 9, 10, 40])
+        np.testing.assert_array_equal(h.gather([0, 9, 10]), np.array([[1] * 4, [1] * 4, [3] * 4], np.float16))
         # setting the geometry it has is fine with rows; another is EBUSY
         os.setxattr(dst, "user.embfs.dim", b"4")
         os.setxattr(dst, "user.embfs.row_size", b"8")
