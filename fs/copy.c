@@ -161,7 +161,8 @@ static int64_t copy_range(struct embfs *fs, fuse_ino_t ino_in, uint64_t in, uint
 	}
 	uint32_t rs = src.a.row_size;
 	uint64_t whole = 0, covered = 0;
-	if (da.row_size == rs && in % rs == 0 && out % rs == 0) {
+	int aligned = da.row_size == rs && in % rs == 0 && out % rs == 0;
+	if (aligned) {
 		ret = copy_rows(fs, &src, id, rs, in / rs, out / rs, len / rs, dst_end, &covered);
 		whole = covered * rs;
 		if (!ret && whole)
@@ -169,7 +170,19 @@ static int64_t copy_range(struct embfs *fs, fuse_ino_t ino_in, uint64_t in, uint
 		if (!ret && covered < len / rs)
 			len = whole; /* the budget ran out: a short copy, the caller goes on */
 	}
-	if (!ret && whole < len) {
+	if (!ret && aligned && whole < len && len - whole < rs) {
+		/* the first bytes of one row, aligned: copied if the source
+		 * stores that row, else a hole stays a hole (the size covers it) */
+		uint64_t row = (in + whole) / rs;
+		uint8_t present = 0;
+		char *b = malloc(rs);
+		ret = b ? rows_get(fs, &src.v, rs, &row, 1, b, &present) : -ENOMEM;
+		if (!ret && present)
+			ret = copy_bytes(fs, &src, id, da.row_size, in + whole, out + whole, len - whole);
+		else if (!ret)
+			ret = store_table_extend(fs->st, id, out + len);
+		free(b);
+	} else if (!ret && whole < len) {
 		if (len - whole > MAX_BYTES)
 			len = whole + MAX_BYTES;
 		ret = copy_bytes(fs, &src, id, da.row_size, in + whole, out + whole, len - whole);

@@ -140,6 +140,23 @@ def _advance(bufs, n):
     return left
 
 
+def _data_runs(fd, end, off=0):
+    """(start, end) byte ranges of data in [off, end) of fd, by SEEK_DATA
+    and SEEK_HOLE."""
+    while off < end:
+        try:
+            d = os.lseek(fd, off, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == _errno.ENXIO:
+                return
+            raise
+        if d >= end:
+            return
+        h = min(os.lseek(fd, d, os.SEEK_HOLE), end)
+        yield d, h
+        off = h
+
+
 def _bytes_view(a):
     """A writable or read-only byte memoryview of a C-contiguous ndarray."""
     return memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
@@ -630,20 +647,12 @@ class Table:
         rs = self.row_size
         fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            end = os.fstat(fd).st_size if stop is None else min(stop * rs, os.fstat(fd).st_size)
-            off = start * rs
-            while off < end:
-                try:
-                    d = os.lseek(fd, off, os.SEEK_DATA)
-                except OSError as e:
-                    if e.errno == _errno.ENXIO:
-                        return
-                    raise _oserror(e, f"{self}: SEEK_DATA", self.path) from None
-                if d >= end:
-                    return
-                h = min(os.lseek(fd, d, os.SEEK_HOLE), end)
-                yield from range(d // rs, (h + rs - 1) // rs)
-                off = h
+            size = os.fstat(fd).st_size
+            end = size if stop is None else min(stop * rs, size)
+            for lo, hi in _data_runs(fd, end, start * rs):
+                yield from range(lo // rs, (hi + rs - 1) // rs)
+        except OSError as e:
+            raise _oserror(e, f"{self}: SEEK_DATA", self.path) from None
         finally:
             os.close(fd)
 
@@ -656,67 +665,55 @@ class Table:
         except OSError as e:
             raise _oserror(e, f"{self}: truncate", self.path) from None
 
-    def copy_from(self, src):
+    def copy_from(self, src, batch=65536):
         """Make this table's rows those of src (same geometry; e.g. a snapshot's
-        table: a restore).  Rows src does not store become holes.  The copy is
-        served inside the daemon by copy_file_range (stored rows only, no row
-        bytes through this process): one call per 16 MiB of stored rows or
-        2 GiB of range, after a SEEK_DATA past the hole before it (a table of
-        rows scattered over a huge id space costs a pair of calls per row
-        there); where the daemon cannot serve it, rows move by gather and
-        scatter."""
+        table: a restore).  Rows src does not store become holes.  src's runs
+        of stored rows are found with SEEK_DATA/SEEK_HOLE; a run of 64 rows
+        or more is copied inside the daemon by copy_file_range (no row bytes
+        through this process), shorter ones (a table of rows scattered over
+        a huge id space is all runs of one row) are gathered and scattered
+        in batches of up to `batch` rows."""
         if (src.dim, src.dtype_name) != (self.dim, self.dtype_name):
             raise BadArgument(f"{self}: cannot copy {src} ({src.dim} x {src.dtype_name}) into "
                               f"{self.dim} x {self.dtype_name}", self.path)
         self.truncate(0)
-        size = os.stat(src.path).st_size
-        try:
-            fi = os.open(src.path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                fo = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
-            except OSError:
-                os.close(fi)
-                raise
-        except OSError as e:
-            raise _oserror(e, f"{self}: copy from {src}", self.path) from None
-        try:
-            off = 0
-            while off < size:
-                # skip the hole first: one call covers at most ~2 GiB of range
-                try:
-                    off = os.lseek(fi, off, os.SEEK_DATA)
-                except OSError as e:
-                    if e.errno == _errno.ENXIO:
-                        break
-                    raise
-                n = os.copy_file_range(fi, fo, min(size - off, 1 << 31), off, off)
-                if n == 0:
-                    break
-                off += n
-        except OSError as e:
-            if e.errno not in (_errno.EXDEV, _errno.EOPNOTSUPP, _errno.ENOSYS, _errno.EINVAL):
-                raise _oserror(e, f"{self}: copy from {src}", self.path) from None
-            self._copy_rows(src)
-        finally:
-            os.close(fi)
-            os.close(fo)
-        if os.stat(self.path).st_size < size:
-            os.truncate(self.path, size)  # holes at the end count
-
-    def _copy_rows(self, src, batch=65536):
-        self.truncate(0)
-        ids = []
+        rs, ids = self.row_size, []
 
         def flush():
             if ids:
                 a = np.array(ids, np.int64)
                 self.scatter(a, src.gather(a))
                 ids.clear()
-        for r in src.stored_ids():
-            ids.append(r)
-            if len(ids) >= batch:
+        try:
+            fi = os.open(src.path, os.O_RDONLY | os.O_CLOEXEC)
+            fo = None
+            try:
+                fo = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+                size = os.fstat(fi).st_size
+                for lo, hi in _data_runs(fi, size):
+                    r0, r1 = lo // rs, (hi + rs - 1) // rs
+                    if r1 - r0 < 64:
+                        ids.extend(range(r0, r1))
+                        if len(ids) >= batch:
+                            flush()
+                        continue
+                    off = lo
+                    while off < hi:
+                        n = os.copy_file_range(fi, fo, hi - off, off, off)
+                        if n <= 0:
+                            break
+                        off += n
                 flush()
-        flush()
+            finally:
+                os.close(fi)
+                if fo is not None:
+                    os.close(fo)
+            if os.stat(self.path).st_size < size:
+                os.truncate(self.path, size)  # holes at the end count
+        except OSError as e:
+            if isinstance(e, EmbfsError):
+                raise
+            raise _oserror(e, f"{self}: copy from {src}", self.path) from None
 
     def fsync(self):
         """Make this table's writes durable."""
