@@ -1641,6 +1641,33 @@ int cache_write_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_
 	return ret;
 }
 
+void cache_drop_rows(struct cache *c, uint32_t table, const uint64_t *rows, size_t n)
+{
+	if (table >= CACHE_MAX_TABLES)
+		return;
+	struct giveback g = { 0 };
+	pthread_mutex_lock(&c->flush_lock); /* no row is busy now */
+	drain_preserved(c); /* snapshots' versions are never dropped */
+	atomic_fetch_add(&tst(c, table)->gen, 1);
+	for (size_t k = 0; k < n; k++) {
+		uint64_t h = hash(table, rows[k]);
+		uint32_t si, rs = 0;
+		struct shard *sh = shard_of(c, h, &si);
+		int give = 0;
+		pthread_mutex_lock(&sh->lock);
+		uint32_t idx = lookup(sh, table, rows[k], h);
+		if (idx != NIL) {
+			rs = sh->ar[sh->e[idx].cls].rs;
+			give = remove_entry(c, sh, idx);
+		}
+		pthread_mutex_unlock(&sh->lock);
+		if (give && c->ops->reserve)
+			giveback_add(c, &g, table, rs, 1);
+	}
+	pthread_mutex_unlock(&c->flush_lock);
+	giveback_end(c, &g);
+}
+
 void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)
 {
 	if (table >= CACHE_MAX_TABLES)

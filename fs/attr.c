@@ -73,6 +73,8 @@ static const struct {
 	[FS_ROWS] = { S_IFREG | 0666, 1, STORE_DIR_POOL },
 	/* the batch id: set by the trainer (root or the mount's owner) */
 	[FS_BATCHID] = { S_IFREG | 0644, 1, STORE_DIR_POOL },
+	/* restores rewrite tables: root or the mount's owner */
+	[FS_RESTORE] = { S_IFREG | 0644, 1, STORE_DIR_POOL },
 	[FS_SNAPS] = { S_IFDIR | 0555, 2, STORE_DIR_SNAPS },
 };
 

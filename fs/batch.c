@@ -702,6 +702,12 @@ static int take(struct embfs *fs, fuse_req_t req, struct bfd *f, const char *dat
 	return 0;
 }
 
+void batch_inval(struct embfs *fs, uint64_t ino)
+{
+	if (fs->batch)
+		inval_queue(fs->batch, ino);
+}
+
 /* ---- FUSE entry points (ll.c dispatches .embfs/rows here) ------------ */
 
 void batch_open(fuse_req_t req, struct fuse_file_info *fi)

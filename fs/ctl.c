@@ -23,6 +23,7 @@ void ctl_lookup(fuse_req_t req, const char *name)
 	fuse_ino_t ino = !strcmp(name, "stats") ? INO_STATS
 		       : !strcmp(name, "rows")  ? INO_ROWS
 		       : !strcmp(name, "batch") ? INO_BATCHID
+		       : !strcmp(name, "restore") ? INO_RESTORE
 						: 0;
 	if (!ino || fs_entry(fs_of(req), ino, &e))
 		fuse_reply_err(req, ENOENT);
@@ -38,6 +39,7 @@ void ctl_readdir(fuse_req_t req, size_t size, off_t off)
 		{ "stats", INO_STATS, S_IFREG },
 		{ "batch", INO_BATCHID, S_IFREG },
 		{ "rows", INO_ROWS, S_IFREG },
+		{ "restore", INO_RESTORE, S_IFREG },
 	};
 	struct fs_dirbuf b;
 	if (fs_dir_begin(req, &b, size, off)) {

@@ -59,6 +59,8 @@ struct embfs {
 	_Atomic uint64_t *nlookup;  /* kernel references per table id */
 	_Atomic uint64_t n_read, n_write, n_read_bytes, n_write_bytes, n_fsync, n_snaps;
 	_Atomic uint64_t n_copy, n_copy_bytes, n_copy_rows, n_copy_geometry; /* copy.c */
+	pthread_mutex_t restore_lock; /* restore.c: one restore at a time */
+	char restore_last[1024];      /* protected by restore_lock */
 	_Atomic int failure_logged; /* the pool's failure (store_health) was logged */
 	struct batch *batch;        /* batch.c: .embfs/rows threads and counters */
 	struct pcache *pc;          /* pcache.c: stale kernel pages after scatters */
@@ -104,6 +106,11 @@ void table_fallocate(fuse_req_t req, uint32_t id, int mode, off_t off, off_t len
  * snapshot's), served inside the daemon. */
 void table_copy_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, uint32_t id, fuse_ino_t ino_out,
 		      off_t off_out, size_t len, int flags);
+/* restore.c: .embfs/restore ("SNAPSHOT TABLE" written: a restore in place). */
+void restore_write(fuse_req_t req, const char *data, size_t size, off_t off);
+void restore_read(fuse_req_t req, size_t size, off_t off);
+/* batch.c: queue an invalidation of table inode ino's kernel page cache. */
+void batch_inval(struct embfs *fs, uint64_t ino);
 /* The kernel dropped n references to live table id (no reply). */
 void table_forget(struct embfs *fs, uint32_t id, uint64_t n);
 
@@ -257,6 +264,9 @@ int rows_sync_snap(struct embfs *fs, uint32_t idx);
 int rows_before_change(struct embfs *fs, uint32_t id);
 void rows_after_change(struct embfs *fs, uint32_t id, uint64_t from, uint64_t to);
 /* Stored rows including written rows not yet in the store. */
+/* Rows rows[0..n) of table id changed in the store behind the cache: its
+ * copies go (no write-back). */
+void rows_dropped(struct embfs *fs, uint32_t id, const uint64_t *rows, size_t n);
 uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows);
 extern const struct cache_ops embfs_cache_ops;
 

@@ -215,6 +215,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		batch_open(req, fi);
 		return;
 	case FS_BATCHID:
+	case FS_RESTORE:
 		ctl_batch_open(req, fi);
 		return;
 	case FS_STATS:
@@ -252,6 +253,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	case FS_BATCHID:
 		ctl_batch_read(req, size, off);
 		return;
+	case FS_RESTORE:
+		restore_read(req, size, off);
+		return;
 	case FS_STATS:
 		ctl_stats_read(req, size, off, fi);
 		return;
@@ -270,6 +274,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 		batch_write(req, data, size, off, fi);
 	else if (k.kind == FS_BATCHID)
 		ctl_batch_write(req, data, size, off);
+	else if (k.kind == FS_RESTORE)
+		restore_write(req, data, size, off);
 	else
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : EBADF);
 }

@@ -276,6 +276,7 @@ int main(int argc, char **argv)
 	memset(&fs, 0, sizeof(fs));
 	memset(&cl, 0, sizeof(cl));
 	pthread_rwlock_init(&fs.snap_rw, NULL);
+	pthread_mutex_init(&fs.restore_lock, NULL);
 	int r = parse_args(&args, &fs, &cl, argv[0]);
 	if (r)
 		ret = r > 0 ? 0 : 1;

@@ -383,6 +383,12 @@ void rows_after_change(struct embfs *fs, uint32_t id, uint64_t from, uint64_t to
 		cache_drop(fs->cache, id, from, to);
 }
 
+void rows_dropped(struct embfs *fs, uint32_t id, const uint64_t *rows, size_t n)
+{
+	if (fs->cache)
+		cache_drop_rows(fs->cache, id, rows, n);
+}
+
 uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows)
 {
 	struct cache_stats cs;

@@ -136,6 +136,8 @@ void cache_set_snapshot(struct cache *c, uint64_t batch);
 int cache_flush(struct cache *c, int64_t table);
 /* Discard (without write-back) the cached rows of table in [from, to). */
 void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to);
+/* The same for rows[0..n) (looked up one by one: no scan of the cache). */
+void cache_drop_rows(struct cache *c, uint32_t table, const uint64_t *rows, size_t n);
 
 /* Pin a row in the cache (loading it if needed) until cache_unpin();
  * -ENOSPC if its shard holds nothing evictable. */

@@ -18,6 +18,8 @@
 #   batch     training batches of 4096 Zipf ids through .embfs/rows vs
 #             per-row pread on the mount and on /dev/shm, 1 and 2 clients;
 #             then each batch written back too (build/bench/gatherbench)
+#   restore   issue 14's restore in place (.embfs/restore) of 1% changed
+#             rows against a dd bs=1M copy of the table (RUNS each)
 #   pybatch   issue 13's Python package against the C client on the same
 #             batches: tests/bench/pybench.py (import embfs; Table.gather
 #             into a reused buffer, Table.scatter) and gatherbench -m batch
@@ -621,6 +623,38 @@ section_batch() {
 	done
 	result batch "gather+scatter 1thr recording" "$(med $cv)" "$(med $pv)" "$(med $cp)" "$(med $pp)" \
 		"scatters with the table read via pread (one row a batch): $(pct "$caps" "$scs") of them recorded its rows' bytes; base: not read, none recorded"
+}
+
+# restore: issue 14's restore in place (.embfs/restore) of a table of ROWS
+# rows of ROW_SIZE bytes where 1% changed since the snapshot, against
+# copying the whole table through the mount with dd bs=1M (target <= 5%),
+# on a pool of its own on /dev/shm (PMEM_IS_PMEM_FORCE=1, as the main one).
+section_restore() {
+	ensure_w
+	say ""
+	if ! PYTHONPATH=$TOP/python "$PY" -c 'import embfs' 2>/dev/null; then
+		say "restore: $PY cannot import numpy; skipped"
+		result restore "skipped" - - - - "no numpy for $PY"
+		return
+	fi
+	need=$((ROWS * ROW_SIZE / 1048576 * 4 + 1024))
+	room restore /dev/shm $need || return
+	"$MKFS" -f -s $((need - 512))M "$W/rspool" >/dev/null || fail "mkfs.embfs rspool"
+	mkdir -p "$W/rsmnt"
+	mount_pool "$W/rspool" "$W/rsmnt" "" 1
+	rspid=$DPID
+	say "restore: in place, 1% of $ROWS rows of $ROW_SIZE B changed since the snapshot, vs dd bs=1M of the table into another on the mount ($RUNS runs each)"
+	out=$(PYTHONPATH=$TOP/python "$PY" "$TOP/tests/bench/restorebench.py" "$W/rsmnt" -n "$ROWS" \
+		-d $((ROW_SIZE / 4)) -p 1 -r "$RUNS" -s "$SEED") || { echo "$out"; fail "restorebench"; }
+	echo "$out" | sed 's/^/  /'
+	umount_pool "$rspid" "$W/rsmnt"
+	rm -f "$W/rspool"
+	line=$(echo "$out" | tail -1)
+	ratio=$(echo "$line" | sed -n 's/.*ratio=\([0-9.]*\).*/\1/p')
+	met=$(awk -v r="$ratio" 'BEGIN { print (r <= 0.05) ? "met" : "MISSED" }')
+	say "  restore in place / dd copy = $ratio (target <= 0.05: $met)"
+	result restore "1% of $ROWS rows changed" - - - - \
+		"restore $(echo "$line" | sed -n 's/.*restore_ms=\([0-9]*\).*/\1/p') ms, dd copy $(echo "$line" | sed -n 's/.*dd_ms=\([0-9]*\).*/\1/p') ms: $ratio (<= 0.05: $met)"
 }
 
 # pybatch: the Python package (python/embfs) against the C client on the
@@ -1625,7 +1659,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" (or BENCH_SECTIONS) runs a subset (setup
 # first, teardown after the sections that use its mount)
-for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable spill capacity spillsnap missrate}}; do
+for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable spill capacity spillsnap missrate restore}}; do
 	section "$s_name"
 done
 

@@ -386,6 +386,63 @@ class TestSnapshots(MountCase):
         m.drop("geo")
 
 
+    def test_restore_in_place(self):
+        m = self.m
+        t = m.create("rs.emb", 4)
+        ids = np.arange(0, 3000)
+        t.scatter(ids, np.repeat(ids.astype(np.float32)[:, None], 4, 1))
+        t.scatter([10 ** 9], np.ones((1, 4), np.float32))  # a far row
+        m.snapshot("rs")
+        want_ids = list(t.stored_ids())
+        want = t.gather(want_ids)
+        size = os.stat(t.path).st_size
+        # after the snapshot: rows changed, deleted, added (near and far), grown
+        t.scatter([5, 2999, 4000, 10 ** 10], np.full((4, 4), -1, np.float32))
+        t.scatter(np.arange(100, 200), np.zeros((100, 4), np.float32))
+        os.truncate(t.path, 2500 * t.row_size)  # rows 2500.. and the far ones gone
+        t.truncate(2500)
+        t.scatter([2600, 3500], np.ones((2, 4), np.float32))
+        r = m.restore("rs", "rs.emb")
+        self.assertEqual(list(t.stored_ids()), want_ids)
+        np.testing.assert_array_equal(t.gather(want_ids), want)
+        self.assertEqual(os.stat(t.path).st_size, size)
+        # only what differed was written: 5, 100..199, 2500..2999 (2600 too), the far row
+        self.assertEqual(r["rows_rewritten"], 1 + 100 + 500 + 1)
+        self.assertEqual(r["rows_deleted"], 1)  # 3500 (4000 and 10^10 went with the truncate)
+        self.assertLess(r["rows_examined"], 3100)
+        again = m.restore("rs", "rs.emb")  # idempotent: nothing to do
+        self.assertEqual((again["rows_rewritten"], again["rows_deleted"]), (0, 0))
+        # bad requests: a clear errno, nothing changed
+        for snap, name, err in (("nosuch", "rs.emb", errno.ENOENT), ("rs", "nosuch.emb", errno.ENOENT)):
+            with self.assertRaises(embfs.EmbfsError) as cm:
+                m.restore(snap, name)
+            self.assertEqual(cm.exception.errno, err)
+        p = os.path.join(m.path, ".embfs", "restore")
+        for bad in (b"rs\n", b"rs rs.emb extra\n", b" rs.emb\n", b"rs a/b\n"):
+            fd = os.open(p, os.O_WRONLY)
+            try:
+                with self.assertRaises(OSError) as cm:
+                    os.write(fd, bad)
+                self.assertEqual(cm.exception.errno, errno.EINVAL)
+            finally:
+                os.close(fd)
+        np.testing.assert_array_equal(t.gather(want_ids), want)
+        m.drop("rs")
+
+    def test_restore_geometry_and_recreated(self):
+        m = self.m
+        t = m.create("rg.emb", 4)
+        t.scatter([1, 2], np.ones((2, 4), np.float32))
+        m.snapshot("rg")
+        m.remove("rg.emb")
+        u = m.create("rg.emb", 8)  # made again, another geometry
+        u.scatter([3], np.ones((1, 8), np.float32))
+        m.restore("rg", "rg.emb")
+        v = m.table("rg.emb")
+        self.assertEqual((v.dim, list(v.stored_ids())), (4, [1, 2]))
+        m.drop("rg")
+
+
 class TestNoCache(MountCase):
     """Without the row cache, presence comes from the store."""
     opts = "cache_size=0"
@@ -395,6 +452,64 @@ class TestNoCache(MountCase):
         t = self.m.create("nc.emb", 4)
         t.scatter([2, 9], np.ones((2, 4), np.float32))
         self.assertEqual(t.present([1, 2, 9, 100]).tolist(), [False, True, True, False])
+
+
+    def test_restore_store_only(self):
+        t = self.m.create("ncr.emb", 4)
+        t.scatter(np.arange(50), np.ones((50, 4), np.float32))
+        self.m.snapshot("ncr")
+        t.scatter(np.arange(10, 20), np.zeros((10, 4), np.float32))
+        r = self.m.restore("ncr", "ncr.emb")
+        self.assertEqual(r["rows_rewritten"], 10)
+        np.testing.assert_array_equal(t.gather(np.arange(50)), np.ones((50, 4), np.float32))
+
+
+def wait_spilled(m, secs=60):
+    """Until the spill tier holds rows in runs (the mover works in the background)."""
+    import time
+    end = time.monotonic() + secs
+    while m.stats().get("spill.run_rows", 0) == 0:
+        if time.monotonic() > end:
+            raise TimeoutError("no row reached the spill runs")
+        time.sleep(0.05)
+
+
+class TestSpill(unittest.TestCase):
+    """A restore over a table mostly on the spill device (sorted runs)."""
+
+    def test_restore_spilled(self):
+        rng = np.random.default_rng([SEED, 7])
+        with Pooled(size="64M", opts=f"cache_size=2M,spill={self.sdir},spill_size=256M") as p:
+            m = embfs.Mount(p.mnt)
+            t = m.create("sp.emb", 16)
+            n = 300000  # row versions past spill_high (30% of the pool): runs
+            for k in range(0, n, 50000):
+                ids = np.arange(k, k + 50000)
+                t.scatter(ids, np.repeat(ids.astype(np.float32)[:, None], 16, 1))
+            m.sync()
+            wait_spilled(m)
+            m.snapshot("sp")
+            ch = np.unique(rng.integers(0, n, 3000))
+            t.scatter(ch, np.full((len(ch), 16), -7, np.float32))
+            m.sync()
+            r = m.restore("sp", "sp.emb")
+            self.assertEqual(r["rows_rewritten"], len(ch))
+            for k in range(0, n, 65536):
+                ids = np.arange(k, min(k + 65536, n))
+                got = t.gather(ids)
+                np.testing.assert_array_equal(got[:, 0], ids.astype(np.float32))
+                np.testing.assert_array_equal(got[:, 15], ids.astype(np.float32))
+            embfs.close_all()
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls.sdir = tempfile.mkdtemp(prefix="embfs-pyspill.")
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+        shutil.rmtree(cls.sdir, ignore_errors=True)
 
 
 class TestInit(unittest.TestCase):

@@ -1,0 +1,279 @@
+/*
+ * .embfs/restore: put a live table back to its state in a snapshot, in
+ * place.  Writing "SNAPSHOT TABLE" runs the restore; the write returns when
+ * it is done (or with its errno).  Reading gives the last restore's
+ * outcome as one line of text.
+ *
+ * Only rows that differ are written.  A row differs when the live table's
+ * newest version has a batch id above the snapshot's (changed or deleted
+ * since: its newest version is not the one the snapshot sees) and its
+ * bytes are not the snapshot's (changed back, or restored before: a
+ * restored row is a new version, of the current batch), or when the
+ * snapshot stores it and the live table does not.  Candidates are the rows
+ * either side stores, found run by run through both seek indexes and
+ * judged in chunks by their versions' batch ids (bytes are read only of
+ * rows changed since); the rows that differ are rewritten with the snapshot's bytes or deleted, one
+ * group commit per chunk.  Then the size and mode follow the snapshot's.
+ *
+ * Not atomic: each chunk's commit is, the restore as a whole is not.  A
+ * crash in the middle leaves some rows restored and others not; writing
+ * the same request again finishes it (a restore is idempotent).  Writes to
+ * the table while it runs land before or after it, row by row.  One
+ * restore at a time (EBUSY).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fs.h"
+
+#define CHUNK 4096u
+
+struct rside {
+	struct store_view v;
+	struct store_attr a;
+};
+
+struct rcount {
+	uint64_t examined, rewritten, deleted;
+};
+
+/* A chunk's arrays (CHUNK each), and the snapshot's rows read into buf. */
+struct rwork {
+	uint64_t ids[CHUNK], vl[CHUNK], vs[CHUNK], put[CHUNK];
+	uint8_t sl[CHUNK], ss[CHUNK], pl[CHUNK];
+	struct store_rowop ops[CHUNK];
+	char *live;  /* the live bytes of put[] (CHUNK rows) */
+	char buf[];  /* the snapshot's bytes of put[] (CHUNK rows) */
+};
+
+/* The next run of rows either view stores at or after r: [*lo, *hi), at
+ * most CHUNK rows.  0, 1 (found) or -errno. */
+static int next_run(struct embfs *fs, const struct rside *l, const struct rside *s, uint64_t r, uint64_t *lo,
+		    uint64_t *hi)
+{
+	uint64_t dl = UINT64_MAX, ds = UINT64_MAX, h;
+	int rl = store_row_next(fs->st, &l->v, r, &dl);
+	int rs = store_row_next(fs->st, &s->v, r, &ds);
+	if (rl < 0 || rs < 0)
+		return rl < 0 ? rl : rs;
+	if (!rl && !rs)
+		return 0;
+	dl = rl ? dl : UINT64_MAX;
+	ds = rs ? ds : UINT64_MAX;
+	const struct rside *first = dl <= ds ? l : s;
+	*lo = dl <= ds ? dl : ds;
+	int ret = store_row_hole(fs->st, &first->v, *lo, &h);
+	if (ret < 0)
+		return ret;
+	*hi = h - *lo > CHUNK ? *lo + CHUNK : h;
+	return 1;
+}
+
+/* Rows [lo, hi) of the live table l made those of s (snapshot batch b). */
+static int restore_chunk(struct embfs *fs, const struct rside *l, const struct rside *s, uint64_t b, uint64_t lo,
+			 uint64_t hi, struct rwork *w, struct rcount *c)
+{
+	uint64_t *ids = w->ids, *vl = w->vl, *vs = w->vs, *put = w->put;
+	uint8_t *sl = w->sl, *ss = w->ss, *pl = w->pl;
+	struct store_rowop *ops = w->ops;
+	char *buf = w->buf;
+	uint32_t n = (uint32_t)(hi - lo), nput = 0, nops = 0;
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = lo + i;
+	memset(vl, 0, n * sizeof(*vl));
+	memset(vs, 0, n * sizeof(*vs));
+	int ret = store_rows_read(fs->st, &l->v, ids, n, NULL, sl, vl);
+	if (!ret)
+		ret = store_rows_read(fs->st, &s->v, ids, n, NULL, ss, vs);
+	if (ret)
+		return ret;
+	c->examined += n;
+	for (uint32_t i = 0; i < n; i++) {
+		/* the live newest version is the snapshot's iff its batch is <= b
+		 * (a batch unknown, 0, is taken as changed) */
+		int same = sl[i] ? ss[i] && vl[i] && vl[i] <= b : !ss[i];
+		if (same)
+			continue;
+		if (ss[i]) {
+			pl[nput] = sl[i];
+			put[nput++] = ids[i];
+		} else {
+			ops[nops++] = (struct store_rowop){ ids[i], 0, 0, NULL, 0 };
+			c->deleted++;
+		}
+	}
+	if (nput) {
+		/* a live row changed since but now holding the snapshot's bytes
+		 * (changed back, or restored before) is left as it is */
+		uint32_t rs = s->a.row_size;
+		ret = store_rows_read(fs->st, &s->v, put, nput, buf, NULL, NULL);
+		if (!ret)
+			ret = store_rows_read(fs->st, &l->v, put, nput, w->live, NULL, NULL);
+		if (ret)
+			return ret;
+		for (uint32_t i = 0; i < nput; i++) {
+			const char *want = buf + (size_t)i * rs;
+			if (pl[i] && !memcmp(want, w->live + (size_t)i * rs, rs))
+				continue;
+			ops[nops++] = (struct store_rowop){ put[i], 0, rs, want, 0 };
+			c->rewritten++;
+		}
+	}
+	if (!nops)
+		return 0;
+	ret = store_rows_write(fs->st, l->v.id, ops, nops, 0);
+	for (uint32_t i = 0; i < nops; i++)
+		put[i] = ops[i].row;
+	rows_dropped(fs, l->v.id, put, nops); /* cached copies of the old rows */
+	return ret;
+}
+
+/* Restore live table `table` to snapshot `snap`. */
+static int restore(struct embfs *fs, const char *snap, const char *table, struct rcount *c, char *why, size_t n)
+{
+	struct store_snap sn;
+	struct rside l, s;
+	uint32_t sid, lid;
+	int ret = store_snap_lookup(fs->st, snap, &sn);
+	if (ret) {
+		snprintf(why, n, "no snapshot %s", snap);
+		return ret;
+	}
+	if ((ret = store_snap_table_lookup(fs->st, sn.idx, table, &sid))) {
+		snprintf(why, n, "snapshot %s has no table %s", snap, table);
+		return ret;
+	}
+	if ((ret = store_table_lookup(fs->st, table, &lid))) {
+		snprintf(why, n, "no live table %s (create it first: it takes the snapshot's geometry)", table);
+		return ret;
+	}
+	if ((ret = rows_sync_snap(fs, sn.idx)) || (ret = store_view_snap(fs->st, sn.idx, sid, &s.v)) ||
+	    (ret = store_view_getattr(fs->st, &s.v, &s.a)))
+		return ret;
+	/* the store must hold every row written: its seeks and batch ids decide */
+	if ((ret = rows_before_change(fs, lid)) || (ret = store_view_live(fs->st, lid, &l.v)) ||
+	    (ret = store_view_getattr(fs->st, &l.v, &l.a)))
+		return ret;
+	if (l.a.dim != s.a.dim || l.a.dtype != s.a.dtype) {
+		/* another geometry: emptied, then it takes the snapshot's */
+		if ((ret = rows_truncate(fs, lid, 0)) || (ret = store_table_set_geometry(fs->st, lid, s.a.dim, s.a.dtype))) {
+			snprintf(why, n, "%s: cannot take the snapshot's geometry", table);
+			return ret;
+		}
+		rows_after_change(fs, lid, 0, UINT64_MAX);
+		if ((ret = store_view_live(fs->st, lid, &l.v)) || (ret = store_view_getattr(fs->st, &l.v, &l.a)))
+			return ret;
+	}
+	struct rwork *w = malloc(sizeof(*w) + (size_t)CHUNK * s.a.row_size);
+	char *live = malloc((size_t)CHUNK * s.a.row_size);
+	if (!w || !live) {
+		free(w);
+		free(live);
+		return -ENOMEM;
+	}
+	w->live = live;
+	/* the candidate runs first: a write changes the live table's seek
+	 * index, which is rebuilt (a walk of its whole index) at the next seek */
+	uint64_t r = 0, lo = 0, hi = 0, *rg = NULL;
+	size_t nrg = 0, cap = 0;
+	while ((ret = next_run(fs, &l, &s, r, &lo, &hi)) == 1) {
+		if (nrg == cap) {
+			size_t ncap = cap ? 2 * cap : 1024;
+			uint64_t *p = realloc(rg, ncap * 2 * sizeof(*rg));
+			if (!p) {
+				ret = -ENOMEM;
+				break;
+			}
+			rg = p;
+			cap = ncap;
+		}
+		rg[2 * nrg] = lo;
+		rg[2 * nrg + 1] = hi;
+		nrg++;
+		r = hi;
+	}
+	for (size_t i = 0; ret >= 0 && i < nrg; i++)
+		ret = restore_chunk(fs, &l, &s, sn.batch, rg[2 * i], rg[2 * i + 1], w, c);
+	free(rg);
+	free(w);
+	free(live);
+	if (ret < 0)
+		return ret;
+	/* the size and mode as the snapshot has them */
+	if (l.a.size > s.a.size)
+		ret = rows_truncate(fs, lid, s.a.size);
+	else
+		ret = store_table_extend(fs->st, lid, s.a.size);
+	if (!ret) {
+		struct store_attr set = s.a;
+		ret = store_table_setattr(fs->st, lid, &set, STORE_SET_MODE);
+	}
+	batch_inval(fs, INO_TABLE0 + lid); /* pages the kernel holds of the old rows */
+	return ret;
+}
+
+void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
+{
+	struct embfs *fs = fs_of(req);
+	char line[2 * EMB_NAME_MAX + 4], snap[EMB_NAME_MAX + 1], table[EMB_NAME_MAX + 1], why[600] = "";
+	size_t len = size;
+	while (len && (data[len - 1] == '\n' || data[len - 1] == ' '))
+		len--;
+	int ret = 0;
+	if (off != 0 || len == 0 || len >= sizeof(line) || memchr(data, 0, len)) {
+		ret = -EINVAL;
+	} else {
+		memcpy(line, data, len);
+		line[len] = 0;
+		char *sp = strchr(line, ' ');
+		if (!sp || strchr(sp + 1, ' ') || strchr(line, '/') || sp == line || !sp[1] ||
+		    (size_t)(sp - line) > EMB_NAME_MAX || strlen(sp + 1) > EMB_NAME_MAX) {
+			ret = -EINVAL;
+		} else {
+			memcpy(snap, line, (size_t)(sp - line));
+			snap[sp - line] = 0;
+			memcpy(table, sp + 1, strlen(sp + 1) + 1);
+		}
+	}
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	if (pthread_mutex_trylock(&fs->restore_lock)) {
+		fuse_reply_err(req, EBUSY); /* one restore at a time */
+		return;
+	}
+	struct rcount c = { 0 };
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ret = restore(fs, snap, table, &c, why, sizeof(why));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	snprintf(fs->restore_last, sizeof(fs->restore_last),
+		 "%s %s %s: rows_examined %llu rows_rewritten %llu rows_deleted %llu ms %.1f%s%s\n",
+		 ret ? "failed" : "restored", snap, table, (unsigned long long)c.examined,
+		 (unsigned long long)c.rewritten, (unsigned long long)c.deleted, ms, why[0] ? " -- " : "", why);
+	pthread_mutex_unlock(&fs->restore_lock);
+	if (ret) {
+		rows_pool_failed(fs, ret);
+		fuse_reply_err(req, -ret);
+	} else {
+		fuse_reply_write(req, size);
+	}
+}
+
+void restore_read(fuse_req_t req, size_t size, off_t off)
+{
+	struct embfs *fs = fs_of(req);
+	char buf[sizeof(fs->restore_last)];
+	pthread_mutex_lock(&fs->restore_lock);
+	size_t n = (size_t)snprintf(buf, sizeof(buf), "%s", fs->restore_last);
+	pthread_mutex_unlock(&fs->restore_lock);
+	if (off < 0 || (size_t)off >= n)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_buf(req, buf + off, n - (size_t)off < size ? n - (size_t)off : size);
+}
