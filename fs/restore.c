@@ -38,6 +38,7 @@ struct rside {
 
 struct rcount {
 	uint64_t examined, rewritten, deleted;
+	int fast; /* candidates from store_rows_since, not a walk of both tables */
 };
 
 /* A chunk's arrays (CHUNK each), and the snapshot's rows read into buf. */
@@ -72,17 +73,16 @@ static int next_run(struct embfs *fs, const struct rside *l, const struct rside 
 	return 1;
 }
 
-/* Rows [lo, hi) of the live table l made those of s (snapshot batch b). */
-static int restore_chunk(struct embfs *fs, const struct rside *l, const struct rside *s, uint64_t b, uint64_t lo,
-			 uint64_t hi, struct rwork *w, struct rcount *c)
+/* Rows w->ids[0..n) (ascending) of the live table l made those of s
+ * (snapshot batch b). */
+static int restore_chunk(struct embfs *fs, const struct rside *l, const struct rside *s, uint64_t b, uint32_t n,
+			 struct rwork *w, struct rcount *c)
 {
 	uint64_t *ids = w->ids, *vl = w->vl, *vs = w->vs, *put = w->put;
 	uint8_t *sl = w->sl, *ss = w->ss, *pl = w->pl;
 	struct store_rowop *ops = w->ops;
 	char *buf = w->buf;
-	uint32_t n = (uint32_t)(hi - lo), nput = 0, nops = 0;
-	for (uint32_t i = 0; i < n; i++)
-		ids[i] = lo + i;
+	uint32_t nput = 0, nops = 0;
 	memset(vl, 0, n * sizeof(*vl));
 	memset(vs, 0, n * sizeof(*vs));
 	int ret = store_rows_read(fs->st, &l->v, ids, n, NULL, sl, vl);
@@ -175,10 +175,30 @@ static int restore(struct embfs *fs, const char *snap, const char *table, struct
 		return -ENOMEM;
 	}
 	w->live = live;
-	/* the candidate runs first: a write changes the live table's seek
+	/* the rows changed since: one walk of the live index by batch id (a
+	 * row the snapshot stores and the live table lost is a tombstone there) */
+	uint64_t *since = NULL;
+	size_t nsince = 0;
+	/* (only for the table the snapshot has: one made again since has
+	 * none of its tombstones) */
+	ret = lid == sid && l.a.gen == s.a.gen ? store_rows_since(fs->st, lid, sn.batch, &since, &nsince) : -EAGAIN;
+	if (ret != -EAGAIN) {
+		for (size_t i = 0; !ret && i < nsince; i += CHUNK) {
+			uint32_t k = nsince - i < CHUNK ? (uint32_t)(nsince - i) : CHUNK;
+			memcpy(w->ids, since + i, k * sizeof(*since));
+			ret = restore_chunk(fs, &l, &s, sn.batch, k, w, c);
+		}
+		free(since);
+		c->fast = 1;
+		goto done;
+	}
+	/* rows in spill runs, or another table: every row either side stores
+	 * is a candidate.
+	 * The runs are listed first: a write changes the live table's seek
 	 * index, which is rebuilt (a walk of its whole index) at the next seek */
 	uint64_t r = 0, lo = 0, hi = 0, *rg = NULL;
 	size_t nrg = 0, cap = 0;
+	ret = 0;
 	while ((ret = next_run(fs, &l, &s, r, &lo, &hi)) == 1) {
 		if (nrg == cap) {
 			size_t ncap = cap ? 2 * cap : 1024;
@@ -195,9 +215,14 @@ static int restore(struct embfs *fs, const char *snap, const char *table, struct
 		nrg++;
 		r = hi;
 	}
-	for (size_t i = 0; ret >= 0 && i < nrg; i++)
-		ret = restore_chunk(fs, &l, &s, sn.batch, rg[2 * i], rg[2 * i + 1], w, c);
+	for (size_t i = 0; ret >= 0 && i < nrg; i++) {
+		uint32_t k = (uint32_t)(rg[2 * i + 1] - rg[2 * i]);
+		for (uint32_t j = 0; j < k; j++)
+			w->ids[j] = rg[2 * i] + j;
+		ret = restore_chunk(fs, &l, &s, sn.batch, k, w, c);
+	}
 	free(rg);
+done:
 	free(w);
 	free(live);
 	if (ret < 0)
@@ -253,9 +278,10 @@ void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
 	snprintf(fs->restore_last, sizeof(fs->restore_last),
-		 "%s %s %s: rows_examined %llu rows_rewritten %llu rows_deleted %llu ms %.1f%s%s\n",
+		 "%s %s %s: rows_examined %llu rows_rewritten %llu rows_deleted %llu ms %.1f walk %s%s%s\n",
 		 ret ? "failed" : "restored", snap, table, (unsigned long long)c.examined,
-		 (unsigned long long)c.rewritten, (unsigned long long)c.deleted, ms, why[0] ? " -- " : "", why);
+		 (unsigned long long)c.rewritten, (unsigned long long)c.deleted, ms, c.fast ? "since" : "both",
+		 why[0] ? " -- " : "", why);
 	pthread_mutex_unlock(&fs->restore_lock);
 	if (ret) {
 		rows_pool_failed(fs, ret);

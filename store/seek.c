@@ -165,3 +165,37 @@ int store_row_hole(struct store *s, const struct store_view *v, uint64_t from, u
 	pthread_mutex_unlock(&st->seek_lock);
 	return 0;
 }
+
+/* A row whose newest version in the pool is of a batch above c->batch. */
+static int since_row(void *arg, uint64_t key, uint64_t val)
+{
+	struct collect *c = arg;
+	const struct emb_version *v = S_PTR(c->s, val);
+	return v->batch > c->batch ? u64vec_push(&c->keys, key) : 0;
+}
+
+int store_rows_since(struct store *s, uint32_t id, uint64_t batch, uint64_t **rows, size_t *n)
+{
+	struct store_view v;
+	struct stable *st;
+	uint64_t vb;
+	int ret = store_view_live(s, id, &v);
+	if (!ret)
+		ret = view_resolve(s, &v, &st, &vb, NULL);
+	if (ret)
+		return ret;
+	if (runs_count(s, id, NULL))
+		return -EAGAIN; /* rows in runs: their batches are on the device */
+	struct collect c = { .s = s, .st = st, .batch = batch };
+	pthread_rwlock_rdlock(&st->lock);
+	ret = index_walk(s, st, since_row, &c);
+	pthread_rwlock_unlock(&st->lock);
+	if (ret) {
+		free(c.keys.v);
+		return ret;
+	}
+	u64_sort(c.keys.v, c.keys.n);
+	*rows = c.keys.v;
+	*n = c.keys.n;
+	return 0;
+}

@@ -154,6 +154,13 @@ int store_rows_read(struct store *s, const struct store_view *v, const uint64_t 
 int store_row_next(struct store *s, const struct store_view *v, uint64_t from, uint64_t *found);
 /* Smallest row >= from that the view does not see (a hole). */
 int store_row_hole(struct store *s, const struct store_view *v, uint64_t from, uint64_t *hole);
+/* Rows of live table id whose newest version in the pool is of a batch above
+ * `batch` (changed or deleted since a snapshot of that batch: tombstones
+ * count), ascending, in a malloc'd *rows (*n of them; may be NULL when 0).
+ * One walk of the table's index reading version headers, no row bytes.
+ * -EAGAIN if the table has rows in spill runs, whose batches this does not
+ * see.  Rows written and still in a row cache above are not seen either. */
+int store_rows_since(struct store *s, uint32_t id, uint64_t batch, uint64_t **rows, size_t *n);
 
 /* ---- rows ------------------------------------------------------------- */
 

@@ -292,7 +292,9 @@ class Mount:
         """Put live table NAME back to its state in SNAPSHOT, in place: only
         rows that differ are written (README "Restore in place").  Returns
         the daemon's report, a dict: rows_examined, rows_rewritten,
-        rows_deleted, ms."""
+        rows_deleted, ms, walk ("since": the rows changed since the
+        snapshot, found in the live index; "both": every row either side
+        stores, for a table with rows in spill runs)."""
         p = os.path.join(self.path, ".embfs", "restore")
         self._snapdir(snapshot)
         self._tpath(name)
@@ -307,7 +309,10 @@ class Mount:
             raise EmbfsError(e.errno, f"restore of table {name} from snapshot {snapshot}: "
                              f"{os.strerror(e.errno)}", p) from None
         words = line.split(": ", 1)[1].split(" -- ")[0].split()
-        return {k: (float(v) if k == "ms" else int(v)) for k, v in zip(words[::2], words[1::2])}
+        out = {}
+        for k, v in zip(words[::2], words[1::2]):
+            out[k] = float(v) if k == "ms" else int(v) if v.isdigit() else v
+        return out
 
     @property
     def batch(self):
