@@ -1363,6 +1363,44 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 
 /* One merge a table needs, if any: MERGE_FANOUT adjacent runs of one level.
  * Returns 1 merged, 0 none needed, or -errno. */
+/* The device is too full for the merge it wants: merge the two adjacent
+ * runs (of any table) with the fewest blocks that fit in the free segments
+ * but one.  Their output is no larger than they are, and drops what newer
+ * runs replaced and what no snapshot needs, so it frees segments for the
+ * next such merge.  1 merged, 0 nothing fits, -errno. */
+static int merge_fitting(struct store *s)
+{
+	struct spill *sp = s->sp;
+	uint32_t nfree = free_segs(sp);
+	uint64_t room = nfree > 1 ? (uint64_t)(nfree - 1) * sp->pm->seg_size : 0, best = UINT64_MAX;
+	uint32_t bid = EMB_NTABLES;
+	size_t bat = 0;
+	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
+		struct srun **v;
+		size_t n;
+		if (!sp->runs[id] || runs_get(sp, id, &v, &n))
+			continue;
+		for (size_t i = 0; i + 1 < n; i++) {
+			uint64_t b = (v[i]->r->nblocks + v[i + 1]->r->nblocks + 2) * v[i]->r->blk_size;
+			if (b <= room && b < best) {
+				best = b;
+				bid = id;
+				bat = i;
+			}
+		}
+		runs_put(v, n);
+	}
+	struct stable *st = bid < EMB_NTABLES ? tab_get(s, bid) : NULL;
+	struct srun **v;
+	size_t n;
+	if (!st || runs_get(sp, bid, &v, &n))
+		return 0;
+	int ret = bat + 1 < n ? merge_runs(s, st, v + bat, 2, bat + 2 == n) : 0;
+	int merged = bat + 1 < n;
+	runs_put(v, n);
+	return ret ? ret : merged;
+}
+
 int merge_some(struct store *s)
 {
 	struct spill *sp = s->sp;
@@ -1387,6 +1425,8 @@ int merge_some(struct store *s)
 		if (st && !runs_get(sp, best, &v, &n)) {
 			int ret = n > 1 ? merge_runs(s, st, v, n, 1) : 0;
 			runs_put(v, n);
+			if (ret == -ENOSPC)
+				return merge_fitting(s); /* no room for it: smaller ones */
 			if (n > 1)
 				return ret ? ret : 1;
 		}
@@ -1414,6 +1454,8 @@ int merge_some(struct store *s)
 		if (at < n)
 			ret = merge_runs(s, st, v + at, len, at + len == n);
 		runs_put(v, n);
+		if (ret == -ENOSPC)
+			return merge_fitting(s);
 		if (at < n)
 			return ret ? ret : 1;
 	}

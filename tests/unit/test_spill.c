@@ -804,9 +804,19 @@ static void crash_child(int fd)
 				_exit(3);
 			/* never ENOSPC: 8 MiB of live records on a 64 MiB device,
 			 * the rest stale, which compaction gives back */
-			if (r % 4096 < 512 &&
-			    store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL | STORE_SPILL_COMPACT) < 0)
+			int sr = r % 4096 < 512 ? store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL |
+									     STORE_SPILL_COMPACT) : 0;
+			if (sr < 0) {
+				struct store_spill_stats x;
+				store_spill_stats_get(s, &x);
+				fprintf(stderr,
+					"crash child: store_spill_run: %s (segments %llu, %llu free; runs %llu, "
+					"%llu levels, %llu records, %llu bytes)\n",
+					strerror(-sr), (unsigned long long)x.segs, (unsigned long long)x.segs_free,
+					(unsigned long long)x.runs, (unsigned long long)x.run_levels,
+					(unsigned long long)x.run_rows, (unsigned long long)x.run_bytes);
 				_exit(4);
+			}
 		}
 		/* with runs: snapshots make rows two-version chains, which the
 		 * mover evicts whole (EMB_JR_CHAIN records at a crash) */
