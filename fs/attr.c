@@ -75,6 +75,7 @@ static const struct {
 	[FS_BATCHID] = { S_IFREG | 0644, 1, STORE_DIR_POOL },
 	/* restores rewrite tables: root or the mount's owner */
 	[FS_RESTORE] = { S_IFREG | 0644, 1, STORE_DIR_POOL },
+	[FS_DELTA] = { S_IFREG | 0644, 1, STORE_DIR_POOL },
 	[FS_SNAPS] = { S_IFDIR | 0555, 2, STORE_DIR_SNAPS },
 };
 

@@ -24,6 +24,7 @@ void ctl_lookup(fuse_req_t req, const char *name)
 		       : !strcmp(name, "rows")  ? INO_ROWS
 		       : !strcmp(name, "batch") ? INO_BATCHID
 		       : !strcmp(name, "restore") ? INO_RESTORE
+		       : !strcmp(name, "delta") ? INO_DELTA
 						: 0;
 	if (!ino || fs_entry(fs_of(req), ino, &e))
 		fuse_reply_err(req, ENOENT);
@@ -40,6 +41,7 @@ void ctl_readdir(fuse_req_t req, size_t size, off_t off)
 		{ "batch", INO_BATCHID, S_IFREG },
 		{ "rows", INO_ROWS, S_IFREG },
 		{ "restore", INO_RESTORE, S_IFREG },
+		{ "delta", INO_DELTA, S_IFREG },
 	};
 	struct fs_dirbuf b;
 	if (fs_dir_begin(req, &b, size, off)) {
@@ -133,4 +135,23 @@ void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_write(req, whole);
+}
+
+int ctl_words(const char *data, size_t size, off_t off, char (*w)[EMB_NAME_MAX + 1], int n)
+{
+	while (size && (data[size - 1] == '\n' || data[size - 1] == ' '))
+		size--;
+	if (off != 0 || size == 0 || memchr(data, 0, size) || memchr(data, '/', size))
+		return -EINVAL;
+	const char *p = data, *end = data + size;
+	for (int i = 0; i < n; i++) {
+		const char *sp = memchr(p, ' ', (size_t)(end - p));
+		const char *we = sp ? sp : end;
+		if (we == p || (size_t)(we - p) > EMB_NAME_MAX || (i < n - 1) != (sp != NULL))
+			return -EINVAL;
+		memcpy(w[i], p, (size_t)(we - p));
+		w[i][we - p] = 0;
+		p = we + 1;
+	}
+	return 0;
 }

@@ -106,9 +106,26 @@ void table_fallocate(fuse_req_t req, uint32_t id, int mode, off_t off, off_t len
  * snapshot's), served inside the daemon. */
 void table_copy_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, uint32_t id, fuse_ino_t ino_out,
 		      off_t off_out, size_t len, int flags);
+/* ctl.c: a control file's request, n names separated by single spaces
+ * (a trailing newline is fine), written at offset 0: 0 or -EINVAL. */
+int ctl_words(const char *data, size_t size, off_t off, char (*w)[EMB_NAME_MAX + 1], int n);
+/* changes.c: the rows that may differ between an older snapshot's view a
+ * (batch ba) and a later view b of the same table (a later snapshot's, or
+ * the live table's, written back), ascending, to fn CHANGES_CHUNK at most at
+ * a time.  fast_ok: live table lid is a's table; then, without spill runs,
+ * only rows changed since ba (*fast = 1), else every row a or b stores. */
+#define CHANGES_CHUNK 4096u
+int changes_walk(struct embfs *fs, const struct store_view *a, const struct store_view *b, int fast_ok,
+		 uint32_t lid, uint64_t ba, int (*fn)(void *, const uint64_t *, uint32_t), void *arg, int *fast);
 /* restore.c: .embfs/restore ("SNAPSHOT TABLE" written: a restore in place). */
 void restore_write(fuse_req_t req, const char *data, size_t size, off_t off);
 void restore_read(fuse_req_t req, size_t size, off_t off);
+/* delta.c: .embfs/delta ("A B TABLE" written, B a snapshot or "-" for the
+ * live table; then read: the rows changed and deleted between them). */
+void delta_open(fuse_req_t req, struct fuse_file_info *fi);
+void delta_write(fuse_req_t req, const char *data, size_t size, off_t off, struct fuse_file_info *fi);
+void delta_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
+void delta_release(fuse_req_t req, struct fuse_file_info *fi);
 /* batch.c: queue an invalidation of table inode ino's kernel page cache. */
 void batch_inval(struct embfs *fs, uint64_t ino);
 /* The kernel dropped n references to live table id (no reply). */

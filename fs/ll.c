@@ -221,6 +221,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	case FS_STATS:
 		ctl_stats_open(req, fi);
 		return;
+	case FS_DELTA:
+		delta_open(req, fi);
+		return;
 	default:
 		fuse_reply_err(req, EISDIR);
 	}
@@ -234,6 +237,9 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	case FS_STATS:
 		ctl_stats_release(req, fi);
+		return;
+	case FS_DELTA:
+		delta_release(req, fi);
 		return;
 	default:
 		fuse_reply_err(req, 0);
@@ -256,6 +262,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	case FS_RESTORE:
 		restore_read(req, size, off);
 		return;
+	case FS_DELTA:
+		delta_read(req, size, off, fi);
+		return;
 	case FS_STATS:
 		ctl_stats_read(req, size, off, fi);
 		return;
@@ -276,6 +285,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 		ctl_batch_write(req, data, size, off);
 	else if (k.kind == FS_RESTORE)
 		restore_write(req, data, size, off);
+	else if (k.kind == FS_DELTA)
+		delta_write(req, data, size, off, fi);
 	else
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : EBADF);
 }

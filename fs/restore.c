@@ -29,7 +29,7 @@
 
 #include "fs.h"
 
-#define CHUNK 4096u
+#define CHUNK CHANGES_CHUNK
 
 struct rside {
 	struct store_view v;
@@ -49,29 +49,6 @@ struct rwork {
 	char *live;  /* the live bytes of put[] (CHUNK rows) */
 	char buf[];  /* the snapshot's bytes of put[] (CHUNK rows) */
 };
-
-/* The next run of rows either view stores at or after r: [*lo, *hi), at
- * most CHUNK rows.  0, 1 (found) or -errno. */
-static int next_run(struct embfs *fs, const struct rside *l, const struct rside *s, uint64_t r, uint64_t *lo,
-		    uint64_t *hi)
-{
-	uint64_t dl = UINT64_MAX, ds = UINT64_MAX, h;
-	int rl = store_row_next(fs->st, &l->v, r, &dl);
-	int rs = store_row_next(fs->st, &s->v, r, &ds);
-	if (rl < 0 || rs < 0)
-		return rl < 0 ? rl : rs;
-	if (!rl && !rs)
-		return 0;
-	dl = rl ? dl : UINT64_MAX;
-	ds = rs ? ds : UINT64_MAX;
-	const struct rside *first = dl <= ds ? l : s;
-	*lo = dl <= ds ? dl : ds;
-	int ret = store_row_hole(fs->st, &first->v, *lo, &h);
-	if (ret < 0)
-		return ret;
-	*hi = h - *lo > CHUNK ? *lo + CHUNK : h;
-	return 1;
-}
 
 /* Rows w->ids[0..n) (ascending) of the live table l made those of s
  * (snapshot batch b). */
@@ -131,6 +108,21 @@ static int restore_chunk(struct embfs *fs, const struct rside *l, const struct r
 	return ret;
 }
 
+struct rargs {
+	struct embfs *fs;
+	const struct rside *l, *s;
+	uint64_t b;
+	struct rwork *w;
+	struct rcount *c;
+};
+
+static int restore_cb(void *arg, const uint64_t *ids, uint32_t n)
+{
+	struct rargs *a = arg;
+	memcpy(a->w->ids, ids, n * sizeof(*ids));
+	return restore_chunk(a->fs, a->l, a->s, a->b, n, a->w, a->c);
+}
+
 /* Restore live table `table` to snapshot `snap`. */
 static int restore(struct embfs *fs, const char *snap, const char *table, struct rcount *c, char *why, size_t n)
 {
@@ -175,54 +167,11 @@ static int restore(struct embfs *fs, const char *snap, const char *table, struct
 		return -ENOMEM;
 	}
 	w->live = live;
-	/* the rows changed since: one walk of the live index by batch id (a
-	 * row the snapshot stores and the live table lost is a tombstone there) */
-	uint64_t *since = NULL;
-	size_t nsince = 0;
-	/* (only for the table the snapshot has: one made again since has
-	 * none of its tombstones) */
-	ret = lid == sid && l.a.gen == s.a.gen ? store_rows_since(fs->st, lid, sn.batch, &since, &nsince) : -EAGAIN;
-	if (ret != -EAGAIN) {
-		for (size_t i = 0; !ret && i < nsince; i += CHUNK) {
-			uint32_t k = nsince - i < CHUNK ? (uint32_t)(nsince - i) : CHUNK;
-			memcpy(w->ids, since + i, k * sizeof(*since));
-			ret = restore_chunk(fs, &l, &s, sn.batch, k, w, c);
-		}
-		free(since);
-		c->fast = 1;
-		goto done;
-	}
-	/* rows in spill runs, or another table: every row either side stores
-	 * is a candidate.
-	 * The runs are listed first: a write changes the live table's seek
-	 * index, which is rebuilt (a walk of its whole index) at the next seek */
-	uint64_t r = 0, lo = 0, hi = 0, *rg = NULL;
-	size_t nrg = 0, cap = 0;
-	ret = 0;
-	while ((ret = next_run(fs, &l, &s, r, &lo, &hi)) == 1) {
-		if (nrg == cap) {
-			size_t ncap = cap ? 2 * cap : 1024;
-			uint64_t *p = realloc(rg, ncap * 2 * sizeof(*rg));
-			if (!p) {
-				ret = -ENOMEM;
-				break;
-			}
-			rg = p;
-			cap = ncap;
-		}
-		rg[2 * nrg] = lo;
-		rg[2 * nrg + 1] = hi;
-		nrg++;
-		r = hi;
-	}
-	for (size_t i = 0; ret >= 0 && i < nrg; i++) {
-		uint32_t k = (uint32_t)(rg[2 * i + 1] - rg[2 * i]);
-		for (uint32_t j = 0; j < k; j++)
-			w->ids[j] = rg[2 * i] + j;
-		ret = restore_chunk(fs, &l, &s, sn.batch, k, w, c);
-	}
-	free(rg);
-done:
+	/* the candidates (changes.c): the rows changed since, when the live
+	 * table is the one the snapshot holds */
+	struct rargs ra = { fs, &l, &s, sn.batch, w, c };
+	ret = changes_walk(fs, &s.v, &l.v, lid == sid && l.a.gen == s.a.gen, lid, sn.batch, restore_cb, &ra,
+			   &c->fast);
 	free(w);
 	free(live);
 	if (ret < 0)
@@ -243,30 +192,13 @@ done:
 void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 {
 	struct embfs *fs = fs_of(req);
-	char line[2 * EMB_NAME_MAX + 4], snap[EMB_NAME_MAX + 1], table[EMB_NAME_MAX + 1], why[600] = "";
-	size_t len = size;
-	while (len && (data[len - 1] == '\n' || data[len - 1] == ' '))
-		len--;
-	int ret = 0;
-	if (off != 0 || len == 0 || len >= sizeof(line) || memchr(data, 0, len)) {
-		ret = -EINVAL;
-	} else {
-		memcpy(line, data, len);
-		line[len] = 0;
-		char *sp = strchr(line, ' ');
-		if (!sp || strchr(sp + 1, ' ') || strchr(line, '/') || sp == line || !sp[1] ||
-		    (size_t)(sp - line) > EMB_NAME_MAX || strlen(sp + 1) > EMB_NAME_MAX) {
-			ret = -EINVAL;
-		} else {
-			memcpy(snap, line, (size_t)(sp - line));
-			snap[sp - line] = 0;
-			memcpy(table, sp + 1, strlen(sp + 1) + 1);
-		}
-	}
+	char w[2][EMB_NAME_MAX + 1], why[600] = "";
+	int ret = ctl_words(data, size, off, w, 2);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
+	const char *snap = w[0], *table = w[1];
 	if (pthread_mutex_trylock(&fs->restore_lock)) {
 		fuse_reply_err(req, EBUSY); /* one restore at a time */
 		return;

@@ -18,6 +18,7 @@ made by fork() (a DataLoader worker) opens its own on first use and never
 touches the parent's.  Errors are EmbfsError (an OSError: .errno, .strerror,
 .filename = the table's path); bad arguments are also ValueError/TypeError.
 """
+import ctypes
 import errno as _errno
 import os
 import stat as _stat
@@ -314,6 +315,55 @@ class Mount:
             out[k] = float(v) if k == "ms" else int(v) if v.isdigit() else v
         return out
 
+    def delta(self, a, b, name):
+        """The rows of table NAME that changed between snapshot A and a later
+        snapshot B (None: the live table): (changed, deleted, size) -- int64
+        arrays of row ids, ascending (changed: B stores them and A does not,
+        or another version; deleted: A stores them, B does not) and B's file
+        size.  From .embfs/delta (README "Deltas")."""
+        p = os.path.join(self.path, ".embfs", "delta")
+        self._snapdir(a)
+        if b is not None:
+            self._snapdir(b)
+        self._tpath(name)
+        try:
+            fd = os.open(p, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                os.write(fd, f"{a} {b or '-'} {name}\n".encode())
+                hdr = os.pread(fd, 40, 0)
+                magic, rs, ba, size, nch, ndel = struct.unpack("<4sIQQQQ", hdr)
+                if magic != b"EMBD":
+                    raise EmbfsError(_errno.EIO, f"delta of table {name}: bad answer", p)
+                want = 8 * (nch + ndel)
+                body = bytearray(want)
+                got = 0
+                while got < want:
+                    k = os.preadv(fd, [memoryview(body)[got:]], 40 + got)
+                    if k <= 0:
+                        raise EmbfsError(_errno.EIO, f"delta of table {name}: short answer", p)
+                    got += k
+            finally:
+                os.close(fd)
+        except EmbfsError:
+            raise
+        except OSError as e:
+            raise EmbfsError(e.errno, f"delta of table {name} from snapshot {a} to "
+                             f"{b or 'the live table'}: {os.strerror(e.errno)}", p) from None
+        ids = np.frombuffer(bytes(body), "<u8").astype(np.int64)
+        return ids[:nch], ids[nch:], size
+
+    def export_delta(self, a, b, name, path):
+        """Write what changed in table NAME from snapshot A to B (None: live)
+        to PATH (numpy .npz: ids, rows, deleted, size, dim, dtype): an
+        incremental checkpoint.  Returns (rows changed, rows deleted)."""
+        changed, deleted, size = self.delta(a, b, name)
+        src = self.table(name, snapshot=b)
+        rows = src.gather(changed) if len(changed) else np.zeros((0, src.dim), src.dtype)
+        with open(path, "wb") as f:
+            np.savez(f, ids=changed, rows=rows, deleted=deleted, size=np.int64(size),
+                     dim=np.int64(src.dim), dtype=np.array(src.dtype_name))
+        return len(changed), len(deleted)
+
     @property
     def batch(self):
         """The current batch id (stamped on every row version written)."""
@@ -366,6 +416,17 @@ class Mount:
                 else:
                     out[k] = v
         return out
+
+
+_LIBC = None
+
+
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+        _LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return _LIBC
 
 
 def _torch():
@@ -740,6 +801,42 @@ class Table:
             if isinstance(e, EmbfsError):
                 raise
             raise _oserror(e, f"{self}: copy from {src}", self.path) from None
+
+    def apply_delta(self, path):
+        """Apply a delta written by Mount.export_delta(A, B, ...) to this table
+        holding A's rows (a restore of A, or A's table): it then holds B's."""
+        if self.read_only:
+            raise EmbfsError(_errno.EROFS, f"{self}: a snapshot's table is read-only", self.path)
+        with np.load(path) as z:
+            ids, rows, deleted = z["ids"], z["rows"], z["deleted"]
+            size, dim, dtype = int(z["size"]), int(z["dim"]), str(z["dtype"])
+        if (dim, dtype) != (self.dim, self.dtype_name):
+            raise BadArgument(f"{self}: a delta of {dim} x {dtype} rows cannot apply to "
+                              f"{self.dim} x {self.dtype_name}", self.path)
+        if len(ids):
+            self.scatter(ids, rows)
+        self.punch(deleted)
+        os.truncate(self.path, size)
+
+    def punch(self, ids):
+        """Delete rows ids (fallocate PUNCH_HOLE, one call per run of ids)."""
+        a = np.unique(np.asarray(ids, np.int64))
+        if not len(a):
+            return
+        if a[0] < 0 or a[-1] > self.max_row:
+            raise BadArgument(f"{self}: row id out of range in punch", self.path)
+        brk = np.flatnonzero(np.diff(a) != 1) + 1
+        starts = np.split(a, brk)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            for run in starts:
+                off, ln = int(run[0]) * self.row_size, len(run) * self.row_size
+                if _libc().fallocate(fd, 3, ctypes.c_int64(off), ctypes.c_int64(ln)):
+                    e = ctypes.get_errno()
+                    raise EmbfsError(e, f"{self}: punch of rows {run[0]}..{run[-1]}: {os.strerror(e)}",
+                                     self.path)
+        finally:
+            os.close(fd)
 
     def fsync(self):
         """Make this table's writes durable."""

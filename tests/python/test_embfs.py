@@ -444,6 +444,50 @@ class TestSnapshots(MountCase):
         m.drop("rg")
 
 
+    def test_delta_chain(self):
+        # deltas A->B->C applied to a copy of A give B, then C, exactly
+        m = self.m
+        rng = np.random.default_rng([SEED, 11])
+        t = m.create("dl.emb", 4)
+        t.scatter(np.arange(2000), rng.standard_normal((2000, 4)).astype(np.float32))
+        m.snapshot("dA")
+        ch = rng.choice(2000, 50, replace=False)
+        t.scatter(ch, rng.standard_normal((50, 4)).astype(np.float32))
+        t.scatter([5000], np.ones((1, 4), np.float32))  # a new row, the file grows
+        t.punch([7, 8, 9])
+        t.scatter([ch[0]], m.table("dl.emb", snapshot="dA").gather([ch[0]]))  # changed back
+        m.snapshot("dB")
+        t.truncate(1500)  # rows 1500.. and 5000 go
+        t.scatter([3], np.zeros((1, 4), np.float32))
+        m.snapshot("dC")
+        changed, deleted, size = m.delta("dA", "dB", "dl.emb")
+        self.assertEqual(sorted(deleted.tolist()), [7, 8, 9])
+        self.assertEqual(set(changed.tolist()), set(ch.tolist()) | {5000})  # ch[0]: a new version
+        self.assertEqual(size, 5001 * 16)
+        d = self.pool.dir
+        m.export_delta("dA", "dB", "dl.emb", os.path.join(d, "ab.npz"))
+        m.export_delta("dB", "dC", "dl.emb", os.path.join(d, "bc.npz"))
+        r = m.create("dl2.emb", 4)
+        r.copy_from(m.table("dl.emb", snapshot="dA"))
+        for step, snap in (("ab", "dB"), ("bc", "dC")):
+            r.apply_delta(os.path.join(d, f"{step}.npz"))
+            want = m.table("dl.emb", snapshot=snap)
+            self.assertEqual(list(r.stored_ids()), list(want.stored_ids()))
+            ids = np.array(list(want.stored_ids()))
+            np.testing.assert_array_equal(r.gather(ids), want.gather(ids))
+            self.assertEqual(os.stat(r.path).st_size, os.stat(want.path).st_size)
+        # since dC, against the live table
+        t.scatter([11], np.ones((1, 4), np.float32))
+        c2, d2, _ = m.delta("dC", None, "dl.emb")
+        self.assertEqual((c2.tolist(), d2.tolist()), ([11], []))
+        for bad, err in ((("nosuch", "dB"), errno.ENOENT), (("dB", "dA"), errno.EINVAL)):
+            with self.assertRaises(embfs.EmbfsError) as cm:
+                m.delta(*bad, "dl.emb")
+            self.assertEqual(cm.exception.errno, err)
+        for s_ in ("dA", "dB", "dC"):
+            m.drop(s_)
+
+
 class TestNoCache(MountCase):
     """Without the row cache, presence comes from the store."""
     opts = "cache_size=0"
