@@ -9,8 +9,10 @@ On the mounted pool MNT: a table r.emb of ROWS rows of DIM f32 is written
 times: PERCENT % of the rows (random, distinct) are overwritten and synced,
 the table is restored in place to base (timed; the daemon's own report is
 printed too), and checked (a sample of rows against their original values;
-the restored count must equal the changed count).  Baseline, RUNS times:
-`dd if=MNT/r.emb of=MNT/copy.emb bs=1M` (the copy deleted after each).
+the restored count must equal the changed count).  Then an incremental checkpoint: snapshot mid, PERCENT % of the rows changed
+again, snapshot next, and Mount.export_delta(mid, next) written to a .npz in
+DELTA_DIR (default /dev/shm), RUNS times (time and bytes).  Baseline, RUNS
+times: `dd if=MNT/r.emb of=MNT/copy.emb bs=1M` (the copy deleted after each).
 Prints each run and one line:
     restorebench rows=N changed=C restore_ms=X dd_ms=Y ratio=X/Y
 (medians).  Exit 0, or 1 on a failed check.
@@ -75,6 +77,30 @@ def main():
         print(f"  restore run {run + 1}: {nch} rows changed, {dt:.0f} ms "
               f"(daemon: examined {rep['rows_examined']}, rewritten {rep['rows_rewritten']}, "
               f"{rep['ms']:.0f} ms)", flush=True)
+    # an incremental checkpoint: the rows changed since snapshot mid (the
+    # restores above made new versions of rows: mid comes after them)
+    for name in ("mid", "next"):
+        if name in m.snapshots():
+            m.drop(name)
+    m.snapshot("mid")
+    ch = np.sort(rng.choice(a.n, nch, replace=False))
+    t.scatter(ch, np.full((nch, a.d), -2, np.float32))
+    m.sync()
+    m.snapshot("next")
+    dl, dlb = [], 0
+    out = os.path.join(os.environ.get("DELTA_DIR", "/dev/shm"), f"embfs-delta-{os.getpid()}.npz")
+    for run in range(a.r):
+        t0 = time.perf_counter()
+        nc, nd = m.export_delta("mid", "next", "r.emb", out)
+        dt = (time.perf_counter() - t0) * 1e3
+        dl.append(dt)
+        dlb = os.stat(out).st_size
+        os.unlink(out)
+        print(f"  delta export run {run + 1}: {nc} rows changed, {nd} deleted, {dlb} bytes, {dt:.0f} ms",
+              flush=True)
+        if nc != nch or nd != 0:
+            print("restorebench: the delta is not the changed rows", file=sys.stderr)
+            return 1
     for run in range(a.r):
         dst = os.path.join(a.mnt, "copy.emb")
         t0 = time.perf_counter()
@@ -84,7 +110,10 @@ def main():
         os.unlink(dst)
         m.sync()
         print(f"  dd bs=1M copy run {run + 1}: {dt:.0f} ms", flush=True)
-    r, d = median(rest), median(dd)
+    r, d, x = median(rest), median(dd), median(dl)
+    full = a.n * t.row_size
+    print(f"restorebench delta: export_ms={x:.0f} bytes={dlb} vs dd_ms={d:.0f} bytes={full}: "
+          f"time {x / d:.3f} bytes {dlb / full:.4f}")
     print(f"restorebench rows={a.n} changed={nch} restore_ms={r:.0f} dd_ms={d:.0f} ratio={r / d:.3f}")
     embfs.close_all()
     return 0

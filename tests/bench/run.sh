@@ -649,6 +649,12 @@ section_restore() {
 	echo "$out" | sed 's/^/  /'
 	umount_pool "$rspid" "$W/rsmnt"
 	rm -f "$W/rspool"
+	dline=$(echo "$out" | grep "restorebench delta:")
+	dtime=$(echo "$dline" | sed -n 's/.* time \([0-9.]*\) .*/\1/p')
+	dbytes=$(echo "$dline" | sed -n 's/.* bytes \([0-9.]*\)$/\1/p')
+	dmet=$(awk -v t="$dtime" -v b="$dbytes" 'BEGIN { print (t <= 0.05 && b <= 0.05) ? "met" : "MISSED" }')
+	say "  delta export (1% changed) / dd copy: time $dtime, bytes $dbytes (target <= 0.05 both: $dmet)"
+	result restore "delta of 1% changed" - - - - "export_delta: time $dtime, bytes $dbytes of a dd copy (<= 0.05: $dmet)"
 	line=$(echo "$out" | tail -1)
 	ratio=$(echo "$line" | sed -n 's/.*ratio=\([0-9.]*\).*/\1/p')
 	met=$(awk -v r="$ratio" 'BEGIN { print (r <= 0.05) ? "met" : "MISSED" }')
