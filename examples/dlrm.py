@@ -64,15 +64,14 @@ batches' ids).
 
 --resume step-K: a roll-back to snapshot step-K, then training on to --steps
 (default: the run's).  Every table C*.emb is restored from
-.snapshots/step-K with Table.copy_from (rows the snapshot does not hold become
-holes again), MNT/dense.pt too; the snapshots after step-K (of the abandoned
+.snapshots/step-K in place with Mount.restore (.embfs/restore: only the rows
+changed since are rewritten, rows the snapshot does not hold are deleted; a
+table missing from the mount is made and filled with Table.copy_from),
+MNT/dense.pt too; the snapshots after step-K (of the abandoned
 run) are dropped; the model, the dense optimizer and the settings (seed,
 batch, learning rates) come from the snapshot's dense.pt; training goes on
 from step K + 1 with the same loss lines as an uninterrupted run, bit for bit:
-one thread (--threads) and torch's deterministic algorithms.  The restore
-walks each snapshot table's stored rows with SEEK_DATA/SEEK_HOLE: hashed ids
-leave every row a run of its own, so that is 2 lseek round trips per row
-(~25 us here; ~70,000 rows at step 150 of the default run take ~3 s).
+one thread (--threads) and torch's deterministic algorithms.
 --no-prefetch trains without the Prefetcher (the same numbers, bit for bit).
 """
 import argparse
@@ -254,15 +253,18 @@ def restore(m, name):
     t0 = time.perf_counter()
     rows = 0
     for f in range(SPARSE):
-        src = m.table(f"C{f + 1}.emb", snapshot=name)
-        dst = m.create(f"C{f + 1}.emb", ROW_COLS, "f32", exist_ok=True)
-        c0 = m.stats()["fs.copy_rows"]
-        dst.copy_from(src)
-        rows += m.stats()["fs.copy_rows"] - c0
+        tname = f"C{f + 1}.emb"
+        if tname in m.tables():
+            # in place: only the rows changed since the snapshot are written
+            r = m.restore(name, tname)
+            rows += r["rows_rewritten"] + r["rows_deleted"]
+        else:
+            src = m.table(tname, snapshot=name)
+            rows += m.create(tname, ROW_COLS, "f32").copy_from(src)
     shutil.copyfile(os.path.join(snap, "dense.pt"), os.path.join(m.path, "dense.pt"))
     dt = time.perf_counter() - t0
-    print(f"restored {SPARSE} tables ({rows} rows) and dense.pt from {name} in {dt:.1f} s "
-          f"({dt / max(rows, 1) * 1e6:.0f} us/row)")
+    print(f"restored {SPARSE} tables ({rows} rows written or deleted) and dense.pt from {name} "
+          f"in {dt:.2f} s ({dt / max(rows, 1) * 1e6:.0f} us/row)")
     later = [s for s in m.snapshots() if (step_of(s) or -1) > k]
     for s in later:
         m.drop(s)

@@ -759,12 +759,12 @@ class Table:
         or more is copied inside the daemon by copy_file_range (no row bytes
         through this process), shorter ones (a table of rows scattered over
         a huge id space is all runs of one row) are gathered and scattered
-        in batches of up to `batch` rows."""
+        in batches of up to `batch` rows.  Returns the number of rows copied."""
         if (src.dim, src.dtype_name) != (self.dim, self.dtype_name):
             raise BadArgument(f"{self}: cannot copy {src} ({src.dim} x {src.dtype_name}) into "
                               f"{self.dim} x {self.dtype_name}", self.path)
         self.truncate(0)
-        rs, ids = self.row_size, []
+        rs, ids, copied = self.row_size, [], 0
 
         def flush():
             if ids:
@@ -779,6 +779,7 @@ class Table:
                 size = os.fstat(fi).st_size
                 for lo, hi in _data_runs(fi, size):
                     r0, r1 = lo // rs, (hi + rs - 1) // rs
+                    copied += r1 - r0
                     if r1 - r0 < 64:
                         ids.extend(range(r0, r1))
                         if len(ids) >= batch:
@@ -801,6 +802,7 @@ class Table:
             if isinstance(e, EmbfsError):
                 raise
             raise _oserror(e, f"{self}: copy from {src}", self.path) from None
+        return copied
 
     def apply_delta(self, path):
         """Apply a delta written by Mount.export_delta(A, B, ...) to this table

@@ -21,7 +21,7 @@ module's extra state); load_state_dict() checks that it matches the table
 the module was built on and copies no rows.  Checkpoint with
 Mount.snapshot() (tables and optimizer state at once) and keep dense
 parameters next to it; resume by building the modules over the tables
-restored from the snapshot (Table.copy_from).
+restored from the snapshot (Mount.restore, or Table.copy_from).
 """
 import numpy as np
 import torch
