@@ -282,7 +282,7 @@ class TestSnapshots(MountCase):
         self.assertIn("never goes back", str(cm.exception))
         t.scatter([2, 3], np.full((2, 4), 2, np.float32))
         m.snapshot("b")
-        self.assertEqual(m.snapshots(), ["a", "b"])
+        self.assertEqual([n for n in m.snapshots() if n in ("a", "b")], ["a", "b"])  # oldest first
         sa = m.table("s.emb", snapshot="a")
         rows, p = sa.gather([1, 2, 3], present=True)
         self.assertEqual(p.tolist(), [True, True, False])
@@ -304,7 +304,8 @@ class TestSnapshots(MountCase):
         self.assertEqual(t.present([1, 2, 3]).tolist(), [True, True, False])
         self.assertEqual(t.gather([2])[0, 0], 1)
         m.drop("a")
-        self.assertEqual(m.snapshots(), ["b"])
+        self.assertNotIn("a", m.snapshots())
+        self.assertIn("b", m.snapshots())
         with self.assertRaises(embfs.EmbfsError):
             sa.gather([1])
         m.sync()
@@ -451,7 +452,9 @@ class TestSnapshots(MountCase):
         t = m.create("dl.emb", 4)
         t.scatter(np.arange(2000), rng.standard_normal((2000, 4)).astype(np.float32))
         m.snapshot("dA")
-        ch = rng.choice(2000, 50, replace=False)
+        for s_ in ("dA", "dB", "dC"):
+            self.addCleanup(lambda n=s_: n in m.snapshots() and m.drop(n))
+        ch = rng.choice(np.arange(10, 2000), 50, replace=False)  # not the rows punched below
         t.scatter(ch, rng.standard_normal((50, 4)).astype(np.float32))
         t.scatter([5000], np.ones((1, 4), np.float32))  # a new row, the file grows
         t.punch([7, 8, 9])
@@ -484,8 +487,6 @@ class TestSnapshots(MountCase):
             with self.assertRaises(embfs.EmbfsError) as cm:
                 m.delta(*bad, "dl.emb")
             self.assertEqual(cm.exception.errno, err)
-        for s_ in ("dA", "dB", "dC"):
-            m.drop(s_)
 
 
 class TestNoCache(MountCase):
