@@ -1,7 +1,9 @@
 /*
  * .embfs/restore: put a live table back to its state in a snapshot, in
  * place.  Writing "SNAPSHOT TABLE" runs the restore; the write returns when
- * it is done (or with its errno).  Reading gives the last restore's
+ * it is done (or with its errno).  "SNAPSHOT" alone rolls the whole mount
+ * back: live tables the snapshot lacks are unlinked, its tables missing
+ * from the live tree made again, and every one of its tables restored.  Reading gives the last restore's
  * outcome as one line of text.
  *
  * Only rows that differ are written.  A row differs when the live table's
@@ -38,6 +40,7 @@ struct rside {
 
 struct rcount {
 	uint64_t examined, rewritten, deleted;
+	uint64_t tables, created, unlinked; /* a rollback's */
 	int fast; /* candidates from store_rows_since, not a walk of both tables */
 };
 
@@ -189,16 +192,124 @@ static int restore(struct embfs *fs, const char *snap, const char *table, struct
 	return ret;
 }
 
+/* The names of the live tables (live = 1) or of snapshot idx's tables, in
+ * a malloc'd array of *n. */
+static int names_of(struct embfs *fs, int live, uint32_t idx, char (**out)[EMB_NAME_MAX + 1], size_t *n)
+{
+	char(*v)[EMB_NAME_MAX + 1] = NULL;
+	size_t k = 0, cap = 0;
+	uint32_t cur = 0;
+	struct store_attr a;
+	int ret;
+	while ((ret = live ? store_table_next(fs->st, &cur, &a) : store_snap_table_next(fs->st, idx, &cur, &a)) == 1) {
+		if (k == cap) {
+			size_t ncap = cap ? 2 * cap : 16;
+			char(*p)[EMB_NAME_MAX + 1] = realloc(v, ncap * sizeof(*v));
+			if (!p) {
+				free(v);
+				return -ENOMEM;
+			}
+			v = p;
+			cap = ncap;
+		}
+		memcpy(v[k++], a.name, sizeof(v[0]));
+	}
+	if (ret < 0) {
+		free(v);
+		return ret;
+	}
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+/* Unlink live table `name` as the kernel's unlink would, and free it now
+ * if the kernel holds no reference to it (it will send no FORGET). */
+static int unlink_table(struct embfs *fs, const char *name)
+{
+	uint32_t id;
+	int ret = store_table_lookup(fs->st, name, &id);
+	if (!ret)
+		ret = store_table_unlink(fs->st, name);
+	if (ret)
+		return ret;
+	store_dir_touch(fs->st, STORE_DIR_ROOT);
+	if (atomic_load(&fs->nlookup[id]) == 0) {
+		if (store_table_snaps(fs->st, id) > 0)
+			rows_before_change(fs, id);
+		rows_after_change(fs, id, 0, UINT64_MAX);
+		ret = store_table_release(fs->st, id);
+	}
+	return ret;
+}
+
+/* The attributes of table id as snapshot idx holds it. */
+static int snap_attr(struct embfs *fs, uint32_t idx, uint32_t id, struct store_attr *a)
+{
+	struct store_view v;
+	int ret = store_view_snap(fs->st, idx, id, &v);
+	return ret ? ret : store_view_getattr(fs->st, &v, a);
+}
+
+/* Every table back to snapshot snap: live tables it does not have are
+ * unlinked, its tables missing from the live tree are made again (its
+ * mode, owner and geometry), and each is restored in place. */
+static int rollback(struct embfs *fs, const char *snap, struct rcount *c, char *why, size_t n)
+{
+	struct store_snap sn;
+	char(*live)[EMB_NAME_MAX + 1] = NULL, (*his)[EMB_NAME_MAX + 1] = NULL;
+	size_t nl = 0, nh = 0;
+	int ret = store_snap_lookup(fs->st, snap, &sn);
+	if (ret) {
+		snprintf(why, n, "no snapshot %s", snap);
+		return ret;
+	}
+	if ((ret = names_of(fs, 1, 0, &live, &nl)) || (ret = names_of(fs, 0, sn.idx, &his, &nh)))
+		goto out;
+	for (size_t i = 0; !ret && i < nl; i++) {
+		uint32_t x;
+		if (store_snap_table_lookup(fs->st, sn.idx, live[i], &x) != -ENOENT)
+			continue;
+		if ((ret = unlink_table(fs, live[i])))
+			snprintf(why, n, "unlinking %s (made after the snapshot)", live[i]);
+		else
+			c->unlinked++;
+	}
+	for (size_t i = 0; !ret && i < nh; i++) {
+		uint32_t lid, sid;
+		struct store_attr a;
+		if (store_table_lookup(fs->st, his[i], &lid) == -ENOENT) {
+			if ((ret = store_snap_table_lookup(fs->st, sn.idx, his[i], &sid)) ||
+			    (ret = snap_attr(fs, sn.idx, sid, &a)) ||
+			    (ret = store_table_create(fs->st, his[i], a.mode, a.uid, a.gid, a.dim, a.dtype, &lid))) {
+				snprintf(why, n, "making %s again", his[i]);
+				break;
+			}
+			pc_table_reset(fs, lid);
+			store_dir_touch(fs->st, STORE_DIR_ROOT);
+			c->created++;
+		}
+		ret = restore(fs, snap, his[i], c, why, n);
+		c->tables++;
+	}
+out:
+	free(live);
+	free(his);
+	return ret;
+}
+
 void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 {
 	struct embfs *fs = fs_of(req);
 	char w[2][EMB_NAME_MAX + 1], why[600] = "";
-	int ret = ctl_words(data, size, off, w, 2);
+	int all = 0, ret = ctl_words(data, size, off, w, 2);
+	if (ret && !(ret = ctl_words(data, size, off, w, 1)))
+		all = 1; /* "SNAPSHOT" alone: the whole mount */
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	const char *snap = w[0], *table = w[1];
+	const char *snap = w[0], *table = all ? "(all tables)" : w[1];
 	if (pthread_mutex_trylock(&fs->restore_lock)) {
 		fuse_reply_err(req, EBUSY); /* one restore at a time */
 		return;
@@ -206,13 +317,15 @@ void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 	struct rcount c = { 0 };
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	ret = restore(fs, snap, table, &c, why, sizeof(why));
+	ret = all ? rollback(fs, snap, &c, why, sizeof(why)) : restore(fs, snap, table, &c, why, sizeof(why));
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
 	snprintf(fs->restore_last, sizeof(fs->restore_last),
-		 "%s %s %s: rows_examined %llu rows_rewritten %llu rows_deleted %llu ms %.1f walk %s%s%s\n",
+		 "%s %s %s: rows_examined %llu rows_rewritten %llu rows_deleted %llu ms %.1f walk %s "
+		 "tables %llu created %llu unlinked %llu%s%s\n",
 		 ret ? "failed" : "restored", snap, table, (unsigned long long)c.examined,
 		 (unsigned long long)c.rewritten, (unsigned long long)c.deleted, ms, c.fast ? "since" : "both",
+		 (unsigned long long)c.tables, (unsigned long long)c.created, (unsigned long long)c.unlinked,
 		 why[0] ? " -- " : "", why);
 	pthread_mutex_unlock(&fs->restore_lock);
 	if (ret) {

@@ -296,24 +296,35 @@ class Mount:
         rows_deleted, ms, walk ("since": the rows changed since the
         snapshot, found in the live index; "both": every row either side
         stores, for a table with rows in spill runs)."""
+        self._tpath(name)
+        return self._restore_req(snapshot, name)
+
+    def _restore_req(self, snapshot, name):
         p = os.path.join(self.path, ".embfs", "restore")
         self._snapdir(snapshot)
-        self._tpath(name)
+        what = f"restore of table {name}" if name else "rollback"
         try:
             fd = os.open(p, os.O_RDWR | os.O_CLOEXEC)
             try:
-                os.write(fd, f"{snapshot} {name}\n".encode())
+                os.write(fd, (f"{snapshot} {name}\n" if name else f"{snapshot}\n").encode())
                 line = os.pread(fd, 4096, 0).decode()
             finally:
                 os.close(fd)
         except OSError as e:
-            raise EmbfsError(e.errno, f"restore of table {name} from snapshot {snapshot}: "
-                             f"{os.strerror(e.errno)}", p) from None
+            raise EmbfsError(e.errno, f"{what} from snapshot {snapshot}: {os.strerror(e.errno)}", p) from None
         words = line.split(": ", 1)[1].split(" -- ")[0].split()
         out = {}
         for k, v in zip(words[::2], words[1::2]):
             out[k] = float(v) if k == "ms" else int(v) if v.isdigit() else v
         return out
+
+    def rollback(self, snapshot):
+        """Roll the whole mount back to SNAPSHOT: live tables it does not
+        have are unlinked, its tables missing from the mount made again, and
+        every one of its tables restored in place.  Not atomic (README
+        "Restore in place").  Returns the daemon's report (see restore;
+        also tables, created, unlinked)."""
+        return self._restore_req(snapshot, None)
 
     def delta(self, a, b, name):
         """The rows of table NAME that changed between snapshot A and a later

@@ -420,7 +420,7 @@ class TestSnapshots(MountCase):
                 m.restore(snap, name)
             self.assertEqual(cm.exception.errno, err)
         p = os.path.join(m.path, ".embfs", "restore")
-        for bad in (b"rs\n", b"rs rs.emb extra\n", b" rs.emb\n", b"rs a/b\n"):
+        for bad in (b"\n", b"rs rs.emb extra\n", b" rs.emb\n", b"rs a/b\n", b"rs  rs.emb\n"):
             fd = os.open(p, os.O_WRONLY)
             try:
                 with self.assertRaises(OSError) as cm:
@@ -487,6 +487,39 @@ class TestSnapshots(MountCase):
             with self.assertRaises(embfs.EmbfsError) as cm:
                 m.delta(*bad, "dl.emb")
             self.assertEqual(cm.exception.errno, err)
+
+
+class TestRollback(MountCase):
+    """The whole mount back to a snapshot (its own pool: it unlinks tables)."""
+    size = "128M"
+
+    def test_rollback(self):
+        m = self.m
+        a = m.create("ra.emb", 4)
+        b = m.create("rb.emb", 8, "f16")
+        a.scatter(np.arange(100), np.ones((100, 4), np.float32))
+        b.scatter([3, 70], np.full((2, 8), 2, np.float16))
+        os.chmod(b.path, 0o600)
+        m.snapshot("r")
+        a.scatter(np.arange(50), np.zeros((50, 4), np.float32))
+        m.remove("rb.emb")
+        m.create("rc.emb", 4).scatter([1], np.ones((1, 4), np.float32))
+        fd = os.open(a.path, os.O_RDONLY)  # an open file of a table: fine
+        try:
+            r = m.rollback("r")
+        finally:
+            os.close(fd)
+        self.assertEqual((r["tables"], r["created"], r["unlinked"]), (2, 1, 1))
+        self.assertEqual(m.tables(), ["ra.emb", "rb.emb"])
+        np.testing.assert_array_equal(m.table("ra.emb").gather(np.arange(100)), np.ones((100, 4), np.float32))
+        nb = m.table("rb.emb")
+        self.assertEqual((nb.dim, nb.dtype_name, os.stat(nb.path).st_mode & 0o777), (8, "f16", 0o600))
+        self.assertEqual(list(nb.stored_ids()), [3, 70])
+        with self.assertRaises(embfs.EmbfsError) as cm:
+            m.rollback("nosuch")
+        self.assertEqual(cm.exception.errno, errno.ENOENT)
+        again = m.rollback("r")
+        self.assertEqual((again["rows_rewritten"], again["created"], again["unlinked"]), (0, 0, 0))
 
 
 class TestNoCache(MountCase):
