@@ -45,13 +45,18 @@ static int resv_grow(struct store *s, uint64_t want)
 	if (r->n >= want)
 		return 0;
 	/* grow by a quarter more than asked, 16 blocks per transaction: on a
-	 * plain file every transaction costs msyncs */
+	 * plain file every transaction costs msyncs.  The quarter is best
+	 * effort: a heap that has room for `need` but not for it (a full
+	 * pool) must not fail the promise, and near a full heap the blocks
+	 * are taken one per transaction (a transaction is all or nothing) */
+	uint64_t need = want < EMB_RESV_MAX ? want : EMB_RESV_MAX;
+	volatile uint64_t step = 16; /* volatile: set between TX_BEGINs (setjmp) */
 	want += want / 4;
 	if (want > EMB_RESV_MAX)
 		want = EMB_RESV_MAX;
 	while (r->n < want) {
 		volatile int ret = 0;
-		uint64_t k = want - r->n < 16 ? want - r->n : 16;
+		uint64_t k = want - r->n < step ? want - r->n : step;
 		pthread_mutex_lock(&s->meta_lock);
 		TX_BEGIN(s->pop) {
 			pmemobj_tx_add_range_direct(&r->n, 8);
@@ -66,8 +71,12 @@ static int resv_grow(struct store *s, uint64_t want)
 		} TX_END
 		ret = pm_tx_end(s, ret);
 		pthread_mutex_unlock(&s->meta_lock);
+		if (ret == -ENOSPC && step > 1) {
+			step = 1;
+			continue;
+		}
 		if (ret)
-			return ret;
+			return r->n >= need && ret == -ENOSPC ? 0 : ret;
 	}
 	return 0;
 }
