@@ -27,13 +27,8 @@
 #define CHUNK_ROWS 4096u
 #define MAX_BYTES (16u << 20) /* per request */
 
-struct cside {
-	struct store_view v;
-	struct store_attr a;
-};
-
 /* Rows [rin, rin + k) of src, all stored, to [rout, rout + k) of table id. */
-static int copy_run(struct embfs *fs, const struct cside *src, uint32_t id, uint32_t rs, uint64_t rin,
+static int copy_run(struct embfs *fs, const struct tview *src, uint32_t id, uint32_t rs, uint64_t rin,
 		    uint64_t rout, uint64_t k, uint64_t *ids, char *buf)
 {
 	int ret = 0;
@@ -61,7 +56,7 @@ static int copy_run(struct embfs *fs, const struct cside *src, uint32_t id, uint
  * not store are punched in the destination below dst_end (its size in rows:
  * no row is stored past it).  Stops once MAX_BYTES of rows are copied:
  * *covered = rows of the range done. */
-static int copy_rows(struct embfs *fs, const struct cside *src, uint32_t id, uint32_t rs, uint64_t rin,
+static int copy_rows(struct embfs *fs, const struct tview *src, uint32_t id, uint32_t rs, uint64_t rin,
 		     uint64_t rout, uint64_t n, uint64_t dst_end, uint64_t *covered)
 {
 	uint64_t *ids = malloc(CHUNK_ROWS * sizeof(*ids));
@@ -103,7 +98,7 @@ static int copy_rows(struct embfs *fs, const struct cside *src, uint32_t id, uin
 
 /* Bytes [in, in + len) of src to [out, out + len) of table id, as READ and
  * WRITE would move them. */
-static int copy_bytes(struct embfs *fs, const struct cside *src, uint32_t id, uint32_t rs_out, uint64_t in,
+static int copy_bytes(struct embfs *fs, const struct tview *src, uint32_t id, uint32_t rs_out, uint64_t in,
 		      uint64_t out, uint64_t len)
 {
 	size_t cap = len < (1u << 20) ? (size_t)len : (1u << 20);
@@ -129,7 +124,7 @@ static int copy_bytes(struct embfs *fs, const struct cside *src, uint32_t id, ui
 static int64_t copy_range(struct embfs *fs, fuse_ino_t ino_in, uint64_t in, uint32_t id, uint64_t out,
 			  uint64_t len)
 {
-	struct cside src;
+	struct tview src;
 	struct store_attr da;
 	int ret = fs_view(fs, ino_in, &src.v, &src.a);
 	if (ret)

@@ -26,14 +26,9 @@ struct dfd {
 	int err;              /* the last request's, answered to reads */
 };
 
-struct dside {
-	struct store_view v;
-	struct store_attr a;
-};
-
 struct dwork {
 	struct embfs *fs;
-	const struct dside *a, *b;
+	const struct tview *a, *b;
 	uint64_t ba;
 	struct u64list { uint64_t *v; size_t n, cap; } ch, del;
 	uint64_t va[CHANGES_CHUNK], vb[CHANGES_CHUNK];
@@ -67,8 +62,6 @@ static int same_bytes(struct dwork *w, uint64_t r)
 static int judge(void *arg, const uint64_t *ids, uint32_t n)
 {
 	struct dwork *w = arg;
-	memset(w->va, 0, n * sizeof(*w->va));
-	memset(w->vb, 0, n * sizeof(*w->vb));
 	int ret = store_rows_read(w->fs->st, &w->a->v, ids, n, NULL, w->sa, w->va);
 	if (!ret)
 		ret = store_rows_read(w->fs->st, &w->b->v, ids, n, NULL, w->sb, w->vb);
@@ -89,7 +82,7 @@ static int judge(void *arg, const uint64_t *ids, uint32_t n)
 }
 
 /* A view of table `name` in snapshot `snap` ("-": the live table). */
-static int side(struct embfs *fs, const char *snap, const char *name, struct dside *d, struct store_snap *sn,
+static int side(struct embfs *fs, const char *snap, const char *name, struct tview *d, struct store_snap *sn,
 		uint32_t *id)
 {
 	int ret;
@@ -110,7 +103,7 @@ static int side(struct embfs *fs, const char *snap, const char *name, struct dsi
 /* The answer to "A B TABLE" into f. */
 static int delta(struct embfs *fs, char (*w)[EMB_NAME_MAX + 1], struct dfd *f)
 {
-	struct dside a, b;
+	struct tview a, b;
 	struct store_snap sa, sb;
 	uint32_t ida, idb, lid = 0;
 	if (!strcmp(w[0], "-"))

@@ -106,6 +106,12 @@ void table_fallocate(fuse_req_t req, uint32_t id, int mode, off_t off, off_t len
  * snapshot's), served inside the daemon. */
 void table_copy_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, uint32_t id, fuse_ino_t ino_out,
 		      off_t off_out, size_t len, int flags);
+/* A table as one view sees it: the view and its attributes (copy.c,
+ * restore.c, delta.c). */
+struct tview {
+	struct store_view v;
+	struct store_attr a;
+};
 /* ctl.c: a control file's request, n names separated by single spaces
  * (a trailing newline is fine), written at offset 0: 0 or -EINVAL. */
 int ctl_words(const char *data, size_t size, off_t off, char (*w)[EMB_NAME_MAX + 1], int n);

@@ -33,11 +33,6 @@
 
 #define CHUNK CHANGES_CHUNK
 
-struct rside {
-	struct store_view v;
-	struct store_attr a;
-};
-
 struct rcount {
 	uint64_t examined, rewritten, deleted;
 	uint64_t tables, created, unlinked; /* a rollback's */
@@ -46,28 +41,26 @@ struct rcount {
 
 /* A chunk's arrays (CHUNK each), and the snapshot's rows read into buf. */
 struct rwork {
-	uint64_t ids[CHUNK], vl[CHUNK], vs[CHUNK], put[CHUNK];
+	uint64_t vl[CHUNK], put[CHUNK];
 	uint8_t sl[CHUNK], ss[CHUNK], pl[CHUNK];
 	struct store_rowop ops[CHUNK];
 	char *live;  /* the live bytes of put[] (CHUNK rows) */
 	char buf[];  /* the snapshot's bytes of put[] (CHUNK rows) */
 };
 
-/* Rows w->ids[0..n) (ascending) of the live table l made those of s
+/* Rows ids[0..n) (ascending) of the live table l made those of s
  * (snapshot batch b). */
-static int restore_chunk(struct embfs *fs, const struct rside *l, const struct rside *s, uint64_t b, uint32_t n,
-			 struct rwork *w, struct rcount *c)
+static int restore_chunk(struct embfs *fs, const struct tview *l, const struct tview *s, uint64_t b,
+			 const uint64_t *ids, uint32_t n, struct rwork *w, struct rcount *c)
 {
-	uint64_t *ids = w->ids, *vl = w->vl, *vs = w->vs, *put = w->put;
+	uint64_t *vl = w->vl, *put = w->put;
 	uint8_t *sl = w->sl, *ss = w->ss, *pl = w->pl;
 	struct store_rowop *ops = w->ops;
 	char *buf = w->buf;
 	uint32_t nput = 0, nops = 0;
-	memset(vl, 0, n * sizeof(*vl));
-	memset(vs, 0, n * sizeof(*vs));
 	int ret = store_rows_read(fs->st, &l->v, ids, n, NULL, sl, vl);
 	if (!ret)
-		ret = store_rows_read(fs->st, &s->v, ids, n, NULL, ss, vs);
+		ret = store_rows_read(fs->st, &s->v, ids, n, NULL, ss, NULL);
 	if (ret)
 		return ret;
 	c->examined += n;
@@ -113,7 +106,7 @@ static int restore_chunk(struct embfs *fs, const struct rside *l, const struct r
 
 struct rargs {
 	struct embfs *fs;
-	const struct rside *l, *s;
+	const struct tview *l, *s;
 	uint64_t b;
 	struct rwork *w;
 	struct rcount *c;
@@ -122,15 +115,14 @@ struct rargs {
 static int restore_cb(void *arg, const uint64_t *ids, uint32_t n)
 {
 	struct rargs *a = arg;
-	memcpy(a->w->ids, ids, n * sizeof(*ids));
-	return restore_chunk(a->fs, a->l, a->s, a->b, n, a->w, a->c);
+	return restore_chunk(a->fs, a->l, a->s, a->b, ids, n, a->w, a->c);
 }
 
 /* Restore live table `table` to snapshot `snap`. */
 static int restore(struct embfs *fs, const char *snap, const char *table, struct rcount *c, char *why, size_t n)
 {
 	struct store_snap sn;
-	struct rside l, s;
+	struct tview l, s;
 	uint32_t sid, lid;
 	int ret = store_snap_lookup(fs->st, snap, &sn);
 	if (ret) {

@@ -567,12 +567,9 @@ class Table:
 
     # ---- requests ----
     def _send(self, c, op, ids, rows=None, flags=0):
-        n = len(ids)
-        parts = [_HDR.pack(b"EMBB", op, self.ino, n, flags, 0), memoryview(ids).cast("B")]
-        if rows is not None:
-            parts.append(_bytes_view(rows))
-        total = sum(len(p) for p in parts)
-        parts[0] = _HDR.pack(b"EMBB", op, self.ino, n, flags, total)
+        body = [memoryview(ids).cast("B")] + ([_bytes_view(rows)] if rows is not None else [])
+        total = _HDR.size + sum(len(p) for p in body)
+        parts = [_HDR.pack(b"EMBB", op, self.ino, len(ids), flags, total)] + body
         done = 0
         while True:
             # a short write means "send the rest": that write gets the error

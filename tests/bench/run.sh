@@ -627,6 +627,15 @@ section_batch() {
 		"scatters with the table read via pread (one row a batch): $(pct "$caps" "$scs") of them recorded its rows' bytes; base: not read, none recorded"
 }
 
+# py_ready SECTION: $PY imports python/embfs (and so numpy), or SECTION is
+# reported skipped and py_ready fails
+py_ready() {
+	PYTHONPATH=$TOP/python "$PY" -c 'import embfs' 2>/dev/null && return 0
+	say "$1: $PY cannot import numpy or embfs (tests/deps.sh installs python3-numpy); skipped"
+	result "$1" "skipped" - - - - "no numpy for $PY"
+	return 1
+}
+
 # restore: issue 14's restore in place (.embfs/restore) of a table of ROWS
 # rows of ROW_SIZE bytes where 1% changed since the snapshot, against
 # copying the whole table through the mount with dd bs=1M (target <= 5%),
@@ -634,11 +643,7 @@ section_batch() {
 section_restore() {
 	ensure_w
 	say ""
-	if ! PYTHONPATH=$TOP/python "$PY" -c 'import embfs' 2>/dev/null; then
-		say "restore: $PY cannot import numpy; skipped"
-		result restore "skipped" - - - - "no numpy for $PY"
-		return
-	fi
+	py_ready restore || return
 	need=$((ROWS * ROW_SIZE / 1048576 * 4 + 1024))
 	room restore /dev/shm $need || return
 	"$MKFS" -f -s $((need - 512))M "$W/rspool" >/dev/null || fail "mkfs.embfs rspool"
@@ -682,11 +687,7 @@ section_pybatch() {
 	[ -x "$gb" ] || fail "$gb not built (run make)"
 	ensure_w
 	say ""
-	if ! PYTHONPATH=$TOP/python "$PY" -c 'import embfs' 2>/dev/null; then
-		say "pybatch: $PY cannot import numpy or embfs (tests/deps.sh installs python3-numpy); skipped"
-		result pybatch "skipped" - - - - "no numpy for $PY"
-		return
-	fi
+	py_ready pybatch || return
 	pyown=0
 	if [ -n "$PID" ] && is_mounted "$MNT"; then
 		pm=$MNT

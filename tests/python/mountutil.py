@@ -4,6 +4,8 @@ and reap the daemon (by its PID) at the end, also when the test fails.
 
     with Pooled(size="256M", opts="cache_size=64M") as p:
         m = embfs.Mount(p.mnt)
+
+or a test class derived from PooledCase (one pool for the class: self.m).
 """
 import os
 import shutil
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("BUILD", os.path.join(TOP, "build"))
@@ -96,3 +99,29 @@ class Pooled:
             self.unmount()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class PooledCase(unittest.TestCase):
+    """Test cases sharing one fresh pool, mounted for the class (size, opts)."""
+    size = "512M"
+    opts = "cache_size=32M"
+
+    @classmethod
+    def setUpClass(cls):
+        import embfs
+        cls.pool = Pooled(size=cls.size, opts=cls.opts)
+        cls.pool.__enter__()
+        cls.m = embfs.Mount(cls.pool.mnt)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pool.__exit__(None, None, None)
+
+    def gone(self, name):
+        """Table NAME removed if it is there; NAME."""
+        import embfs
+        try:
+            self.m.remove(name)
+        except embfs.EmbfsError:
+            pass
+        return name

@@ -14,35 +14,18 @@ import zlib
 import numpy as np
 
 import embfs
-from mountutil import Pooled
+from mountutil import Pooled, PooledCase
 
 SEED = int(os.environ.get("EMBFS_SEED") or random.SystemRandom().randrange(1 << 32))
 print(f"test_embfs: seed {SEED} (replay: EMBFS_SEED={SEED})", flush=True)
 
 
-class MountCase(unittest.TestCase):
-    opts = "cache_size=32M"
-    size = "512M"
-
-    @classmethod
-    def setUpClass(cls):
-        cls.pool = Pooled(size=cls.size, opts=cls.opts)
-        cls.pool.__enter__()
-        cls.m = embfs.Mount(cls.pool.mnt)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.pool.__exit__(None, None, None)
-
+class MountCase(PooledCase):
     def setUp(self):
         self.rng = np.random.default_rng([SEED, zlib.crc32(self.id().encode())])
 
     def fresh(self, name, dim=8, dtype="f32"):
-        try:
-            self.m.remove(name)
-        except embfs.EmbfsError:
-            pass
-        return self.m.create(name, dim, dtype)
+        return self.m.create(self.gone(name), dim, dtype)
 
 
 class TestRows(MountCase):

@@ -10,7 +10,7 @@ import unittest
 import numpy as np
 
 import embfs
-from mountutil import Pooled
+from mountutil import PooledCase
 
 try:
     import torch
@@ -40,30 +40,15 @@ class _Rows(torch.utils.data.Dataset if torch else object):
 
 
 @unittest.skipIf(torch is None, "no torch for this python3")
-class TestModules(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.pool = Pooled(size="256M", opts="cache_size=32M")
-        cls.pool.__enter__()
-        cls.m = embfs.Mount(cls.pool.mnt)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.pool.__exit__(None, None, None)
+class TestModules(PooledCase):
+    size = "256M"
 
     def setUp(self):
         torch.manual_seed(SEED & 0xFFFFFFFF)
         self.rng = np.random.default_rng(SEED)
 
-    def fresh_name(self, name):
-        try:
-            self.m.remove(name)
-        except embfs.EmbfsError:
-            pass
-        return name
-
     def test_embedding_matches_torch_sgd(self):
-        emb = et.Embedding(self.m, self.fresh_name("e.emb"), 6, optimizer="sgd")
+        emb = et.Embedding(self.m, self.gone("e.emb"), 6, optimizer="sgd")
         ids = torch.randint(0, 40, (8, 3))
         w0 = emb.weights(np.arange(40))
         ref = torch.nn.Embedding(40, 6, sparse=True)
@@ -85,7 +70,7 @@ class TestModules(unittest.TestCase):
 
     def test_bag_modes_offsets_weights(self):
         for mode in ("sum", "mean"):
-            bag = et.EmbeddingBag(self.m, self.fresh_name(f"b-{mode}.emb"), 5, mode=mode, optimizer="sgd")
+            bag = et.EmbeddingBag(self.m, self.gone(f"b-{mode}.emb"), 5, mode=mode, optimizer="sgd")
             w = bag.weights(np.arange(30))
             inp = torch.randint(0, 30, (20,))
             offsets = torch.tensor([0, 3, 3, 9, 15])
@@ -98,7 +83,7 @@ class TestModules(unittest.TestCase):
             et.SGD([bag], lr=0.1).zero_grad()
 
     def test_rowwise_adagrad_and_state_in_rows(self):
-        bag = et.EmbeddingBag(self.m, self.fresh_name("ada.emb"), 4, mode="sum")
+        bag = et.EmbeddingBag(self.m, self.gone("ada.emb"), 4, mode="sum")
         self.assertEqual(bag.table.dim, 5)
         opt = et.RowWiseAdagrad([bag], lr=0.5, eps=1e-6)
         ids = torch.tensor([[1, 2], [2, 7]])
@@ -116,7 +101,7 @@ class TestModules(unittest.TestCase):
         np.testing.assert_allclose(raw[:, 4], s, rtol=1e-5)
 
     def test_accumulate_two_lookups_one_step(self):
-        emb = et.Embedding(self.m, self.fresh_name("acc.emb"), 3, optimizer="sgd")
+        emb = et.Embedding(self.m, self.gone("acc.emb"), 3, optimizer="sgd")
         w = emb.weights([4]).clone()
         opt = et.SGD([emb], lr=1.0)
         emb(torch.tensor([4])).sum().backward()
@@ -125,7 +110,7 @@ class TestModules(unittest.TestCase):
         torch.testing.assert_close(emb.weights([4]), w - 5.0)
 
     def test_eval_writes_nothing(self):
-        emb = et.Embedding(self.m, self.fresh_name("ev.emb"), 3)
+        emb = et.Embedding(self.m, self.gone("ev.emb"), 3)
         emb.eval()
         emb(torch.tensor([1, 2])).sum()
         with torch.no_grad():
@@ -136,20 +121,20 @@ class TestModules(unittest.TestCase):
 
     def test_init_deterministic_and_bf16(self):
         ini = embfs.Init.normal(0, 0.1, seed=9)
-        a = et.Embedding(self.m, self.fresh_name("ia.emb"), 4, init=ini, optimizer="sgd")
-        b = et.Embedding(self.m, self.fresh_name("ib.emb"), 4, init=ini, optimizer="sgd", dtype="bf16")
+        a = et.Embedding(self.m, self.gone("ia.emb"), 4, init=ini, optimizer="sgd")
+        b = et.Embedding(self.m, self.gone("ib.emb"), 4, init=ini, optimizer="sgd", dtype="bf16")
         torch.testing.assert_close(a(torch.tensor([5, 6])), a(torch.tensor([6, 5])).flip(0))
         torch.testing.assert_close(b(torch.tensor([5])), a(torch.tensor([5])), rtol=1e-2, atol=1e-3)
         self.assertEqual(b.table.dtype_name, "bf16")
 
     def test_state_dict_describes_the_table(self):
-        emb = et.Embedding(self.m, self.fresh_name("sd.emb"), 4)
+        emb = et.Embedding(self.m, self.gone("sd.emb"), 4)
         sd = emb.state_dict()
         self.assertEqual(list(sd), ["_extra_state"])
         self.assertEqual(sd["_extra_state"]["table"], "sd.emb")
         again = et.Embedding(self.m, "sd.emb", 4)
         again.load_state_dict(sd)
-        other = et.Embedding(self.m, self.fresh_name("sd2.emb"), 4, optimizer="sgd")
+        other = et.Embedding(self.m, self.gone("sd2.emb"), 4, optimizer="sgd")
         with self.assertRaises(embfs.EmbfsError):
             other.load_state_dict(sd)
         with self.assertRaises(embfs.EmbfsError):  # the table holds another geometry
@@ -157,7 +142,7 @@ class TestModules(unittest.TestCase):
         self.assertEqual(list(torch.nn.Sequential(emb).parameters()), [])
 
     def test_snapshot_holds_rows_and_state(self):
-        emb = et.Embedding(self.m, self.fresh_name("snap.emb"), 2)
+        emb = et.Embedding(self.m, self.gone("snap.emb"), 2)
         opt = et.RowWiseAdagrad([emb], lr=0.1)
         emb(torch.tensor([1])).sum().backward()
         opt.step()
@@ -172,7 +157,7 @@ class TestModules(unittest.TestCase):
         self.m.drop(name)
 
     def test_dataloader_workers_and_prefetcher(self):
-        t = self.m.create(self.fresh_name("dl.emb"), 3)
+        t = self.m.create(self.gone("dl.emb"), 3)
         t.scatter(np.arange(100), np.repeat(np.arange(100, dtype=np.float32)[:, None], 3, 1))
         t.gather([0])  # the parent's fd exists before the workers fork
         loader = torch.utils.data.DataLoader(_Rows(t.path, 10), batch_size=None, num_workers=2)
@@ -190,7 +175,7 @@ class TestModules(unittest.TestCase):
         self.assertEqual(s1["prefetch.rows"] - s0["prefetch.rows"], 90)
 
     def test_table_tensors(self):
-        t = self.m.create(self.fresh_name("tt.emb"), 4, "bf16")
+        t = self.m.create(self.gone("tt.emb"), 4, "bf16")
         rows = torch.randn(3, 4).to(torch.bfloat16)
         t.scatter(torch.tensor([1, 5, 9]), rows)
         got = t.gather(torch.tensor([9, 1]))
@@ -203,7 +188,7 @@ class TestModules(unittest.TestCase):
             t.scatter(torch.tensor([1]), torch.randn(1, 4))  # float32 into bf16
 
     def test_bad_input(self):
-        emb = et.Embedding(self.m, self.fresh_name("bi.emb"), 2)
+        emb = et.Embedding(self.m, self.gone("bi.emb"), 2)
         with self.assertRaises(ValueError):
             emb(torch.tensor([1.0]))
         with self.assertRaises(ValueError):
