@@ -435,7 +435,7 @@ int store_snap_drop(struct store *s, const char *name)
 	pthread_mutex_lock(&s->commit_lock);
 	pthread_rwlock_wrlock(&s->snap_lock);
 	int idx = find_locked(s, name);
-	int ret = idx < 0 ? -ENOENT : pm_writable(s);
+	int ret = idx < 0 ? -ENOENT : intent_pins(s, (uint32_t)idx) ? -EBUSY : pm_writable(s);
 	if (!ret)
 		ret = mark_dropping(s, (uint32_t)idx);
 	pthread_rwlock_unlock(&s->snap_lock);

@@ -296,6 +296,10 @@ int pm_tx_end(struct store *s, int ret);
 /* libpmemobj's errno after a failed transaction, as -errno (ENOMEM: -ENOSPC). */
 int pm_tx_errno(void);
 
+/* intent.c: 1 when a pending restore or rollback needs snapshot idx
+ * (snap_lock held). */
+int intent_pins(struct store *s, uint32_t idx);
+
 /* ---- meta.c: checksums of metadata transactions change -----------------
  * The *_seal_tx functions run inside a transaction (meta_lock held), after
  * covered fields changed. */

@@ -106,10 +106,22 @@ struct emb_super {
 	 * by 8-byte stores, so outside dyn_csum */
 	uint64_t root_mtime_ns, root_ctime_ns;
 	uint64_t snaps_mtime_ns, snaps_ctime_ns;
-	uint8_t reserved1[184];
+	/* a restore or rollback in progress (store/intent.c): zero in a pool
+	 * made before it was kept, which reads as none */
+	struct emb_intent {
+		uint32_t kind;      /* EMB_INTENT_* */
+		uint32_t snap_idx;
+		uint64_t snap_gen;
+		uint64_t table_gen; /* EMB_INTENT_RESTORE: the live table's */
+		uint64_t csum;      /* XXH64 of the fields above */
+	} intent;
+	uint8_t reserved1[152];
 	uint64_t dyn_csum;    /* XXH64 of next_gen .. spill_off (changed only in transactions) */
 };
 #define EMB_SUPER_STATIC_LEN offsetof(struct emb_super, static_csum)
+#define EMB_INTENT_NONE 0u
+#define EMB_INTENT_RESTORE 1u  /* one table back to a snapshot */
+#define EMB_INTENT_ROLLBACK 2u /* every table back to a snapshot */
 
 /* One table (a file at the mount's root). */
 #define EMB_T_USED 1u   /* slot holds a table */

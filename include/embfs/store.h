@@ -224,6 +224,25 @@ struct store_snap {
 int store_snap_create(struct store *s, const char *name, int durable, struct store_snap *out);
 int store_snap_set_durable(struct store *s, uint32_t idx, uint64_t gen);
 int store_snap_drop(struct store *s, const char *name);
+
+/* A restore or rollback in progress (store/intent.c): recorded before the
+ * first row changes, cleared when the last is durable; the pool's user
+ * finishes a pending one before serving.  store_snap_drop() of its
+ * snapshot gives -EBUSY while it is pending. */
+#define STORE_INTENT_RESTORE EMB_INTENT_RESTORE   /* one live table (table_gen) */
+#define STORE_INTENT_ROLLBACK EMB_INTENT_ROLLBACK /* every table */
+struct store_intent {
+	uint32_t kind;
+	uint32_t snap_idx;  /* the snapshot's record, and its generation */
+	uint64_t snap_gen;
+	uint64_t table_gen; /* _RESTORE: the live table's inode generation */
+};
+/* 1 and *in filled when one is pending, 0 when none, -EUCLEAN when the
+ * record is damaged. */
+int store_intent_get(struct store *s, struct store_intent *in);
+/* -EBUSY when one is pending already. */
+int store_intent_set(struct store *s, const struct store_intent *in);
+int store_intent_clear(struct store *s);
 int store_snap_lookup(struct store *s, const char *name, struct store_snap *out);
 int store_snap_get(struct store *s, uint32_t idx, struct store_snap *out);
 /* Iterate: *cursor from 0; 1 with out filled, 0 at the end. */
