@@ -102,6 +102,17 @@ int fs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st, uint64_t *gen)
 		st->st_mtim = st->st_ctim = st->st_atim;
 		g = sn.gen;
 		break;
+	case FS_DDIR:
+	case FS_DPAIR:
+	case FS_DDEL:
+	case FS_DCHGD:
+	case FS_DVIEW:
+	case FS_DLIST:
+	case FS_DCHG:
+		ret = dview_stat(fs, k, st, &g);
+		if (ret)
+			return ret;
+		break;
 	case FS_TABLE:
 	case FS_SNAPTABLE:
 		ret = fs_view(fs, ino, &v, &a);

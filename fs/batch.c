@@ -531,10 +531,15 @@ static int scatter(struct embfs *fs, struct bfd *f)
 		return -ESTALE; /* the table went away or changed geometry meanwhile */
 	/* pages the kernel caches must not bring the old rows back (pcache.c) */
 	struct pc_scatter pcs;
-	int ret = pc_scatter_begin(fs, &pcs, t->id, rs, ids, n);
+	int ret = restore_gate_enter(fs, t->id);
 	if (ret)
 		return ret;
+	if ((ret = pc_scatter_begin(fs, &pcs, t->id, rs, ids, n))) {
+		restore_gate_leave(fs);
+		return ret;
+	}
 	ret = rows_scatter(fs, t->id, rs, ids, rows, n, f->promised);
+	restore_gate_leave(fs);
 	f->promised = 0;
 	if (!ret)
 		INC(fs->batch, scatter_rows, n);

@@ -46,7 +46,7 @@ static int push(struct u64list *l, uint64_t x)
 		l->v = p;
 		l->cap = cap;
 	}
-	l->v[l->n++] = htole64(x);
+	l->v[l->n++] = x;
 	return 0;
 }
 
@@ -100,29 +100,38 @@ static int side(struct embfs *fs, const char *snap, const char *name, struct tvi
 	return store_view_getattr(fs->st, &d->v, &d->a);
 }
 
-/* The answer to "A B TABLE" into f. */
-static int delta(struct embfs *fs, char (*w)[EMB_NAME_MAX + 1], struct dfd *f)
+void delta_ids_free(struct delta_ids *d)
 {
-	struct tview a, b;
+	free(d->ch);
+	free(d->del);
+	d->ch = d->del = NULL;
+	d->nch = d->ndel = 0;
+}
+
+int delta_ids(struct embfs *fs, const char *an, const char *bn, const char *table, struct delta_ids *out)
+{
+	struct tview a;
 	struct store_snap sa, sb;
 	uint32_t ida, idb, lid = 0;
-	if (!strcmp(w[0], "-"))
+	memset(out, 0, sizeof(*out));
+	if (!strcmp(an, "-"))
 		return -EINVAL; /* A is a snapshot */
-	int ret = side(fs, w[0], w[2], &a, &sa, &ida);
+	int ret = side(fs, an, table, &a, &sa, &ida);
 	if (!ret)
-		ret = side(fs, w[1], w[2], &b, &sb, &idb);
+		ret = side(fs, bn, table, &out->b, &sb, &idb);
 	if (ret)
 		return ret;
-	if (sb.batch < sa.batch || a.a.row_size != b.a.row_size)
+	struct tview *b = &out->b;
+	if (sb.batch < sa.batch || a.a.row_size != b->a.row_size)
 		return -EINVAL; /* B older than A, or another geometry */
-	int live = !strcmp(w[1], "-");
+	int live = !strcmp(bn, "-");
 	int fast_ok = 0;
 	if (live) {
-		fast_ok = idb == ida && b.a.gen == a.a.gen;
+		fast_ok = idb == ida && b->a.gen == a.a.gen;
 		lid = idb;
 	} else {
 		struct store_attr la;
-		fast_ok = idb == ida && b.a.gen == a.a.gen && !store_table_lookup(fs->st, w[2], &lid) &&
+		fast_ok = idb == ida && b->a.gen == a.a.gen && !store_table_lookup(fs->st, table, &lid) &&
 			  lid == ida && !store_table_getattr(fs->st, lid, &la) && la.gen == a.a.gen &&
 			  !rows_before_change(fs, lid);
 	}
@@ -133,33 +142,48 @@ static int delta(struct embfs *fs, char (*w)[EMB_NAME_MAX + 1], struct dfd *f)
 		free(rows);
 		return -ENOMEM;
 	}
-	*d = (struct dwork){ .fs = fs, .a = &a, .b = &b, .ba = sa.batch, .ra = rows, .rb = rows + a.a.row_size };
+	*d = (struct dwork){ .fs = fs, .a = &a, .b = b, .ba = sa.batch, .ra = rows, .rb = rows + a.a.row_size };
 	int fast;
-	ret = changes_walk(fs, &a.v, &b.v, fast_ok, lid, sa.batch, judge, d, &fast);
-	if (!ret) {
-		struct embfs_delta_hdr h = { .row_size = htole32(a.a.row_size), .batch_a = htole64(sa.batch),
-					     .size_b = htole64(b.a.size), .nchanged = htole64(d->ch.n),
-					     .ndeleted = htole64(d->del.n) };
-		memcpy(h.magic, EMBFS_DELTA_MAGIC, 4);
-		size_t len = sizeof(h) + 8 * (d->ch.n + d->del.n);
-		char *p = malloc(len);
-		if (!p) {
-			ret = -ENOMEM;
-		} else {
-			memcpy(p, &h, sizeof(h));
-			if (d->ch.n)
-				memcpy(p + sizeof(h), d->ch.v, 8 * d->ch.n);
-			if (d->del.n)
-				memcpy(p + sizeof(h) + 8 * d->ch.n, d->del.v, 8 * d->del.n);
-			free(f->resp);
-			f->resp = p;
-			f->len = len;
-		}
-	}
-	free(d->ch.v);
-	free(d->del.v);
-	free(d);
+	ret = changes_walk(fs, &a.v, &b->v, fast_ok, lid, sa.batch, judge, d, &fast);
 	free(rows);
+	out->ch = d->ch.v;
+	out->nch = d->ch.n;
+	out->del = d->del.v;
+	out->ndel = d->del.n;
+	out->batch_a = sa.batch;
+	free(d);
+	if (ret)
+		delta_ids_free(out);
+	return ret;
+}
+
+/* The answer to "A B TABLE" into f. */
+static int delta(struct embfs *fs, char (*w)[EMB_NAME_MAX + 1], struct dfd *f)
+{
+	struct delta_ids d;
+	int ret = delta_ids(fs, w[0], w[1], w[2], &d);
+	if (ret)
+		return ret;
+	struct embfs_delta_hdr h = { .row_size = htole32(d.b.a.row_size), .batch_a = htole64(d.batch_a),
+				     .size_b = htole64(d.b.a.size), .nchanged = htole64(d.nch),
+				     .ndeleted = htole64(d.ndel) };
+	memcpy(h.magic, EMBFS_DELTA_MAGIC, 4);
+	size_t len = sizeof(h) + 8 * (d.nch + d.ndel);
+	char *p = malloc(len);
+	if (!p) {
+		ret = -ENOMEM;
+	} else {
+		memcpy(p, &h, sizeof(h));
+		uint64_t *q = (uint64_t *)(p + sizeof(h));
+		for (size_t i = 0; i < d.nch; i++)
+			q[i] = htole64(d.ch[i]);
+		for (size_t i = 0; i < d.ndel; i++)
+			q[d.nch + i] = htole64(d.del[i]);
+		free(f->resp);
+		f->resp = p;
+		f->len = len;
+	}
+	delta_ids_free(&d);
 	return ret;
 }
 

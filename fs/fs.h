@@ -61,6 +61,16 @@ struct embfs {
 	_Atomic uint64_t n_copy, n_copy_bytes, n_copy_rows, n_copy_geometry; /* copy.c */
 	pthread_mutex_t restore_lock; /* restore.c: one restore at a time */
 	char restore_last[1024];      /* protected by restore_lock */
+	/* restore.c: changes to tables and to the namespace hold gate_rw shared
+	 * and fail with EBUSY while `restoring` names their table (GATE_ALL: a
+	 * rollback, every table and the namespace); a restore takes it
+	 * exclusive to wait out changes in flight */
+	pthread_rwlock_t gate_rw;
+	_Atomic uint32_t restoring; /* GATE_NONE, a table id or GATE_ALL */
+	_Atomic uint64_t n_restore_recovered; /* restores finished at mount */
+	pthread_mutex_t dv_lock;    /* dview.c: the deltas' answers kept */
+	struct dres *dv[32];        /* protected by dv_lock */
+	uint64_t dv_tick;           /* protected by dv_lock */
 	_Atomic int failure_logged; /* the pool's failure (store_health) was logged */
 	struct batch *batch;        /* batch.c: .embfs/rows threads and counters */
 	struct pcache *pc;          /* pcache.c: stale kernel pages after scatters */
@@ -112,6 +122,17 @@ struct tview {
 	struct store_view v;
 	struct store_attr a;
 };
+/* restore.c: the gate of changes (see struct embfs).  id: the table a
+ * change is to, or GATE_NS for a create, unlink or rename in the root. */
+#define GATE_NONE UINT32_MAX
+#define GATE_ALL (UINT32_MAX - 1)
+#define GATE_NS (UINT32_MAX - 2)
+#define GATE_ANY (UINT32_MAX - 3) /* a snapshot: refused while any restore runs */
+int restore_gate_enter(struct embfs *fs, uint32_t id); /* 0, or -EBUSY and not entered */
+void restore_gate_leave(struct embfs *fs);
+/* At mount, before serving: finish a restore or rollback a crash
+ * interrupted (0, or -errno: it stays pending and its tables refuse changes). */
+int restore_recover(struct embfs *fs);
 /* ctl.c: a control file's request, n names separated by single spaces
  * (a trailing newline is fine), written at offset 0: 0 or -EINVAL. */
 int ctl_words(const char *data, size_t size, off_t off, char (*w)[EMB_NAME_MAX + 1], int n);
@@ -124,6 +145,28 @@ int ctl_words(const char *data, size_t size, off_t off, char (*w)[EMB_NAME_MAX +
 int changes_walk(struct embfs *fs, const struct store_view *a, const struct store_view *b, int fast_ok,
 		 uint32_t lid, uint64_t ba, int (*fn)(void *, const uint64_t *, uint32_t), void *arg, int *fast);
 /* restore.c: .embfs/restore ("SNAPSHOT TABLE" written: a restore in place). */
+/* dview.c: .snapshots/A/.delta/B/TABLE and .deleted/TABLE (see there). */
+int dview_stat(struct embfs *fs, struct fs_ino k, struct stat *st, uint64_t *gen);
+void dview_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
+void dview_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
+void dview_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void dview_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void dview_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi);
+void dview_release(fuse_req_t req, struct fuse_file_info *fi);
+void dview_forget_all(struct embfs *fs);
+/* delta.c: the rows of `table` changed from snapshot an to bn (a later
+ * snapshot, or "-": the live table, written back first), ascending, host
+ * order: ch the rows bn stores in another version than an or an lacks, del
+ * the rows an stores and bn does not; b is bn's table.  Free with
+ * delta_ids_free. */
+struct delta_ids {
+	uint64_t *ch, *del;
+	size_t nch, ndel;
+	uint64_t batch_a;
+	struct tview b;
+};
+int delta_ids(struct embfs *fs, const char *an, const char *bn, const char *table, struct delta_ids *out);
+void delta_ids_free(struct delta_ids *d);
 void restore_write(fuse_req_t req, const char *data, size_t size, off_t off);
 void restore_read(fuse_req_t req, size_t size, off_t off);
 /* delta.c: .embfs/delta ("A B TABLE" written, B a snapshot or "-" for the

@@ -47,6 +47,7 @@ static void op_destroy(void *userdata)
 	struct embfs *fs = userdata;
 	batch_destroy(fs);
 	pc_destroy(fs);
+	dview_forget_all(fs);
 	int ret = rows_sync(fs, -1);
 	if (ret)
 		fprintf(stderr, "embfs: writing back cached rows at unmount: %s\n", strerror(-ret));
@@ -63,9 +64,20 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	case FS_CTL:
 		ctl_lookup(req, name);
 		return;
-	case FS_SNAPS:
 	case FS_SNAPDIR:
+		if (!strcmp(name, ".delta")) {
+			dview_lookup(req, parent, name);
+			return;
+		}
+		/* fall through */
+	case FS_SNAPS:
 		snap_lookup(req, parent, name);
+		return;
+	case FS_DDIR:
+	case FS_DPAIR:
+	case FS_DDEL:
+	case FS_DCHGD:
+		dview_lookup(req, parent, name);
 		return;
 	default:
 		fuse_reply_err(req, ENOTDIR);
@@ -101,14 +113,28 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_attr(req, &st, FS_TIMEOUT);
 }
 
+/* 1 when a restore running on table id (or GATE_NS) refuses the change:
+ * EBUSY answered.  Else the gate is entered: leave it after the reply. */
+static int gated(fuse_req_t req, uint32_t id)
+{
+	if (!restore_gate_enter(fs_of(req), id))
+		return 0;
+	fuse_reply_err(req, EBUSY);
+	return 1;
+}
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
 	struct fs_ino k = fs_ino(ino);
 	(void)fi;
-	if (k.kind == FS_TABLE)
-		table_setattr(req, k.id, attr, to_set);
-	else
+	if (k.kind == FS_TABLE) {
+		struct embfs *fs = fs_of(req);
+		if (!gated(req, k.id)) {
+			table_setattr(req, k.id, attr, to_set);
+			restore_gate_leave(fs);
+		}
+	} else
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : k.kind == FS_NONE ? ENOENT : EPERM);
 }
 
@@ -118,9 +144,13 @@ static void create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t m
 	struct fs_ino k = fs_ino(parent);
 	if (name_too_long(req, name))
 		return;
-	if (k.kind == FS_ROOT)
-		root_create(req, name, mode, fi);
-	else
+	if (k.kind == FS_ROOT) {
+		struct embfs *fs = fs_of(req);
+		if (!gated(req, GATE_NS)) {
+			root_create(req, name, mode, fi);
+			restore_gate_leave(fs);
+		}
+	} else
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : k.kind == FS_CTL ? EACCES : ENOTDIR);
 }
 
@@ -142,9 +172,14 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	(void)mode;
 	if (name_too_long(req, name))
 		return;
-	if (k.kind == FS_SNAPS)
-		snap_mkdir(req, name); /* .snapshots/NAME: take a snapshot */
-	else
+	if (k.kind == FS_SNAPS) {
+		/* .snapshots/NAME: take a snapshot, never of a restore half done */
+		struct embfs *fs = fs_of(req);
+		if (!gated(req, GATE_ANY)) {
+			snap_mkdir(req, name);
+			restore_gate_leave(fs);
+		}
+	} else
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : k.kind == FS_ROOT ? EPERM : ENOTDIR);
 }
 
@@ -153,9 +188,13 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct fs_ino k = fs_ino(parent);
 	if (name_too_long(req, name))
 		return;
-	if (k.kind == FS_ROOT)
-		root_unlink(req, name);
-	else if (fs_ino_in_snaps(k))
+	if (k.kind == FS_ROOT) {
+		struct embfs *fs = fs_of(req);
+		if (!gated(req, GATE_NS)) {
+			root_unlink(req, name);
+			restore_gate_leave(fs);
+		}
+	} else if (fs_ino_in_snaps(k))
 		fuse_reply_err(req, k.kind == FS_SNAPS ? EISDIR : EROFS);
 	else
 		fuse_reply_err(req, k.kind == FS_CTL ? EPERM : ENOTDIR);
@@ -184,8 +223,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		fuse_reply_err(req, EROFS);
 	else if (from.kind != FS_ROOT || to.kind != FS_ROOT)
 		fuse_reply_err(req, EXDEV);
-	else
+	else if (!gated(req, GATE_NS)) {
+		struct embfs *fs = fs_of(req);
 		root_rename(req, name, newname, flags);
+		restore_gate_leave(fs);
+	}
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
@@ -224,6 +266,11 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	case FS_DELTA:
 		delta_open(req, fi);
 		return;
+	case FS_DVIEW:
+	case FS_DLIST:
+	case FS_DCHG:
+		dview_open(req, ino, fi);
+		return;
 	default:
 		fuse_reply_err(req, EISDIR);
 	}
@@ -240,6 +287,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	case FS_DELTA:
 		delta_release(req, fi);
+		return;
+	case FS_DVIEW:
+	case FS_DLIST:
+	case FS_DCHG:
+		dview_release(req, fi);
 		return;
 	default:
 		fuse_reply_err(req, 0);
@@ -265,6 +317,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	case FS_DELTA:
 		delta_read(req, size, off, fi);
 		return;
+	case FS_DVIEW:
+	case FS_DLIST:
+	case FS_DCHG:
+		dview_read(req, ino, size, off, fi);
+		return;
 	case FS_STATS:
 		ctl_stats_read(req, size, off, fi);
 		return;
@@ -277,9 +334,13 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 		     struct fuse_file_info *fi)
 {
 	struct fs_ino k = fs_ino(ino);
-	if (k.kind == FS_TABLE)
-		table_write(req, k.id, data, size, off, fi);
-	else if (k.kind == FS_ROWS)
+	if (k.kind == FS_TABLE) {
+		struct embfs *fs = fs_of(req);
+		if (!gated(req, k.id)) {
+			table_write(req, k.id, data, size, off, fi);
+			restore_gate_leave(fs);
+		}
+	} else if (k.kind == FS_ROWS)
 		batch_write(req, data, size, off, fi);
 	else if (k.kind == FS_BATCHID)
 		ctl_batch_write(req, data, size, off);
@@ -337,6 +398,12 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 	case FS_SNAPDIR:
 		snap_readdir(req, ino, size, off);
 		return;
+	case FS_DDIR:
+	case FS_DPAIR:
+	case FS_DDEL:
+	case FS_DCHGD:
+		dview_readdir(req, ino, size, off);
+		return;
 	default:
 		fuse_reply_err(req, ENOTDIR);
 	}
@@ -370,9 +437,13 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 			size_t size, int flags)
 {
 	struct fs_ino k = fs_ino(ino);
-	if (k.kind == FS_TABLE)
-		table_setxattr(req, k.id, name, value, size, flags);
-	else
+	if (k.kind == FS_TABLE) {
+		struct embfs *fs = fs_of(req);
+		if (!gated(req, k.id)) {
+			table_setxattr(req, k.id, name, value, size, flags);
+			restore_gate_leave(fs);
+		}
+	} else
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : ENOTSUP);
 }
 
@@ -390,9 +461,13 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 {
 	struct fs_ino k = fs_ino(ino);
 	(void)fi;
-	if (k.kind == FS_TABLE)
-		table_fallocate(req, k.id, mode, off, len);
-	else
+	if (k.kind == FS_TABLE) {
+		struct embfs *fs = fs_of(req);
+		if (!gated(req, k.id)) {
+			table_fallocate(req, k.id, mode, off, len);
+			restore_gate_leave(fs);
+		}
+	} else
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : ENODEV);
 }
 
@@ -403,16 +478,22 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, 
 	struct fs_ino k = fs_ino(ino_out);
 	(void)fi_in;
 	(void)fi_out;
-	if (k.kind == FS_TABLE && fs_ino_is_table(fs_ino(ino_in)))
-		table_copy_range(req, ino_in, off_in, k.id, ino_out, off_out, len, flags);
-	else
+	if (k.kind == FS_TABLE && fs_ino_is_table(fs_ino(ino_in))) {
+		struct embfs *fs = fs_of(req);
+		if (!gated(req, k.id)) {
+			table_copy_range(req, ino_in, off_in, k.id, ino_out, off_out, len, flags);
+			restore_gate_leave(fs);
+		}
+	} else
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : EOPNOTSUPP);
 }
 
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
 {
-	(void)fi;
-	if (fs_ino_is_table(fs_ino(ino)))
+	struct fs_ino k = fs_ino(ino);
+	if (k.kind == FS_DVIEW || k.kind == FS_DLIST || k.kind == FS_DCHG)
+		dview_lseek(req, ino, off, whence, fi);
+	else if (fs_ino_is_table(k))
 		table_lseek(req, ino, off, whence);
 	else
 		fuse_reply_err(req, EINVAL);

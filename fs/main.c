@@ -212,6 +212,12 @@ static int start_daemon(struct embfs *fs)
 		while (store_snap_next(fs->st, &cur, &sn) == 1)
 			cache_set_snapshot(fs->cache, sn.batch);
 	}
+	/* a restore a crash interrupted is finished before anything is served;
+	 * if it fails again its tables refuse changes (restore.c) */
+	int rr = restore_recover(fs);
+	if (rr < 0)
+		fprintf(stderr, "embfs: a pending restore could not be finished: %s (%s)\n", strerror(-rr),
+			fs->restore_last);
 	if (fs->conf.pidfile) {
 		FILE *f = fopen(fs->conf.pidfile, "w");
 		if (f) {
@@ -277,6 +283,14 @@ int main(int argc, char **argv)
 	memset(&cl, 0, sizeof(cl));
 	pthread_rwlock_init(&fs.snap_rw, NULL);
 	pthread_mutex_init(&fs.restore_lock, NULL);
+	pthread_rwlockattr_t ga;
+	pthread_rwlockattr_init(&ga);
+	/* a restore waiting for the gate is not starved by a stream of writes */
+	pthread_rwlockattr_setkind_np(&ga, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&fs.gate_rw, &ga);
+	pthread_rwlockattr_destroy(&ga);
+	atomic_store(&fs.restoring, GATE_NONE);
+	pthread_mutex_init(&fs.dv_lock, NULL);
 	int r = parse_args(&args, &fs, &cl, argv[0]);
 	if (r)
 		ret = r > 0 ? 0 : 1;

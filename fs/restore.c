@@ -3,8 +3,8 @@
  * place.  Writing "SNAPSHOT TABLE" runs the restore; the write returns when
  * it is done (or with its errno).  "SNAPSHOT" alone rolls the whole mount
  * back: live tables the snapshot lacks are unlinked, its tables missing
- * from the live tree made again, and every one of its tables restored.  Reading gives the last restore's
- * outcome as one line of text.
+ * from the live tree made again, and every one of its tables restored.
+ * Reading gives the last restore's outcome as one line of text.
  *
  * Only rows that differ are written.  A row differs when the live table's
  * newest version has a batch id above the snapshot's (changed or deleted
@@ -14,14 +14,21 @@
  * snapshot stores it and the live table does not.  Candidates are the rows
  * either side stores, found run by run through both seek indexes and
  * judged in chunks by their versions' batch ids (bytes are read only of
- * rows changed since); the rows that differ are rewritten with the snapshot's bytes or deleted, one
- * group commit per chunk.  Then the size and mode follow the snapshot's.
+ * rows changed since); the rows that differ are rewritten with the
+ * snapshot's bytes or deleted, one group commit per chunk.  Then the size
+ * and mode follow the snapshot's.
  *
- * Not atomic: each chunk's commit is, the restore as a whole is not.  A
- * crash in the middle leaves some rows restored and others not; writing
- * the same request again finishes it (a restore is idempotent).  Writes to
- * the table while it runs land before or after it, row by row.  One
- * restore at a time (EBUSY).
+ * All or nothing across a crash: the request is checked whole first (the
+ * snapshot, its table, the live table), then recorded in the pool
+ * (store_intent_set) before the first row changes and cleared once the last
+ * is durable; a pool mounted with one pending finishes it before it serves
+ * anything (restore_recover), and a restore is idempotent.  While it runs,
+ * changes to its tables (writes, scatters, truncates, punches, copies into
+ * them; for a rollback every table and create, unlink and rename in the
+ * root) fail with EBUSY after the changes in flight are done.  A restore
+ * that fails midway (ENOSPC, EIO) stays pending and keeps refusing changes
+ * until the same request is written again or the pool is mounted again.
+ * One restore at a time (EBUSY).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -290,10 +297,142 @@ out:
 	return ret;
 }
 
+/* Changes (to table id, or GATE_NS) may go on: 0, or -EBUSY while a restore
+ * runs on it. */
+int restore_gate_enter(struct embfs *fs, uint32_t id)
+{
+	pthread_rwlock_rdlock(&fs->gate_rw);
+	uint32_t r = atomic_load(&fs->restoring);
+	if (r == GATE_NONE || (r != GATE_ALL && r != id && id != GATE_ANY))
+		return 0;
+	pthread_rwlock_unlock(&fs->gate_rw);
+	return -EBUSY;
+}
+
+void restore_gate_leave(struct embfs *fs)
+{
+	pthread_rwlock_unlock(&fs->gate_rw);
+}
+
+/* Close the gate to changes of `to` and wait out those in flight. */
+static void gate_close(struct embfs *fs, uint32_t to)
+{
+	pthread_rwlock_wrlock(&fs->gate_rw);
+	atomic_store(&fs->restoring, to);
+	pthread_rwlock_unlock(&fs->gate_rw);
+}
+
+static void gate_open(struct embfs *fs)
+{
+	atomic_store(&fs->restoring, GATE_NONE);
+}
+
+/* The live table of generation gen: its id and name (-ENOENT when gone). */
+static int table_by_gen(struct embfs *fs, uint64_t gen, uint32_t *id, char *name)
+{
+	uint32_t cur = 0;
+	struct store_attr a;
+	int ret;
+	while ((ret = store_table_next(fs->st, &cur, &a)) == 1) {
+		if (a.gen == gen) {
+			memcpy(name, a.name, EMB_NAME_MAX + 1);
+			return store_table_lookup(fs->st, name, id);
+		}
+	}
+	return ret < 0 ? ret : -ENOENT;
+}
+
+/* A request checked whole before anything changes: the snapshot (made
+ * durable: a pending one would not outlive a crash), its table and the live
+ * table for a restore; the intent that records it. */
+static int plan(struct embfs *fs, const char *snap, const char *table, struct store_intent *in, uint32_t *gate,
+		char *why, size_t n)
+{
+	struct store_snap sn;
+	uint32_t sid, lid;
+	struct store_attr a;
+	int ret = store_snap_lookup(fs->st, snap, &sn);
+	if (ret) {
+		snprintf(why, n, "no snapshot %s", snap);
+		return ret;
+	}
+	*in = (struct store_intent){ STORE_INTENT_ROLLBACK, sn.idx, sn.gen, 0 };
+	*gate = GATE_ALL;
+	if (table) {
+		if ((ret = store_snap_table_lookup(fs->st, sn.idx, table, &sid))) {
+			snprintf(why, n, "snapshot %s has no table %s", snap, table);
+			return ret;
+		}
+		if ((ret = store_table_lookup(fs->st, table, &lid))) {
+			snprintf(why, n, "no live table %s (create it first: it takes the snapshot's geometry)", table);
+			return ret;
+		}
+		if ((ret = store_table_getattr(fs->st, lid, &a)))
+			return ret;
+		in->kind = STORE_INTENT_RESTORE;
+		in->table_gen = a.gen;
+		*gate = lid;
+	}
+	if ((ret = rows_sync_snap(fs, sn.idx)))
+		snprintf(why, n, "cannot make snapshot %s durable", snap);
+	return ret;
+}
+
+/* Run a recorded request to its end and clear it: the rows it wrote are
+ * durable when store_rows_write returns, the size and mode in their
+ * transactions. */
+static int run(struct embfs *fs, const struct store_intent *in, struct rcount *c, char *snap, char *table,
+	       char *why, size_t n)
+{
+	struct store_snap sn;
+	int ret = store_snap_get(fs->st, in->snap_idx, &sn);
+	if (ret || sn.gen != in->snap_gen) {
+		snprintf(why, n, "the snapshot of the pending restore is gone");
+		return store_intent_clear(fs->st);
+	}
+	memcpy(snap, sn.name, EMB_NAME_MAX + 1);
+	if (in->kind == STORE_INTENT_RESTORE) {
+		uint32_t lid;
+		if ((ret = table_by_gen(fs, in->table_gen, &lid, table)) == -ENOENT) {
+			snprintf(why, n, "the table of the pending restore is gone");
+			return store_intent_clear(fs->st);
+		}
+		if (!ret)
+			ret = restore(fs, snap, table, c, why, n);
+	} else {
+		strcpy(table, "(all tables)");
+		ret = rollback(fs, snap, c, why, n);
+	}
+	if (!ret)
+		ret = store_sync(fs->st);
+	if (!ret)
+		ret = store_intent_clear(fs->st);
+	return ret;
+}
+
+static void report(struct embfs *fs, int ret, const char *snap, const char *table, const struct rcount *c,
+		   double ms, const char *why)
+{
+	snprintf(fs->restore_last, sizeof(fs->restore_last),
+		 "%s %s %s: rows_examined %llu rows_rewritten %llu rows_deleted %llu ms %.1f walk %s "
+		 "tables %llu created %llu unlinked %llu%s%s\n",
+		 ret ? "failed" : "restored", snap, table, (unsigned long long)c->examined,
+		 (unsigned long long)c->rewritten, (unsigned long long)c->deleted, ms, c->fast ? "since" : "both",
+		 (unsigned long long)c->tables, (unsigned long long)c->created, (unsigned long long)c->unlinked,
+		 why[0] ? " -- " : "", why);
+}
+
+static double ms_since(const struct timespec *t0)
+{
+	struct timespec t1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
 void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 {
 	struct embfs *fs = fs_of(req);
-	char w[2][EMB_NAME_MAX + 1], why[600] = "";
+	char w[2][EMB_NAME_MAX + 1], why[600] = "", snap[EMB_NAME_MAX + 1], table[EMB_NAME_MAX + 1];
 	int all = 0, ret = ctl_words(data, size, off, w, 2);
 	if (ret && !(ret = ctl_words(data, size, off, w, 1)))
 		all = 1; /* "SNAPSHOT" alone: the whole mount */
@@ -301,24 +440,37 @@ void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	const char *snap = w[0], *table = all ? "(all tables)" : w[1];
 	if (pthread_mutex_trylock(&fs->restore_lock)) {
 		fuse_reply_err(req, EBUSY); /* one restore at a time */
 		return;
 	}
 	struct rcount c = { 0 };
-	struct timespec t0, t1;
+	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	ret = all ? rollback(fs, snap, &c, why, sizeof(why)) : restore(fs, snap, table, &c, why, sizeof(why));
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-	snprintf(fs->restore_last, sizeof(fs->restore_last),
-		 "%s %s %s: rows_examined %llu rows_rewritten %llu rows_deleted %llu ms %.1f walk %s "
-		 "tables %llu created %llu unlinked %llu%s%s\n",
-		 ret ? "failed" : "restored", snap, table, (unsigned long long)c.examined,
-		 (unsigned long long)c.rewritten, (unsigned long long)c.deleted, ms, c.fast ? "since" : "both",
-		 (unsigned long long)c.tables, (unsigned long long)c.created, (unsigned long long)c.unlinked,
-		 why[0] ? " -- " : "", why);
+	struct store_intent in, was;
+	uint32_t gate;
+	snprintf(snap, sizeof(snap), "%s", w[0]);
+	snprintf(table, sizeof(table), "%s", all ? "(all tables)" : w[1]);
+	ret = plan(fs, w[0], all ? NULL : w[1], &in, &gate, why, sizeof(why));
+	int pending = ret ? 0 : store_intent_get(fs->st, &was);
+	if (pending < 0) {
+		ret = pending;
+		snprintf(why, sizeof(why), "the pool's record of a pending restore is damaged");
+	} else if (pending && (was.kind != in.kind || was.snap_idx != in.snap_idx || was.snap_gen != in.snap_gen ||
+			       was.table_gen != in.table_gen)) {
+		ret = -EBUSY; /* another one failed midway: it must be finished first */
+		snprintf(why, sizeof(why), "another restore is pending: write its request again");
+	}
+	if (!ret) {
+		gate_close(fs, gate);
+		if (!pending)
+			ret = store_intent_set(fs->st, &in);
+		if (!ret)
+			ret = run(fs, &in, &c, snap, table, why, sizeof(why));
+		if (!ret || !store_intent_get(fs->st, &was))
+			gate_open(fs); /* else it stays pending: its tables keep refusing changes */
+	}
+	report(fs, ret, snap, table, &c, ms_since(&t0), why);
 	pthread_mutex_unlock(&fs->restore_lock);
 	if (ret) {
 		rows_pool_failed(fs, ret);
@@ -326,6 +478,32 @@ void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 	} else {
 		fuse_reply_write(req, size);
 	}
+}
+
+int restore_recover(struct embfs *fs)
+{
+	struct store_intent in;
+	char why[600] = "", snap[EMB_NAME_MAX + 1] = "?", table[EMB_NAME_MAX + 1] = "?";
+	struct rcount c = { 0 };
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int ret = store_intent_get(fs->st, &in);
+	if (ret <= 0)
+		return ret;
+	pthread_mutex_lock(&fs->restore_lock);
+	ret = run(fs, &in, &c, snap, table, why, sizeof(why));
+	if (!ret)
+		atomic_fetch_add(&fs->n_restore_recovered, 1);
+	report(fs, ret, snap, table, &c, ms_since(&t0), why);
+	fprintf(stderr, "embfs: finishing a restore a crash interrupted: %s", fs->restore_last);
+	if (ret) {
+		uint32_t lid;
+		char name[EMB_NAME_MAX + 1];
+		atomic_store(&fs->restoring, in.kind == STORE_INTENT_ROLLBACK ? GATE_ALL :
+				  table_by_gen(fs, in.table_gen, &lid, name) ? GATE_ALL : lid);
+	}
+	pthread_mutex_unlock(&fs->restore_lock);
+	return ret;
 }
 
 void restore_read(fuse_req_t req, size_t size, off_t off)

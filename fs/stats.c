@@ -50,6 +50,9 @@ char *embfs_stats_render(struct embfs *fs, size_t *len)
 	fprintf(f, "fs.copy_bytes %llu\n", (unsigned long long)atomic_load(&fs->n_copy_bytes));
 	fprintf(f, "fs.copy_rows %llu\n", (unsigned long long)atomic_load(&fs->n_copy_rows));
 	fprintf(f, "fs.copy_geometry_taken %llu\n", (unsigned long long)atomic_load(&fs->n_copy_geometry));
+	struct store_intent in;
+	fprintf(f, "restore.pending %d\n", store_intent_get(fs->st, &in) != 0);
+	fprintf(f, "restore.recovered %llu\n", (unsigned long long)atomic_load(&fs->n_restore_recovered));
 	batch_stats(fs, f);
 	pc_stats(fs, f);
 	if (fs->cache) {

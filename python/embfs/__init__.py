@@ -375,6 +375,14 @@ class Mount:
                      dim=np.int64(src.dim), dtype=np.array(src.dtype_name))
         return len(changed), len(deleted)
 
+    def delta_path(self, a, b=None):
+        """The directory of the deltas from snapshot A to the later snapshot
+        B (None: the live tables): NAME holds table NAME's changed rows at
+        their offsets (a sparse file), .changed/NAME and .deleted/NAME the
+        ids (little-endian uint64).  cp -r --sparse=always of it ships an
+        incremental checkpoint; Table.apply_delta applies it."""
+        return os.path.join(self.path, ".snapshots", a, ".delta", ".live" if b is None else b)
+
     @property
     def batch(self):
         """The current batch id (stamped on every row version written)."""
@@ -812,14 +820,40 @@ class Table:
             raise _oserror(e, f"{self}: copy from {src}", self.path) from None
         return copied
 
-    def apply_delta(self, path):
-        """Apply a delta written by Mount.export_delta(A, B, ...) to this table
-        holding A's rows (a restore of A, or A's table): it then holds B's."""
+    def apply_delta(self, path, name=None):
+        """Apply a delta to this table holding A's rows (a restore of A, or
+        A's table): it then holds B's.  PATH is a .npz written by
+        Mount.export_delta(A, B, ...), or a delta directory: the mount's
+        .snapshots/A/.delta/B (Mount.delta_path) or a copy of it (cp -r
+        --sparse=always), whose file NAME (default: this table's name) holds
+        the rows at their offsets, .changed/NAME and .deleted/NAME their ids."""
         if self.read_only:
             raise EmbfsError(_errno.EROFS, f"{self}: a snapshot's table is read-only", self.path)
-        with np.load(path) as z:
-            ids, rows, deleted = z["ids"], z["rows"], z["deleted"]
-            size, dim, dtype = int(z["size"]), int(z["dim"]), str(z["dtype"])
+        if os.path.isdir(path):
+            name = name or self.name
+            view = os.path.join(path, name)
+            ids = np.fromfile(os.path.join(path, ".changed", name), dtype="<u8").astype(np.int64)
+            deleted = np.fromfile(os.path.join(path, ".deleted", name), dtype="<u8").astype(np.int64)
+            size = os.stat(view).st_size
+            rows = np.empty((len(ids), self.dim), self.dtype)
+            rb = rows.view(np.uint8).reshape(len(ids), self.row_size)
+            rs = self.row_size
+            fd = os.open(view, os.O_RDONLY | os.O_CLOEXEC)
+            try:  # one pread per run of consecutive ids
+                brk = np.flatnonzero(np.diff(ids) != 1) + 1
+                for lo, hi in zip(np.r_[0, brk], np.r_[brk, len(ids)]):
+                    lo, hi = int(lo), int(hi)
+                    got = os.preadv(fd, [_bytes_view(rb[lo:hi])], int(ids[lo]) * rs)
+                    if got != (hi - lo) * rs:
+                        raise EmbfsError(_errno.EIO, f"{view}: short read of rows {ids[lo]}..{ids[hi - 1]}",
+                                         view)
+            finally:
+                os.close(fd)
+            dim, dtype = self.dim, self.dtype_name
+        else:
+            with np.load(path) as z:
+                ids, rows, deleted = z["ids"], z["rows"], z["deleted"]
+                size, dim, dtype = int(z["size"]), int(z["dim"]), str(z["dtype"])
         if (dim, dtype) != (self.dim, self.dtype_name):
             raise BadArgument(f"{self}: a delta of {dim} x {dtype} rows cannot apply to "
                               f"{self.dim} x {self.dtype_name}", self.path)

@@ -34,12 +34,12 @@ def wait_for(cond, secs, what):
 
 
 class Pooled:
-    def __init__(self, size="256M", opts=None, tables=(), snapshots=True):
-        self.size, self.opts, self.tables = size, opts, tables
+    def __init__(self, size="256M", opts=None, tables=(), snapshots=True, base=None):
+        self.size, self.opts, self.tables, self.base = size, opts, tables, base
         self.proc = None
 
     def __enter__(self):
-        self.dir = tempfile.mkdtemp(prefix="embfs-pytest.")
+        self.dir = tempfile.mkdtemp(prefix="embfs-pytest.", dir=self.base)
         self.pool = os.path.join(self.dir, "pool.embfs")
         self.mnt = os.path.join(self.dir, "mnt")
         os.mkdir(self.mnt)

@@ -6,6 +6,7 @@ Randomized cases draw from EMBFS_SEED (printed; set it to replay).
 """
 import errno
 import os
+import subprocess
 import random
 import threading
 import unittest
@@ -471,6 +472,91 @@ class TestSnapshots(MountCase):
                 m.delta(*bad, "dl.emb")
             self.assertEqual(cm.exception.errno, err)
 
+    def test_delta_views(self):
+        # .snapshots/A/.delta/B: sparse views of the changed rows, id lists;
+        # cp -r --sparse=always ships them, apply_delta of the copies (and of
+        # the views on the mount) gives B, then C, exactly
+        m = self.m
+        rng = np.random.default_rng([SEED, 12])
+        n, rs = 20000, 64
+        t = m.create("dv.emb", 16)
+        t.scatter(np.arange(n), rng.standard_normal((n, 16)).astype(np.float32))
+        m.create("dvgone.emb", 4).scatter([1], np.ones((1, 4), np.float32))
+        m.snapshot("vA")
+        for s_ in ("vA", "vB", "vC"):
+            self.addCleanup(lambda k=s_: k in m.snapshots() and m.drop(k))
+        ch = rng.choice(np.arange(100, n), 200, replace=False)
+        t.scatter(ch, rng.standard_normal((200, 16)).astype(np.float32))
+        t.scatter(ch[:3], np.zeros((3, 16), np.float32))  # changed to zeros: still changed
+        t.scatter([n + 50], np.ones((1, 16), np.float32))  # grows
+        t.punch(np.arange(10, 20))
+        m.remove("dvgone.emb")
+        m.create("dvnew.emb", 4).scatter([2], np.ones((1, 4), np.float32))
+        m.snapshot("vB")
+        t.truncate(n - 1000)
+        t.scatter([5], np.full((1, 16), 7, np.float32))
+        m.snapshot("vC")
+        d = m.delta_path("vA", "vB")
+        later = set(os.listdir(os.path.dirname(d)))
+        self.assertTrue({".live", "vB", "vC"} <= later and "vA" not in later)
+        self.assertNotIn(".delta", os.listdir(os.path.join(m.path, ".snapshots", "vA")))
+        names = os.listdir(d)
+        self.assertTrue({".changed", ".deleted", "dv.emb"} <= set(names))
+        self.assertFalse({"dvgone.emb", "dvnew.emb"} & set(names))  # a table A or B lacks: none
+        view = os.path.join(d, "dv.emb")
+        st = os.stat(view)
+        want_ch = np.sort(np.r_[ch, n + 50])
+        self.assertEqual(st.st_size, (n + 51) * rs)
+        self.assertEqual(st.st_blocks, (len(want_ch) * rs + 511) // 512)
+        chg = np.fromfile(os.path.join(d, ".changed", "dv.emb"), dtype="<u8")
+        np.testing.assert_array_equal(chg, want_ch)
+        np.testing.assert_array_equal(np.fromfile(os.path.join(d, ".deleted", "dv.emb"), dtype="<u8"),
+                                      np.arange(10, 20))
+        # SEEK_DATA walks exactly the changed rows
+        fd = os.open(view, os.O_RDONLY)
+        try:
+            runs = list(embfs._data_runs(fd, st.st_size))
+        finally:
+            os.close(fd)
+        got = np.concatenate([np.arange(lo // rs, hi // rs) for lo, hi in runs])
+        np.testing.assert_array_equal(got, want_ch)
+        # bytes: B's rows where changed, zeros elsewhere
+        whole = np.fromfile(view, dtype=np.float32).reshape(-1, 16)
+        vb = m.table("dv.emb", snapshot="vB")
+        np.testing.assert_array_equal(whole[want_ch], vb.gather(want_ch))
+        mask = np.ones(len(whole), bool)
+        mask[want_ch] = False
+        self.assertFalse(whole[mask].any())
+        for bad, err in ((os.O_WRONLY, errno.EROFS), (os.O_RDWR, errno.EROFS)):
+            with self.assertRaises(OSError) as cm:
+                os.open(view, bad)
+            self.assertEqual(cm.exception.errno, err)
+        with self.assertRaises(FileNotFoundError):  # B must be later than A
+            os.stat(os.path.join(m.delta_path("vB", "vA"), "dv.emb"))
+        # shipped with cp, applied to a copy of A: B, then C
+        out = os.path.join(self.pool.dir, "ship")
+        # (this pool's other tables include ones of 2^40 rows, more than a
+        # file on ext4 can hold: dv.emb's files only)
+        for sub in ("", ".changed", ".deleted"):
+            os.makedirs(os.path.join(out + "-ab", sub), exist_ok=True)
+            r_ = subprocess.run(["cp", "--sparse=always", os.path.join(d, sub, "dv.emb"),
+                                 os.path.join(out + "-ab", sub, "dv.emb")], capture_output=True, text=True)
+            self.assertEqual(r_.returncode, 0, r_.stderr)
+        r = m.create("dv2.emb", 16)
+        r.copy_from(m.table("dv.emb", snapshot="vA"))
+        for step, snap in ((out + "-ab", "vB"), (m.delta_path("vB", "vC"), "vC")):
+            r.apply_delta(step, "dv.emb")
+            want = m.table("dv.emb", snapshot=snap)
+            self.assertEqual(list(r.stored_ids()), list(want.stored_ids()))
+            ids = np.fromiter(want.stored_ids(), dtype=np.int64)
+            np.testing.assert_array_equal(r.gather(ids), want.gather(ids))
+            self.assertEqual(os.stat(r.path).st_size, os.stat(want.path).st_size)
+        # against the live tables: as of the open
+        t.scatter([11, 12], np.ones((2, 16), np.float32))
+        live = m.delta_path("vC")
+        np.testing.assert_array_equal(np.fromfile(os.path.join(live, ".changed", "dv.emb"), dtype="<u8"),
+                                      [11, 12])
+        self.assertEqual(os.stat(os.path.join(live, "dv.emb")).st_blocks, (2 * rs + 511) // 512)
 
 class TestRollback(MountCase):
     """The whole mount back to a snapshot (its own pool: it unlinks tables)."""
