@@ -86,8 +86,18 @@ void snap_mkdir(fuse_req_t req, const char *name)
 	 * needs without keeping a copy */
 	pthread_rwlock_wrlock(&fs->snap_rw);
 	int ret = store_snap_create(fs->st, name, fs->cache == NULL, &sn);
-	if (!ret && fs->cache)
+	if (!ret && fs->cache) {
 		cache_set_snapshot(fs->cache, sn.batch);
+		/* its tables' row counts (st_blocks) take in the rows still only
+		 * in the cache: no write lands meanwhile (snap_rw) */
+		uint32_t cur = 0;
+		struct store_attr a;
+		while (store_snap_table_next(fs->st, sn.idx, &cur, &a) == 1) {
+			uint64_t n = rows_count(fs, a.id, a.nrows);
+			if (n != a.nrows)
+				store_snap_table_count(fs->st, sn.idx, a.id, n);
+		}
+	}
 	pthread_rwlock_unlock(&fs->snap_rw);
 	if (ret) {
 		rows_pool_failed(fs, ret);

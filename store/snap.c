@@ -445,6 +445,25 @@ int store_snap_drop(struct store *s, const char *name)
 	return ret;
 }
 
+int store_snap_table_count(struct store *s, uint32_t idx, uint32_t id, uint64_t nrows)
+{
+	int ret = -ENOENT;
+	if (idx >= EMB_MAX_SNAPS)
+		return -EINVAL;
+	pthread_rwlock_wrlock(&s->snap_lock);
+	struct emb_snap_table *t = s->pend_tables[idx];
+	uint32_t n = rec(s, idx)->ntables;
+	for (uint32_t k = 0; t && k < n; k++) {
+		if (t[k].id == id) {
+			t[k].nrows = nrows;
+			ret = 0;
+			break;
+		}
+	}
+	pthread_rwlock_unlock(&s->snap_lock);
+	return ret;
+}
+
 /* At mount: finish drops, and drop snapshots that never became durable. */
 int snap_recover(struct store *s)
 {

@@ -224,6 +224,10 @@ struct store_snap {
 int store_snap_create(struct store *s, const char *name, int durable, struct store_snap *out);
 int store_snap_set_durable(struct store *s, uint32_t idx, uint64_t gen);
 int store_snap_drop(struct store *s, const char *name);
+/* The count of rows table id holds in pending snapshot idx (its users
+ * count rows the store does not hold yet): -ENOENT when it is not pending
+ * or has no such table. */
+int store_snap_table_count(struct store *s, uint32_t idx, uint32_t id, uint64_t nrows);
 
 /* A restore or rollback in progress (store/intent.c): recorded before the
  * first row changes, cleared when the last is durable; the pool's user

@@ -662,6 +662,15 @@ section_restore() {
 	dmet=$(awk -v t="$dtime" -v b="$dbytes" 'BEGIN { print (t <= 0.05 && b <= 0.05) ? "met" : "MISSED" }')
 	say "  delta export (1% changed) / dd copy: time $dtime, bytes $dbytes (target <= 0.05 both: $dmet)"
 	result restore "delta of 1% changed" - - - - "export_delta: time $dtime, bytes $dbytes of a dd copy (<= 0.05: $dmet)"
+	fline=$(echo "$out" | grep "restorebench delta files:")
+	ftime=$(echo "$fline" | sed -n 's/.*: time \([0-9.]*\) .*/\1/p')
+	fread=$(echo "$fline" | sed -n 's/.* read bytes \([0-9.]*\) .*/\1/p')
+	fcopy=$(echo "$fline" | sed -n 's/.* copy bytes \([0-9.]*\)$/\1/p')
+	fmet=$(awk -v t="$ftime" -v b="$fread" 'BEGIN { print (t <= 0.05 && b <= 0.05) ? "met" : "MISSED" }')
+	say "  delta as files, cp -r --sparse=always / dd copy: time $ftime, bytes read $fread, bytes the copy takes $fcopy (target <= 0.05 time and bytes read: $fmet)"
+	result restore "delta files, 1% changed" - - - - "cp --sparse=always: time $ftime, read $fread, copy takes $fcopy of a dd copy (<= 0.05: $fmet)"
+	cline=$(echo "$out" | grep "restorebench cp out of a snapshot:")
+	say "  cp out of a snapshot / dd copy: $(echo "$cline" | sed -n 's/.*: \([0-9.]*\)$/\1/p') ($(echo "$cline" | sed 's/restorebench cp out of a snapshot: //'))"
 	line=$(echo "$out" | tail -1)
 	ratio=$(echo "$line" | sed -n 's/.*ratio=\([0-9.]*\).*/\1/p')
 	met=$(awk -v r="$ratio" 'BEGIN { print (r <= 0.05) ? "met" : "MISSED" }')

@@ -251,6 +251,26 @@ class TestRows(MountCase):
 
 
 class TestSnapshots(MountCase):
+    def test_snapshot_blocks_and_cp(self):
+        # a snapshot's table counts the rows it holds that were still only
+        # in the cache when it was taken (st_blocks), so cp takes a dense
+        # one for dense and copies it with copy_file_range, in the daemon
+        m = self.m
+        t = m.create("sb.emb", 64)
+        t.scatter(np.arange(4000), np.ones((4000, 64), np.float32))
+        m.snapshot("sb")
+        self.addCleanup(lambda: "sb" in m.snapshots() and m.drop("sb"))
+        src = os.path.join(m.path, ".snapshots", "sb", "sb.emb")
+        st = os.stat(src)
+        self.assertEqual((st.st_size, st.st_blocks), (4000 * 256, 4000 * 256 // 512))
+        before = m.stats()["fs.copy_rows"]
+        dst = os.path.join(m.path, self.gone("sbc.emb"))
+        subprocess.run(["cp", src, dst], check=True)
+        self.assertEqual(m.stats()["fs.copy_rows"] - before, 4000)
+        c = m.table("sbc.emb")
+        self.assertEqual((c.dim, c.dtype_name), (64, "f32"))
+        np.testing.assert_array_equal(c.gather(np.arange(4000)), np.ones((4000, 64), np.float32))
+
     def test_snapshot_cycle(self):
         m = self.m
         t = m.create("s.emb", 4)
