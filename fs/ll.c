@@ -219,7 +219,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ctl_batch_open(req, fi);
 		return;
 	case FS_STATS:
-		ctl_stats_open(req, fi);
+	case FS_METRICS:
+		ctl_stats_open(req, ino, fi);
 		return;
 	case FS_DELTA:
 		delta_open(req, fi);
@@ -236,6 +237,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		batch_release(req, fi);
 		return;
 	case FS_STATS:
+	case FS_METRICS:
 		ctl_stats_release(req, fi);
 		return;
 	case FS_DELTA:
@@ -266,6 +268,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 		delta_read(req, size, off, fi);
 		return;
 	case FS_STATS:
+	case FS_METRICS:
 		ctl_stats_read(req, size, off, fi);
 		return;
 	default:
