@@ -137,7 +137,7 @@ int fs_entry(struct embfs *fs, fuse_ino_t ino, struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = ino;
-	e->attr_timeout = FS_TIMEOUT;
+	e->attr_timeout = fs_attr_timeout(ino);
 	e->entry_timeout = FS_TIMEOUT;
 	return fs_stat(fs, ino, &e->attr, &e->generation);
 }

@@ -238,6 +238,13 @@ void pc_stats(struct embfs *fs, struct stats_out *o);
 int fs_view(struct embfs *fs, uint64_t ino, struct store_view *v, struct store_attr *a);
 /* Attributes of any inode; *gen (if not NULL): the generation its entry carries. */
 int fs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st, uint64_t *gen);
+/* How long the kernel may keep ino's attributes: FS_TIMEOUT, but 0 for
+ * .embfs/stats and .embfs/metrics, whose size is that of a text rendered at
+ * each stat. */
+static inline double fs_attr_timeout(fuse_ino_t ino)
+{
+	return ino == INO_STATS || ino == INO_METRICS ? 0.0 : FS_TIMEOUT;
+}
 /* A lookup's (or create's) entry for ino: attributes, generation, timeouts. */
 int fs_entry(struct embfs *fs, fuse_ino_t ino, struct fuse_entry_param *e);
 /* A readdir reply being filled: entries at offsets above off, up to size

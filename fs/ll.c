@@ -98,7 +98,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
-		fuse_reply_attr(req, &st, FS_TIMEOUT);
+		fuse_reply_attr(req, &st, fs_attr_timeout(ino));
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,

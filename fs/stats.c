@@ -479,7 +479,7 @@ static int render(struct embfs *fs, struct stats_out *o)
 	PUT("fs.write_calls", "fs_write_calls_total", COUNTER, "WRITE requests on tables", atomic_load(&fs->n_write));
 	PUT("fs.write_bytes", "fs_write_bytes_total", COUNTER, "Bytes written to tables",
 	    atomic_load(&fs->n_write_bytes));
-	PUT("fs.fsync_calls", "fs_fsync_calls_total", COUNTER, "FSYNC and FSYNCDIR requests", atomic_load(&fs->n_fsync));
+	PUT("fs.fsync_calls", "fs_fsync_calls_total", COUNTER, "FSYNC requests (fsync of a directory is not counted)", atomic_load(&fs->n_fsync));
 	PUT("fs.copy_calls", "fs_copy_calls_total", COUNTER, "copy_file_range requests served in the daemon",
 	    atomic_load(&fs->n_copy));
 	PUT("fs.copy_bytes", "fs_copy_bytes_total", COUNTER, "Bytes of range covered by copy_file_range",
