@@ -133,6 +133,8 @@ static char *slurp(const char *path)
 }
 
 static const char *mnt;
+static const char *mnt_shown; /* mnt as an absolute path, for output */
+static char *mnt_abs;         /* realpath's, freed at the end of main */
 
 static void path_of(char *out, size_t size, const char *rel)
 {
@@ -391,7 +393,7 @@ static int cmd_stat(int json)
 	stats_load(&s);
 	if (json) {
 		printf("{\n  \"mount\": ");
-		json_str(mnt);
+		json_str(mnt_shown);
 		printf(",\n  \"stats\": {");
 		for (size_t i = 0; i < s.nkv; i++) {
 			printf(i ? ",\n    " : "\n    ");
@@ -407,7 +409,9 @@ static int cmd_stat(int json)
 		stats_free(&s);
 		return 0;
 	}
-	printf("mount      %s\n", mnt);
+	printf("mount      ");
+	put_name(mnt_shown);
+	putchar('\n');
 	printf("pool       ");
 	put_name(sget(&s, "pool.path") ? sget(&s, "pool.path") : "?");
 	printf("  label \"");
@@ -649,6 +653,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	mnt = argv[1];
+	mnt_abs = realpath(mnt, NULL);
+	mnt_shown = mnt_abs ? mnt_abs : mnt;
 	const char *cmd = argv[2];
 	int i = 3, ret;
 	const char *arg = NULL;
@@ -694,6 +700,7 @@ int main(int argc, char **argv)
 	}
 	if (fflush(stdout) || ferror(stdout))
 		die(1, "writing the output: %s", strerror(errno));
+	free(mnt_abs);
 	return ret;
 bad:
 	fprintf(stderr, "%s: bad arguments for '%s'\n", prog, cmd);
