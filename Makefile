@@ -24,7 +24,7 @@ CACHE_OBJ := $(CACHE_SRC:%.c=$(BUILD)/%.o)
 FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
 HDRS := $(wildcard include/embfs/*.h store/*.h fs/*.h)
 
-PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs
+PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs $(BUILD)/embfsctl
 UNIT := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 BENCH := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
@@ -48,6 +48,11 @@ $(BUILD)/embfs: $(FS_OBJ) $(BUILD)/libcache.a $(BUILD)/libstore.a
 
 $(BUILD)/mkfs.embfs: $(BUILD)/mkfs/mkfs.o $(BUILD)/libstore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS)
+
+# embfsctl uses only the files of a mount: no library of the daemon
+$(BUILD)/embfsctl: embfsctl/embfsctl.c include/embfs/version.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/helpers.h tests/unit/store_helpers.h $(BUILD)/libstore.a $(BUILD)/libcache.a $(HDRS)
 	@mkdir -p $(dir $@)
@@ -110,6 +115,7 @@ install: $(PROGS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PYTHONDIR)/embfs
 	install -m 755 $(BUILD)/embfs $(DESTDIR)$(PREFIX)/bin/embfs
 	install -m 755 $(BUILD)/mkfs.embfs $(DESTDIR)$(PREFIX)/sbin/mkfs.embfs
+	install -m 755 $(BUILD)/embfsctl $(DESTDIR)$(PREFIX)/bin/embfsctl
 	install -m 644 python/embfs/__init__.py python/embfs/torch.py $(DESTDIR)$(PYTHONDIR)/embfs/
 
 clean:

@@ -68,6 +68,8 @@ struct centry {
 };
 _Static_assert(sizeof(struct centry) == 28, "cache entry");
 
+#define INIT_BUCKETS 16u /* hash buckets of an empty shard */
+
 /* Row bytes of one size: 64 KiB chunks, a free list threaded through slots. */
 struct arena {
 	uint32_t rs, stride, per_chunk;
@@ -1037,7 +1039,7 @@ struct cache *cache_create(const struct cache_conf *conf, const struct cache_ops
 		sh->cap = cap > NIL - 1 ? NIL - 1 : (uint32_t)cap;
 		/* calloc of a large array maps zero pages: only entries used are resident */
 		sh->e = calloc(sh->cap, sizeof(*sh->e));
-		sh->nbucket = 16;
+		sh->nbucket = INIT_BUCKETS;
 		sh->bucket = malloc(sh->nbucket * sizeof(*sh->bucket));
 		if (!sh->e || !sh->bucket)
 			goto fail;
@@ -1821,6 +1823,7 @@ void cache_stats_get(struct cache *c, int64_t table, struct cache_stats *st)
 		st->pinned += sh->npinned;
 		st->bytes += sh->bytes;
 		st->meta_bytes += (uint64_t)sh->hwm * sizeof(struct centry) + (uint64_t)sh->nbucket * 4;
+		st->meta_fixed += (uint64_t)INIT_BUCKETS * 4;
 		pthread_mutex_unlock(&sh->lock);
 	}
 	for (uint32_t i = 0; i < CACHE_MAX_TABLES; i++) {

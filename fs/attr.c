@@ -69,6 +69,7 @@ static const struct {
 	[FS_ROOT] = { S_IFDIR | 0755, 3, STORE_DIR_ROOT },
 	[FS_CTL] = { S_IFDIR | 0555, 2, STORE_DIR_POOL },
 	[FS_STATS] = { S_IFREG | 0444, 1, STORE_DIR_POOL },
+	[FS_METRICS] = { S_IFREG | 0444, 1, STORE_DIR_POOL },
 	/* anyone may use it: batch.c checks access to the target table */
 	[FS_ROWS] = { S_IFREG | 0666, 1, STORE_DIR_POOL },
 	/* the batch id: set by the trainer (root or the mount's owner) */
@@ -78,6 +79,15 @@ static const struct {
 	[FS_DELTA] = { S_IFREG | 0644, 1, STORE_DIR_POOL },
 	[FS_SNAPS] = { S_IFDIR | 0555, 2, STORE_DIR_SNAPS },
 };
+
+/* The size of .embfs/stats or .embfs/metrics: of a text rendered now (each
+ * open renders its own, read with direct I/O up to its end). */
+static size_t text_size(struct embfs *fs, int metrics)
+{
+	size_t len = 0;
+	free(embfs_stats_render(fs, metrics, &len));
+	return len;
+}
 
 int fs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st, uint64_t *gen)
 {
@@ -125,6 +135,8 @@ int fs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st, uint64_t *gen)
 		st->st_mode = fixed[k.kind].mode;
 		st->st_nlink = fixed[k.kind].nlink;
 		dir_times(fs, fixed[k.kind].times, st);
+		if (k.kind == FS_STATS || k.kind == FS_METRICS)
+			st->st_size = (off_t)text_size(fs, k.kind == FS_METRICS);
 		break;
 	}
 	if (gen)
@@ -136,7 +148,7 @@ int fs_entry(struct embfs *fs, fuse_ino_t ino, struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = ino;
-	e->attr_timeout = FS_TIMEOUT;
+	e->attr_timeout = fs_attr_timeout(ino);
 	e->entry_timeout = FS_TIMEOUT;
 	return fs_stat(fs, ino, &e->attr, &e->generation);
 }

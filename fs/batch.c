@@ -806,28 +806,30 @@ void batch_release(fuse_req_t req, struct fuse_file_info *fi)
 	fuse_reply_err(req, 0);
 }
 
-void batch_stats(struct embfs *fs, FILE *f)
+void batch_stats(struct embfs *fs, struct stats_out *o)
 {
 	struct batch *b = fs->batch;
 	if (!b)
 		return;
-#define P(name, field) fprintf(f, name " %llu\n", (unsigned long long)atomic_load(&b->field))
-	P("batch.write_requests", writes);
-	P("batch.read_requests", reads);
-	P("batch.gathers", gathers);
-	P("batch.gather_rows", gather_rows);
-	P("batch.scatters", scatters);
-	P("batch.scatter_rows", scatter_rows);
-	P("batch.prefetches", prefetches);
-	P("batch.errors", errors);
-	P("batch.page_cache_invalidations", invals);
-	P("prefetch.rows", pf_rows);
-	P("prefetch.pinned", pf_pinned);
-	P("prefetch.consumed", pf_consumed);
-	P("prefetch.late", pf_late);
-	P("prefetch.released", pf_released);
-	P("prefetch.failed", pf_failed);
-	P("prefetch.skipped", pf_skipped);
-	P("prefetch.pins_held", pf_held);
+#define P(key, metric, type, help, field) STATS_PUT(o, key, metric, type, help, atomic_load(&b->field))
+	P("batch.write_requests", "batch_write_requests_total", COUNTER, "WRITE requests on .embfs/rows", writes);
+	P("batch.read_requests", "batch_read_requests_total", COUNTER, "READ requests on .embfs/rows", reads);
+	P("batch.gathers", "batch_gathers_total", COUNTER, "Gathers served by .embfs/rows", gathers);
+	P("batch.gather_rows", "batch_gather_rows_total", COUNTER, "Rows gathered by .embfs/rows", gather_rows);
+	P("batch.scatters", "batch_scatters_total", COUNTER, "Scatters served by .embfs/rows", scatters);
+	P("batch.scatter_rows", "batch_scatter_rows_total", COUNTER, "Rows scattered by .embfs/rows", scatter_rows);
+	P("batch.prefetches", "batch_prefetches_total", COUNTER, "Prefetch requests on .embfs/rows", prefetches);
+	P("batch.errors", "batch_errors_total", COUNTER, "Requests on .embfs/rows answered with an error", errors);
+	P("batch.page_cache_invalidations", "batch_page_cache_invalidations_total", COUNTER,
+	  "Kernel page cache invalidations of tables after scatters", invals);
+	P("prefetch.rows", "prefetch_rows_total", COUNTER, "Rows asked for by prefetches", pf_rows);
+	P("prefetch.pinned", "prefetch_pinned_rows_total", COUNTER, "Prefetched rows pinned in the row cache", pf_pinned);
+	P("prefetch.consumed", "prefetch_consumed_rows_total", COUNTER, "Prefetched rows a gather then read", pf_consumed);
+	P("prefetch.late", "prefetch_late_rows_total", COUNTER, "Prefetched rows gathered before their pin", pf_late);
+	P("prefetch.released", "prefetch_released_rows_total", COUNTER, "Prefetch pins dropped at close", pf_released);
+	P("prefetch.failed", "prefetch_failed_rows_total", COUNTER, "Prefetched rows that could not be pinned", pf_failed);
+	P("prefetch.skipped", "prefetch_skipped_rows_total", COUNTER,
+	  "Prefetched rows dropped because the file was closed first", pf_skipped);
+	P("prefetch.pins_held", "prefetch_pinned_rows", GAUGE, "Rows pinned by prefetches now", pf_held);
 #undef P
 }

@@ -1,7 +1,10 @@
 /*
- * The .embfs directory and two of its files (the third, rows, is batch.c's):
- *  - stats: a text snapshot of the counters (stats.c renders it), taken at
- *    open, so that reads of one open see one consistent text;
+ * The .embfs directory and some of its files (rows is batch.c's, restore
+ * restore.c's, delta delta.c's):
+ *  - stats and metrics: a text snapshot of the counters (stats.c renders
+ *    both), taken at open, so that reads of one open see one consistent
+ *    text; read with direct I/O (no page cache), to its end whatever the
+ *    size stat gave (the length of a text rendered at the stat);
  *  - batch: the current batch id, as text.  Reading gives "B\n"; writing a
  *    decimal number (a trailing newline is fine) sets it, as a trainer does
  *    at the start of each training batch: every row version written from
@@ -21,6 +24,7 @@ void ctl_lookup(fuse_req_t req, const char *name)
 {
 	struct fuse_entry_param e;
 	fuse_ino_t ino = !strcmp(name, "stats") ? INO_STATS
+		       : !strcmp(name, "metrics") ? INO_METRICS
 		       : !strcmp(name, "rows")  ? INO_ROWS
 		       : !strcmp(name, "batch") ? INO_BATCHID
 		       : !strcmp(name, "restore") ? INO_RESTORE
@@ -38,6 +42,7 @@ void ctl_readdir(fuse_req_t req, size_t size, off_t off)
 		{ ".", INO_CTL, S_IFDIR },
 		{ "..", INO_ROOT, S_IFDIR },
 		{ "stats", INO_STATS, S_IFREG },
+		{ "metrics", INO_METRICS, S_IFREG },
 		{ "batch", INO_BATCHID, S_IFREG },
 		{ "rows", INO_ROWS, S_IFREG },
 		{ "restore", INO_RESTORE, S_IFREG },
@@ -50,20 +55,20 @@ void ctl_readdir(fuse_req_t req, size_t size, off_t off)
 	}
 }
 
-/* An open .embfs/stats (fi->fh): the text rendered at open. */
+/* An open .embfs/stats or .embfs/metrics (fi->fh): the text rendered at open. */
 struct stats_text {
 	size_t len;
 	char data[];
 };
 
-void ctl_stats_open(fuse_req_t req, struct fuse_file_info *fi)
+void ctl_stats_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	size_t len;
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}
-	char *buf = embfs_stats_render(fs_of(req), &len);
+	char *buf = embfs_stats_render(fs_of(req), ino == INO_METRICS, &len);
 	struct stats_text *t = buf ? malloc(sizeof(*t) + len) : NULL;
 	if (!t) {
 		free(buf);

@@ -9,7 +9,8 @@
  *   table.c   table files, live and in snapshots: open, read, write, seek,
  *             attributes, xattrs, punch
  *   snap.c    .snapshots and its directories: take, drop, list, sync
- *   ctl.c     .embfs, .embfs/stats and .embfs/batch (stats.c renders stats)
+ *   ctl.c     .embfs, .embfs/stats, .embfs/metrics and .embfs/batch (stats.c
+ *             renders stats and metrics)
  *   batch.c   .embfs/rows: gather, scatter, prefetch of many rows
  *   pcache.c  the kernel's pages of tables against scatters
  *   attr.c    attributes of every inode, table views, directory listings
@@ -187,18 +188,38 @@ void snap_mkdir(fuse_req_t req, const char *name);
 void snap_rmdir(fuse_req_t req, const char *name);
 void snap_fsyncdir(fuse_req_t req, fuse_ino_t ino);
 
-/* ctl.c: .embfs and its control files (stats, batch; rows is batch.c's). */
+/* ctl.c: .embfs and its control files (stats, metrics, batch; rows is batch.c's). */
 void ctl_lookup(fuse_req_t req, const char *name);
 void ctl_readdir(fuse_req_t req, size_t size, off_t off);
-void ctl_stats_open(fuse_req_t req, struct fuse_file_info *fi);
+/* .embfs/stats and .embfs/metrics (ino: INO_STATS or INO_METRICS). */
+void ctl_stats_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void ctl_stats_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
 void ctl_stats_release(fuse_req_t req, struct fuse_file_info *fi);
 void ctl_batch_open(fuse_req_t req, struct fuse_file_info *fi);
 void ctl_batch_read(fuse_req_t req, size_t size, off_t off);
 void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off);
 
-/* stats.c: render .embfs/stats into a malloc'd buffer. */
-char *embfs_stats_render(struct embfs *fs, size_t *len);
+/* stats.c: .embfs/stats (metrics = 0) or .embfs/metrics (metrics = 1, the
+ * Prometheus text format 0.0.4) rendered into a malloc'd buffer; NULL when
+ * out of memory.  Both come from one walk over the counters: every value
+ * goes through stats_put() with its definition, so the two files cover the
+ * same values. */
+char *embfs_stats_render(struct embfs *fs, int metrics, size_t *len);
+enum stats_type { STATS_COUNTER, STATS_GAUGE };
+struct stats_def {
+	const char *key;    /* in .embfs/stats */
+	const char *metric; /* in .embfs/metrics, after "embfs_" (counters end in _total) */
+	enum stats_type type;
+	const char *help;
+};
+struct stats_out; /* the file being rendered */
+void stats_put(struct stats_out *o, const struct stats_def *d, uint64_t v);
+/* A value with its definition in place. */
+#define STATS_PUT(o, key, metric, type, help, v)                                  \
+	do {                                                                      \
+		static const struct stats_def d_ = { key, metric, STATS_##type, help }; \
+		stats_put(o, &d_, (uint64_t)(v));                                 \
+	} while (0)
 
 /* batch.c: .embfs/rows (README "Batched rows"): binary requests, many rows
  * of one table per round trip (the batch id is ctl.c's .embfs/batch).
@@ -210,7 +231,7 @@ void batch_open(fuse_req_t req, struct fuse_file_info *fi);
 void batch_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
 void batch_write(fuse_req_t req, const char *data, size_t size, off_t off, struct fuse_file_info *fi);
 void batch_release(fuse_req_t req, struct fuse_file_info *fi);
-void batch_stats(struct embfs *fs, FILE *f);
+void batch_stats(struct embfs *fs, struct stats_out *o);
 
 /* pcache.c: keeps pages the kernel caches of a table from bringing back rows
  * a scatter changed behind its back (README "Batched rows").  pc_init at
@@ -252,7 +273,7 @@ uint64_t pc_inval_begin(struct embfs *fs);
 void pc_inval_end(struct embfs *fs, uint32_t id, uint64_t start, int ret);
 /* Table slot id holds a new table. */
 void pc_table_reset(struct embfs *fs, uint32_t id);
-void pc_stats(struct embfs *fs, FILE *f);
+void pc_stats(struct embfs *fs, struct stats_out *o);
 
 /* attr.c: attributes of every inode, table views, directory listings. */
 /* The view of table file ino (live or in a snapshot) and, if a is not NULL,
@@ -260,6 +281,13 @@ void pc_stats(struct embfs *fs, FILE *f);
 int fs_view(struct embfs *fs, uint64_t ino, struct store_view *v, struct store_attr *a);
 /* Attributes of any inode; *gen (if not NULL): the generation its entry carries. */
 int fs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st, uint64_t *gen);
+/* How long the kernel may keep ino's attributes: FS_TIMEOUT, but 0 for
+ * .embfs/stats and .embfs/metrics, whose size is that of a text rendered at
+ * each stat. */
+static inline double fs_attr_timeout(fuse_ino_t ino)
+{
+	return ino == INO_STATS || ino == INO_METRICS ? 0.0 : FS_TIMEOUT;
+}
 /* A lookup's (or create's) entry for ino: attributes, generation, timeouts. */
 int fs_entry(struct embfs *fs, fuse_ino_t ino, struct fuse_entry_param *e);
 /* A readdir reply being filled: entries at offsets above off, up to size

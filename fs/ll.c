@@ -110,7 +110,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
-		fuse_reply_attr(req, &st, FS_TIMEOUT);
+		fuse_reply_attr(req, &st, fs_attr_timeout(ino));
 }
 
 /* 1 when a restore running on table id (or GATE_NS) refuses the change:
@@ -261,7 +261,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		ctl_batch_open(req, fi);
 		return;
 	case FS_STATS:
-		ctl_stats_open(req, fi);
+	case FS_METRICS:
+		ctl_stats_open(req, ino, fi);
 		return;
 	case FS_DELTA:
 		delta_open(req, fi);
@@ -283,6 +284,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		batch_release(req, fi);
 		return;
 	case FS_STATS:
+	case FS_METRICS:
 		ctl_stats_release(req, fi);
 		return;
 	case FS_DELTA:
@@ -323,6 +325,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 		dview_read(req, ino, size, off, fi);
 		return;
 	case FS_STATS:
+	case FS_METRICS:
 		ctl_stats_read(req, size, off, fi);
 		return;
 	default:

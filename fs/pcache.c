@@ -687,7 +687,7 @@ void pc_table_reset(struct embfs *fs, uint32_t id)
 	pthread_mutex_unlock(&pc->lock);
 }
 
-void pc_stats(struct embfs *fs, FILE *f)
+void pc_stats(struct embfs *fs, struct stats_out *o)
 {
 	struct pcache *pc = fs->pc;
 	if (!pc)
@@ -705,18 +705,27 @@ void pc_stats(struct embfs *fs, FILE *f)
 	}
 	bytes = pc->bytes;
 	pthread_mutex_unlock(&pc->lock);
-#define P(name, v) fprintf(f, "pagecache." name " %llu\n", (unsigned long long)(v))
-	P("capturing_scatters", atomic_load(&pc->n_capture));
-	P("captured_rows", atomic_load(&pc->n_captured_rows));
-	P("plain_scatters", atomic_load(&pc->n_nocapture));
-	P("writebacks", atomic_load(&pc->n_writepages));
-	P("writeback_stale_pieces_skipped", atomic_load(&pc->n_skipped));
-	P("recorded_pieces", atomic_load(&pc->n_recorded));
-	P("io_waits", atomic_load(&pc->n_io_waits));
-	P("room_waits", atomic_load(&pc->n_room_waits));
-	P("refused_scatters", atomic_load(&pc->n_refused));
-	P("stale_rows", rows);
-	P("stale_hashes", hashes);
-	P("bytes", bytes);
+#define P(key, metric, type, help, v) STATS_PUT(o, "pagecache." key, "pagecache_" metric, type, help, v)
+	P("capturing_scatters", "capturing_scatters_total", COUNTER, "Scatters that recorded the rows they replaced",
+	  atomic_load(&pc->n_capture));
+	P("captured_rows", "captured_rows_total", COUNTER, "Rows recorded by capturing scatters",
+	  atomic_load(&pc->n_captured_rows));
+	P("plain_scatters", "plain_scatters_total", COUNTER, "Scatters that recorded nothing",
+	  atomic_load(&pc->n_nocapture));
+	P("writebacks", "writebacks_total", COUNTER, "Page write-backs received from the kernel",
+	  atomic_load(&pc->n_writepages));
+	P("writeback_stale_pieces_skipped", "writeback_stale_pieces_skipped_total", COUNTER,
+	  "Pieces of page write-backs skipped because a scatter replaced their rows", atomic_load(&pc->n_skipped));
+	P("recorded_pieces", "recorded_pieces_total", COUNTER, "Pieces recorded by reads and writes during a scatter",
+	  atomic_load(&pc->n_recorded));
+	P("io_waits", "io_waits_total", COUNTER, "Reads and writes that waited for a scatter",
+	  atomic_load(&pc->n_io_waits));
+	P("room_waits", "room_waits_total", COUNTER, "Scatters that waited for room for their records",
+	  atomic_load(&pc->n_room_waits));
+	P("refused_scatters", "refused_scatters_total", COUNTER, "Scatters refused past the records' memory bound",
+	  atomic_load(&pc->n_refused));
+	P("stale_rows", "stale_rows", GAUGE, "Rows with records of stale kernel pages now", rows);
+	P("stale_hashes", "stale_hashes", GAUGE, "Recorded piece hashes now", hashes);
+	P("bytes", "bytes", GAUGE, "Memory of the records now, in bytes", bytes);
 #undef P
 }

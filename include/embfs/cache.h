@@ -147,9 +147,11 @@ void cache_unpin(struct cache *c, uint32_t table, uint64_t row);
 struct cache_stats {
 	uint64_t hits, misses, evictions, writebacks, bypasses;
 	uint64_t rows, dirty, new_dirty, pinned, bytes; /* current */
-	uint64_t budget, meta_bytes;                     /* totals only */
+	uint64_t budget, meta_bytes, meta_fixed;         /* totals only */
 };
-/* table < 0: totals.  new_dirty: dirty rows that were holes below. */
+/* table < 0: totals.  new_dirty: dirty rows that were holes below.
+ * meta_bytes: entries up to their high-water mark and hash buckets;
+ * meta_fixed: the part an empty cache holds (every shard's first buckets). */
 void cache_stats_get(struct cache *c, int64_t table, struct cache_stats *st);
 
 #endif
