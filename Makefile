@@ -24,7 +24,7 @@ CACHE_OBJ := $(CACHE_SRC:%.c=$(BUILD)/%.o)
 FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
 HDRS := $(wildcard include/embfs/*.h store/*.h fs/*.h)
 
-PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs
+PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs $(BUILD)/fsck.embfs
 UNIT := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 BENCH := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
@@ -49,9 +49,20 @@ $(BUILD)/embfs: $(FS_OBJ) $(BUILD)/libcache.a $(BUILD)/libstore.a
 $(BUILD)/mkfs.embfs: $(BUILD)/mkfs/mkfs.o $(BUILD)/libstore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS)
 
+$(BUILD)/fsck.embfs: $(BUILD)/mkfs/fsck.o $(BUILD)/libstore.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS)
+
+# the library versions -V prints: those this build was made with
+$(BUILD)/store/util.o: CFLAGS += -DEMBFS_LIB_VERSIONS='"libpmemobj $(shell pkg-config --modversion libpmemobj 2>/dev/null), liburing $(shell pkg-config --modversion liburing 2>/dev/null)"'
+
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/helpers.h tests/unit/store_helpers.h $(BUILD)/libstore.a $(BUILD)/libcache.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(BUILD)/libcache.a $(BUILD)/libstore.a $(LDFLAGS) $(STORE_LIBS)
+
+# pooldamage writes into a pool with libpmemobj (tests/e2e/fsck.sh)
+$(BUILD)/tools/pooldamage: tests/tools/pooldamage.c include/embfs/layout.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LDFLAGS) $(STORE_LIBS)
 
 $(BUILD)/tools/%: tests/tools/%.c
 	@mkdir -p $(dir $@)
@@ -110,6 +121,7 @@ install: $(PROGS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin $(DESTDIR)$(PYTHONDIR)/embfs
 	install -m 755 $(BUILD)/embfs $(DESTDIR)$(PREFIX)/bin/embfs
 	install -m 755 $(BUILD)/mkfs.embfs $(DESTDIR)$(PREFIX)/sbin/mkfs.embfs
+	install -m 755 $(BUILD)/fsck.embfs $(DESTDIR)$(PREFIX)/sbin/fsck.embfs
 	install -m 644 python/embfs/__init__.py python/embfs/torch.py $(DESTDIR)$(PYTHONDIR)/embfs/
 
 clean:
