@@ -4,7 +4,8 @@
 #     (16, one line naming the problem), a missing path or a file that is no
 #     pool (8);
 #  2. each injected damage (tests/tools/pooldamage: a zeroed catalog entry, a
-#     stale journal after a clean unmount, a leaked slot, a wrong row count)
+#     stale journal after a clean unmount, a zeroed journal magic, a leaked
+#     slot, a wrong row count)
 #     is found by -n (exit 4) without a byte of the pool changing (sha256),
 #     then fixed (exit 1), and a second run exits 0; the pool then mounts and
 #     the rows that should survive read back (cmp), a zeroed table is gone;
@@ -120,6 +121,8 @@ DMG_TABLE=b.emb damage "zeroed catalog entry" "catalog entry 1: zeroed" zero-ent
 grep -q "fixed: 2048 version slots .* freed" "$T/fixed" || fail "the zeroed table's 2048 rows were not freed"
 reads_back no-b
 DMG_TABLE= damage "stale journal" "journal: stale records" stale-journal
+reads_back
+DMG_TABLE= damage "journal magic" "journal: bad magic" journal-magic
 reads_back
 DMG_TABLE= damage "leaked slot" "1 version slots allocated and referenced by no row" leak
 reads_back

@@ -5,6 +5,7 @@
  *
  *   pooldamage zero-entry POOL NAME   zero table NAME's catalog entry (512 bytes)
  *   pooldamage stale-journal POOL     records left in the journal of a clean pool
+ *   pooldamage journal-magic POOL     zero the journal's magic
  *   pooldamage leak POOL              mark one free slot of a row slab as used
  *   pooldamage count POOL NAME        add 5 to table NAME's row count
  *
@@ -62,7 +63,7 @@ static void leak(void)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: pooldamage zero-entry|stale-journal|leak|count POOL [NAME]\n");
+		fprintf(stderr, "usage: pooldamage zero-entry|stale-journal|journal-magic|leak|count POOL [NAME]\n");
 		return 2;
 	}
 	const char *what = argv[1];
@@ -84,6 +85,10 @@ int main(int argc, char **argv)
 		}
 		j->count = 3;
 		pmemobj_persist(pop, &j->count, 8);
+	} else if (!strcmp(what, "journal-magic")) {
+		struct emb_journal *j = ptr(sb->journal_off);
+		j->magic = 0;
+		pmemobj_persist(pop, &j->magic, 8);
 	} else if (!strcmp(what, "leak")) {
 		leak();
 	} else if (!strcmp(what, "count") && argc == 4) {
