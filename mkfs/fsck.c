@@ -206,7 +206,9 @@ static int deep_check(struct fsck *f, struct store *s)
 {
 	struct store_fsck r;
 	struct store_fsck_fixed fx;
-	struct store_fsck_opts o = { .repair = !f->check_only, .note = on_note, .progress = on_progress, .arg = f };
+	/* with -n the repairs stay in the private mapping: what they would fix
+	 * is told as such, and the second pass sees what they would leave */
+	struct store_fsck_opts o = { .repair = 1, .note = on_note, .progress = on_progress, .arg = f };
 	if (f->verbose)
 		say(f, "checking every row's versions, the slab bitmaps, spill stubs and runs");
 	int ret = store_fsck_run(s, &o, &r, &fx);
@@ -259,7 +261,8 @@ int main(int argc, char **argv)
 		return FSCK_OPERR;
 	}
 	if (ret == -EIO) { /* damage no repair reached */
-		say(&f, "error: %s", err);
+		size_t pl = strlen(f.pool);
+		say(&f, "error: %s", !strncmp(err, f.pool, pl) && !strncmp(err + pl, ": ", 2) ? err + pl + 2 : err);
 		say(&f, "cannot be opened: errors left uncorrected");
 		return FSCK_LEFT | (f.fixed ? FSCK_FIXED : 0);
 	}

@@ -584,6 +584,28 @@ static int open_load(struct store *s, const char *path, char *err, size_t n)
 	return 0;
 }
 
+/* Would repair_preen make the pool valid?  Tried on a private mapping, so
+ * that a pool no repair reaches is never opened for writing (libpmemobj's
+ * open writes to the file).  0, or the reason validation still fails. */
+static int preen_dry(const char *path, char *err, size_t n)
+{
+	struct store *t;
+	int ret = open_map(path, 1, &t, err, n);
+	if (ret)
+		return ret;
+	ret = repair_preen(t, NULL, NULL, err, n);
+	if (!ret)
+		ret = store_validate(t, err, n);
+	if (ret && err && n) {
+		char why[256];
+		snprintf(why, sizeof(why), "%s", err);
+		store_err(err, n, ret, "%s: %s", path, why);
+	}
+	pmemobj_close(t->pop);
+	free(t);
+	return ret;
+}
+
 int store_open_ext(const char *path, const struct store_open_opts *o, struct store **out, char *err, size_t n)
 {
 	static const struct store_open_opts none;
@@ -593,7 +615,11 @@ int store_open_ext(const char *path, const struct store_open_opts *o, struct sto
 		o = &none;
 	int ret = check_run(path, &structural, err, n);
 	int repair = ret && structural && (o->flags & STORE_OPEN_REPAIR);
-	if (!ret || repair)
+	if (repair && !(o->flags & STORE_OPEN_PRIVATE))
+		ret = preen_dry(path, err, n);
+	else if (repair)
+		ret = 0;
+	if (!ret)
 		ret = open_map(path, !!(o->flags & STORE_OPEN_PRIVATE), &s, err, n);
 	if (ret)
 		return ret;

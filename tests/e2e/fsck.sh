@@ -9,6 +9,7 @@
 #     is found by -n (exit 4) without a byte of the pool changing (sha256),
 #     then fixed (exit 1), and a second run exits 0; the pool then mounts and
 #     the rows that should survive read back (cmp), a zeroed table is gone;
+#     a damaged catalog entry with data exits 4 and is left byte for byte;
 #  3. a pool in use (mounted) is refused with exit 8, with and without -n;
 #  4. spill device (skipped on tmpfs): without -o spill= it exits 8 with a
 #     hint; a flipped byte in a sorted-run block of the spill file is found
@@ -61,6 +62,12 @@ for p in "$FSCK" "$MKFS"; do
 done
 "$MKFS" --help | grep -q "^usage: mkfs.embfs" || fail "mkfs.embfs --help"
 say "--help, -V: $v"
+# fsck(8) finds fsck.embfs in PATH (after /sbin, /sbin/fs.d, /sbin/fs, /etc/fs, /etc)
+if command -v fsck >/dev/null; then
+	PATH="$BUILD:$PATH" fsck -t embfs "$POOL" >"$T/out" 2>&1 || fail "fsck -t embfs exited $?: $(cat "$T/out")"
+	grep -q "pool: clean" "$T/out" || fail "fsck -t embfs did not run fsck.embfs: $(cat "$T/out")"
+	say "fsck -t embfs: $(sed "s|$T/||g" "$T/out" | tr '\n' ' ')"
+fi
 
 # bad DESC WANT ARGS...: one line on stderr, exit WANT, nothing on stdout
 bad() {
@@ -128,6 +135,16 @@ DMG_TABLE= damage "leaked slot" "1 version slots allocated and referenced by no 
 reads_back
 DMG_TABLE=a.emb damage "wrong row count" "row count 4101, the index holds 4096" count
 reads_back
+
+# damage no repair reaches (a catalog entry with data and a wrong checksum):
+# exit 4 with and without -n, the pool left as it was, still refused
+cp "$T/pool.good" "$POOL"
+"$DMG" rename "$POOL" a.emb || fail "pooldamage rename"
+sum=$(sha256sum <"$POOL")
+fsck_is 4 "renamed entry: -n" -n "$POOL"
+fsck_is 4 "renamed entry: repair" "$POOL"
+grep -q "catalog entry 0 is damaged" "$T/out" || fail "renamed entry: the reason is not given"
+[ "$(sha256sum <"$POOL")" = "$sum" ] || fail "renamed entry: fsck.embfs changed a pool it cannot repair"
 
 # ---- 3. a pool in use -------------------------------------------------------
 cp "$T/pool.good" "$POOL"

@@ -8,6 +8,7 @@
  *   pooldamage journal-magic POOL     zero the journal's magic
  *   pooldamage leak POOL              mark one free slot of a row slab as used
  *   pooldamage count POOL NAME        add 5 to table NAME's row count
+ *   pooldamage rename POOL NAME       change a byte of table NAME's name (its checksum kept)
  *
  * Exit 0 done, 1 cannot (message on stderr), 2 usage.
  */
@@ -63,7 +64,7 @@ static void leak(void)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: pooldamage zero-entry|stale-journal|journal-magic|leak|count POOL [NAME]\n");
+		fprintf(stderr, "usage: pooldamage zero-entry|stale-journal|journal-magic|leak|count|rename POOL [NAME]\n");
 		return 2;
 	}
 	const char *what = argv[1];
@@ -91,6 +92,10 @@ int main(int argc, char **argv)
 		pmemobj_persist(pop, &j->magic, 8);
 	} else if (!strcmp(what, "leak")) {
 		leak();
+	} else if (!strcmp(what, "rename") && argc == 4) {
+		struct emb_table *t = entry(argv[3]);
+		t->name[0] ^= 0x20;
+		pmemobj_persist(pop, t->name, 1);
 	} else if (!strcmp(what, "count") && argc == 4) {
 		struct emb_table *t = entry(argv[3]);
 		t->nrows += 5;
