@@ -24,7 +24,7 @@ CACHE_OBJ := $(CACHE_SRC:%.c=$(BUILD)/%.o)
 FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
 HDRS := $(wildcard include/embfs/*.h store/*.h fs/*.h)
 
-PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs $(BUILD)/embfsctl
+PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs $(BUILD)/fsck.embfs $(BUILD)/embfsctl
 UNIT := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
 BENCH := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
 TOOLS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(wildcard tests/tools/*.c))
@@ -54,9 +54,20 @@ $(BUILD)/embfsctl: embfsctl/embfsctl.c include/embfs/version.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
+$(BUILD)/fsck.embfs: $(BUILD)/mkfs/fsck.o $(BUILD)/libstore.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS)
+
+# the library versions -V prints: those this build was made with
+$(BUILD)/store/util.o: CFLAGS += -DEMBFS_LIB_VERSIONS='"libpmemobj $(shell pkg-config --modversion libpmemobj 2>/dev/null), liburing $(shell pkg-config --modversion liburing 2>/dev/null)"'
+
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/helpers.h tests/unit/store_helpers.h $(BUILD)/libstore.a $(BUILD)/libcache.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(BUILD)/libcache.a $(BUILD)/libstore.a $(LDFLAGS) $(STORE_LIBS)
+
+# pooldamage writes into a pool with libpmemobj (tests/e2e/fsck.sh)
+$(BUILD)/tools/pooldamage: tests/tools/pooldamage.c include/embfs/layout.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LDFLAGS) $(STORE_LIBS)
 
 $(BUILD)/tools/%: tests/tools/%.c
 	@mkdir -p $(dir $@)
@@ -116,6 +127,7 @@ install: $(PROGS)
 	install -m 755 $(BUILD)/embfs $(DESTDIR)$(PREFIX)/bin/embfs
 	install -m 755 $(BUILD)/mkfs.embfs $(DESTDIR)$(PREFIX)/sbin/mkfs.embfs
 	install -m 755 $(BUILD)/embfsctl $(DESTDIR)$(PREFIX)/bin/embfsctl
+	install -m 755 $(BUILD)/fsck.embfs $(DESTDIR)$(PREFIX)/sbin/fsck.embfs
 	install -m 644 python/embfs/__init__.py python/embfs/torch.py $(DESTDIR)$(PYTHONDIR)/embfs/
 
 clean:

@@ -13,6 +13,7 @@
 
 #include "embfs/size.h"
 #include "embfs/store.h"
+#include "embfs/version.h"
 
 #define MAX_TABLES 256
 
@@ -30,7 +31,8 @@ static void usage(FILE *f)
 		"  -L LABEL     pool label (at most %d bytes)\n"
 		"  -f           overwrite an existing pool or other data\n"
 		"  -t SPEC      pre-create table NAME with DIM elements of DTYPE (default f32);\n"
-		"               dtypes: f32 f16 bf16 f64 i8 u8 i16 i32\n",
+		"               dtypes: f32 f16 bf16 f64 i8 u8 i16 i32\n"
+		"  -h, --help   this help;  -V, --version  versions\n",
 		EMB_LABEL_MAX);
 }
 
@@ -105,10 +107,12 @@ static int add_table(struct args *a, const char *spec)
 /* 0: go on; otherwise the exit status (help printed: 0 by way of -1). */
 static int parse_args(int argc, char **argv, struct args *a)
 {
-	static const struct option no_long[] = { { NULL, 0, NULL, 0 } };
+	static const struct option longs[] = { { "help", no_argument, NULL, 'h' },
+						 { "version", no_argument, NULL, 'V' },
+						 { NULL, 0, NULL, 0 } };
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":s:L:ft:h", no_long, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":s:L:ft:hV", longs, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			if (embfs_parse_size(optarg, &a->o.size) || a->o.size == 0) {
@@ -128,6 +132,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 'h':
 			usage(stdout);
+			return -1;
+		case 'V':
+			printf("mkfs.embfs (embfs) %s; %s\n", EMBFS_VERSION, store_versions());
 			return -1;
 		case ':':
 			fprintf(stderr, "mkfs.embfs: option -%c needs an argument\n", optopt);

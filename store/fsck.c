@@ -1,9 +1,13 @@
-/* store_fsck: a full walk of indexes and slab bitmaps (tests, repair). */
+/* store_fsck: a full walk of indexes and slab bitmaps (tests, fsck.embfs),
+ * and the repairs it allows without guessing (store_fsck_run). */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "store_int.h"
+#include "spill.h"
 
 struct walk {
 	struct store *s;
@@ -14,7 +18,23 @@ struct walk {
 	struct emb_spill *pm;
 	uint64_t *live;   /* per segment, from the stubs */
 	struct u64vec stubs; /* of the current table, to read back */
+	const struct store_fsck_opts *o;
+	uint64_t walked, total; /* rows, for progress */
 };
+
+static void note(const struct store_fsck_opts *o, int fixed, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void note(const struct store_fsck_opts *o, int fixed, const char *fmt, ...)
+{
+	char msg[320];
+	va_list ap;
+	if (!o || !o->note)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	o->note(o->arg, fixed, msg);
+}
 
 /* A stub must point into a written part of a used segment, at a record that
  * reads back (when the device is attached). */
@@ -45,6 +65,8 @@ static int check_entry(void *arg, uint64_t key, uint64_t val)
 	struct chain c;
 	int ret = chain_start(w->s, w->st, key, val, &c);
 	w->count += ret || (c.v && !ver_tomb(c.v)); /* a damaged head counts as a row */
+	if (w->o && w->o->progress && ++w->walked % 65536 == 0)
+		w->o->progress(w->o->arg, w->walked, w->total);
 	while (!ret && c.v) {
 		if (u64vec_push(&w->refs, c.off))
 			return -ENOMEM;
@@ -63,19 +85,43 @@ static int referenced(const struct u64vec *refs, uint64_t off)
 	return i < refs->n && refs->v[i] == off;
 }
 
+/* Give leaked slots back (commit_lock held): each is poisoned and its
+ * bit cleared; one barrier after them all. */
+static int free_leaked(struct store *s, const struct u64vec *leaked)
+{
+	for (size_t i = 0; i < leaked->n; i++)
+		if (slab_free(s, leaked->v[i]))
+			ver_poison(s, leaked->v[i]);
+	return pm_barrier(s);
+}
+
 int store_fsck(struct store *s, struct store_fsck *r)
 {
-	struct walk w = { .s = s, .r = r };
+	return store_fsck_run(s, NULL, r, NULL);
+}
+
+int store_fsck_run(struct store *s, const struct store_fsck_opts *o, struct store_fsck *r,
+		   struct store_fsck_fixed *fixed)
+{
+	struct walk w = { .s = s, .r = r, .o = o };
+	struct store_fsck_fixed fx = { 0 };
+	struct u64vec leaked = { 0 };
+	int repair = o && o->repair;
 	int ret = 0;
 	memset(r, 0, sizeof(*r));
 	w.pm = S_PTR(s, s->sb->spill_off);
 	if (w.pm && !(w.live = calloc(w.pm->nsegs, sizeof(*w.live))))
 		return -ENOMEM;
 	pthread_mutex_lock(&s->commit_lock);
+	for (uint32_t i = 0; i < EMB_NTABLES; i++) {
+		struct stable *st = tab_get(s, i);
+		w.total += st ? st->t->nrows : 0;
+	}
 	for (uint32_t i = 0; i < EMB_NTABLES && !ret; i++) {
 		struct stable *st = tab_get(s, i);
 		if (!st)
 			continue;
+		struct store_fsck before = *r;
 		w.st = st;
 		w.count = 0;
 		w.stubs.n = 0;
@@ -87,10 +133,31 @@ int store_fsck(struct store *s, struct store_fsck *r)
 			else
 				r->bad_stubs += (uint64_t)bad;
 		}
-		if (w.count != st->t->nrows && !(st->t->flags & EMB_T_ZOMBIE))
+		if (ret)
+			break;
+		const char *name = st->t->name;
+		if (r->bad_versions > before.bad_versions)
+			note(o, 0, "table '%.64s': %llu rows with a damaged version (read EIO)", name,
+			     (unsigned long long)(r->bad_versions - before.bad_versions));
+		if (r->bad_stubs > before.bad_stubs)
+			note(o, 0, "table '%.64s': %llu spilled versions unreadable or failing their checksum on the spill device (read EIO)",
+			     name, (unsigned long long)(r->bad_stubs - before.bad_stubs));
+		if (w.count != st->t->nrows && !(st->t->flags & EMB_T_ZOMBIE)) {
 			r->bad_counts++;
+			if (repair) {
+				note(o, 1, "table '%.64s': row count %llu, the index holds %llu: recomputed", name,
+				     (unsigned long long)st->t->nrows, (unsigned long long)w.count);
+				st64(&st->t->nrows, w.count);
+				pm_flush(s, &st->t->nrows, 8);
+				fx.counts++;
+			} else {
+				note(o, 0, "table '%.64s': row count %llu, the index holds %llu", name,
+				     (unsigned long long)st->t->nrows, (unsigned long long)w.count);
+			}
+		}
 		r->rows += w.count;
 	}
+	uint64_t bad_before = r->bad_versions;
 	if (!ret) {
 		u64_sort(w.refs.v, w.refs.n);
 		for (size_t i = 1; i < w.refs.n; i++)
@@ -104,8 +171,11 @@ int store_fsck(struct store *s, struct store_fsck *r)
 				for (uint32_t k = 0; k < h->nslots; k++) {
 					int set = !!(h->bitmap[k / 64] & (1ull << (k % 64)));
 					int ref = referenced(&w.refs, start + (uint64_t)k * h->slot_size);
-					if (set && !ref)
+					if (set && !ref) {
 						r->leaked_slots++;
+						if (repair && u64vec_push(&leaked, start + (uint64_t)k * h->slot_size))
+							ret = -ENOMEM;
+					}
 					if (ref && !set)
 						r->bad_versions++;
 				}
@@ -117,7 +187,42 @@ int store_fsck(struct store *s, struct store_fsck *r)
 		r->seg_live_off += w.pm->seg[k].live != w.live[k];
 	if (!ret)
 		ret = runs_fsck(s, &r->runs, &r->bad_runs);
+	if (!ret && r->bad_versions > bad_before)
+		note(o, 0, "%llu versions that rows reference sit in slots marked free",
+		     (unsigned long long)(r->bad_versions - bad_before));
+	if (!ret && r->double_refs)
+		note(o, 0, "%llu version slots are referenced twice", (unsigned long long)r->double_refs);
+	if (!ret && r->bad_runs)
+		note(o, 0, "spill device: %llu of %llu sorted runs damaged (rows in their damaged blocks read EIO)",
+		     (unsigned long long)r->bad_runs, (unsigned long long)r->runs);
+	if (!ret && r->leaked_slots && (!repair || r->bad_versions || r->double_refs))
+		note(o, 0, "%llu version slots allocated and referenced by no row%s", (unsigned long long)r->leaked_slots,
+		     repair ? ": kept (a damaged chain may hide their references)" : "");
+	else if (!ret && r->leaked_slots) {
+		ret = free_leaked(s, &leaked);
+		if (!ret) {
+			fx.slots = r->leaked_slots;
+			note(o, 1, "%llu version slots allocated and referenced by no row: freed",
+			     (unsigned long long)r->leaked_slots);
+		}
+	}
+	if (!ret && r->seg_live_off && repair && s->sp) {
+		ret = recount_locked(s);
+		if (!ret) {
+			fx.segs = r->seg_live_off;
+			note(o, 1, "spill device: live counts of %llu segments recounted from the stubs",
+			     (unsigned long long)r->seg_live_off);
+		}
+	} else if (!ret && r->seg_live_off) {
+		note(o, 0, "spill device: live counts of %llu segments disagree with the stubs",
+		     (unsigned long long)r->seg_live_off);
+	}
+	if (!ret && fx.counts)
+		ret = pm_barrier(s);
 	pthread_mutex_unlock(&s->commit_lock);
+	if (fixed)
+		*fixed = fx;
+	free(leaked.v);
 	free(w.live);
 	free(w.stubs.v);
 	free(w.refs.v);

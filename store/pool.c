@@ -99,8 +99,11 @@ static void check_phase(int fd, char phase)
 		return;
 }
 
-/* The checks of store_check(), in this process. */
-static int check_here(const char *path, uint64_t size, int is_dev, int fd, char *err, size_t n)
+/* The checks of store_check(), in this process.  *structural = 1 when
+ * libpmemobj and the superblock passed and a structure reached from the
+ * superblock failed (what store/repair.c may repair). */
+static int check_here(const char *path, uint64_t size, int is_dev, int fd, int *structural, char *err,
+		      size_t n)
 {
 	int one = 1, zero = 0, ret;
 	char msg[256];
@@ -128,6 +131,7 @@ static int check_here(const char *path, uint64_t size, int is_dev, int fd, char 
 		chk.map_len = is_dev ? chk.sb->pool_size : size;
 		chk.jr = S_PTR(&chk, chk.sb->journal_off);
 		ret = store_validate(&chk, err, n);
+		*structural = ret != 0;
 		if (ret && err && n) {
 			char why[256];
 			snprintf(why, sizeof(why), "%s", err);
@@ -184,9 +188,11 @@ static int check_collect(int fd, pid_t pid, char *buf, size_t cap, size_t *got)
 	}
 }
 
-int store_check(const char *path, char *err, size_t n)
+/* store_check(); *structural as check_here() says. */
+static int check_run(const char *path, int *structural, char *err, size_t n)
 {
 	uint64_t size;
+	*structural = 0;
 	int is_dev;
 	int ret = target_size(path, &size, &is_dev, err, n);
 	if (ret)
@@ -228,9 +234,10 @@ int store_check(const char *path, char *err, size_t n)
 			check_phase(pfd[1], 'L');
 			raise(SIGSEGV);
 		}
-		int32_t r = check_here(path, size, is_dev, pfd[1], msg, sizeof(msg));
+		int structural = 0;
+		int32_t r = check_here(path, size, is_dev, pfd[1], &structural, msg, sizeof(msg));
 		char out[1 + sizeof(r) + sizeof(msg)];
-		out[0] = 'R';
+		out[0] = structural ? 'V' : 'R';
 		memcpy(out + 1, &r, sizeof(r));
 		size_t len = strlen(msg) + 1;
 		memcpy(out + 1 + sizeof(r), msg, len);
@@ -244,9 +251,12 @@ int store_check(const char *path, char *err, size_t n)
 	int st = 0;
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
-	char *res = memchr(buf, 'R', got);
-	if (res && (size_t)(buf + got - res) > 1 + sizeof(int32_t)) {
+	char *res = buf; /* past the phase bytes: 'R', or 'V' for a structural failure */
+	while (res < buf + got && (*res == 'L' || *res == 'E'))
+		res++;
+	if (res < buf + got && (size_t)(buf + got - res) > 1 + sizeof(int32_t)) {
 		int32_t r;
+		*structural = *res == 'V';
 		memcpy(&r, res + 1, sizeof(r));
 		buf[got] = 0;
 		return store_err(err, n, r, "%s", res + 1 + sizeof(r));
@@ -260,6 +270,12 @@ int store_check(const char *path, char *err, size_t n)
 				 sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
 	return store_err(err, n, -EIO, "%s: damaged (%s crashed while checking it: exit status %d)", path, who,
 			 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+int store_check(const char *path, char *err, size_t n)
+{
+	int structural;
+	return check_run(path, &structural, err, n);
 }
 
 /* Any non-zero byte in the file's data extents (first 64 MiB of data)? */
@@ -489,7 +505,7 @@ static int journal_replay(struct store *s)
 }
 
 /* The pool mapped and the store's DRAM state around it, nothing read yet. */
-static int open_map(const char *path, struct store **out, char *err, size_t n)
+static int open_map(const char *path, int private, struct store **out, char *err, size_t n)
 {
 	uint64_t size;
 	int is_dev;
@@ -499,7 +515,14 @@ static int open_map(const char *path, struct store **out, char *err, size_t n)
 	struct store *s = calloc(1, sizeof(*s));
 	if (!s)
 		return store_err(err, n, -ENOMEM, "out of memory");
+	int one = 1, zero = 0;
+	if (private)
+		pmemobj_ctl_set(NULL, "copy_on_write.at_open", &one);
 	s->pop = pmemobj_open(path, EMB_LAYOUT);
+	int e = errno;
+	if (private)
+		pmemobj_ctl_set(NULL, "copy_on_write.at_open", &zero);
+	errno = e;
 	if (!s->pop) {
 		ret = store_err(err, n, errno ? -errno : -EIO, "%s: libpmemobj: %s", path, pmemobj_errormsg());
 		free(s);
@@ -561,15 +584,49 @@ static int open_load(struct store *s, const char *path, char *err, size_t n)
 	return 0;
 }
 
-int store_open(const char *path, struct store **out, char *err, size_t n)
+/* Would repair_preen make the pool valid?  Tried on a private mapping, so
+ * that a pool no repair reaches is never opened for writing (libpmemobj's
+ * open writes to the file).  0, or the reason validation still fails. */
+static int preen_dry(const char *path, char *err, size_t n)
 {
-	struct store *s = NULL;
-	int ret = store_check(path, err, n);
-	if (!ret)
-		ret = open_map(path, &s, err, n);
+	struct store *t;
+	int ret = open_map(path, 1, &t, err, n);
 	if (ret)
 		return ret;
-	ret = open_load(s, path, err, n);
+	ret = repair_preen(t, NULL, NULL, err, n);
+	if (!ret)
+		ret = store_validate(t, err, n);
+	if (ret && err && n) {
+		char why[256];
+		snprintf(why, sizeof(why), "%s", err);
+		store_err(err, n, ret, "%s: %s", path, why);
+	}
+	pmemobj_close(t->pop);
+	free(t);
+	return ret;
+}
+
+int store_open_ext(const char *path, const struct store_open_opts *o, struct store **out, char *err, size_t n)
+{
+	static const struct store_open_opts none;
+	struct store *s = NULL;
+	int structural;
+	if (!o)
+		o = &none;
+	int ret = check_run(path, &structural, err, n);
+	int repair = ret && structural && (o->flags & STORE_OPEN_REPAIR);
+	if (repair && !(o->flags & STORE_OPEN_PRIVATE))
+		ret = preen_dry(path, err, n);
+	else if (repair)
+		ret = 0;
+	if (!ret)
+		ret = open_map(path, !!(o->flags & STORE_OPEN_PRIVATE), &s, err, n);
+	if (ret)
+		return ret;
+	if (repair)
+		ret = repair_preen(s, o->note, o->arg, err, n);
+	if (!ret)
+		ret = open_load(s, path, err, n);
 	if (ret) {
 		snap_unload(s);
 		catalog_unload(s);
@@ -580,6 +637,11 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 	}
 	*out = s;
 	return 0;
+}
+
+int store_open(const char *path, struct store **out, char *err, size_t n)
+{
+	return store_open_ext(path, NULL, out, err, n);
 }
 
 int store_sync(struct store *s)

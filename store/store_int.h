@@ -4,7 +4,8 @@
  * from the top (a file calls files below it):
  *
  *   pool.c      mkfs, check (in a child process), open and recovery, close, stats
- *   fsck.c      the deep check (tests, repair)
+ *   repair.c    repairs of a pool that fails validation (fsck.embfs)
+ *   fsck.c      the deep check and its repairs (tests, fsck.embfs)
  *   seek.c      SEEK_DATA/SEEK_HOLE over a view
  *   table.c     truncate, geometry, release, their recovery
  *   view.c      read views: live tables and snapshots, one path
@@ -639,5 +640,8 @@ int view_resolve(struct store *s, const struct store_view *v, struct stable **st
  * recovery): 0, or -EIO with a one-line reason in err.  Reads only
  * s->base, map_len, sb and jr. */
 int store_validate(struct store *s, char *err, size_t n);
+/* repair.c: what STORE_OPEN_REPAIR repairs, on the mapped pool before
+ * open_load (see the file's comment). */
+int repair_preen(struct store *s, store_note_fn note, void *arg, char *err, size_t n);
 
 #endif

@@ -50,6 +50,30 @@ int store_open(const char *path, struct store **out, char *err, size_t errlen);
  * pool, -errno with err set otherwise. */
 int store_check(const char *path, char *err, size_t errlen);
 
+/* What a repair found or did, one line (no newline) for each: fixed = 1 when
+ * it was repaired (in memory only with STORE_OPEN_PRIVATE), 0 when it is
+ * left as found. */
+typedef void (*store_note_fn)(void *arg, int fixed, const char *msg);
+
+#define STORE_OPEN_PRIVATE 1u /* the pool is mapped copy-on-write: whatever the open (recovery,
+			       * repairs) and later calls change stays in this process, and the
+			       * file is never written (fsck.embfs -n) */
+#define STORE_OPEN_REPAIR 2u  /* a pool that fails validation is repaired where that needs no
+			       * guess (store/repair.c) before it is opened */
+struct store_open_opts {
+	unsigned flags;       /* STORE_OPEN_* */
+	store_note_fn note;   /* told each repair; may be NULL */
+	void *arg;
+};
+/* store_open() with options (o NULL: as store_open).  -EBUSY: another
+ * process has the pool open. */
+int store_open_ext(const char *path, const struct store_open_opts *o, struct store **out, char *err,
+		   size_t errlen);
+
+/* The pool layout and library versions this build uses, one line:
+ * "pool layout 2, libpmemobj 1.12.1, liburing 2.3, xxHash 0.8.1". */
+const char *store_versions(void);
+
 /* Make everything durable, mark the pool clean and close it. */
 void store_close(struct store *s);
 
@@ -361,5 +385,24 @@ struct store_fsck {
 	uint64_t runs, bad_runs;    /* sorted runs; those whose header, arrays, segments or blocks are wrong */
 };
 int store_fsck(struct store *s, struct store_fsck *r);
+
+/* store_fsck() with options.  With repair, what can be repaired without
+ * guessing is: leaked slots freed (unless a damaged chain may hide a
+ * reference to them), a table's row count recomputed from its index, the
+ * spill segments' live counts recounted from the stubs; r->fixed_* count
+ * what was done, the other fields what was found.  note (may be NULL) is
+ * told one line per table with damage and per repair; progress (may be
+ * NULL) is called with the rows walked and the rows in all now and then. */
+struct store_fsck_opts {
+	int repair;
+	store_note_fn note;
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *arg;
+};
+struct store_fsck_fixed {
+	uint64_t slots, counts, segs;
+};
+int store_fsck_run(struct store *s, const struct store_fsck_opts *o, struct store_fsck *r,
+		   struct store_fsck_fixed *fixed);
 
 #endif
