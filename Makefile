@@ -49,6 +49,11 @@ $(BUILD)/embfs: $(FS_OBJ) $(BUILD)/libcache.a $(BUILD)/libstore.a
 $(BUILD)/mkfs.embfs: $(BUILD)/mkfs/mkfs.o $(BUILD)/libstore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS)
 
+# embfs -V names the libpmemobj and liburing it was built with (neither says
+# its version at run time; libfuse and xxHash do)
+$(BUILD)/fs/main.o: CFLAGS += -DEMBFS_PMEMOBJ_VERSION='"$(shell pkg-config --modversion libpmemobj 2>/dev/null)"' \
+	-DEMBFS_URING_VERSION='"$(shell pkg-config --modversion liburing 2>/dev/null)"'
+
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/helpers.h tests/unit/store_helpers.h $(BUILD)/libstore.a $(BUILD)/libcache.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(BUILD)/libcache.a $(BUILD)/libstore.a $(LDFLAGS) $(STORE_LIBS)

@@ -45,6 +45,7 @@ struct embfs_conf {
 	char *spill;
 	char *spill_size;
 	unsigned spill_qd, spill_high, spill_low, spill_compact_mbps, spill_runs;
+	unsigned given; /* bit k: numeric option k (main.c's numopts) was given */
 	int show_help;
 	int show_version;
 };
@@ -69,6 +70,7 @@ struct embfs {
 	 * it advances the batch id and tells the cache, so no write straddles a
 	 * snapshot (rows.c, snap.c). */
 	pthread_rwlock_t snap_rw;
+	int ready_fd; /* main.c: the waiting parent's pipe until daemon_ready(), else -1 */
 };
 
 static inline struct embfs *fs_of(fuse_req_t req)
@@ -78,6 +80,10 @@ static inline struct embfs *fs_of(fuse_req_t req)
 
 /* ll.c */
 extern const struct fuse_lowlevel_ops embfs_ops;
+
+/* main.c: the kernel's INIT was answered; a daemon that went to the
+ * background tells the waiting parent it mounted (once; then a no-op). */
+void daemon_ready(struct embfs *fs);
 
 /* root.c: the root directory (parent is the root; names checked for length). */
 void root_lookup(fuse_req_t req, const char *name);
@@ -144,7 +150,7 @@ void snap_mkdir(fuse_req_t req, const char *name);
 void snap_rmdir(fuse_req_t req, const char *name);
 void snap_fsyncdir(fuse_req_t req, fuse_ino_t ino);
 
-/* ctl.c: .embfs and its control files (stats, batch; rows is batch.c's). */
+/* ctl.c: .embfs and its control files (stats, batch, pid; rows is batch.c's). */
 void ctl_lookup(fuse_req_t req, const char *name);
 void ctl_readdir(fuse_req_t req, size_t size, off_t off);
 void ctl_stats_open(fuse_req_t req, struct fuse_file_info *fi);
@@ -153,6 +159,8 @@ void ctl_stats_release(fuse_req_t req, struct fuse_file_info *fi);
 void ctl_batch_open(fuse_req_t req, struct fuse_file_info *fi);
 void ctl_batch_read(fuse_req_t req, size_t size, off_t off);
 void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off);
+void ctl_pid_open(fuse_req_t req, struct fuse_file_info *fi);
+void ctl_pid_read(fuse_req_t req, size_t size, off_t off);
 
 /* stats.c: render .embfs/stats into a malloc'd buffer. */
 char *embfs_stats_render(struct embfs *fs, size_t *len);
