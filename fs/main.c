@@ -51,7 +51,10 @@ static const struct numopt {
 	[K_SPILL_MBPS] = NUM("spill_compact_mbps", spill_compact_mbps, 1, 100000, "MB/s"),
 	[K_SPILL_RUNS] = NUM("spill_runs", spill_runs, 0, 1, "0 = stubs only"),
 };
-#define SPILL_NUMS (1u << K_SPILL_QD | 1u << K_SPILL_HIGH | 1u << K_SPILL_LOW | 1u << K_SPILL_MBPS | 1u << K_SPILL_RUNS)
+/* the options that mean nothing without spill= (spill_runs=, a mode, is
+ * let through: a pool keeping rows on a device is then refused for want of
+ * its device, as without it) */
+#define SPILL_NUMS (1u << K_SPILL_QD | 1u << K_SPILL_HIGH | 1u << K_SPILL_LOW | 1u << K_SPILL_MBPS)
 
 #define OPT(t, p) { t, offsetof(struct embfs_conf, p), 1 }
 static const struct fuse_opt embfs_opts[] = {
