@@ -60,6 +60,17 @@ $(BUILD)/fsck.embfs: $(BUILD)/mkfs/fsck.o $(BUILD)/libstore.a
 # the library versions -V prints: those this build was made with
 $(BUILD)/store/util.o: CFLAGS += -DEMBFS_LIB_VERSIONS='"libpmemobj $(shell pkg-config --modversion libpmemobj 2>/dev/null), liburing $(shell pkg-config --modversion liburing 2>/dev/null)"'
 
+# embfs -V names the libpmemobj and liburing it was built with (neither says
+# its version at run time; libfuse and xxHash do)
+$(BUILD)/fs/main.o: CFLAGS += -DEMBFS_PMEMOBJ_VERSION='"$(shell pkg-config --modversion libpmemobj 2>/dev/null)"' \
+	-DEMBFS_URING_VERSION='"$(shell pkg-config --modversion liburing 2>/dev/null)"'
+
+# the clean unmount (README "Mount and unmount"); umount(8) runs it as umount.fuse.embfs
+all: $(BUILD)/embfs-umount
+$(BUILD)/embfs-umount: util/embfs-umount.c include/embfs/version.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/helpers.h tests/unit/store_helpers.h $(BUILD)/libstore.a $(BUILD)/libcache.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(BUILD)/libcache.a $(BUILD)/libstore.a $(LDFLAGS) $(STORE_LIBS)
@@ -130,7 +141,25 @@ install: $(PROGS)
 	install -m 755 $(BUILD)/fsck.embfs $(DESTDIR)$(PREFIX)/sbin/fsck.embfs
 	install -m 644 python/embfs/__init__.py python/embfs/torch.py $(DESTDIR)$(PYTHONDIR)/embfs/
 
+# mount(8) and umount(8) look for the helpers mount.TYPE and umount.TYPE in
+# /sbin (libmount: /sbin, /sbin/fs.d, /sbin/fs), whatever PREFIX is; the mount
+# helper runs the daemon by its absolute path (mount(8) does not search PREFIX)
+HELPERDIR ?= /sbin
+install: install-helpers
+install-helpers: $(BUILD)/embfs $(BUILD)/embfs-umount
+	@case '$(PREFIX)' in *'#'*|*"'"*) echo "PREFIX must not hold # or '" >&2; exit 1 ;; esac
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(HELPERDIR)
+	install -m 755 $(BUILD)/embfs-umount $(DESTDIR)$(PREFIX)/bin/embfs-umount
+	sed 's#@EMBFS@#$(PREFIX)/bin/embfs#' util/mount.fuse.embfs.in >$(DESTDIR)$(HELPERDIR)/mount.fuse.embfs
+	chmod 755 $(DESTDIR)$(HELPERDIR)/mount.fuse.embfs
+	ln -sf $(PREFIX)/bin/embfs-umount $(DESTDIR)$(HELPERDIR)/umount.fuse.embfs
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/embfs $(DESTDIR)$(PREFIX)/bin/embfs-umount $(DESTDIR)$(PREFIX)/sbin/mkfs.embfs
+	rm -f $(DESTDIR)$(HELPERDIR)/mount.fuse.embfs $(DESTDIR)$(HELPERDIR)/umount.fuse.embfs
+	rm -rf $(DESTDIR)$(PYTHONDIR)/embfs
+
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all deps test demo bench install clean example-train example-python example-torch
+.PHONY: all deps test demo bench install install-helpers uninstall clean example-train example-python example-torch

@@ -77,6 +77,7 @@ static const struct {
 	/* restores rewrite tables: root or the mount's owner */
 	[FS_RESTORE] = { S_IFREG | 0644, 1, STORE_DIR_POOL },
 	[FS_DELTA] = { S_IFREG | 0644, 1, STORE_DIR_POOL },
+	[FS_PID] = { S_IFREG | 0444, 1, STORE_DIR_POOL },
 	[FS_SNAPS] = { S_IFDIR | 0555, 2, STORE_DIR_SNAPS },
 };
 

@@ -10,6 +10,8 @@
  *    at the start of each training batch: every row version written from
  *    then on carries that id.  It never goes back (EINVAL), and taking a
  *    snapshot advances it past the snapshot's.
+ *  - pid: the daemon's process id, as text ("PID\n"), so that embfs-umount
+ *    can wait for the daemon serving a mount to exit.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "fs.h"
 
@@ -29,6 +32,7 @@ void ctl_lookup(fuse_req_t req, const char *name)
 		       : !strcmp(name, "batch") ? INO_BATCHID
 		       : !strcmp(name, "restore") ? INO_RESTORE
 		       : !strcmp(name, "delta") ? INO_DELTA
+		       : !strcmp(name, "pid") ? INO_PID
 						: 0;
 	if (!ino || fs_entry(fs_of(req), ino, &e))
 		fuse_reply_err(req, ENOENT);
@@ -47,6 +51,7 @@ void ctl_readdir(fuse_req_t req, size_t size, off_t off)
 		{ "rows", INO_ROWS, S_IFREG },
 		{ "restore", INO_RESTORE, S_IFREG },
 		{ "delta", INO_DELTA, S_IFREG },
+		{ "pid", INO_PID, S_IFREG },
 	};
 	struct fs_dirbuf b;
 	if (fs_dir_begin(req, &b, size, off)) {
@@ -140,6 +145,26 @@ void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_write(req, whole);
+}
+
+void ctl_pid_open(fuse_req_t req, struct fuse_file_info *fi)
+{
+	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
+	fi->direct_io = 1;
+	fuse_reply_open(req, fi);
+}
+
+void ctl_pid_read(fuse_req_t req, size_t size, off_t off)
+{
+	char buf[32];
+	int n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
+	if (off < 0 || off >= n)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_buf(req, buf + off, (size_t)n - (size_t)off < size ? (size_t)n - (size_t)off : size);
 }
 
 int ctl_words(const char *data, size_t size, off_t off, char (*w)[EMB_NAME_MAX + 1], int n)

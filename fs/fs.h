@@ -46,6 +46,7 @@ struct embfs_conf {
 	char *spill;
 	char *spill_size;
 	unsigned spill_qd, spill_high, spill_low, spill_compact_mbps, spill_runs;
+	unsigned given; /* bit k: numeric option k (main.c's numopts) was given */
 	int show_help;
 	int show_version;
 };
@@ -80,6 +81,7 @@ struct embfs {
 	 * it advances the batch id and tells the cache, so no write straddles a
 	 * snapshot (rows.c, snap.c). */
 	pthread_rwlock_t snap_rw;
+	int ready_fd; /* main.c: the waiting parent's pipe until daemon_ready(), else -1 */
 };
 
 static inline struct embfs *fs_of(fuse_req_t req)
@@ -89,6 +91,10 @@ static inline struct embfs *fs_of(fuse_req_t req)
 
 /* ll.c */
 extern const struct fuse_lowlevel_ops embfs_ops;
+
+/* main.c: the kernel's INIT was answered; a daemon that went to the
+ * background tells the waiting parent it mounted (once; then a no-op). */
+void daemon_ready(struct embfs *fs);
 
 /* root.c: the root directory (parent is the root; names checked for length). */
 void root_lookup(fuse_req_t req, const char *name);
@@ -188,7 +194,7 @@ void snap_mkdir(fuse_req_t req, const char *name);
 void snap_rmdir(fuse_req_t req, const char *name);
 void snap_fsyncdir(fuse_req_t req, fuse_ino_t ino);
 
-/* ctl.c: .embfs and its control files (stats, metrics, batch; rows is batch.c's). */
+/* ctl.c: .embfs and its control files (stats, metrics, batch, pid; rows is batch.c's). */
 void ctl_lookup(fuse_req_t req, const char *name);
 void ctl_readdir(fuse_req_t req, size_t size, off_t off);
 /* .embfs/stats and .embfs/metrics (ino: INO_STATS or INO_METRICS). */
@@ -198,6 +204,8 @@ void ctl_stats_release(fuse_req_t req, struct fuse_file_info *fi);
 void ctl_batch_open(fuse_req_t req, struct fuse_file_info *fi);
 void ctl_batch_read(fuse_req_t req, size_t size, off_t off);
 void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off);
+void ctl_pid_open(fuse_req_t req, struct fuse_file_info *fi);
+void ctl_pid_read(fuse_req_t req, size_t size, off_t off);
 
 /* stats.c: .embfs/stats (metrics = 0) or .embfs/metrics (metrics = 1, the
  * Prometheus text format 0.0.4) rendered into a malloc'd buffer; NULL when

@@ -5,6 +5,7 @@
  *   1                           the root
  *   2, 3, 5, 6, 7, 8, 9         .embfs, .embfs/stats, .embfs/batch, .embfs/rows,
  *                               .embfs/restore, .embfs/delta, .embfs/metrics
+ *   15                          .embfs/pid
  *   4                           .snapshots
  *   16 + id                     live table id (catalog slot, < 65536)
  *   2^20 + idx                  snapshot directory idx (record slot, < 256)
@@ -37,7 +38,8 @@
 #define INO_RESTORE 7 /* .embfs/restore: a table back to a snapshot, in place */
 #define INO_DELTA 8   /* .embfs/delta: the rows changed between two snapshots */
 #define INO_METRICS 9 /* .embfs/metrics: the stats in the Prometheus text format */
-/* 10..15: more control files */
+#define INO_PID 15    /* .embfs/pid: the daemon's pid (embfs-umount waits for it) */
+/* 10..14: more control files */
 #define INO_TABLE0 16ull
 #define INO_NTABLES ((uint64_t)EMB_CAT_PER_CHUNK * EMB_CAT_CHUNKS)
 #define INO_SNAP0 (1ull << 20)
@@ -62,6 +64,7 @@ enum fs_kind {
 	FS_RESTORE,
 	FS_DELTA,
 	FS_METRICS,
+	FS_PID,
 	FS_SNAPS,     /* .snapshots */
 	FS_SNAPDIR,   /* a snapshot's directory: idx */
 	FS_TABLE,     /* a live table: id */
@@ -88,7 +91,7 @@ static inline struct fs_ino fs_ino(uint64_t ino)
 	static const enum fs_kind fixed[INO_TABLE0] = {
 		[INO_ROOT] = FS_ROOT,   [INO_CTL] = FS_CTL,         [INO_STATS] = FS_STATS,
 		[INO_SNAPS] = FS_SNAPS, [INO_BATCHID] = FS_BATCHID, [INO_ROWS] = FS_ROWS,
-		[INO_RESTORE] = FS_RESTORE, [INO_DELTA] = FS_DELTA, [INO_METRICS] = FS_METRICS,
+		[INO_RESTORE] = FS_RESTORE, [INO_DELTA] = FS_DELTA, [INO_METRICS] = FS_METRICS, [INO_PID] = FS_PID,
 	};
 	if (ino < INO_TABLE0)
 		return (struct fs_ino){ fixed[ino], 0, 0, 0 };

@@ -40,6 +40,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	daemon_ready(fs);
 }
 
 static void op_destroy(void *userdata)
@@ -264,6 +265,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	case FS_METRICS:
 		ctl_stats_open(req, ino, fi);
 		return;
+	case FS_PID:
+		ctl_pid_open(req, fi);
+		return;
 	case FS_DELTA:
 		delta_open(req, fi);
 		return;
@@ -327,6 +331,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	case FS_STATS:
 	case FS_METRICS:
 		ctl_stats_read(req, size, off, fi);
+		return;
+	case FS_PID:
+		ctl_pid_read(req, size, off);
 		return;
 	default:
 		fuse_reply_err(req, EISDIR);
