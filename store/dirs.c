@@ -74,9 +74,9 @@ int store_dir_perm(struct store *s, enum store_dir which, struct store_dir_perm 
 	struct emb_dirperm *f = perm_field(s, which), r;
 	if (!f)
 		return -EINVAL;
-	pthread_mutex_lock(&s->meta_lock);
+	pthread_mutex_lock(&s->perm_lock);
 	r = *f;
-	pthread_mutex_unlock(&s->meta_lock);
+	pthread_mutex_unlock(&s->perm_lock);
 	if (!r.uid && !r.gid && !r.mode && !r.csum)
 		return 0;
 	if (r.csum != perm_csum(&r) || !(r.mode & EMB_PERM_SET) || (r.mode & ~(EMB_PERM_SET | 07777u)))
@@ -85,7 +85,7 @@ int store_dir_perm(struct store *s, enum store_dir which, struct store_dir_perm 
 	return 1;
 }
 
-/* *f made r, in one transaction (meta_lock held). */
+/* *f made r, in one transaction (perm_lock held). */
 static int perm_put(struct store *s, struct emb_dirperm *f, const struct emb_dirperm *r)
 {
 	volatile int ret = pm_writable(s);
@@ -108,9 +108,9 @@ int store_dir_perm_set(struct store *s, enum store_dir which, const struct store
 		return -EINVAL;
 	struct emb_dirperm r = { p->uid, p->gid, EMB_PERM_SET | p->mode, 0 };
 	r.csum = perm_csum(&r);
-	pthread_mutex_lock(&s->meta_lock);
+	pthread_mutex_lock(&s->perm_lock);
 	int ret = perm_put(s, f, &r);
-	pthread_mutex_unlock(&s->meta_lock);
+	pthread_mutex_unlock(&s->perm_lock);
 	if (!ret) {
 		max64(c, now_ns());
 		pm_flush(s, c, sizeof(*c));

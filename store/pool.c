@@ -519,6 +519,7 @@ static int open_map(const char *path, struct store **out, char *err, size_t n)
 	pthread_mutex_init(&s->commit_lock, NULL);
 	pthread_mutex_init(&s->space_lock, NULL);
 	pthread_mutex_init(&s->meta_lock, NULL);
+	pthread_mutex_init(&s->perm_lock, NULL);
 	*out = s;
 	return 0;
 }
@@ -625,6 +626,7 @@ void store_close(struct store *s)
 	pthread_mutex_destroy(&s->commit_lock);
 	pthread_mutex_destroy(&s->space_lock);
 	pthread_mutex_destroy(&s->meta_lock);
+	pthread_mutex_destroy(&s->perm_lock);
 	free(s);
 }
 
