@@ -66,19 +66,19 @@ static const struct {
 	nlink_t nlink;
 	enum store_dir times;
 } fixed[] = {
-	[FS_ROOT] = { S_IFDIR | 0755, 3, STORE_DIR_ROOT },
+	[FS_ROOT] = { S_IFDIR, 3, STORE_DIR_ROOT }, /* mode and owner: perm.c */
 	[FS_CTL] = { S_IFDIR | 0555, 2, STORE_DIR_POOL },
 	[FS_STATS] = { S_IFREG | 0444, 1, STORE_DIR_POOL },
 	[FS_METRICS] = { S_IFREG | 0444, 1, STORE_DIR_POOL },
 	/* anyone may use it: batch.c checks access to the target table */
 	[FS_ROWS] = { S_IFREG | 0666, 1, STORE_DIR_POOL },
-	/* the batch id: set by the trainer (root or the mount's owner) */
-	[FS_BATCHID] = { S_IFREG | 0644, 1, STORE_DIR_POOL },
-	/* restores rewrite tables: root or the mount's owner */
-	[FS_RESTORE] = { S_IFREG | 0644, 1, STORE_DIR_POOL },
-	[FS_DELTA] = { S_IFREG | 0644, 1, STORE_DIR_POOL },
+	/* the batch id, restores and deltas: writable by those who may take
+	 * snapshots (mode and owner from perm.c) */
+	[FS_BATCHID] = { S_IFREG, 1, STORE_DIR_POOL },
+	[FS_RESTORE] = { S_IFREG, 1, STORE_DIR_POOL },
+	[FS_DELTA] = { S_IFREG, 1, STORE_DIR_POOL },
 	[FS_PID] = { S_IFREG | 0444, 1, STORE_DIR_POOL },
-	[FS_SNAPS] = { S_IFDIR | 0555, 2, STORE_DIR_SNAPS },
+	[FS_SNAPS] = { S_IFDIR, 2, STORE_DIR_SNAPS },
 };
 
 /* The size of .embfs/stats or .embfs/metrics: of a text rendered now (each
@@ -107,7 +107,7 @@ int fs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st, uint64_t *gen)
 		ret = store_snap_get(fs->st, k.idx, &sn);
 		if (ret)
 			return ret;
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR;
 		st->st_nlink = 2;
 		ns_to_ts(sn.created_ns, &st->st_atim);
 		st->st_mtim = st->st_ctim = st->st_atim;
@@ -139,6 +139,12 @@ int fs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st, uint64_t *gen)
 		if (k.kind == FS_STATS || k.kind == FS_METRICS)
 			st->st_size = (off_t)text_size(fs, k.kind == FS_METRICS);
 		break;
+	}
+	struct fs_perm p;
+	if (perm_get(fs, k.kind, &p)) {
+		st->st_mode |= p.mode;
+		st->st_uid = p.uid;
+		st->st_gid = p.gid;
 	}
 	if (gen)
 		*gen = g;

@@ -151,30 +151,6 @@ static int resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
 	return 0;
 }
 
-/* The caller's access to the target, judged as the kernel does with
- * default_permissions: root passes, then owner, group or other bits. */
-static int may_access(fuse_req_t req, const struct btarget *t, int write)
-{
-	const struct fuse_ctx *c = fuse_req_ctx(req);
-	unsigned bit = write ? 2 : 4;
-	if (c->uid == 0)
-		return 0;
-	if (c->uid == t->uid)
-		return (t->mode >> 6) & bit ? 0 : -EACCES;
-	int in_group = c->gid == t->gid;
-	if (!in_group && ((t->mode >> 3) & bit) != (t->mode & bit)) {
-		gid_t small[64], *g = small;
-		int n = fuse_req_getgroups(req, 64, g);
-		if (n > 64 && (g = malloc((size_t)n * sizeof(*g))) != NULL)
-			n = fuse_req_getgroups(req, n, g);
-		for (int i = 0; g && i < n; i++)
-			in_group |= g[i] == t->gid;
-		if (g != small)
-			free(g);
-	}
-	return ((in_group ? t->mode >> 3 : t->mode) & bit) ? 0 : -EACCES;
-}
-
 /* ---- prefetch map ----------------------------------------------------- */
 
 static uint32_t pf_hash(uint32_t table, uint64_t row)
@@ -483,7 +459,8 @@ static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
 		if (ret)
 			return ret;
 		int scatter = h->op == EMBFS_BATCH_SCATTER;
-		ret = may_access(req, &f->t, scatter);
+		struct fs_perm p = { f->t.uid, f->t.gid, f->t.mode, 1 };
+		ret = perm_may(req, &p, scatter ? 2 : 4);
 		if (ret)
 			return ret;
 		if (scatter && !f->t.writable)

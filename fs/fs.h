@@ -283,6 +283,25 @@ void pc_inval_end(struct embfs *fs, uint32_t id, uint64_t start, int ret);
 void pc_table_reset(struct embfs *fs, uint32_t id);
 void pc_stats(struct embfs *fs, struct stats_out *o);
 
+/* perm.c: owners, groups and modes of the root, .snapshots and the control
+ * files that follow .snapshots' (README "Permissions"); set: stored in the
+ * pool (0: the defaults of a pool that never had them set). */
+struct fs_perm {
+	uint32_t uid, gid, mode;
+	int set;
+};
+/* 1 with *p filled when the inode kind has its permissions from perm.c
+ * (FS_ROOT, FS_SNAPS, FS_SNAPDIR, FS_BATCHID, FS_RESTORE, FS_DELTA), else 0. */
+int perm_get(struct embfs *fs, enum fs_kind kind, struct fs_perm *p);
+/* The request's caller may access an inode of p's owner, group and mode
+ * for bits (4 read, 2 write, 1 search, or'd), judged as the kernel does
+ * with default_permissions: uid 0 passes, then the owner, group
+ * (fuse_req_getgroups too) or other bits.  0 or -EACCES. */
+int perm_may(fuse_req_t req, const struct fs_perm *p, unsigned bits);
+/* setattr of the root or .snapshots: mode, owner and group (the kernel has
+ * checked who may); anything else gets EPERM. */
+void perm_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set);
+
 /* attr.c: attributes of every inode, table views, directory listings. */
 /* The view of table file ino (live or in a snapshot) and, if a is not NULL,
  * its attributes; -ENOENT when ino names no table file. */

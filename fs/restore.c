@@ -429,6 +429,27 @@ static double ms_since(const struct timespec *t0)
 	return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
+/* Beyond write access to .embfs/restore (the kernel's check): a restore
+ * rewrites its table, so the caller must be allowed to write it; a
+ * rollback creates and unlinks tables, so it needs write and search
+ * permission on the root.  0, or -EACCES; a table that does not exist is
+ * left to plan() to report. */
+static int may_restore(fuse_req_t req, const char *table)
+{
+	struct embfs *fs = fs_of(req);
+	struct store_attr a;
+	struct fs_perm p;
+	uint32_t id;
+	if (!table) {
+		perm_get(fs, FS_ROOT, &p);
+		return perm_may(req, &p, 3);
+	}
+	if (store_table_lookup(fs->st, table, &id) || store_table_getattr(fs->st, id, &a))
+		return 0;
+	p = (struct fs_perm){ a.uid, a.gid, a.mode, 1 };
+	return perm_may(req, &p, 2);
+}
+
 void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 {
 	struct embfs *fs = fs_of(req);
@@ -436,6 +457,8 @@ void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 	int all = 0, ret = ctl_words(data, size, off, w, 2);
 	if (ret && !(ret = ctl_words(data, size, off, w, 1)))
 		all = 1; /* "SNAPSHOT" alone: the whole mount */
+	if (!ret)
+		ret = may_restore(req, all ? NULL : w[1]);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;

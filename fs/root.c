@@ -58,15 +58,17 @@ void root_create(fuse_req_t req, const char *name, mode_t mode, struct fuse_file
 {
 	struct embfs *fs = fs_of(req);
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct fs_perm dir;
 	uint32_t id;
 	int ret;
+	perm_get(fs, FS_ROOT, &dir);
 	if (reserved_name(name))
 		ret = -EEXIST;
 	else if (!S_ISREG(mode))
 		ret = -EPERM;
-	else
-		ret = store_table_create(fs->st, name, mode & 07777, ctx->uid, ctx->gid, fs->def_dim,
-					 fs->def_dtype, &id);
+	else /* a set-group-ID root gives new tables its group */
+		ret = store_table_create(fs->st, name, mode & 07777, ctx->uid,
+					 dir.mode & S_ISGID ? dir.gid : ctx->gid, fs->def_dim, fs->def_dtype, &id);
 	if (!ret) {
 		pc_table_reset(fs, id);
 		store_dir_touch(fs->st, STORE_DIR_ROOT);

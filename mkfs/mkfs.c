@@ -6,6 +6,8 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,11 @@ static void usage(FILE *f)
 		"               dtypes: f32 f16 bf16 f64 i8 u8 i16 i32\n"
 		"  -h, --help   this help;  -V, --version  versions\n",
 		EMB_LABEL_MAX);
+	fputs("  -o PERMS     owner and mode of the root and of .snapshots, comma separated:\n"
+	      "               root_owner=USER[:GROUP], root_mode=MODE (default 0:0, 0755),\n"
+	      "               snap_owner=USER[:GROUP], snap_mode=MODE (default 0:0, 0555);\n"
+	      "               names or numbers, octal modes (see README \"Permissions\")\n",
+	      f);
 }
 
 static int table_name_ok(const char *n)
@@ -78,6 +85,8 @@ static int parse_table(const char *arg, struct tspec *t)
 
 struct args {
 	struct store_mkfs_opts o;
+	struct store_dir_perm perm[2]; /* -o: the root's, .snapshots' */
+	int perm_set[2];
 	struct tspec tables[MAX_TABLES];
 	int nt;
 	const char *path;
@@ -104,6 +113,72 @@ static int add_table(struct args *a, const char *spec)
 	return 0;
 }
 
+/* A user or group, by name or number: 0, or -1. */
+static int parse_id(const char *s, int group, uint32_t *id)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (*s >= '0' && *s <= '9' && !*end && !errno && v < UINT32_MAX) {
+		*id = (uint32_t)v;
+		return 0;
+	}
+	struct passwd *pw = group ? NULL : getpwnam(s);
+	struct group *gr = group ? getgrnam(s) : NULL;
+	if (!pw && !gr)
+		return -1;
+	*id = pw ? pw->pw_uid : gr->gr_gid;
+	return 0;
+}
+
+/* One -o PERMS list (root_owner=, root_mode=, snap_owner=, snap_mode=): 0,
+ * or a message printed and -1. */
+static int parse_perms(struct args *a, const char *arg)
+{
+	char buf[512], *save = NULL;
+	if (strlen(arg) >= sizeof(buf)) {
+		fprintf(stderr, "mkfs.embfs: -o list too long\n");
+		return -1;
+	}
+	strcpy(buf, arg);
+	for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+		char *v = strchr(kv, '=');
+		int d = !strncmp(kv, "root_", 5) ? 0 : !strncmp(kv, "snap_", 5) ? 1 : -1;
+		const char *k = d < 0 ? "" : kv + 5;
+		if (v)
+			*v++ = 0;
+		if (d < 0 || !v || (strcmp(k, "owner") && strcmp(k, "mode"))) {
+			fprintf(stderr, "mkfs.embfs: unknown -o option '%s' (want root_owner=, root_mode=, "
+				"snap_owner=, snap_mode=)\n", kv);
+			return -1;
+		}
+		struct store_dir_perm *p = &a->perm[d];
+		if (!a->perm_set[d])
+			*p = (struct store_dir_perm){ 0, 0, d ? 0555 : 0755 };
+		a->perm_set[d] = 1;
+		if (!strcmp(k, "mode")) {
+			char *end;
+			errno = 0;
+			unsigned long m = strtoul(v, &end, 8);
+			if (errno || *end || end == v || *v == '-' || m > 07777) {
+				fprintf(stderr, "mkfs.embfs: bad %s '%s' (want an octal mode, at most 07777)\n", kv, v);
+				return -1;
+			}
+			p->mode = (uint32_t)m;
+			continue;
+		}
+		char *g = strchr(v, ':');
+		if (g)
+			*g++ = 0;
+		if ((*v && parse_id(v, 0, &p->uid)) || (g && parse_id(g, 1, &p->gid)) || (!*v && !g)) {
+			fprintf(stderr, "mkfs.embfs: bad %s '%s%s%s' (want USER[:GROUP], names or numbers)\n", kv, v,
+				g ? ":" : "", g ? g : "");
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* 0: go on; otherwise the exit status (help printed: 0 by way of -1). */
 static int parse_args(int argc, char **argv, struct args *a)
 {
@@ -112,7 +187,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 						 { NULL, 0, NULL, 0 } };
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":s:L:ft:hV", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":s:L:ft:o:hV", longs, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			if (embfs_parse_size(optarg, &a->o.size) || a->o.size == 0) {
@@ -128,6 +203,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 't':
 			if (add_table(a, optarg))
+				return 2;
+			break;
+		case 'o':
+			if (parse_perms(a, optarg))
 				return 2;
 			break;
 		case 'h':
@@ -168,6 +247,10 @@ static void report(const struct args *a, const struct store_stats *st)
 		printf("  table %s: dim %u %s, %u-byte rows\n", a->tables[i].name, a->tables[i].dim,
 		       store_dtype_name(a->tables[i].dtype),
 		       a->tables[i].dim * store_dtype_size(a->tables[i].dtype));
+	for (int d = 0; d < 2; d++)
+		if (a->perm_set[d])
+			printf("  %s: owner %u:%u, mode %04o\n", d ? ".snapshots" : "root", a->perm[d].uid,
+			       a->perm[d].gid, a->perm[d].mode);
 }
 
 int main(int argc, char **argv)
@@ -192,6 +275,14 @@ int main(int argc, char **argv)
 					 a.tables[i].dtype, &id);
 		if (ret) {
 			fprintf(stderr, "mkfs.embfs: table %s: %s\n", a.tables[i].name, strerror(-ret));
+			store_close(s);
+			return 1;
+		}
+	}
+	for (int d = 0; d < 2; d++) {
+		ret = a.perm_set[d] ? store_dir_perm_set(s, d ? STORE_DIR_SNAPS : STORE_DIR_ROOT, &a.perm[d]) : 0;
+		if (ret) {
+			fprintf(stderr, "mkfs.embfs: %s permissions: %s\n", d ? ".snapshots" : "root", strerror(-ret));
 			store_close(s);
 			return 1;
 		}

@@ -542,6 +542,7 @@ static int open_map(const char *path, int private, struct store **out, char *err
 	pthread_mutex_init(&s->commit_lock, NULL);
 	pthread_mutex_init(&s->space_lock, NULL);
 	pthread_mutex_init(&s->meta_lock, NULL);
+	pthread_mutex_init(&s->perm_lock, NULL);
 	*out = s;
 	return 0;
 }
@@ -687,6 +688,7 @@ void store_close(struct store *s)
 	pthread_mutex_destroy(&s->commit_lock);
 	pthread_mutex_destroy(&s->space_lock);
 	pthread_mutex_destroy(&s->meta_lock);
+	pthread_mutex_destroy(&s->perm_lock);
 	free(s);
 }
 

@@ -51,6 +51,8 @@
  *   sp->mu, ring locks spill mover state, io_uring rings (leaves)
  *   sp->run_lock       the run lists (a leaf; the lists change under
  *                      commit_lock too); a run's load_mu inside it
+ *   perm_lock          the directories' permission records (dirs.c): taken
+ *                      alone
  *
  * store_table_set_geometry once took cat_lock before snap_lock while
  * store_snap_create took them the other way: that deadlocked the mount.
@@ -138,6 +140,11 @@ struct store {
 		 * structure (superblock dynamic part, catalog entry, snapshot
 		 * record, index reserve): their checksums are recomputed in it */
 		pthread_mutex_t meta_lock;
+		/* the root's and .snapshots' permission records (dirs.c): held
+		 * across the transaction that writes one and to read one; taken
+		 * alone, never with another lock (not meta_lock: a getattr of the
+		 * root must not wait for a commit's transaction) */
+		pthread_mutex_t perm_lock;
 	};
 	struct { /* catalog.c: protected by cat_lock */
 		struct stable **tab;     /* by catalog slot (read lock-free with tab_get) */

@@ -115,10 +115,21 @@ struct emb_super {
 		uint64_t table_gen; /* EMB_INTENT_RESTORE: the live table's */
 		uint64_t csum;      /* XXH64 of the fields above */
 	} intent;
-	uint8_t reserved1[152];
+	/* owner, group and mode of the root directory and of .snapshots
+	 * (store/dirs.c): zero in a pool made before they were kept, which
+	 * then shows the defaults (root's, 0755 and 0555); written in a
+	 * transaction, checksummed */
+	struct emb_dirperm {
+		uint32_t uid;
+		uint32_t gid;
+		uint32_t mode;  /* EMB_PERM_SET | the permission bits (07777); 0 = the defaults */
+		uint32_t csum;  /* low 32 bits of the XXH64 of the fields above */
+	} root_perm, snaps_perm;
+	uint8_t reserved1[120];
 	uint64_t dyn_csum;    /* XXH64 of next_gen .. spill_off (changed only in transactions) */
 };
 #define EMB_SUPER_STATIC_LEN offsetof(struct emb_super, static_csum)
+#define EMB_PERM_SET 0x80000000u
 #define EMB_INTENT_NONE 0u
 #define EMB_INTENT_RESTORE 1u  /* one table back to a snapshot */
 #define EMB_INTENT_ROLLBACK 2u /* every table back to a snapshot */
@@ -442,6 +453,8 @@ _Static_assert(sizeof(struct emb_spill) == 80, "spill table header");
 _Static_assert(sizeof(struct emb_sseg) == 32, "segment entry");
 _Static_assert(sizeof(struct emb_spill_disk) <= EMB_SPILL_HDR, "spill header");
 _Static_assert(sizeof(struct emb_super) % 8 == 0, "super");
+_Static_assert(sizeof(struct emb_super) == 4520, "superblock: new fields take reserved1");
+_Static_assert(offsetof(struct emb_super, dyn_csum) == 4512, "superblock: dyn_csum stays put");
 _Static_assert(offsetof(struct emb_super, root_mtime_ns) == offsetof(struct emb_super, spill_off) + 8,
 	       "directory times follow the fields dyn_csum covers, 8-byte aligned");
 _Static_assert(sizeof(struct emb_journal) <= EMB_CHUNK_ALLOC, "journal fits a chunk");

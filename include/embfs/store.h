@@ -145,6 +145,17 @@ int store_dir_times(struct store *s, enum store_dir which, struct store_dir_time
 /* An entry of `which` was added, removed or renamed: mtime and ctime
  * become now (never go back), durable with the next commit or barrier. */
 int store_dir_touch(struct store *s, enum store_dir which);
+/* Owner, group and permission bits (07777) of ROOT or SNAPS, kept in the
+ * pool.  store_dir_perm: 1 with *p filled when they were set, 0 when never
+ * set (a pool made before they were kept: the caller shows its defaults),
+ * -EUCLEAN when the record is damaged (the caller shows its defaults),
+ * -EINVAL for POOL.  store_dir_perm_set: sets all three in one transaction
+ * and makes ctime now; 0 or -errno (-EINVAL: POOL, or bits outside 07777). */
+struct store_dir_perm {
+	uint32_t uid, gid, mode;
+};
+int store_dir_perm(struct store *s, enum store_dir which, struct store_dir_perm *p);
+int store_dir_perm_set(struct store *s, enum store_dir which, const struct store_dir_perm *p);
 
 /* ---- read views --------------------------------------------------------
  *
