@@ -122,6 +122,9 @@ example-python: deps all
 example-torch: deps all
 	@BUILD=$(abspath $(BUILD)) sh examples/run.sh torch
 
+example-dist: deps all
+	@BUILD=$(abspath $(BUILD)) sh examples/dist.sh
+
 demo: deps all
 	@BUILD=$(abspath $(BUILD)) sh examples/demo.sh
 
@@ -139,7 +142,7 @@ install: $(PROGS)
 	install -m 755 $(BUILD)/mkfs.embfs $(DESTDIR)$(PREFIX)/sbin/mkfs.embfs
 	install -m 755 $(BUILD)/embfsctl $(DESTDIR)$(PREFIX)/bin/embfsctl
 	install -m 755 $(BUILD)/fsck.embfs $(DESTDIR)$(PREFIX)/sbin/fsck.embfs
-	install -m 644 python/embfs/__init__.py python/embfs/torch.py $(DESTDIR)$(PYTHONDIR)/embfs/
+	install -m 644 python/embfs/__init__.py python/embfs/torch.py python/embfs/dist.py $(DESTDIR)$(PYTHONDIR)/embfs/
 
 # mount(8) and umount(8) look for the helpers mount.TYPE and umount.TYPE in
 # /sbin (libmount: /sbin, /sbin/fs.d, /sbin/fs), whatever PREFIX is; the mount
@@ -162,4 +165,4 @@ uninstall:
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all deps test demo bench install install-helpers uninstall clean example-train example-python example-torch
+.PHONY: all deps test demo bench install install-helpers uninstall clean example-train example-python example-torch example-dist

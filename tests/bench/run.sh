@@ -18,6 +18,8 @@
 #   batch     training batches of 4096 Zipf ids through .embfs/rows vs
 #             per-row pread on the mount and on /dev/shm, 1 and 2 clients;
 #             then each batch written back too (build/bench/gatherbench)
+#   dist      issue 16's sharded gather + scatter (embfs.dist, gloo on
+#             loopback) for W = 1, 2, 4: rows/s, all-to-all and embfs shares
 #   restore   issue 14's restore in place (.embfs/restore) of 1% changed
 #             rows against a dd bs=1M copy of the table (RUNS each)
 #   pybatch   issue 13's Python package against the C client on the same
@@ -634,6 +636,45 @@ py_ready() {
 	say "$1: $PY cannot import numpy or embfs (tests/deps.sh installs python3-numpy); skipped"
 	result "$1" "skipped" - - - - "no numpy for $PY"
 	return 1
+}
+
+# dist: issue 16's sharded gather + scatter (embfs.dist over gloo on
+# loopback) for W = 1, 2 and 4 ranks, one pool and mount per rank on
+# /dev/shm; rows/s over all ranks, the share of time in all-to-all and in
+# embfs; W = 1 also against embfs.torch.Embedding in the same run.
+section_dist() {
+	ensure_w
+	say ""
+	py_ready dist || return
+	"$PY" -c 'import torch' 2>/dev/null || { say "dist: skipped (no torch for $PY)"; return; }
+	room dist /dev/shm 2048 || return
+	say "dist: ShardedEmbedding (dim 64 f32, SGD) forward + backward + step, 16384 ids per rank per iteration from 4 M rows, 20 iterations after 3 warm-up; W ranks on this machine's 2 cores"
+	for w in 1 2 4; do
+		ms=""; pids=""
+		r=0
+		while [ $r -lt $w ]; do
+			"$MKFS" -f -s 384M "$W/dpool$r" >/dev/null || fail "mkfs.embfs dpool$r"
+			mkdir -p "$W/dmnt$r"
+			mount_pool "$W/dpool$r" "$W/dmnt$r" "cache_size=64M" 1
+			pids="$pids $DPID"; ms="$ms,$W/dmnt$r"
+			r=$((r + 1))
+		done
+		out=$(PYTHONPATH=$TOP/python "$PY" "$TOP/tests/bench/distbench.py" "${ms#,}" -s "$SEED") || { echo "$out"; fail "distbench W=$w"; }
+		echo "$out" | sed 's/^/  /'
+		r=0
+		for p in $pids; do
+			umount_pool "$p" "$W/dmnt$r"
+			rm -f "$W/dpool$r"
+			r=$((r + 1))
+		done
+		line=$(echo "$out" | grep "^distbench world=")
+		rps=$(echo "$line" | sed -n 's/.*rows_per_s=\([0-9]*\).*/\1/p')
+		a2a=$(echo "$line" | sed -n 's/.*a2a_share=\([0-9.]*\).*/\1/p')
+		emb=$(echo "$line" | sed -n 's/.*embfs_share=\([0-9.]*\).*/\1/p')
+		loc=$(echo "$out" | sed -n 's/^distbench local rows_per_s=\([0-9]*\)/\1/p')
+		say "  W=$w: $rps rows/s over all ranks, all-to-all $a2a of the time, embfs $emb${loc:+; unsharded embfs.torch.Embedding $loc rows/s}"
+		result dist "W=$w ranks" - - - - "$rps rows/s; a2a $a2a, embfs $emb${loc:+; unsharded $loc rows/s}"
+	done
 }
 
 # restore: issue 14's restore in place (.embfs/restore) of a table of ROWS
@@ -1677,7 +1718,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" (or BENCH_SECTIONS) runs a subset (setup
 # first, teardown after the sections that use its mount)
-for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable spill capacity spillsnap missrate restore}}; do
+for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable spill capacity spillsnap missrate restore dist}}; do
 	section "$s_name"
 done
 
