@@ -151,6 +151,16 @@ int fs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st, uint64_t *gen)
 	return 0;
 }
 
+void fs_reply_entry(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fuse_entry_param e;
+	int ret = fs_entry(fs_of(req), ino, &e);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_entry(req, &e);
+}
+
 int fs_entry(struct embfs *fs, fuse_ino_t ino, struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));

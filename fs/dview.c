@@ -230,16 +230,6 @@ int dview_stat(struct embfs *fs, struct fs_ino k, struct stat *st, uint64_t *gen
 	}
 }
 
-static void reply_entry(fuse_req_t req, uint64_t ino)
-{
-	struct fuse_entry_param e;
-	int ret = fs_entry(fs_of(req), ino, &e);
-	if (ret)
-		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_entry(req, &e);
-}
-
 void dview_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct embfs *fs = fs_of(req);
@@ -249,21 +239,21 @@ void dview_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int ret = 0;
 	switch (k.kind) {
 	case FS_SNAPDIR:
-		reply_entry(req, fs_ino_delta(FS_DDIR, k.idx, 0, 0));
+		fs_reply_entry(req, fs_ino_delta(FS_DDIR, k.idx, 0, 0));
 		return;
 	case FS_DDIR:
 		if (!strcmp(name, DV_LIVE_NAME)) {
-			reply_entry(req, fs_ino_delta(FS_DPAIR, k.idx, DELTA_LIVE, 0));
+			fs_reply_entry(req, fs_ino_delta(FS_DPAIR, k.idx, DELTA_LIVE, 0));
 			return;
 		}
 		if (!(ret = store_snap_lookup(fs->st, name, &sn))) {
-			reply_entry(req, fs_ino_delta(FS_DPAIR, k.idx, sn.idx, 0));
+			fs_reply_entry(req, fs_ino_delta(FS_DPAIR, k.idx, sn.idx, 0));
 			return;
 		}
 		break;
 	case FS_DPAIR:
 		if (!strcmp(name, DV_DELETED) || !strcmp(name, DV_CHANGED)) {
-			reply_entry(req, fs_ino_delta(name[1] == 'd' ? FS_DDEL : FS_DCHGD, k.idx, k.b, 0));
+			fs_reply_entry(req, fs_ino_delta(name[1] == 'd' ? FS_DDEL : FS_DCHGD, k.idx, k.b, 0));
 			return;
 		}
 		/* fall through */
@@ -273,7 +263,7 @@ void dview_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 					: store_snap_table_lookup(fs->st, k.b, name, &id);
 		if (!ret) {
 			enum fs_kind f = k.kind == FS_DPAIR ? FS_DVIEW : k.kind == FS_DDEL ? FS_DLIST : FS_DCHG;
-			reply_entry(req, fs_ino_delta(f, k.idx, k.b, id));
+			fs_reply_entry(req, fs_ino_delta(f, k.idx, k.b, id));
 			return;
 		}
 		break;

@@ -317,6 +317,8 @@ static inline double fs_attr_timeout(fuse_ino_t ino)
 }
 /* A lookup's (or create's) entry for ino: attributes, generation, timeouts. */
 int fs_entry(struct embfs *fs, fuse_ino_t ino, struct fuse_entry_param *e);
+/* A lookup's reply: ino's entry, or its errno. */
+void fs_reply_entry(fuse_req_t req, fuse_ino_t ino);
 /* A readdir reply being filled: entries at offsets above off, up to size
  * bytes.  fs_dir_begin replies ENOMEM itself and returns 0 when it cannot
  * start; fs_dir_add returns 0 once an entry did not fit (later adds then add

@@ -22,16 +22,6 @@
 
 #include "fs.h"
 
-static void reply_entry(fuse_req_t req, fuse_ino_t ino)
-{
-	struct fuse_entry_param e;
-	int ret = fs_entry(fs_of(req), ino, &e);
-	if (ret)
-		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_entry(req, &e);
-}
-
 void snap_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct embfs *fs = fs_of(req);
@@ -42,13 +32,13 @@ void snap_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (k.kind == FS_SNAPS) {
 		ret = store_snap_lookup(fs->st, name, &sn);
 		if (!ret)
-			reply_entry(req, fs_ino_snapdir(sn.idx));
+			fs_reply_entry(req, fs_ino_snapdir(sn.idx));
 	} else {
 		ret = store_snap_get(fs->st, k.idx, &sn);
 		if (!ret)
 			ret = store_snap_table_lookup(fs->st, k.idx, name, &id);
 		if (!ret)
-			reply_entry(req, fs_ino_snaptable(k.idx, id));
+			fs_reply_entry(req, fs_ino_snaptable(k.idx, id));
 	}
 	if (ret)
 		fuse_reply_err(req, -ret);
@@ -106,7 +96,7 @@ void snap_mkdir(fuse_req_t req, const char *name)
 	}
 	store_dir_touch(fs->st, STORE_DIR_SNAPS);
 	atomic_fetch_add_explicit(&fs->n_snaps, 1, memory_order_relaxed);
-	reply_entry(req, fs_ino_snapdir(sn.idx));
+	fs_reply_entry(req, fs_ino_snapdir(sn.idx));
 }
 
 void snap_rmdir(fuse_req_t req, const char *name)

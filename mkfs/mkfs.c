@@ -50,9 +50,11 @@ static int table_name_ok(const char *n)
 	       strcmp(n, "..") && strcmp(n, ".embfs") && strcmp(n, ".snapshots");
 }
 
-static int parse_table(const char *arg, struct tspec *t)
+/* NAME:DIM[:DTYPE] into t: 0, or -1 and why it is not. */
+static int parse_table(const char *arg, struct tspec *t, char *why, size_t n)
 {
 	char buf[512];
+	snprintf(why, n, "want NAME:DIM[:DTYPE]");
 	if (strlen(arg) >= sizeof(buf))
 		return -1;
 	strcpy(buf, arg);
@@ -72,13 +74,26 @@ static int parse_table(const char *arg, struct tspec *t)
 	char *end;
 	errno = 0;
 	unsigned long d = strtoul(dim, &end, 10);
-	if (errno || *end || end == dim || d == 0 || d > EMB_ROW_MAX)
+	if (errno || *end || end == dim || d == 0) {
+		snprintf(why, n, "dim '%s': want a whole number from 1", dim);
 		return -1;
-	if (!table_name_ok(buf) || store_dtype_parse(dt, &t->dtype))
+	}
+	if (!table_name_ok(buf)) {
+		snprintf(why, n, "table name '%s': 1 to %d bytes, no '/', not '.', '..', '.embfs' or '.snapshots'",
+			 buf, EMB_NAME_MAX);
 		return -1;
+	}
+	if (store_dtype_parse(dt, &t->dtype)) {
+		snprintf(why, n, "dtype '%s': one of f32 f16 bf16 f64 i8 u8 i16 i32", dt);
+		return -1;
+	}
+	uint32_t es = store_dtype_size(t->dtype);
+	if (d > EMB_ROW_MAX || store_geometry_check((uint32_t)d, t->dtype)) {
+		snprintf(why, n, "a row of %lu x %s is %llu bytes, more than %u (dim at most %u for %s)", d, dt,
+			 (unsigned long long)d * es, EMB_ROW_MAX, EMB_ROW_MAX / es, dt);
+		return -1;
+	}
 	t->dim = (uint32_t)d;
-	if (store_geometry_check(t->dim, t->dtype))
-		return -1;
 	strcpy(t->name, buf);
 	return 0;
 }
@@ -100,8 +115,9 @@ static int add_table(struct args *a, const char *spec)
 		return -1;
 	}
 	struct tspec *t = &a->tables[a->nt];
-	if (parse_table(spec, t)) {
-		fprintf(stderr, "mkfs.embfs: bad table spec '%s' (want NAME:DIM[:DTYPE])\n", spec);
+	char why[400];
+	if (parse_table(spec, t, why, sizeof(why))) {
+		fprintf(stderr, "mkfs.embfs: bad table spec '%s': %s\n", spec, why);
 		return -1;
 	}
 	for (int i = 0; i < a->nt; i++)
