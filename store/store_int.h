@@ -26,7 +26,8 @@
  *   journal.c   the intent journal
  *   heat.c      reference bits, promotion queue (spill)
  *   meta.c      metadata checksums
- *   dirs.c      directory times
+ *   dirs.c      directory times, owners and modes
+ *   intent.c    a restore or rollback in progress (the superblock's record)
  *   snapset.c   the live snapshot set
  *   pm.c        persistence, the pool's failure
  *   util.c      errors, clock
