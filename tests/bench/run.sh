@@ -288,9 +288,9 @@ cleanup() {
 			[ -s "$W/runs.log" ] && cp "$W/runs.log" "$BENCH_OUT.runs" 2>/dev/null
 			rm -f "$W/pool" "$W/pool0" "$W/base.emb" "$W/daemon.log" "$W/summary" "$W/runs.log" \
 				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool" "$W/spillpool" "$W/cappool" "$W/pypool" \
-				"$W/rspool"
+				"$W/rspool" "$W/dpool0" "$W/dpool1" "$W/dpool2" "$W/dpool3"
 			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/snapwbmnt" "$W/spillmnt" "$W/capmnt" "$W/pymnt" \
-				"$W/rsmnt" 2>/dev/null
+				"$W/rsmnt" "$W/dmnt0" "$W/dmnt1" "$W/dmnt2" "$W/dmnt3" 2>/dev/null
 			rmdir "$W" 2>/dev/null
 		fi
 	fi
@@ -665,6 +665,7 @@ section_dist() {
 		for p in $pids; do
 			umount_pool "$p" "$W/dmnt$r"
 			rm -f "$W/dpool$r"
+			rmdir "$W/dmnt$r"
 			r=$((r + 1))
 		done
 		line=$(echo "$out" | grep "^distbench world=")
