@@ -17,19 +17,6 @@ static void ns_to_ts(uint64_t ns, struct timespec *ts)
 	ts->tv_nsec = (long)(ns % 1000000000ull);
 }
 
-int fs_view(struct embfs *fs, uint64_t ino, struct store_view *v, struct store_attr *a)
-{
-	struct fs_ino k = fs_ino(ino);
-	int ret;
-	if (k.kind == FS_TABLE)
-		ret = store_view_live(fs->st, k.id, v);
-	else if (k.kind == FS_SNAPTABLE)
-		ret = store_view_snap(fs->st, k.idx, k.id, v);
-	else
-		return -ENOENT;
-	return ret || !a ? ret : store_view_getattr(fs->st, v, a);
-}
-
 /* A table file: a snapshot's counts its stored rows only, a live one's also
  * rows written but not yet in the store.  A snapshot's shows the mode its
  * table had (as files on a read-only mount do: changes get EROFS), so that
@@ -151,6 +138,48 @@ int fs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st, uint64_t *gen)
 	return 0;
 }
 
+/* chmod and chown of the root and .snapshots, kept in the pool (perm.c
+ * shows them); their times and sizes are not set (EPERM). */
+void fs_dir_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set)
+{
+	struct embfs *fs = fs_of(req);
+	enum fs_kind kind = fs_ino(ino).kind;
+	enum store_dir which = kind == FS_ROOT ? STORE_DIR_ROOT : STORE_DIR_SNAPS;
+	const int ok = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID | FUSE_SET_ATTR_CTIME;
+	struct fs_perm p;
+	struct stat st;
+	int ret = 0;
+	if ((kind != FS_ROOT && kind != FS_SNAPS) || (to_set & ~ok))
+		ret = -EPERM; /* times and sizes of these directories are not set */
+	if (!ret && (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
+		perm_get(fs, kind, &p);
+		struct store_dir_perm d = { p.uid, p.gid, p.mode };
+		if (to_set & FUSE_SET_ATTR_MODE)
+			d.mode = attr->st_mode & 07777;
+		if (to_set & FUSE_SET_ATTR_UID)
+			d.uid = attr->st_uid;
+		if (to_set & FUSE_SET_ATTR_GID)
+			d.gid = attr->st_gid;
+		ret = store_dir_perm_set(fs->st, which, &d);
+		if (ret)
+			rows_pool_failed(fs, ret);
+	}
+	if (!ret)
+		ret = fs_stat(fs, ino, &st, NULL);
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fuse_reply_attr(req, &st, FS_TIMEOUT);
+	/* the control files that follow .snapshots' must not keep the old
+	 * owner and mode in the kernel for an attribute timeout (a snapshot's
+	 * directory may: it only shows the owner); after the reply, and no
+	 * lock of theirs is held here */
+	static const fuse_ino_t follow[] = { INO_BATCHID, INO_RESTORE, INO_DELTA };
+	for (size_t i = 0; kind == FS_SNAPS && i < sizeof(follow) / sizeof(follow[0]); i++)
+		fuse_lowlevel_notify_inval_inode(fs->se, follow[i], -1, 0);
+}
+
 void fs_reply_entry(fuse_req_t req, fuse_ino_t ino)
 {
 	struct fuse_entry_param e;
@@ -168,45 +197,4 @@ int fs_entry(struct embfs *fs, fuse_ino_t ino, struct fuse_entry_param *e)
 	e->attr_timeout = fs_attr_timeout(ino);
 	e->entry_timeout = FS_TIMEOUT;
 	return fs_stat(fs, ino, &e->attr, &e->generation);
-}
-
-int fs_dir_begin(fuse_req_t req, struct fs_dirbuf *b, size_t size, off_t off)
-{
-	*b = (struct fs_dirbuf){ .req = req, .p = malloc(size), .cap = size, .off = off };
-	if (!b->p)
-		fuse_reply_err(req, ENOMEM);
-	return b->p != NULL;
-}
-
-int fs_dir_add(struct fs_dirbuf *b, const char *name, uint64_t ino, mode_t mode, off_t next)
-{
-	if (b->full)
-		return 0;
-	if (next <= b->off)
-		return 1; /* listed by an earlier readdir */
-	struct stat st;
-	memset(&st, 0, sizeof(st));
-	st.st_ino = ino;
-	st.st_mode = mode;
-	size_t need = fuse_add_direntry(b->req, NULL, 0, name, NULL, 0);
-	if (b->size + need > b->cap) {
-		b->full = 1;
-		return 0;
-	}
-	fuse_add_direntry(b->req, b->p + b->size, b->cap - b->size, name, &st, next);
-	b->size += need;
-	return 1;
-}
-
-void fs_dir_add_list(struct fs_dirbuf *b, const struct fs_dirent *list, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		fs_dir_add(b, list[i].name, list[i].ino, list[i].mode, (off_t)i + 1);
-}
-
-void fs_dir_reply(struct fs_dirbuf *b)
-{
-	fuse_reply_buf(b->req, b->p, b->size);
-	free(b->p);
-	b->p = NULL;
 }

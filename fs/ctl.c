@@ -166,22 +166,3 @@ void ctl_pid_read(fuse_req_t req, size_t size, off_t off)
 	else
 		fuse_reply_buf(req, buf + off, (size_t)n - (size_t)off < size ? (size_t)n - (size_t)off : size);
 }
-
-int ctl_words(const char *data, size_t size, off_t off, char (*w)[EMB_NAME_MAX + 1], int n)
-{
-	while (size && (data[size - 1] == '\n' || data[size - 1] == ' '))
-		size--;
-	if (off != 0 || size == 0 || memchr(data, 0, size) || memchr(data, '/', size))
-		return -EINVAL;
-	const char *p = data, *end = data + size;
-	for (int i = 0; i < n; i++) {
-		const char *sp = memchr(p, ' ', (size_t)(end - p));
-		const char *we = sp ? sp : end;
-		if (we == p || (size_t)(we - p) > EMB_NAME_MAX || (i < n - 1) != (sp != NULL))
-			return -EINVAL;
-		memcpy(w[i], p, (size_t)(we - p));
-		w[i][we - p] = 0;
-		p = we + 1;
-	}
-	return 0;
-}

@@ -230,6 +230,22 @@ int dview_stat(struct embfs *fs, struct fs_ino k, struct stat *st, uint64_t *gen
 	}
 }
 
+/* A lookup's reply for a delta inode (its attributes from dview_stat, not
+ * through fs_stat: attr.c calls this file, not the other way). */
+static void reply_entry(fuse_req_t req, uint64_t ino)
+{
+	struct fuse_entry_param e;
+	memset(&e, 0, sizeof(e));
+	e.ino = ino;
+	e.attr_timeout = e.entry_timeout = FS_TIMEOUT;
+	e.attr.st_ino = ino;
+	int ret = dview_stat(fs_of(req), fs_ino(ino), &e.attr, &e.generation);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_entry(req, &e);
+}
+
 void dview_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct embfs *fs = fs_of(req);
@@ -239,21 +255,21 @@ void dview_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int ret = 0;
 	switch (k.kind) {
 	case FS_SNAPDIR:
-		fs_reply_entry(req, fs_ino_delta(FS_DDIR, k.idx, 0, 0));
+		reply_entry(req, fs_ino_delta(FS_DDIR, k.idx, 0, 0));
 		return;
 	case FS_DDIR:
 		if (!strcmp(name, DV_LIVE_NAME)) {
-			fs_reply_entry(req, fs_ino_delta(FS_DPAIR, k.idx, DELTA_LIVE, 0));
+			reply_entry(req, fs_ino_delta(FS_DPAIR, k.idx, DELTA_LIVE, 0));
 			return;
 		}
 		if (!(ret = store_snap_lookup(fs->st, name, &sn))) {
-			fs_reply_entry(req, fs_ino_delta(FS_DPAIR, k.idx, sn.idx, 0));
+			reply_entry(req, fs_ino_delta(FS_DPAIR, k.idx, sn.idx, 0));
 			return;
 		}
 		break;
 	case FS_DPAIR:
 		if (!strcmp(name, DV_DELETED) || !strcmp(name, DV_CHANGED)) {
-			fs_reply_entry(req, fs_ino_delta(name[1] == 'd' ? FS_DDEL : FS_DCHGD, k.idx, k.b, 0));
+			reply_entry(req, fs_ino_delta(name[1] == 'd' ? FS_DDEL : FS_DCHGD, k.idx, k.b, 0));
 			return;
 		}
 		/* fall through */
@@ -263,7 +279,7 @@ void dview_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 					: store_snap_table_lookup(fs->st, k.b, name, &id);
 		if (!ret) {
 			enum fs_kind f = k.kind == FS_DPAIR ? FS_DVIEW : k.kind == FS_DDEL ? FS_DLIST : FS_DCHG;
-			fs_reply_entry(req, fs_ino_delta(f, k.idx, k.b, id));
+			reply_entry(req, fs_ino_delta(f, k.idx, k.b, id));
 			return;
 		}
 		break;

@@ -129,7 +129,7 @@ struct tview {
 	struct store_view v;
 	struct store_attr a;
 };
-/* restore.c: the gate of changes (see struct embfs).  id: the table a
+/* base.c: the gate of changes (see struct embfs; restore.c closes it).  id: the table a
  * change is to, or GATE_NS for a create, unlink or rename in the root. */
 #define GATE_NONE UINT32_MAX
 #define GATE_ALL (UINT32_MAX - 1)
@@ -137,10 +137,10 @@ struct tview {
 #define GATE_ANY (UINT32_MAX - 3) /* a snapshot: refused while any restore runs */
 int restore_gate_enter(struct embfs *fs, uint32_t id); /* 0, or -EBUSY and not entered */
 void restore_gate_leave(struct embfs *fs);
-/* At mount, before serving: finish a restore or rollback a crash
+/* restore.c: at mount, before serving: finish a restore or rollback a crash
  * interrupted (0, or -errno: it stays pending and its tables refuse changes). */
 int restore_recover(struct embfs *fs);
-/* ctl.c: a control file's request, n names separated by single spaces
+/* base.c: a control file's request, n names separated by single spaces
  * (a trailing newline is fine), written at offset 0: 0 or -EINVAL. */
 int ctl_words(const char *data, size_t size, off_t off, char (*w)[EMB_NAME_MAX + 1], int n);
 /* changes.c: the rows that may differ between an older snapshot's view a
@@ -298,12 +298,12 @@ int perm_get(struct embfs *fs, enum fs_kind kind, struct fs_perm *p);
  * with default_permissions: uid 0 passes, then the owner, group
  * (fuse_req_getgroups too) or other bits.  0 or -EACCES. */
 int perm_may(fuse_req_t req, const struct fs_perm *p, unsigned bits);
+
+/* attr.c: attributes of every inode. */
 /* setattr of the root or .snapshots: mode, owner and group (the kernel has
  * checked who may); anything else gets EPERM. */
-void perm_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set);
-
-/* attr.c: attributes of every inode, table views, directory listings. */
-/* The view of table file ino (live or in a snapshot) and, if a is not NULL,
+void fs_dir_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set);
+/* base.c: the view of table file ino (live or in a snapshot) and, if a is not NULL,
  * its attributes; -ENOENT when ino names no table file. */
 int fs_view(struct embfs *fs, uint64_t ino, struct store_view *v, struct store_attr *a);
 /* Attributes of any inode; *gen (if not NULL): the generation its entry carries. */
@@ -319,7 +319,7 @@ static inline double fs_attr_timeout(fuse_ino_t ino)
 int fs_entry(struct embfs *fs, fuse_ino_t ino, struct fuse_entry_param *e);
 /* A lookup's reply: ino's entry, or its errno. */
 void fs_reply_entry(fuse_req_t req, fuse_ino_t ino);
-/* A readdir reply being filled: entries at offsets above off, up to size
+/* base.c: a readdir reply being filled: entries at offsets above off, up to size
  * bytes.  fs_dir_begin replies ENOMEM itself and returns 0 when it cannot
  * start; fs_dir_add returns 0 once an entry did not fit (later adds then add
  * nothing); fs_dir_reply sends what was added. */

@@ -136,7 +136,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			restore_gate_leave(fs);
 		}
 	} else if (k.kind == FS_ROOT || k.kind == FS_SNAPS) {
-		perm_setattr(req, ino, attr, to_set);
+		fs_dir_setattr(req, ino, attr, to_set);
 	} else
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : k.kind == FS_NONE ? ENOENT : EPERM);
 }

@@ -297,23 +297,6 @@ out:
 	return ret;
 }
 
-/* Changes (to table id, or GATE_NS) may go on: 0, or -EBUSY while a restore
- * runs on it. */
-int restore_gate_enter(struct embfs *fs, uint32_t id)
-{
-	pthread_rwlock_rdlock(&fs->gate_rw);
-	uint32_t r = atomic_load(&fs->restoring);
-	if (r == GATE_NONE || (r != GATE_ALL && r != id && id != GATE_ANY))
-		return 0;
-	pthread_rwlock_unlock(&fs->gate_rw);
-	return -EBUSY;
-}
-
-void restore_gate_leave(struct embfs *fs)
-{
-	pthread_rwlock_unlock(&fs->gate_rw);
-}
-
 /* Close the gate to changes of `to` and wait out those in flight. */
 static void gate_close(struct embfs *fs, uint32_t to)
 {
