@@ -115,7 +115,7 @@ static int add_table(struct args *a, const char *spec)
 		return -1;
 	}
 	struct tspec *t = &a->tables[a->nt];
-	char why[400];
+	char why[1024]; /* a name of up to 511 bytes in it */
 	if (parse_table(spec, t, why, sizeof(why))) {
 		fprintf(stderr, "mkfs.embfs: bad table spec '%s': %s\n", spec, why);
 		return -1;
