@@ -407,7 +407,7 @@ void batch_destroy(struct embfs *fs)
 /* Forget the request in flight (and the room it reserved) and the response. */
 static void reset(struct embfs *fs, struct bfd *f)
 {
-	rows_unreserve(fs, f->t.row_size, f->promised);
+	rows_unreserve(fs, f->t.id, f->t.row_size, f->promised);
 	f->promised = 0;
 	f->state = S_IDLE;
 	f->err = 0;
@@ -479,7 +479,7 @@ static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
 	}
 	if (f->hdr_ok && !f->ids_ok && f->got >= HDR + 8ull * f->h.count) {
 		uint64_t *ids = (uint64_t *)(f->req + HDR);
-		uint64_t max = (uint64_t)LLONG_MAX / f->t.row_size - 1; /* whole row within off_t */
+		uint64_t max = store_max_row(f->t.row_size); /* a row the pool can hold, within off_t */
 		for (uint32_t i = 0; i < f->h.count; i++) {
 			ids[i] = le64toh(ids[i]);
 			if (ids[i] > max)
@@ -487,7 +487,7 @@ static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
 		}
 		f->ids_ok = 1;
 		if (f->h.op == EMBFS_BATCH_SCATTER && fs->cache) {
-			int ret = rows_reserve(fs, f->t.row_size, f->h.count);
+			int ret = rows_reserve(fs, f->t.id, f->t.row_size, f->h.count);
 			if (ret)
 				return ret;
 			f->promised = f->h.count;

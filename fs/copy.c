@@ -139,7 +139,7 @@ static int64_t copy_range(struct embfs *fs, fuse_ino_t ino_in, uint64_t in, uint
 		return 0;
 	if (len > src.a.size - in)
 		len = src.a.size - in;
-	if (out + len < out || out + len > (uint64_t)INT64_MAX)
+	if (out + len < out || out + len > store_max_size(da.row_size))
 		return -EFBIG;
 	int dst_empty = da.size == 0 && rows_count(fs, id, da.nrows) == 0;
 	uint64_t dst_end = dst_empty ? 0 : (da.size + da.row_size - 1) / da.row_size;

@@ -373,8 +373,8 @@ int rows_truncate(struct embfs *fs, uint32_t id, uint64_t size);
 /* Promise room for n rows of rs a write is about to leave dirty in the
  * cache: its credit for cache_write()/cache_write_rows().  rows_unreserve
  * gives back what is left of a credit (no cache lock held). */
-int rows_reserve(struct embfs *fs, uint32_t rs, int64_t n);
-void rows_unreserve(struct embfs *fs, uint32_t rs, int64_t credit);
+int rows_reserve(struct embfs *fs, uint32_t id, uint32_t rs, int64_t n);
+void rows_unreserve(struct embfs *fs, uint32_t id, uint32_t rs, int64_t credit);
 /* After a store call failed with ret: when the pool itself has failed (a
  * write-back of its file failed), log why, once; 1 if it has. */
 int rows_pool_failed(struct embfs *fs, int ret);

@@ -113,18 +113,18 @@ int rows_read(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_
  * take: when no promise can be made, write the cache back (the rows then
  * take what they really need, the rest of the promise comes back, and with
  * a spill tier the mover can move them out) and ask again. */
-int rows_reserve(struct embfs *fs, uint32_t rs, int64_t n)
+int rows_reserve(struct embfs *fs, uint32_t id, uint32_t rs, int64_t n)
 {
-	int ret = store_space_reserve(fs->st, rs, n);
+	int ret = store_space_reserve(fs->st, id, rs, n);
 	if (ret == -ENOSPC && fs->cache && cache_flush(fs->cache, -1) == 0)
-		ret = store_space_reserve(fs->st, rs, n);
+		ret = store_space_reserve(fs->st, id, rs, n);
 	return ret;
 }
 
-void rows_unreserve(struct embfs *fs, uint32_t rs, int64_t credit)
+void rows_unreserve(struct embfs *fs, uint32_t id, uint32_t rs, int64_t credit)
 {
 	if (credit > 0)
-		store_space_reserve(fs->st, rs, -credit);
+		store_space_reserve(fs->st, id, rs, -credit);
 }
 
 /* Around writes into the cache: the batch id to stamp them with, read with
@@ -151,10 +151,11 @@ static uint64_t range_rows(uint32_t rs, uint64_t lo, uint64_t hi)
 static int write_cached(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
 {
 	int64_t credit = (int64_t)range_rows(rs, off, off + len);
-	int ret = rows_reserve(fs, rs, credit);
+	int ret = rows_reserve(fs, id, rs, credit);
 	if (ret)
 		return ret;
 	uint64_t batch = batch_begin(fs);
+	ret = store_space_links(fs->st, id); /* a snapshot since the promise */
 	for (size_t done = 0; done < len && !ret;) {
 		uint64_t pos = off + done;
 		uint32_t in = (uint32_t)(pos % rs);
@@ -163,7 +164,7 @@ static int write_cached(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off
 		done += take;
 	}
 	batch_end(fs);
-	rows_unreserve(fs, rs, credit);
+	rows_unreserve(fs, id, rs, credit);
 	return ret ? ret : store_table_extend(fs->st, id, off + len);
 }
 
@@ -252,14 +253,16 @@ int rows_scatter(struct embfs *fs, uint32_t id, uint32_t rs, const uint64_t *ids
 	for (uint32_t i = 0; i < n; i++)
 		end = (ids[i] + 1) * rs > end ? (ids[i] + 1) * rs : end;
 	if (!fs->cache) {
-		rows_unreserve(fs, rs, credit);
+		rows_unreserve(fs, id, rs, credit);
 		return scatter_stored(fs, id, rs, ids, rows, n, end);
 	}
 	/* as a write: the batch id when it starts stamps its rows */
 	uint64_t batch = batch_begin(fs);
-	int ret = cache_write_rows(fs->cache, id, rs, ids, n, rows, batch, &credit);
+	int ret = store_space_links(fs->st, id); /* a snapshot since the promise */
+	if (!ret)
+		ret = cache_write_rows(fs->cache, id, rs, ids, n, rows, batch, &credit);
 	batch_end(fs);
-	rows_unreserve(fs, rs, credit);
+	rows_unreserve(fs, id, rs, credit);
 	/* after an error some rows may be written: the size covers them all
 	 * (rows not written read as holes, as in any sparse file) */
 	int r = store_table_extend(fs->st, id, end);
@@ -440,7 +443,7 @@ static int cb_reserve(void *ctx, uint32_t table, uint32_t row_size, int delta)
 {
 	struct embfs *fs = ctx;
 	(void)table;
-	return store_space_reserve(fs->st, row_size, delta);
+	return store_space_reserve(fs->st, table, row_size, delta);
 }
 
 /* Snapshots whose batch is below every row still only in DRAM are whole in

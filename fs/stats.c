@@ -446,6 +446,7 @@ static int render(struct embfs *fs, struct stats_out *o)
 	}
 	PUT("pool.size_bytes", "pool_size_bytes", GAUGE, "Size of the pool", s.pool_size);
 	PUT("pool.used_bytes", "pool_used_bytes", GAUGE, "Pool bytes in use (row slots, index, catalog)", s.used_bytes);
+	PUT("pool.index_bytes", "pool_index_bytes", GAUGE, "Pool bytes of the row index (segments, directories)", s.index_bytes);
 	PUT("pool.free_bytes", "pool_free_bytes", GAUGE, "Pool bytes new rows can still use (estimate)", s.free_bytes);
 	PUT("pool.slabs", "pool_slabs", GAUGE, "Row slabs in the pool", s.slabs);
 	PUT("pool.recovered", "pool_recovered", GAUGE, "1 when the mount found an unclean shutdown", s.recovered);

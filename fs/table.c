@@ -200,7 +200,7 @@ void table_write(fuse_req_t req, uint32_t id, const char *data, size_t size, off
 		return;
 	}
 	uint64_t o = (uint64_t)off;
-	if (off < 0 || o + size < o || o + size > (uint64_t)LLONG_MAX) {
+	if (off < 0 || o + size < o || o + size > store_max_size(a.row_size)) {
 		fuse_reply_err(req, EFBIG);
 		return;
 	}

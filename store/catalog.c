@@ -49,6 +49,17 @@ uint32_t store_dtype_size(uint32_t dtype)
 	return dtype < EMB_DT_COUNT ? dtypes[dtype].size : 0;
 }
 
+uint64_t store_max_row(uint32_t row_size)
+{
+	uint64_t off_max = (uint64_t)INT64_MAX / (row_size ? row_size : 1) - 1;
+	return off_max < EMB_ROW_ID_MAX ? off_max : EMB_ROW_ID_MAX;
+}
+
+uint64_t store_max_size(uint32_t row_size)
+{
+	return (store_max_row(row_size) + 1) * row_size;
+}
+
 int store_geometry_check(uint32_t dim, uint32_t dtype)
 {
 	if (dtype >= EMB_DT_COUNT || dim == 0 || (uint64_t)dim * dtypes[dtype].size > EMB_ROW_MAX)
@@ -197,6 +208,7 @@ int catalog_load(struct store *s)
 				name_insert(s, st);
 			if (st->segs) {
 				atomic_fetch_add(&s->idx_segs, t->nsegs);
+				atomic_fetch_add(&s->idx_large, index_large(st));
 				atomic_fetch_add(&s->idx_dir_bytes, sizeof(struct emb_dir) + (8ull << st->gd));
 			}
 		}

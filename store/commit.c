@@ -30,8 +30,12 @@
 struct uop {
 	uint64_t row;
 	uint64_t batch;
-	uint64_t old_off, new_off;
-	uint64_t prev;  /* prev link of the new version */
+	uint64_t old_ref;  /* the index's ref (0 = none) */
+	uint64_t old_ver, old_link; /* its first element: version and link (0: referred to directly) */
+	uint64_t old_next; /* what follows that element in the chain */
+	struct emb_version *ov; /* old_ver, validated (NULL: none, or damaged) */
+	uint64_t new_ver, new_link, new_ref; /* what the commit writes: version, link, the index's new ref */
+	uint64_t cont;     /* what follows the new version in the chain (its link's next), 0 = nothing */
 	struct ipos pos;
 	int found;   /* row is in the index */
 	int live;    /* ... and its newest version is not a tombstone */
@@ -64,7 +68,7 @@ static uint32_t *umap_slot(struct umap *m, const struct uop *u, uint64_t row)
 /* The row's newest version is damaged and the update replaces the whole row
  * (or deletes it): the new version (or tombstone) takes its place and links
  * to it while a live snapshot may need what it hid (such reads stay EIO);
- * the damaged slot is never freed nor read.  So rewriting a damaged row
+ * the damaged element is never freed nor read.  So rewriting a damaged row
  * heals its live view. */
 static void plan_damaged(struct store *s, struct uop *u)
 {
@@ -72,7 +76,7 @@ static void plan_damaged(struct store *s, struct uop *u)
 	u->live = 1;
 	u->retain = u->skip = 0;
 	u->tomb = u->del && keep;
-	u->prev = keep ? u->old_off : 0;
+	u->cont = keep ? u->old_ref : 0;
 }
 
 /* Decide what happens to each row: a new version replaces the newest one,
@@ -85,13 +89,13 @@ static void plan(struct store *s, struct uop *u)
 		plan_damaged(s, u);
 		return;
 	}
-	struct emb_version *v = S_PTR(s, u->old_off);
+	struct emb_version *v = u->ov;
 	u->live = v && !ver_tomb(v);
 	u->retain = u->tomb = u->skip = 0;
-	u->prev = 0;
-	if (v && u->batch < v->batch)
-		u->batch = v->batch; /* batches never go back along a chain */
-	int need = v && snapset_needed(s, v->batch, u->batch);
+	u->cont = 0;
+	if (v && u->batch < ver_batch(v))
+		u->batch = ver_batch(v); /* batches never go back along a chain */
+	int need = v && snapset_needed(s, ver_batch(v), u->batch);
 	if (u->del && !v && u->inrun) {
 		u->tomb = 1; /* hides what the runs hold */
 		return;
@@ -99,16 +103,16 @@ static void plan(struct store *s, struct uop *u)
 	if (u->del) {
 		if (!u->live) {
 			u->skip = 1; /* a hole already, for the live view */
-		} else if (need || v->prev || u->inrun) {
+		} else if (need || u->old_next || u->inrun) {
 			u->tomb = 1;
 			u->retain = need;
-			u->prev = need ? u->old_off : v->prev;
+			u->cont = need ? u->old_ref : u->old_next;
 		}
 		return;
 	}
 	if (v) {
 		u->retain = need;
-		u->prev = need ? u->old_off : v->prev;
+		u->cont = need ? u->old_ref : u->old_next;
 	}
 }
 
@@ -121,10 +125,11 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		int ret = 0;
 		claims_reset(c);
 		for (size_t i = 0; i < nu && !ret; i++) {
-			ret = index_find(s, st, u[i].row, &u[i].pos, &u[i].old_off);
+			ret = index_find(s, st, u[i].row, &u[i].pos, &u[i].old_ref);
 			u[i].damaged = 0;
 			/* plan() reads the old version, A3 may copy its bytes */
-			if (!ret && u[i].old_off && !ver_get(s, u[i].old_off, st->id, u[i].row, st->t->row_size)) {
+			struct chain ch;
+			if (!ret && chain_start(s, st, u[i].row, u[i].old_ref, &ch)) {
 				if (u[i].full || u[i].del)
 					u[i].damaged = 1;
 				else
@@ -132,7 +137,11 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 			}
 			if (ret)
 				break;
-			u[i].found = u[i].old_off != 0;
+			u[i].ov = u[i].damaged ? NULL : ch.v;
+			u[i].old_ver = u[i].damaged ? 0 : ch.off;
+			u[i].old_link = u[i].damaged ? 0 : ch.link;
+			u[i].old_next = u[i].damaged ? 0 : ch.next;
+			u[i].found = u[i].old_ref != 0;
 			u[i].claimed = 0;
 			u[i].inrun = 0;
 			if (s->sp && !runs_hidden && (!u[i].found || u[i].del))
@@ -173,11 +182,10 @@ static inline int writes(const struct uop *u)
 	return !u->skip && (!u->del || u->tomb);
 }
 
-/* A slot of the row class is freed in step C. */
-static inline int frees(struct store *s, const struct uop *u)
+/* The old first element goes in step C (its version, and its link). */
+static inline int frees(const struct uop *u)
 {
-	return !u->skip && u->old_off && !u->retain && !u->damaged &&
-	       !ver_stub((struct emb_version *)S_PTR(s, u->old_off));
+	return !u->skip && u->old_ref && !u->retain && !u->damaged;
 }
 
 /* One group of row updates, planned whole before anything changes. */
@@ -188,7 +196,7 @@ struct group {
 	uint32_t *opord;   /* op indices grouped by uop, each uop's in request order */
 	uint32_t *opstart; /* opord[opstart[k] .. opstart[k+1]) are uop k's ops */
 	struct claims *c;
-	uint32_t cls, rs;
+	uint32_t cls, scls, rs; /* the row class and the small class (links, tombstones) */
 	size_t chunk;      /* uops per commit: the journal, and copy-on-write headroom */
 	int stamped;       /* every op carries its batch: snap_lock is not held throughout */
 	int runs_hidden;   /* COMMIT_RUNS_HIDDEN: deletes need no tombstone for the runs */
@@ -211,7 +219,7 @@ static void group_free(struct group *g)
  * rows a partial update needs.  Nothing in the pool changes.  commit_lock
  * held, and snap_lock (shared) unless g->stamped. */
 static int group_plan(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
-		      struct group *g, int stamped, int runs_hidden)
+		      uint64_t size_hint, struct group *g, int stamped, int runs_hidden)
 {
 	uint32_t rs = st->t->row_size;
 	uint64_t cur_batch = ld64(&s->sb->batch);
@@ -232,9 +240,17 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 		ret = -ENOMEM;
 		goto out;
 	}
+	if (size_hint > store_max_size(rs)) {
+		ret = -EFBIG;
+		goto out;
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (ops[i].data && ((uint64_t)ops[i].off + ops[i].len > rs)) {
 			ret = -EINVAL;
+			goto out;
+		}
+		if (ops[i].row > EMB_ROW_ID_MAX) {
+			ret = -EFBIG;
 			goto out;
 		}
 		uint32_t *e = umap_slot(&g->m, g->u, ops[i].row);
@@ -258,9 +274,11 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 	for (size_t k = g->nu; k > 0; k--) /* undo the fill's advance */
 		g->opstart[k] = g->opstart[k - 1];
 	g->opstart[0] = 0;
-	if ((ret = slab_class_for(s, rs, &g->cls)))
+	if ((ret = slab_class_for(s, rs, &g->cls)) || (ret = slab_class_small(s, &g->scls)))
 		goto out;
 	g->chunk = slab_commit_rows(s, g->cls);
+	if (g->chunk > slab_commit_rows(s, g->scls) / 2)
+		g->chunk = slab_commit_rows(s, g->scls) / 2; /* a tombstone and a link each */
 	if (!(g->c = claims_new(g->nu))) {
 		ret = -ENOMEM;
 		goto out;
@@ -287,14 +305,13 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 	/* a partial update of a spilled row needs its bytes from the device */
 	for (size_t i = 0; i < g->nu; i++) {
 		struct uop *x = &g->u[i];
-		struct emb_version *ov = S_PTR(s, x->old_off);
-		if (!x->live || x->damaged || x->full || x->del || !ver_stub(ov))
+		if (!x->live || x->damaged || x->full || x->del || !ver_stub(x->ov))
 			continue;
 		if (!(x->old = malloc(rs))) {
 			ret = -ENOMEM;
 			goto out;
 		}
-		if ((ret = ver_bytes_locked(s, st, ov, x->old)))
+		if ((ret = ver_bytes_locked(s, st, x->ov, x->old)))
 			goto out;
 	}
 out:
@@ -302,46 +319,85 @@ out:
 	return ret;
 }
 
-/* Make sure every chunk of the group will find its slots: chunk k needs the
- * slots all chunks up to k write, less those the chunks before it freed.
- * Grows the class now, so ENOSPC comes before any row changes. */
+/* Slots a uop takes (new version, link) and gives back (the old first
+ * element) in the row class [0] and the small class [1]. */
+static void uop_slots(const struct uop *u, int64_t take[2], int64_t give[2])
+{
+	take[0] = take[1] = give[0] = give[1] = 0;
+	if (writes(u)) {
+		take[u->tomb]++;
+		take[1] += u->cont != 0;
+	}
+	if (frees(u)) {
+		give[u->ov && (ver_tomb(u->ov) || ver_stub(u->ov))]++;
+		give[1] += u->old_link != 0;
+	}
+}
+
+/* Make sure every chunk of the group will find its slots, in both classes:
+ * chunk k needs the slots all chunks up to k write, less those the chunks
+ * before it freed.  Grows the classes now, so ENOSPC comes before any row
+ * changes. */
 static int group_room(struct store *s, struct group *g, int promised)
 {
-	uint64_t need = 0;
-	int64_t run = 0, worst = 0;
+	int64_t run[2] = { 0, 0 }, worst[2] = { 0, 0 }, freed[2] = { 0, 0 };
 	size_t in_chunk = 0;
-	int64_t freed = 0;
 	for (size_t i = 0; i < g->nu; i++) {
 		if (g->u[i].skip)
 			continue;
-		run += writes(&g->u[i]);
-		if (run > worst)
-			worst = run;
-		freed += frees(s, &g->u[i]);
+		int64_t take[2], give[2];
+		uop_slots(&g->u[i], take, give);
+		for (int k = 0; k < 2; k++) {
+			run[k] += take[k];
+			if (run[k] > worst[k])
+				worst[k] = run[k];
+			freed[k] += give[k];
+		}
 		if (++in_chunk == g->chunk) { /* its frees serve the chunks after it */
-			run -= freed;
-			freed = 0;
+			for (int k = 0; k < 2; k++) {
+				run[k] -= freed[k];
+				freed[k] = 0;
+			}
 			in_chunk = 0;
 		}
 	}
-	need = worst > 0 ? (uint64_t)worst : 0;
-	return need ? slab_ensure(s, g->cls, need, promised) : 0;
+	int ret = 0;
+	if (worst[0] > 0)
+		ret = slab_ensure(s, g->cls, (uint64_t)worst[0], promised);
+	if (!ret && worst[1] > 0)
+		ret = slab_ensure(s, g->scls, (uint64_t)worst[1], promised);
+	return ret;
 }
 
-/* A1: take the chunk's slots (group_room made sure they are there). */
+static void chunk_unslot(struct store *s, struct group *g, size_t from, size_t to)
+{
+	for (size_t i = from; i < to; i++) {
+		struct uop *u = &g->u[i];
+		if (u->new_ver)
+			slab_unreserve(s, u->new_ver);
+		if (u->new_link)
+			slab_unreserve(s, u->new_link);
+		u->new_ver = u->new_link = u->new_ref = 0;
+	}
+}
+
+/* A1: take the chunk's slots (group_room made sure they are there); each
+ * uop's new ref: its link, or its version, or 0 for a delete. */
 static int chunk_slots(struct store *s, struct group *g, size_t from, size_t to)
 {
 	struct uop *u = g->u;
 	for (size_t i = from; i < to; i++) {
+		u[i].new_ver = u[i].new_link = u[i].new_ref = 0;
 		if (!writes(&u[i]))
 			continue;
-		int ret = slab_alloc(s, g->cls, &u[i].new_off);
+		int ret = slab_alloc(s, u[i].tomb ? g->scls : g->cls, &u[i].new_ver);
+		if (!ret && u[i].cont)
+			ret = slab_alloc(s, g->scls, &u[i].new_link);
 		if (ret) { /* cannot happen after group_room: fail this chunk whole */
-			while (i-- > from)
-				if (writes(&u[i]))
-					slab_unreserve(s, u[i].new_off);
+			chunk_unslot(s, g, from, i + 1);
 			return ret;
 		}
+		u[i].new_ref = u[i].new_link ? u[i].new_link | EMB_REF_LINK : u[i].new_ver;
 	}
 	return 0;
 }
@@ -355,44 +411,52 @@ static int chunk_intents(struct store *s, struct stable *st, struct group *g, si
 	uint64_t nrec = 0;
 	for (size_t i = from; i < to; i++)
 		if (!u[i].skip)
-			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_off, u[i].new_off, st->id,
-							    u[i].damaged ? EMB_JR_DAMAGED : 0 };
+			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_ref, u[i].new_ref,
+							    (u[i].new_link ? u[i].new_ver : 0) |
+								    (u[i].damaged ? EMB_JR_DAMAGED : 0) };
 	return journal_seal(s, st, EMB_J_COMMIT, nrec, size_hint);
 }
 
 /* A3: the new version of uop x, copy-on-write: header, the old bytes, the
- * ops' bytes in request order, checksum; its slot marked, a new row's key
- * written into its claimed (still invisible) index slot. */
+ * ops' bytes in request order, checksum; its link to what follows; their
+ * slots marked; a new row's ref written into its claimed (still invisible)
+ * index slot. */
 static void write_version(struct store *s, struct stable *st, const struct store_rowop *ops,
 			  const struct group *g, size_t i)
 {
 	const struct uop *x = &g->u[i];
 	uint32_t rs = g->rs;
-	struct emb_version *v = S_PTR(s, x->new_off);
-	v->row = x->row;
-	v->batch = x->batch;
-	v->prev = x->prev;
-	v->table = st->id | (x->tomb ? EMB_VER_TOMB : 0);
-	struct emb_version *ov = S_PTR(s, x->old_off);
-	char *d = (char *)(v + 1);
-	if (x->old)
-		memcpy(d, x->old, rs);
-	else if (x->live && !x->damaged && !ver_stub(ov))
-		memmove(d, ov + 1, rs); /* the same slot only if a bitmap is damaged */
-	else
-		memset(d, 0, rs);
-	for (uint32_t k = g->opstart[i]; !x->tomb && k < g->opstart[i + 1]; k++) {
-		const struct store_rowop *op = &ops[g->opord[k]];
-		if (op->data)
-			memcpy(d + op->off, op->data, op->len);
+	struct emb_version *v = S_PTR(s, x->new_ver);
+	ver_init(v, x->row, x->batch, x->tomb ? EMB_VK_TOMB : 0);
+	if (!x->tomb) {
+		char *d = ver_data(v);
+		if (x->old)
+			memcpy(d, x->old, rs);
+		else if (x->live && !x->damaged && !ver_stub(x->ov))
+			memmove(d, ver_data(x->ov), rs); /* the same slot only if a bitmap is damaged */
 		else
-			memset(d, 0, rs); /* deleted, then written again */
+			memset(d, 0, rs);
+		for (uint32_t k = g->opstart[i]; k < g->opstart[i + 1]; k++) {
+			const struct store_rowop *op = &ops[g->opord[k]];
+			if (op->data)
+				memcpy(d + op->off, op->data, op->len);
+			else
+				memset(d, 0, rs); /* deleted, then written again */
+		}
 	}
-	ver_seal(v, rs);
-	pm_flush(s, v, sizeof(*v) + rs);
-	slab_mark(s, x->new_off);
+	ver_seal(v, st->id, rs);
+	pm_flush(s, v, sizeof(*v) + (x->tomb ? 0 : rs));
+	slab_mark(s, x->new_ver);
+	if (x->new_link) {
+		struct emb_link *l = S_PTR(s, x->new_link);
+		l->key = x->row | EMB_VK_LINK;
+		l->ver = x->new_ver;
+		l->next = x->cont;
+		pm_flush(s, l, sizeof(*l));
+		slab_mark(s, x->new_link);
+	}
 	if (x->claimed)
-		index_fill(s, st, &x->pos, x->row, index_hash(s, x->row), x->new_off);
+		index_fill(s, st, &x->pos, x->row, x->new_ref);
 }
 
 /* B: one 8-byte store per row makes it visible; row count, size, times. */
@@ -411,7 +475,7 @@ static void chunk_publish(struct store *s, struct stable *st, struct group *g, s
 		if (u[i].del && !u[i].tomb)
 			index_unpublish(s, &u[i].pos);
 		else if (u[i].found)
-			index_set_val(s, &u[i].pos, u[i].new_off);
+			index_set_val(s, &u[i].pos, u[i].new_ref);
 		else
 			index_publish(s, &u[i].pos);
 		int live_new = !u[i].del;
@@ -439,12 +503,16 @@ static void chunk_free(struct store *s, struct stable *st, struct group *g, size
 	for (size_t i = from; i < to; i++) {
 		if (u[i].skip)
 			continue;
-		if (u[i].old_off && !u[i].retain && !u[i].damaged)
-			ver_free(s, u[i].old_off);
+		if (frees(&u[i])) {
+			ver_free(s, st, u[i].old_ver);
+			if (u[i].old_link)
+				ver_free(s, st, u[i].old_link);
+		}
 		if (u[i].del && !u[i].tomb)
 			index_ovf_dec(s, st, &u[i].pos);
 		if (u[i].retain)
-			snapset_charge(s, (struct emb_version *)S_PTR(s, u[i].old_off), u[i].batch, g->cls);
+			snapset_charge(s, ver_batch(u[i].ov), u[i].batch,
+				       s->cls[g->cls].slot_size + (u[i].new_link ? EMB_SMALL_SLOT : 0));
 		if (s->sp)
 			spill_note_write(s, st->id, u[i].row);
 	}
@@ -459,8 +527,8 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 		       size_t from, size_t to, uint64_t size_hint)
 {
 	int ret = chunk_slots(s, g, from, to);
-	if (!ret)
-		ret = chunk_intents(s, st, g, from, to, size_hint);
+	if (!ret && (ret = chunk_intents(s, st, g, from, to, size_hint)) != 0)
+		chunk_unslot(s, g, from, to);
 	if (ret)
 		return ret;
 	for (size_t i = from; i < to; i++)
@@ -473,6 +541,7 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 		return ret; /* readers see the rows; the journal decides after a crash */
 	chunk_free(s, st, g, from, to);
 	ret = journal_clear(s);
+	slab_trim(s);
 	atomic_fetch_add_explicit(&s->n_commits, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->n_rows_written, to - from, memory_order_relaxed);
 	return ret;
@@ -505,7 +574,7 @@ static int group_commit(struct store *s, struct stable *st, const struct store_r
 		stamped = ops[i].batch != 0;
 	if (!stamped)
 		pthread_rwlock_rdlock(&s->snap_lock); /* the set of live snapshots stays put */
-	int ret = group_plan(s, st, ops, n, &g, stamped, promised & COMMIT_RUNS_HIDDEN);
+	int ret = group_plan(s, st, ops, n, size_hint, &g, stamped, promised & COMMIT_RUNS_HIDDEN);
 	if (!ret)
 		ret = group_room(s, &g, promised & COMMIT_PROMISED);
 	if (!ret) {
@@ -563,7 +632,7 @@ static int write_group(struct store *s, uint32_t id, const struct store_rowop *o
 		 * some, a bounded number of times (no livelock when the pool is
 		 * full of stubs and index) */
 		if (ret != -ENOSPC || !s->sp || waits == SPILL_MAX_WAITS ||
-		    spill_wait_room(s, n * (sizeof(struct emb_version) + st->t->row_size + 31)) != 0)
+		    spill_wait_room(s, n * (uint64_t)slab_row_slot(st->t->row_size)) != 0)
 			return ret;
 	}
 }
@@ -579,10 +648,18 @@ int store_rows_writeback(struct store *s, uint32_t id, const struct store_rowop 
 	return write_group(s, id, ops, n, 0, 1);
 }
 
-static int live_ver(struct store *s, uint64_t off)
+/* Is the newest version a ref leads to not a tombstone?  (Recovery: what
+ * it reads was written and made durable before the journal said so.) */
+static int live_ref(struct store *s, uint64_t ref)
 {
-	struct emb_version *v = S_PTR(s, off);
-	return v && !ver_tomb(v);
+	uint64_t off = ref_obj(ref);
+	if (!ref || !pool_range_ok(s, off, sizeof(struct emb_link), 8))
+		return 0;
+	if (ref_is_link(ref))
+		off = ld64(&((struct emb_link *)S_PTR(s, off))->ver);
+	if (!pool_range_ok(s, off, sizeof(struct emb_version), 8))
+		return 0;
+	return !ver_tomb(S_PTR(s, off));
 }
 
 /* Replay a sealed commit journal after a crash (see the top of this file).
@@ -599,21 +676,26 @@ int commit_replay(struct store *s, struct emb_journal *j)
 		uint64_t cur;
 		if (index_get(s, st, r->row, &cur))
 			continue; /* damaged: keep both versions (a leak, never a loss) */
-		if (r->flags & EMB_JR_CHAIN) { /* an evicted row's older version */
+		if (r->aux & EMB_JR_CHAIN) { /* an evicted row's older element */
 			if (!cur)
-				ver_free(s, r->old_off);
+				ver_free(s, st, r->old_off);
 			continue;
 		}
 		int done = r->new_off ? cur == r->new_off : cur != r->old_off;
-		int damaged = r->flags & EMB_JR_DAMAGED; /* never read nor freed */
+		int damaged = r->aux & EMB_JR_DAMAGED; /* never read nor freed */
+		uint64_t nver = r->aux & ~EMB_JR_FLAGS;
 		if (done) {
-			struct emb_version *nv = S_PTR(s, r->new_off);
 			any = 1;
-			nrows += live_ver(s, r->new_off) - (damaged ? 1 : live_ver(s, r->old_off));
-			if (r->old_off && !damaged && !(nv && nv->prev == r->old_off))
-				ver_free(s, r->old_off);
+			nrows += live_ref(s, r->new_off) - (damaged ? 1 : live_ref(s, r->old_off));
+			/* the old element stays when the new link leads to it */
+			int kept = ref_is_link(r->new_off) &&
+				   ld64(&((struct emb_link *)S_PTR(s, ref_obj(r->new_off)))->next) == r->old_off;
+			if (r->old_off && !damaged && !kept)
+				ref_free(s, st, r->old_off);
 		} else if (r->new_off) {
-			ver_free(s, r->new_off);
+			ver_free(s, st, ref_obj(r->new_off));
+			if (ref_is_link(r->new_off))
+				ver_free(s, st, nver);
 		}
 	}
 	/* the row count and size were published after the rows: redo them */

@@ -280,7 +280,7 @@ int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size
 		}
 		for (size_t j = 0; j < k; j++) {
 			struct emb_stub *x = STUB(s, stubs[i + j]);
-			q[j] = (struct sreq){ .loc = x->loc, .row = x->v.row, .batch = x->v.batch, .len = rs,
+			q[j] = (struct sreq){ .loc = x->loc, .row = ver_row(&x->v), .batch = ver_batch(&x->v), .len = rs,
 					      .table = st->id, .dst = buf + j * rs };
 		}
 		device_read(s->sp, q, k);

@@ -4,9 +4,9 @@
  * (slots, batches, bytes) loses its index entry and every version's slot.
  *
  * Steps, as a group commit without new versions (commit.c): intents in the
- * journal (the newest version as an EMB_J_COMMIT delete; each older one as
- * an EMB_JR_CHAIN record), barrier; index entries unpublished, row count,
- * barrier; slots freed, journal cleared.  commit_replay frees a chain
+ * journal (the first element as an EMB_J_COMMIT delete of its ref; each
+ * older version and link as an EMB_JR_CHAIN record), barrier; index entries
+ * unpublished, row count, barrier; slots freed, journal cleared.  commit_replay frees a chain
  * record's slot only when its row left the index, so a crash at any point
  * leaves the row whole in the pool or gone from it, never torn; its bytes
  * are in the run either way.
@@ -17,22 +17,37 @@
 
 #include "store_int.h"
 
+static uint64_t first_ref(const struct evict_row *e)
+{
+	return e->link[0] ? e->link[0] | EMB_REF_LINK : e->off[0];
+}
+
 /* Is row's chain (head at head) still exactly e? */
 static int chain_same(struct store *s, struct stable *st, const struct evict_row *e, uint64_t head)
 {
 	struct chain c;
 	uint32_t k = 0;
-	if (head != e->off[0] || chain_start(s, st, e->row, head, &c))
+	if (head != first_ref(e) || chain_start(s, st, e->row, head, &c))
 		return 0;
 	for (; c.v; k++) {
 		struct emb_version *v = c.v;
-		if (k == e->nv || c.off != e->off[k] || ver_stub(v) || v->batch != e->batch[k] ||
-		    ver_tomb(v) != !e->data[k] || (e->data[k] && memcmp(v + 1, e->data[k], st->t->row_size)))
+		if (k == e->nv || c.off != e->off[k] || c.link != e->link[k] || ver_stub(v) ||
+		    ver_batch(v) != e->batch[k] || ver_tomb(v) != !e->data[k] ||
+		    (e->data[k] && memcmp(ver_data(v), e->data[k], st->t->row_size)))
 			return 0;
 		if (chain_step(&c))
 			return 0;
 	}
 	return k == e->nv;
+}
+
+/* Journal records a row's eviction takes. */
+static size_t evict_recs(const struct evict_row *e)
+{
+	size_t n = 1;
+	for (uint32_t k = 1; k < e->nv; k++)
+		n += 1 + (e->link[k] != 0);
+	return n;
 }
 
 /* One journaled commit of the rows er[from, to) at index positions pos[]. */
@@ -43,9 +58,12 @@ static int evict_apply(struct store *s, struct stable *st, const struct evict_ro
 	uint64_t nrec = 0;
 	for (size_t i = from; i < to; i++) {
 		const struct evict_row *e = er[i];
-		j->rec[nrec++] = (struct emb_jrec){ e->row, e->off[0], 0, st->id, 0 };
-		for (uint32_t k = 1; k < e->nv; k++)
-			j->rec[nrec++] = (struct emb_jrec){ e->row, e->off[k], 0, st->id, EMB_JR_CHAIN };
+		j->rec[nrec++] = (struct emb_jrec){ e->row, first_ref(e), 0, 0 };
+		for (uint32_t k = 1; k < e->nv; k++) {
+			j->rec[nrec++] = (struct emb_jrec){ e->row, e->off[k], 0, EMB_JR_CHAIN };
+			if (e->link[k])
+				j->rec[nrec++] = (struct emb_jrec){ e->row, e->link[k], 0, EMB_JR_CHAIN };
+		}
 	}
 	int ret = journal_seal(s, st, EMB_J_COMMIT, nrec, 0);
 	if (ret)
@@ -54,7 +72,7 @@ static int evict_apply(struct store *s, struct stable *st, const struct evict_ro
 	pthread_rwlock_wrlock(&st->lock);
 	for (size_t i = from; i < to; i++) {
 		index_unpublish(s, &pos[i]);
-		live += !ver_tomb((struct emb_version *)S_PTR(s, er[i]->off[0]));
+		live += !!er[i]->data[0];
 	}
 	st64(&st->t->nrows, st->t->nrows - (uint64_t)live);
 	st->mod++;
@@ -63,11 +81,15 @@ static int evict_apply(struct store *s, struct stable *st, const struct evict_ro
 	if ((ret = pm_barrier(s)))
 		return ret; /* the journal decides after a crash */
 	for (size_t i = from; i < to; i++) {
-		for (uint32_t k = 0; k < er[i]->nv; k++)
-			ver_free(s, er[i]->off[k]);
+		for (uint32_t k = 0; k < er[i]->nv; k++) {
+			ver_free(s, st, er[i]->off[k]);
+			if (er[i]->link[k])
+				ver_free(s, st, er[i]->link[k]);
+		}
 		index_ovf_dec(s, st, &pos[i]);
 	}
 	ret = journal_clear(s);
+	slab_trim(s);
 	atomic_fetch_add_explicit(&s->n_commits, 1, memory_order_relaxed);
 	return ret;
 }
@@ -83,14 +105,14 @@ int commit_evict_locked(struct store *s, struct stable *st, const struct evict_r
 		uint64_t cur;
 		if ((ret = index_find(s, st, e[i].row, &pos[m], &cur)))
 			break;
-		if (e[i].nv > EMB_JOURNAL_CAP || !chain_same(s, st, &e[i], cur))
+		if (evict_recs(&e[i]) > EMB_JOURNAL_CAP || !chain_same(s, st, &e[i], cur))
 			continue; /* written meanwhile: the pool's version is newer */
 		er[m++] = &e[i];
 	}
 	size_t from = 0, nrec = 0;
 	for (size_t i = 0; i < m && !ret; i++) {
-		nrec += er[i]->nv;
-		size_t next = i + 1 < m ? er[i + 1]->nv : 0;
+		nrec += evict_recs(er[i]);
+		size_t next = i + 1 < m ? evict_recs(er[i + 1]) : 0;
 		if (i + 1 == m || nrec + next > EMB_JOURNAL_CAP) {
 			ret = evict_apply(s, st, er, pos, from, i + 1);
 			from = i + 1;

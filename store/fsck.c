@@ -57,8 +57,8 @@ static void check_stub(struct walk *w, struct emb_version *v)
 		w->r->bad_stubs++; /* no memory to check it */
 }
 
-/* Every version of a row's chain is sound (ver.c: right row and table,
- * checksum, batches strictly decreasing). */
+/* Every version and link of a row's chain is sound (version.c: right row
+ * and table, checksum, batches strictly decreasing). */
 static int check_entry(void *arg, uint64_t key, uint64_t val)
 {
 	struct walk *w = arg;
@@ -68,7 +68,7 @@ static int check_entry(void *arg, uint64_t key, uint64_t val)
 	if (w->o && w->o->progress && ++w->walked % 65536 == 0)
 		w->o->progress(w->o->arg, w->walked, w->total);
 	while (!ret && c.v) {
-		if (u64vec_push(&w->refs, c.off))
+		if (u64vec_push(&w->refs, c.off) || (c.link && u64vec_push(&w->refs, c.link)))
 			return -ENOMEM;
 		if (ver_stub(c.v))
 			check_stub(w, c.v);

@@ -1,15 +1,26 @@
 /*
- * Persistent row index: row id -> offset of its newest emb_version.
+ * Persistent row index: row id -> ref of the first element of its chain
+ * (its newest version, or the link to it: layout.h).
  *
  * Extendible hashing.  A directory of 2^global_depth segment pointers is
- * indexed by the top bits of XXH3(row id); a segment holds 256 buckets of 256
- * bytes (layout.h).  A key lives in its home bucket (low 8 hash bits) or the
- * next one; the home bucket's overflow count says whether the next one must
- * be probed.  A lookup therefore reads bucket line 0 (control word and tags),
- * then the one line holding the matching slot: two cache lines, plus one more
- * pair only for overflowed keys.  There are no chains: a segment whose
- * bucket pair is full is split (in a libpmemobj transaction).  Lookup cost
- * and space depend only on the number of rows, never on the ids' magnitude.
+ * indexed by the top bits of a row's hash (the low half of XXH3-128 of its
+ * id); a segment holds EMB_SEG_SMALL or EMB_SEG_LARGE buckets of 256 bytes,
+ * 30 slots each (layout.h).  A row has two candidate buckets in its
+ * segment, one from each half of its hash, and goes into the emptier when
+ * it is inserted (two-choice: a segment fills to ~94% before a row finds
+ * neither bucket free, against ~60% when a row may only go to its first
+ * bucket or the next); its first bucket's overflow count says whether the
+ * second must be probed.  A slot is 8 bytes: the ref and 16 more hash bits
+ * (the tag); the row id is in the element the ref leads to, so a lookup
+ * compares tags, then reads that element's key (the version it reads next
+ * on a hit anyway).  There are no chains: a full small segment grows in
+ * place into a large one (x1.34), a full large one splits into two small
+ * ones (x1.5), each in a libpmemobj transaction, so segments stay 63-94%
+ * full; a split alone (x2) would leave a table's index half empty after
+ * each wave of splits (uniform hashing fills all segments together).  Four
+ * small or three large segments fill a heap chunk.  Lookup cost and space
+ * depend only on the number of rows, never on the ids' magnitude: 9-14
+ * bytes per row, where keys and values in the buckets took ~40.
  *
  * Entries are published by one 8-byte store of the bucket control word; slot
  * contents are written (and persisted) before that, while the slot is still
@@ -23,28 +34,31 @@
  * checksum.
  *
  * Damage.  Each bucket's csum covers the valid bits and the overflow count
- * of ctl and, for each valid slot, its tag, key and value: the XOR of one
- * digest of the covered ctl bits and one per valid slot (slot index, tag,
- * key, value), so a change updates it from the old and new digests of what
- * it touched.  Filling a free slot changes nothing covered.  A reader checks
- * a bucket only when a lookup misses (a hit is checked by the version it
- * leads to, ver.c: a damaged key, value, tag or valid bit either leads to a
- * version that fails, or turns the hit into a miss); a miss checks the home
- * bucket and the neighbour it probed, so a row never reads as a hole because
- * its entry was damaged.  Writers (index_find, index_claim) check the buckets
- * they will change, a split checks the whole segment it copies, and walks
- * check every bucket: no checksum is ever recomputed over damage.  The
- * directory and the segment headers (magic, local depth, the hash prefix a
- * segment holds, an XXH64 of the header) are checked at mount (index_check).
+ * of ctl and each valid slot (its index and 8-byte value): the XOR of one
+ * digest of the covered ctl bits and one per valid slot, so a change updates
+ * it from the old and new digests of what it touched.  Filling a free slot
+ * changes nothing covered.  A reader checks a bucket only when a lookup
+ * misses (a hit is checked by the version it leads to, version.c: a damaged
+ * value, tag or valid bit either leads to an element that fails, or turns
+ * the hit into a miss); a miss checks the buckets it probed, so a row never
+ * reads as a hole because its entry was damaged.  A tag that matches an
+ * element of another row has that element checked whole (ref_sound): a
+ * damaged row id in a version or link must not turn a hit into a miss.
+ * Writers (index_find, index_claim) check the buckets they will change, a
+ * split checks the whole segment it copies and every element its entries
+ * lead to (it rehashes their row ids), and walks check every bucket: no
+ * checksum is ever recomputed over damage.  The directory and the segment
+ * headers (magic, local depth, the hash prefix a segment holds, an XXH64 of
+ * the header) are checked at mount (index_check).
  *
  * Crash consistency of checksums.  A covered field and the checksum are two
  * stores, not one.  Every change of a covered field happens either while the
- * journal is sealed with the row it concerns -- commit A3 (home bucket's
+ * journal is sealed with the row it concerns -- commit A3 (first bucket's
  * overflow count), B (publish, value, unpublish) and C (overflow count);
  * reclaim_apply (value, unpublish, overflow count); relink_apply (value) --
  * or inside a libpmemobj transaction (index_create, index_split,
- * index_destroy).  Recovery recomputes the checksums of the home and next
- * bucket of every journaled row (index_reseal) before anything reads them.
+ * index_destroy).  Recovery recomputes the checksums of both buckets of
+ * every journaled row (index_reseal) before anything reads them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -53,19 +67,54 @@
 
 #include "store_int.h"
 
-static inline uint8_t tag_of(uint64_t h)
-{
-	return (uint8_t)(h >> 8);
-}
+/* A row's hash: lo picks its directory entry (top bits) and its first
+ * bucket (low 32 bits), hi its second bucket (low 32 bits) and its tag
+ * (top 16 bits). */
+struct ihash {
+	uint64_t lo, hi;
+};
 
-static inline size_t dir_idx(uint64_t h, uint32_t gd)
+static inline struct ihash ihash_of(const struct store *s, uint64_t key)
 {
-	return gd ? (size_t)(h >> (64 - gd)) : 0;
+	XXH128_hash_t h = XXH3_128bits_withSeed(&key, sizeof(key), s->sb->hash_seed);
+	return (struct ihash){ h.low64, h.high64 };
 }
 
 uint64_t index_hash(const struct store *s, uint64_t key)
 {
-	return XXH3_64bits_withSeed(&key, sizeof(key), s->sb->hash_seed);
+	return ihash_of(s, key).lo;
+}
+
+static inline uint64_t tag_of(struct ihash h)
+{
+	return h.hi & ~EMB_REF_MASK;
+}
+
+static inline size_t dir_idx(struct ihash h, uint32_t gd)
+{
+	return gd ? (size_t)(h.lo >> (64 - gd)) : 0;
+}
+
+/* x (32 bits) mapped onto [0, n) */
+static inline unsigned range32(uint64_t x, uint32_t n)
+{
+	return (unsigned)(((x & 0xffffffffull) * n) >> 32);
+}
+
+static inline unsigned bucket1(const struct emb_seg *seg, struct ihash h)
+{
+	return range32(h.lo, seg->nbuckets);
+}
+
+static inline unsigned bucket2(const struct emb_seg *seg, struct ihash h)
+{
+	unsigned b1 = bucket1(seg, h), b2 = range32(h.hi, seg->nbuckets);
+	return b2 != b1 ? b2 : (b1 + 1) % seg->nbuckets;
+}
+
+static inline uint64_t seg_bytes(uint32_t nb)
+{
+	return sizeof(struct emb_seg) + (uint64_t)nb * sizeof(struct emb_bucket);
 }
 
 /* ---- bucket checksums --------------------------------------------------- */
@@ -85,12 +134,11 @@ static uint32_t h_ctl(uint64_t ctl)
 	return fold(XXH3_64bits_withSeed(&c, sizeof(c), SEED_CTL));
 }
 
-static uint32_t h_slot(const struct emb_bucket *b, int i, uint64_t val)
+static uint32_t h_slot(int i, uint64_t val)
 {
 	struct {
-		uint64_t key, val;
-		uint32_t idx, tag;
-	} e = { ld64(&b->slot[i].key), val, (uint32_t)i, __atomic_load_n(&b->tags[i], __ATOMIC_RELAXED) };
+		uint64_t val, idx;
+	} e = { val, (uint64_t)i };
 	return fold(XXH3_64bits_withSeed(&e, sizeof(e), SEED_SLOT));
 }
 
@@ -101,7 +149,7 @@ static uint32_t bucket_sum(const struct emb_bucket *b)
 	uint32_t c = h_ctl(ctl);
 	for (uint64_t m = ctl & EMB_CTL_VALID_MASK; m; m &= m - 1) {
 		int i = __builtin_ctzll(m);
-		c ^= h_slot(b, i, ld64(&b->slot[i].val));
+		c ^= h_slot(i, ld64(&b->slot[i]));
 	}
 	return c;
 }
@@ -130,7 +178,7 @@ static void ctl_set(struct store *s, struct emb_bucket *b, uint64_t nctl, uint32
 	uint64_t ctl = ld64(&b->ctl);
 	csum_st(b, csum_ld(b) ^ h_ctl(ctl) ^ h_ctl(nctl) ^ slot_delta);
 	st64(&b->ctl, nctl);
-	pm_flush(s, b, 32);
+	pm_flush(s, b, 16);
 }
 
 static void bucket_seal(struct emb_bucket *b)
@@ -166,11 +214,12 @@ int index_check(struct store *s, const struct emb_table *t, char *err, size_t n)
 		return store_err(err, n, -EIO, "index destroy cursor past the directory");
 	for (size_t i = from; i < cnt; nseg++) {
 		uint64_t off = d->seg[i];
-		if (!pool_range_ok(s, off, sizeof(struct emb_seg), 64))
+		if (!pool_range_ok(s, off, seg_bytes(EMB_SEG_SMALL), 64))
 			return store_err(err, n, -EIO, "index directory entry %zu points outside the pool", i);
 		const struct emb_seg *g = S_PTR(s, off);
 		if (g->magic != EMB_SEG_MAGIC || g->csum != seg_csum(g) || g->local_depth > gd ||
-		    off - g->raw_off >= 64)
+		    off - g->raw_off >= 64 || (g->nbuckets != EMB_SEG_SMALL && g->nbuckets != EMB_SEG_LARGE) ||
+		    !pool_range_ok(s, off, seg_bytes(g->nbuckets), 64))
 			return store_err(err, n, -EIO, "index segment %zu is damaged (header)", i);
 		size_t span = (size_t)1 << (gd - g->local_depth);
 		if (i % span || g->prefix != i >> (gd - g->local_depth))
@@ -211,94 +260,107 @@ void index_unload(struct stable *st)
 	st->gd = 0;
 }
 
-static int probe(const struct emb_bucket *b, uint64_t key, uint8_t tag)
+/* The slot of b holding key (tag matching, then the element's row), or -1;
+ * -2 when a slot's tag matched but its element is damaged (counted). */
+static int probe(struct store *s, struct stable *st, const struct emb_bucket *b, uint64_t key, uint64_t tag)
 {
 	uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
 	while (m) {
 		int i = __builtin_ctzll(m);
 		m &= m - 1;
-		if (__atomic_load_n(&b->tags[i], __ATOMIC_RELAXED) == tag &&
-		    ld64(&b->slot[i].key) == key)
+		uint64_t v = ld64(&b->slot[i]);
+		if ((v & ~EMB_REF_MASK) != tag)
+			continue;
+		if (ref_row(s, v & EMB_REF_MASK) == key)
 			return i;
+		if (!ref_sound(s, st, v & EMB_REF_MASK))
+			return -2;
 	}
 	return -1;
 }
 
-/* Find key in its home bucket or the next: its value, 0 if absent. */
-static uint64_t lookup(struct store *s, struct stable *st, uint64_t key, struct ipos *pos)
+/* Find key in its first or second bucket: its ref (0 if absent) and, if
+ * pos, where.  0, or -EIO when a probed element is damaged. */
+static int lookup(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val)
 {
+	*val = 0;
 	if (!st->segs)
 		return 0;
-	uint64_t h = index_hash(s, key);
+	struct ihash h = ihash_of(s, key);
 	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
-	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
-	struct emb_bucket *b = &seg->bucket[bi];
-	uint8_t tag = tag_of(h);
-	int i = probe(b, key, tag);
+	struct emb_bucket *b = &seg->bucket[bucket1(seg, h)];
+	uint64_t tag = tag_of(h);
+	int i = probe(s, st, b, key, tag);
 	if (i >= 0) {
 		if (pos)
 			*pos = (struct ipos){ b, i, 0, b };
-		return ld64(&b->slot[i].val);
+		*val = ld64(&b->slot[i]) & EMB_REF_MASK;
+		return 0;
 	}
+	if (i == -2)
+		return -EIO;
 	if (!(ld64(&b->ctl) & EMB_CTL_OVF_MASK))
 		return 0;
-	struct emb_bucket *nb = &seg->bucket[(bi + 1) & (EMB_SEG_BUCKETS - 1)];
-	i = probe(nb, key, tag);
+	struct emb_bucket *nb = &seg->bucket[bucket2(seg, h)];
+	i = probe(s, st, nb, key, tag);
+	if (i == -2)
+		return -EIO;
 	if (i < 0)
 		return 0;
 	if (pos)
 		*pos = (struct ipos){ nb, i, 1, b };
-	return ld64(&nb->slot[i].val);
+	*val = ld64(&nb->slot[i]) & EMB_REF_MASK;
+	return 0;
 }
 
-/* The buckets a lookup of key probes (nb NULL when only the home one). */
+/* The buckets a lookup of key probes (nb NULL when only the first). */
 static void probed(struct store *s, struct stable *st, uint64_t key, struct emb_bucket **b,
 		   struct emb_bucket **nb)
 {
-	uint64_t h = index_hash(s, key);
+	struct ihash h = ihash_of(s, key);
 	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
-	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
-	*b = &seg->bucket[bi];
-	*nb = ld64(&(*b)->ctl) & EMB_CTL_OVF_MASK ? &seg->bucket[(bi + 1) & (EMB_SEG_BUCKETS - 1)] : NULL;
+	*b = &seg->bucket[bucket1(seg, h)];
+	*nb = ld64(&(*b)->ctl) & EMB_CTL_OVF_MASK ? &seg->bucket[bucket2(seg, h)] : NULL;
+}
+
+/* A miss (or a writer's lookup): the buckets probed are sound. */
+static int probed_check(struct store *s, struct stable *st, uint64_t key)
+{
+	struct emb_bucket *b, *nb;
+	probed(s, st, key, &b, &nb);
+	int ret = index_bucket_check(s, b);
+	if (!ret && nb)
+		ret = index_bucket_check(s, nb);
+	return ret;
 }
 
 int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val)
 {
-	*val = lookup(s, st, key, NULL);
-	if (*val || !st->segs)
-		return 0;
-	struct emb_bucket *b, *nb;
-	probed(s, st, key, &b, &nb);
-	int ret = index_bucket_check(s, b);
-	if (!ret && nb)
-		ret = index_bucket_check(s, nb);
-	return ret;
+	int ret = lookup(s, st, key, NULL, val);
+	if (ret || *val || !st->segs)
+		return ret;
+	return probed_check(s, st, key);
 }
 
 int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val)
 {
-	*val = lookup(s, st, key, pos);
-	if (!st->segs)
-		return 0;
-	struct emb_bucket *b, *nb;
-	probed(s, st, key, &b, &nb);
-	int ret = index_bucket_check(s, b);
-	if (!ret && nb)
-		ret = index_bucket_check(s, nb);
-	return ret;
+	int ret = lookup(s, st, key, pos, val);
+	if (ret || !st->segs)
+		return ret;
+	return probed_check(s, st, key);
 }
 
 void index_reseal(struct store *s, struct stable *st, uint64_t key)
 {
 	if (!st->segs)
 		return;
-	uint64_t h = index_hash(s, key);
+	struct ihash h = ihash_of(s, key);
 	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
-	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
+	unsigned bi[2] = { bucket1(seg, h), bucket2(seg, h) };
 	for (unsigned k = 0; k < 2; k++) {
-		struct emb_bucket *b = &seg->bucket[(bi + k) & (EMB_SEG_BUCKETS - 1)];
+		struct emb_bucket *b = &seg->bucket[bi[k]];
 		bucket_seal(b);
-		pm_flush(s, b, 32);
+		pm_flush(s, b, 16);
 	}
 }
 
@@ -306,7 +368,8 @@ void index_reseal(struct store *s, struct stable *st, uint64_t key)
 
 struct claim {
 	struct emb_bucket *b;
-	uint32_t mask;
+	uint32_t mask;   /* slots claimed */
+	uint32_t pend;   /* claims in its second bucket by rows that have it first */
 };
 struct claims {
 	size_t cap;
@@ -319,7 +382,7 @@ struct claims *claims_new(size_t n)
 	if (!c)
 		return NULL;
 	c->cap = 16;
-	while (c->cap < 2 * n + 16)
+	while (c->cap < 4 * n + 16)
 		c->cap <<= 1;
 	c->e = calloc(c->cap, sizeof(*c->e));
 	if (!c->e) {
@@ -354,32 +417,33 @@ static struct claim *claim_slot(struct claims *c, struct emb_bucket *b)
 	}
 }
 
-static int free_slot(struct claims *c, struct emb_bucket *b, struct claim **ce)
+/* b's slots neither valid nor claimed. */
+static uint64_t free_mask(struct claims *c, struct emb_bucket *b, struct claim **ce)
 {
 	struct claim *e = claim_slot(c, b);
-	uint64_t busy = (ld64(&b->ctl) & EMB_CTL_VALID_MASK) | e->mask;
-	uint64_t fr = ~busy & EMB_CTL_VALID_MASK;
 	*ce = e;
-	return fr ? __builtin_ctzll(fr) : -1;
+	return ~((ld64(&b->ctl) & EMB_CTL_VALID_MASK) | e->mask) & EMB_CTL_VALID_MASK;
 }
 
 /* ---- structure changes (transactions) --------------------------------- */
 
-/* A new empty segment (every bucket sealed empty), persisted. */
-static struct emb_seg *seg_new_tx(struct store *s, uint32_t ld, uint64_t prefix)
+/* A new empty segment of nb buckets (every bucket sealed empty), persisted. */
+static struct emb_seg *seg_new_tx(struct store *s, uint32_t ld, uint64_t prefix, uint32_t nb)
 {
-	PMEMoid o = pmemobj_tx_xalloc(sizeof(struct emb_seg) + 64, 0, POBJ_XALLOC_ZERO | s->xa_seg);
+	uint64_t cls = nb == EMB_SEG_LARGE ? s->xa_seg_large : s->xa_seg;
+	PMEMoid o = pmemobj_tx_xalloc(seg_bytes(nb) + 64, 0, POBJ_XALLOC_ZERO | cls);
 	char *raw = pmemobj_direct(o);
 	struct emb_seg *seg = (struct emb_seg *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
 	seg->magic = EMB_SEG_MAGIC;
 	seg->local_depth = ld;
+	seg->nbuckets = nb;
 	seg->prefix = prefix;
 	seg->raw_off = o.off;
 	seg->csum = seg_csum(seg);
 	uint32_t empty = h_ctl(0);
-	for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++)
+	for (unsigned bi = 0; bi < nb; bi++)
 		seg->bucket[bi].csum = empty;
-	pmemobj_persist(s->pop, seg, sizeof(*seg));
+	pmemobj_persist(s->pop, seg, seg_bytes(nb));
 	return seg;
 }
 
@@ -388,25 +452,23 @@ static void seg_free_tx(struct store *s, struct emb_seg *seg)
 	pmemobj_tx_free(pmemobj_oid(S_PTR(s, seg->raw_off)));
 }
 
-/* Insert into a fresh segment (no concurrency, persisted by the caller). */
-static int seg_put(struct store *s, struct emb_seg *seg, uint64_t key, uint64_t val)
+/* Insert slot value v (tag and ref) of hash h into a fresh segment, into
+ * the emptier of its two buckets (no concurrency, persisted by the caller). */
+static int seg_put(struct emb_seg *seg, struct ihash h, uint64_t v)
 {
-	uint64_t h = index_hash(s, key);
-	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
-	struct emb_bucket *b = &seg->bucket[bi];
-	struct emb_bucket *t = b;
-	uint64_t fr = ~b->ctl & EMB_CTL_VALID_MASK;
-	if (!fr) {
-		t = &seg->bucket[(bi + 1) & (EMB_SEG_BUCKETS - 1)];
-		fr = ~t->ctl & EMB_CTL_VALID_MASK;
-		if (!fr || (b->ctl & EMB_CTL_OVF_MASK) == EMB_CTL_OVF_MASK)
-			return -1;
+	struct emb_bucket *b = &seg->bucket[bucket1(seg, h)], *t = b;
+	struct emb_bucket *nb = &seg->bucket[bucket2(seg, h)];
+	uint64_t fb = ~b->ctl & EMB_CTL_VALID_MASK, fn = ~nb->ctl & EMB_CTL_VALID_MASK;
+	if (__builtin_popcountll(fn) > __builtin_popcountll(fb) &&
+	    (b->ctl & EMB_CTL_OVF_MASK) != EMB_CTL_OVF_MASK) {
+		t = nb;
 		b->ctl += 1ull << EMB_CTL_OVF_SHIFT;
+		fb = fn;
 	}
-	int i = __builtin_ctzll(fr);
-	t->slot[i].key = key;
-	t->slot[i].val = val;
-	t->tags[i] = tag_of(h);
+	if (!fb)
+		return -1;
+	int i = __builtin_ctzll(fb);
+	t->slot[i] = v;
 	t->ctl |= 1ull << i;
 	return 0;
 }
@@ -416,7 +478,7 @@ static int index_create(struct store *s, struct stable *st)
 	volatile int ret = 0;
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
-		struct emb_seg *seg = seg_new_tx(s, 0, 0);
+		struct emb_seg *seg = seg_new_tx(s, 0, 0, EMB_SEG_SMALL);
 		PMEMoid d = pmemobj_tx_xalloc(sizeof(struct emb_dir) + 8, 0, POBJ_XALLOC_ZERO | s->xa_dir[0]);
 		struct emb_dir *dir = pmemobj_direct(d);
 		dir->global_depth = 0;
@@ -440,28 +502,36 @@ static int index_create(struct store *s, struct stable *st)
 	return index_load(s, st);
 }
 
-/* In a transaction: the two halves of segment old, each key by the next
- * bit of its hash, sealed and persisted. */
-static void seg_halves_tx(struct store *s, struct emb_seg *old, struct emb_seg *n[2])
+/* In a transaction: what replaces full segment old, its entries rehashed
+ * into it: a large segment of the same depth for a small one (n[0]), the
+ * two small halves of one more depth for a large one (by the next bit of
+ * each row's hash); sealed and persisted. */
+static int seg_reshape_tx(struct store *s, struct emb_seg *old, struct emb_seg *n[2])
 {
 	uint32_t ld = old->local_depth;
-	n[0] = seg_new_tx(s, ld + 1, old->prefix << 1);
-	n[1] = seg_new_tx(s, ld + 1, (old->prefix << 1) | 1);
-	for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++) {
+	int split = old->nbuckets == EMB_SEG_LARGE;
+	if (split) {
+		n[0] = seg_new_tx(s, ld + 1, old->prefix << 1, EMB_SEG_SMALL);
+		n[1] = seg_new_tx(s, ld + 1, (old->prefix << 1) | 1, EMB_SEG_SMALL);
+	} else {
+		n[0] = n[1] = seg_new_tx(s, ld, old->prefix, EMB_SEG_LARGE);
+	}
+	for (unsigned bi = 0; bi < old->nbuckets; bi++) {
 		struct emb_bucket *b = &old->bucket[bi];
 		for (uint64_t m = b->ctl & EMB_CTL_VALID_MASK; m; m &= m - 1) {
 			int i = __builtin_ctzll(m);
-			uint64_t h = index_hash(s, b->slot[i].key);
-			int side = (int)((h >> (63 - ld)) & 1);
-			if (seg_put(s, n[side], b->slot[i].key, b->slot[i].val))
+			struct ihash h = ihash_of(s, ref_row(s, b->slot[i] & EMB_REF_MASK));
+			int side = split ? (int)((h.lo >> (63 - ld)) & 1) : 0;
+			if (seg_put(n[side], h, b->slot[i]))
 				pmemobj_tx_abort(ENOSPC);
 		}
 	}
-	for (int k = 0; k < 2; k++) {
-		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++)
+	for (int k = 0; k < 1 + split; k++) {
+		for (unsigned bi = 0; bi < n[k]->nbuckets; bi++)
 			bucket_seal(&n[k]->bucket[bi]);
-		pmemobj_persist(s->pop, n[k], sizeof(*n[k]));
+		pmemobj_persist(s->pop, n[k], seg_bytes(n[k]->nbuckets));
 	}
+	return split;
 }
 
 /* In a transaction: a directory of twice the entries, entry di's two
@@ -490,26 +560,34 @@ static void dir_double_tx(struct store *s, struct stable *st, size_t di, struct 
 	pmemobj_tx_free(pmemobj_oid(dir));
 }
 
-/* Split the segment at directory index di into two of depth+1. */
+/* Replace the full segment at directory index di: a small one by a large
+ * one, a large one by two small ones of depth+1. */
 static int index_split(struct store *s, struct stable *st, size_t di)
 {
 	struct emb_seg *old = st->segs[di];
 	uint32_t ld = old->local_depth, gd = st->gd;
 	volatile int ret = 0;
+	volatile int split = old->nbuckets == EMB_SEG_LARGE;
 
-	if (ld >= EMB_MAX_DEPTH)
+	if (split && ld >= EMB_MAX_DEPTH)
 		return -E2BIG; /* no room will help: see index_grow */
-	/* what is copied must be sound: no checksum is recomputed over damage */
-	for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++)
-		if (index_bucket_check(s, &old->bucket[bi]))
+	/* what is copied must be sound: no checksum is recomputed over damage,
+	 * and the row ids it rehashes are those of sound elements */
+	for (unsigned bi = 0; bi < old->nbuckets; bi++) {
+		struct emb_bucket *b = &old->bucket[bi];
+		if (index_bucket_check(s, b))
 			return -EIO;
+		for (uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK; m; m &= m - 1)
+			if (!ref_sound(s, st, ld64(&b->slot[__builtin_ctzll(m)]) & EMB_REF_MASK))
+				return -EIO;
+	}
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		struct emb_seg *n[2];
-		seg_halves_tx(s, old, n);
-		if (ld == gd) {
+		seg_reshape_tx(s, old, n);
+		if (split && ld == gd) {
 			dir_double_tx(s, st, di, n);
-		} else { /* the entries that pointed at old point at its halves */
+		} else { /* the entries that pointed at old point at what replaces it */
 			struct emb_dir *dir = S_PTR(s, st->t->dir_off);
 			size_t span = (size_t)1 << (gd - ld);
 			size_t start = di & ~(span - 1);
@@ -517,9 +595,11 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 			for (size_t i = 0; i < span; i++)
 				dir->seg[start + i] = S_OFF(s, n[i < span / 2 ? 0 : 1]);
 		}
-		pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
-		st->t->nsegs++;
-		catalog_seal_tx(st->t);
+		if (split) {
+			pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
+			st->t->nsegs++;
+			catalog_seal_tx(st->t);
+		}
 		seg_free_tx(s, old);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
@@ -528,8 +608,10 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 	pthread_mutex_unlock(&s->meta_lock);
 	if (ret)
 		return ret;
-	atomic_fetch_add(&s->idx_segs, 1);
-	if (ld == gd)
+	if (split)
+		atomic_fetch_add(&s->idx_segs, 1);
+	atomic_fetch_add(&s->idx_large, split ? (uint64_t)-1 : 1);
+	if (split && ld == gd)
 		atomic_fetch_add(&s->idx_dir_bytes, 8ull << gd);
 	return index_load(s, st);
 }
@@ -564,49 +646,39 @@ int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t k
 {
 	if (!st->segs)
 		return index_grow(s, st, SIZE_MAX);
-	uint64_t h = index_hash(s, key);
+	struct ihash h = ihash_of(s, key);
 	size_t di = dir_idx(h, st->gd);
 	struct emb_seg *seg = st->segs[di];
-	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
-	struct emb_bucket *b = &seg->bucket[bi];
-	struct claim *ce;
-	if (index_bucket_check(s, b))
+	struct emb_bucket *b = &seg->bucket[bucket1(seg, h)], *nb = &seg->bucket[bucket2(seg, h)];
+	struct claim *ce, *ne;
+	if (index_bucket_check(s, b) || index_bucket_check(s, nb))
 		return -EIO;
-	int i = free_slot(c, b, &ce);
-	if (i >= 0) {
+	uint64_t fb = free_mask(c, b, &ce);
+	uint64_t fn = free_mask(c, nb, &ne);
+	/* the overflow count must not wrap: count pending claims too */
+	uint64_t ovf = (ld64(&b->ctl) & EMB_CTL_OVF_MASK) >> EMB_CTL_OVF_SHIFT;
+	int second = __builtin_popcountll(fn) > __builtin_popcountll(fb) && ovf + ce->pend < 255;
+	if (!second && fb) {
+		int i = __builtin_ctzll(fb);
 		ce->mask |= 1u << i;
 		*pos = (struct ipos){ b, i, 0, b };
 		return 0;
 	}
-	struct emb_bucket *nb = &seg->bucket[(bi + 1) & (EMB_SEG_BUCKETS - 1)];
-	struct claim *home = claim_slot(c, b);
-	/* the overflow count must not wrap: count pending claims too (bits 16+) */
-	uint64_t pend = home->mask >> 16;
-	uint64_t ovf = (ld64(&b->ctl) & EMB_CTL_OVF_MASK) >> EMB_CTL_OVF_SHIFT;
-	if (index_bucket_check(s, nb))
-		return -EIO;
-	i = free_slot(c, nb, &ce);
-	if (i >= 0 && ovf + pend < 255) {
-		ce->mask |= 1u << i;
-		home = claim_slot(c, b);
-		home->mask += 1u << 16;
+	if (fn && ovf + ce->pend < 255) {
+		int i = __builtin_ctzll(fn);
+		ne->mask |= 1u << i;
+		ce->pend++;
 		*pos = (struct ipos){ nb, i, 1, b };
 		return 0;
 	}
 	return index_grow(s, st, di);
 }
 
-/* Write key and value into a claimed (still invisible) slot; an entry in
- * the neighbour raises its home bucket's overflow count. */
-void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key, uint64_t h,
-		uint64_t val)
+void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key, uint64_t ref)
 {
 	struct emb_bucket *b = pos->b;
-	st64(&b->slot[pos->slot].key, key);
-	st64(&b->slot[pos->slot].val, val);
-	__atomic_store_n(&b->tags[pos->slot], tag_of(h), __ATOMIC_RELAXED);
-	pm_flush(s, &b->slot[pos->slot], sizeof(b->slot[0]));
-	pm_flush(s, b, 64);
+	st64(&b->slot[pos->slot], tag_of(ihash_of(s, key)) | ref);
+	pm_flush(s, &b->slot[pos->slot], 8);
 	if (pos->home_ovf) {
 		pthread_rwlock_wrlock(&st->lock);
 		ctl_set(s, pos->home, ld64(&pos->home->ctl) + (1ull << EMB_CTL_OVF_SHIFT), 0);
@@ -617,23 +689,24 @@ void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint
 void index_publish(struct store *s, const struct ipos *pos)
 {
 	struct emb_bucket *b = pos->b;
-	ctl_set(s, b, ld64(&b->ctl) | (1ull << pos->slot), h_slot(b, pos->slot, ld64(&b->slot[pos->slot].val)));
+	ctl_set(s, b, ld64(&b->ctl) | (1ull << pos->slot), h_slot(pos->slot, ld64(&b->slot[pos->slot])));
 }
 
-void index_set_val(struct store *s, const struct ipos *pos, uint64_t val)
+void index_set_val(struct store *s, const struct ipos *pos, uint64_t ref)
 {
 	struct emb_bucket *b = pos->b;
-	uint64_t old = ld64(&b->slot[pos->slot].val);
-	csum_st(b, csum_ld(b) ^ h_slot(b, pos->slot, old) ^ h_slot(b, pos->slot, val));
-	st64(&b->slot[pos->slot].val, val);
-	pm_flush(s, &b->slot[pos->slot].val, 8);
-	pm_flush(s, b, 32);
+	uint64_t old = ld64(&b->slot[pos->slot]);
+	uint64_t nv = (old & ~EMB_REF_MASK) | ref;
+	csum_st(b, csum_ld(b) ^ h_slot(pos->slot, old) ^ h_slot(pos->slot, nv));
+	st64(&b->slot[pos->slot], nv);
+	pm_flush(s, &b->slot[pos->slot], 8);
+	pm_flush(s, b, 16);
 }
 
 void index_unpublish(struct store *s, const struct ipos *pos)
 {
 	struct emb_bucket *b = pos->b;
-	ctl_set(s, b, ld64(&b->ctl) & ~(1ull << pos->slot), h_slot(b, pos->slot, ld64(&b->slot[pos->slot].val)));
+	ctl_set(s, b, ld64(&b->ctl) & ~(1ull << pos->slot), h_slot(pos->slot, ld64(&b->slot[pos->slot])));
 }
 
 void index_ovf_dec(struct store *s, struct stable *st, const struct ipos *pos)
@@ -647,26 +720,72 @@ void index_ovf_dec(struct store *s, struct stable *st, const struct ipos *pos)
 	pthread_rwlock_unlock(&st->lock);
 }
 
+/* fn for each entry of segment seg (damaged buckets: -EIO, or skipped). */
+static int seg_walk(struct store *s, struct emb_seg *seg, int skip_damaged,
+		    int (*fn)(void *, uint64_t, uint64_t), void *arg)
+{
+	for (unsigned bi = 0; bi < seg->nbuckets; bi++) {
+		struct emb_bucket *b = &seg->bucket[bi];
+		if (index_bucket_check(s, b)) {
+			if (skip_damaged)
+				continue;
+			return -EIO;
+		}
+		uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
+		while (m) {
+			int i = __builtin_ctzll(m);
+			m &= m - 1;
+			uint64_t ref = ld64(&b->slot[i]) & EMB_REF_MASK;
+			int r = fn(arg, ref_row(s, ref), ref);
+			if (r)
+				return r;
+		}
+	}
+	return 0;
+}
+
+size_t index_ndir(const struct stable *st)
+{
+	return st->segs ? (size_t)1 << st->gd : 0;
+}
+
+__attribute__((noinline)) uint64_t index_large(const struct stable *st)
+{
+	uint64_t k = 0;
+	for (size_t di = 0, n = index_ndir(st); di < n;) {
+		k += st->segs[di]->nbuckets == EMB_SEG_LARGE;
+		di += (size_t)1 << (st->gd - st->segs[di]->local_depth);
+	}
+	return k;
+}
+
+uint64_t index_bytes(struct store *s)
+{
+	uint64_t segs = atomic_load(&s->idx_segs), large = atomic_load(&s->idx_large);
+	large = large > segs ? segs : large;
+	return (segs - large) * (seg_bytes(EMB_SEG_SMALL) + 64) + large * (seg_bytes(EMB_SEG_LARGE) + 64) +
+	       atomic_load(&s->idx_dir_bytes);
+}
+
+void index_scan(struct store *s, struct stable *st, size_t *di, int (*fn)(void *, uint64_t, uint64_t), void *arg)
+{
+	size_t n = index_ndir(st);
+	while (*di < n) {
+		struct emb_seg *seg = st->segs[*di];
+		if (seg_walk(s, seg, 1, fn, arg))
+			return; /* stopped: this segment again next time */
+		*di += (size_t)1 << (st->gd - seg->local_depth);
+	}
+}
+
 int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, uint64_t), void *arg)
 {
-	if (!st->segs)
-		return 0;
-	size_t n = (size_t)1 << st->gd;
+	size_t n = index_ndir(st);
 	for (size_t di = 0; di < n;) {
 		struct emb_seg *seg = st->segs[di];
-		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS; bi++) {
-			struct emb_bucket *b = &seg->bucket[bi];
-			if (index_bucket_check(s, b))
-				return -EIO;
-			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
-			while (m) {
-				int i = __builtin_ctzll(m);
-				m &= m - 1;
-				int r = fn(arg, ld64(&b->slot[i].key), ld64(&b->slot[i].val));
-				if (r)
-					return r;
-			}
-		}
+		int r = seg_walk(s, seg, 0, fn, arg);
+		if (r)
+			return r;
 		di += (size_t)1 << (st->gd - seg->local_depth);
 	}
 	return 0;
@@ -692,6 +811,7 @@ int index_destroy(struct store *s, struct stable *st)
 	uint32_t gd = dir->global_depth;
 	uint64_t nsegs = t->nsegs, n = 1ull << gd;
 	int counted = st->segs != NULL; /* in idx_segs (not when resumed at mount) */
+	uint64_t large = counted ? index_large(st) : 0;
 	pthread_rwlock_wrlock(&st->lock);
 	index_unload(st); /* readers find no rows from here on */
 	pthread_rwlock_unlock(&st->lock);
@@ -750,6 +870,7 @@ int index_destroy(struct store *s, struct stable *st)
 	pthread_mutex_unlock(&s->meta_lock);
 	if (!ret && counted) {
 		atomic_fetch_sub(&s->idx_segs, nsegs);
+		atomic_fetch_sub(&s->idx_large, large);
 		atomic_fetch_sub(&s->idx_dir_bytes, sizeof(struct emb_dir) + (8ull << gd));
 	}
 	return ret;

@@ -66,10 +66,16 @@ int journal_check(struct store *s, char *err, size_t n)
 		return store_err(err, n, -EIO, "journal is damaged (kind or table)");
 	for (uint64_t i = 0; i < j->count; i++) {
 		const struct emb_jrec *r = &j->rec[i];
-		int old_ok = !r->old_off || (r->flags & EMB_JR_DAMAGED) ||
-			     pool_range_ok(s, r->old_off, sizeof(struct emb_stub), 8);
-		if (r->table != j->table || !old_ok || (r->flags & ~EMB_JR_DAMAGED) ||
-		    (r->new_off && !pool_range_ok(s, r->new_off, sizeof(struct emb_stub), 8)))
+		uint64_t flags = r->aux & EMB_JR_FLAGS, aux = r->aux & ~EMB_JR_FLAGS;
+		int old_ok = !r->old_off || (flags & EMB_JR_DAMAGED) ||
+			     (r->old_off <= EMB_REF_MASK && pool_range_ok(s, ref_obj(r->old_off), EMB_SMALL_SLOT, 8));
+		/* a new link comes with its new version, and only then */
+		int new_ok = !r->new_off || (r->new_off <= EMB_REF_MASK &&
+					     pool_range_ok(s, ref_obj(r->new_off), EMB_SMALL_SLOT, 8) &&
+					     !aux == !ref_is_link(r->new_off));
+		int aux_ok = !aux || pool_range_ok(s, aux, EMB_SMALL_SLOT, 8);
+		if (r->row > EMB_ROW_ID_MAX || !old_ok || !new_ok || !aux_ok ||
+		    (flags & ~(uint64_t)(EMB_JR_DAMAGED | EMB_JR_CHAIN)))
 			return store_err(err, n, -EIO, "journal is damaged (record %llu)", (unsigned long long)i);
 	}
 	return 0;

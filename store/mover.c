@@ -55,43 +55,37 @@ static int chunk_open(struct store *s, struct stable *st, struct chunk *k)
 	return 0;
 }
 
-/* Place version x (at off in PMem, pred its link) in the chunk: a row
- * version as a device record, a tombstone as a stub only.  0 = placed,
- * 1 = no room (k->full). */
-static int chunk_put(struct store *s, struct stable *st, struct chunk *k, uint64_t off,
-		     uint64_t pred, int newer)
+/* Place row version x (at off in PMem, referred to by the field at) in the
+ * chunk as a device record.  0 = placed, 1 = no room (k->full). */
+static int chunk_put(struct store *s, struct stable *st, struct chunk *k, uint64_t off, uint64_t at)
 {
 	struct emb_version *x = S_PTR(s, off);
-	uint64_t at = place(k->pos, k->rsz);
-	if (k->n == k->max || (!ver_tomb(x) && at + k->rsz > k->cap)) {
+	uint64_t pos = place(k->pos, k->rsz);
+	if (k->n == k->max || pos + k->rsz > k->cap) {
 		k->full = 1;
 		return 1;
 	}
-	k->v[k->n] = (struct rl){ x->row, off, 0, pred, EMB_NONE, k->rsz, newer };
-	if (!ver_tomb(x)) {
-		put_rec(s->sp->wbuf + at, st->id, x->row, x->batch, x + 1, k->rs);
-		k->v[k->n].loc = at;
-		k->pos = at + k->rsz;
-	}
+	k->v[k->n] = (struct rl){ ver_row(x), off, 0, at, pos, k->rsz };
+	put_rec(s->sp->wbuf + pos, st->id, ver_row(x), ver_batch(x), ver_data(x), k->rs);
+	k->pos = pos + k->rsz;
 	k->n++;
 	return 0;
 }
 
-/* Land a gathered chunk: one device write, a stub per version (linked to
- * the stub of a newer version moved with it), one journaled relink.
- * commit_lock held. */
+/* Land a gathered chunk: one device write, a stub per version, one
+ * journaled relink.  commit_lock held. */
 static int chunk_land(struct store *s, struct stable *st, struct chunk *k)
 {
 	struct spill *sp = s->sp;
 	struct rl *v = k->v;
 	size_t nv = k->n;
 	uint64_t base = 0;
-	uint32_t stub_cls;
+	uint32_t small;
 	int ret = k->pos ? seg_write(s, k->pos, &base) : 0;
 	if (!ret)
-		ret = slab_class_stub(s, &stub_cls);
+		ret = slab_class_small(s, &small);
 	for (size_t i = 0; !ret && i < nv; i++) {
-		ret = slab_alloc(s, stub_cls, &v[i].new_);
+		ret = slab_alloc(s, small, &v[i].new_);
 		if (ret) {
 			while (i-- > 0)
 				slab_unreserve(s, v[i].new_);
@@ -102,22 +96,12 @@ static int chunk_land(struct store *s, struct stable *st, struct chunk *k)
 		return ret; /* what was written is unreferenced: compaction takes it */
 	for (size_t i = 0; i < nv; i++) {
 		struct emb_stub *ns = STUB(s, v[i].new_);
-		ns->v = *(struct emb_version *)S_PTR(s, v[i].old);
-		ns->loc = 0;
-		if (v[i].loc != EMB_NONE) {
-			ns->v.table |= EMB_VER_SPILL;
-			ns->loc = v[i].loc = base + v[i].loc;
-		}
-		ver_seal(&ns->v, k->rs);
+		const struct emb_version *ov = S_PTR(s, v[i].old);
+		ver_init(&ns->v, ver_row(ov), ver_batch(ov), EMB_VK_STUB);
+		ns->loc = v[i].loc = base + v[i].loc;
+		ver_seal(&ns->v, st->id, k->rs);
+		pm_flush(s, ns, sizeof(*ns));
 	}
-	for (size_t i = 0; i < nv; i++) {
-		if (v[i].newer >= 0) { /* prev is outside the checksum */
-			STUB(s, v[v[i].newer].new_)->v.prev = v[i].new_;
-			v[i].pred = EMB_NONE;
-		}
-	}
-	for (size_t i = 0; i < nv; i++)
-		pm_flush(s, STUB(s, v[i].new_), sizeof(struct emb_stub));
 	ret = relink_apply(s, st, v, nv);
 	if (ret) {
 		for (size_t i = 0; i < nv; i++)
@@ -125,8 +109,7 @@ static int chunk_land(struct store *s, struct stable *st, struct chunk *k)
 		return ret;
 	}
 	for (size_t i = 0; i < nv; i++)
-		if (v[i].loc != EMB_NONE)
-			seg_live_add(s, v[i].loc, k->rsz, 1);
+		seg_live_add(s, v[i].loc, k->rsz, 1);
 	atomic_fetch_add_explicit(&sp->spilled, nv, memory_order_relaxed);
 	return 0;
 }
@@ -136,7 +119,6 @@ static int chunk_land(struct store *s, struct stable *st, struct chunk *k)
 static void gather_row(struct store *s, struct stable *st, struct chunk *k, uint64_t row,
 		       uint64_t head, int all)
 {
-	int newer = -1;
 	struct chain c;
 	/* versions of a damaged chain move up to the damage */
 	int cr = chain_start(s, st, row, head, &c);
@@ -146,13 +128,25 @@ static void gather_row(struct store *s, struct stable *st, struct chunk *k, uint
 		 * it from a run (run.c evicts single versions) */
 		int take = !ver_stub(x) && !ver_tomb(x) &&
 			   (i > 0 || all ||
-			    ((x->prev || s->sp->stubs_only) && !heat_test_clear(s->sp, st->id, row)));
-		int link = newer;
-		newer = -1;
-		if (take && !chunk_put(s, st, k, c.off, c.pred, link))
-			newer = (int)k->n - 1;
+			    ((c.next || s->sp->stubs_only) && !heat_test_clear(s->sp, st->id, row)));
+		if (take)
+			chunk_put(s, st, k, c.off, chain_vat(&c));
 		cr = chain_step(&c);
 	}
+}
+
+struct spill_scan {
+	struct store *s;
+	struct stable *st;
+	struct chunk *k;
+	int all;
+};
+
+static int spill_one(void *arg, uint64_t row, uint64_t ref)
+{
+	struct spill_scan *x = arg;
+	gather_row(x->s, x->st, x->k, row, ref, x->all);
+	return x->k->full;
 }
 
 /* Spill cold versions of one table from index position *di on: one device
@@ -166,23 +160,9 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 		return ret;
 	if (!(k.v = malloc(k.max * sizeof(*k.v))))
 		return -ENOMEM;
+	struct spill_scan x = { s, st, &k, all };
 	pthread_rwlock_rdlock(&st->lock);
-	size_t ndir = st->segs ? (size_t)1 << st->gd : 0;
-	while (*di < ndir && !k.full) {
-		struct emb_seg *seg = st->segs[*di];
-		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS && !k.full; bi++) {
-			struct emb_bucket *b = &seg->bucket[bi];
-			if (index_bucket_check(s, b))
-				continue; /* damaged: its rows stay */
-			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
-			for (; m && !k.full; m &= m - 1) {
-				int si = __builtin_ctzll(m);
-				gather_row(s, st, &k, ld64(&b->slot[si].key), ld64(&b->slot[si].val), all);
-			}
-		}
-		if (!k.full)
-			*di += (size_t)1 << (st->gd - seg->local_depth);
-	}
+	index_scan(s, st, di, spill_one, &x);
 	pthread_rwlock_unlock(&st->lock);
 	if (k.n && !(ret = chunk_land(s, st, &k)))
 		*moved = k.n;
@@ -190,10 +170,11 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 	return ret;
 }
 
-/* Where version off sits in its row's chain: its predecessor link, or
- * EMB_NONE when it is not linked (or the chain is damaged before it).
- * Walking the chain validates it.  st->lock not needed (commit_lock). */
-static uint64_t linked_pred(struct store *s, struct stable *st, uint64_t row, uint64_t off)
+/* Where version off sits in its row's chain: the field that refers to it
+ * (0: the index), or EMB_NONE when it is not linked (or the chain is
+ * damaged before it).  Walking the chain validates it.  st->lock not needed
+ * (commit_lock). */
+static uint64_t linked_at(struct store *s, struct stable *st, uint64_t row, uint64_t off)
 {
 	uint64_t head;
 	struct chain c;
@@ -202,14 +183,13 @@ static uint64_t linked_pred(struct store *s, struct stable *st, uint64_t row, ui
 		cr = chain_start(s, st, row, head, &c);
 	for (; !cr && c.v; cr = chain_step(&c))
 		if (c.off == off)
-			return c.pred;
+			return chain_vat(&c);
 	return EMB_NONE;
 }
 
-/* Move the listed versions of st (offsets, all in PMem) out of their slots:
- * row versions to the device behind stubs, tombstones into stub-sized
- * slots.  Versions of a row already moved in this chunk wait for the next
- * one.  commit_lock held. */
+/* Move the listed row versions of st (offsets, all in PMem) out of their
+ * slots to the device, behind stubs.  Versions of a row already moved in
+ * this chunk wait for the next one.  commit_lock held. */
 static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_t n)
 {
 	struct chunk k = { 0 };
@@ -222,18 +202,19 @@ static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_
 		k.v = v;
 		for (size_t i = 0; i < left; i++) {
 			struct emb_version *x = S_PTR(s, offs[i]);
+			uint64_t row = ver_row(x);
 			int dup = 0;
 			for (size_t j = 0; j < k.n && !dup; j++)
-				dup = seen[j] == x->row;
+				dup = seen[j] == row;
 			if (dup || k.full) {
 				offs[keep++] = offs[i];
 				continue;
 			}
-			uint64_t pred = linked_pred(s, st, x->row, offs[i]);
-			if (pred == EMB_NONE)
+			uint64_t at = linked_at(s, st, row, offs[i]);
+			if (at == EMB_NONE || ver_stub(x) || ver_tomb(x))
 				continue; /* not ours to move */
-			seen[k.n] = x->row;
-			if (chunk_put(s, st, &k, offs[i], pred, -1))
+			seen[k.n] = row;
+			if (chunk_put(s, st, &k, offs[i], at))
 				offs[keep++] = offs[i];
 		}
 		left = keep;
@@ -246,6 +227,18 @@ static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_
 	return ret;
 }
 
+/* The table a row version of slot size ss at off belongs to: the one whose
+ * checksum it passes (versions do not name their table), or NULL.  Tables
+ * whose rows take ss-byte slots are in cand[0..n). */
+static struct stable *owner(struct store *s, uint64_t off, struct stable **cand, size_t n)
+{
+	const struct emb_version *v = S_PTR(s, off);
+	for (size_t i = 0; i < n; i++)
+		if (ver_csum(v, cand[i]->id, cand[i]->t->row_size) == v->csum)
+			return cand[i];
+	return NULL;
+}
+
 /* The heap is full while row slabs hold free slots: empty the row slab with
  * the fewest versions (they move to the device) and give it back, so that
  * stubs and the index can grow.  commit_lock held. */
@@ -254,29 +247,38 @@ static int shrink_rows(struct store *s)
 	struct u64vec used = { 0 };
 	struct sslab *sl = slab_pick_victim(s, &used);
 	int ret = sl ? 0 : -ENOSPC;
+	struct stable **cand = NULL;
+	size_t ncand = 0;
+	if (!ret && !(cand = malloc(64 * sizeof(*cand))))
+		ret = -ENOMEM;
+	for (uint32_t i = 0; !ret && i < EMB_NTABLES && ncand < 64; i++) {
+		struct stable *st = tab_get(s, i);
+		if (st && slab_row_slot(st->t->row_size) == sl->hdr->slot_size)
+			cand[ncand++] = st;
+	}
 	/* group by table: versions of one slab belong to tables of one row size */
 	while (!ret && used.n) {
-		uint32_t t = ver_table((struct emb_version *)S_PTR(s, used.v[0]));
+		struct stable *t = owner(s, used.v[0], cand, ncand);
 		size_t k = 0, m = 0;
 		for (size_t i = 0; i < used.n; i++) {
 			uint64_t o = used.v[i];
-			if (ver_table((struct emb_version *)S_PTR(s, o)) == t)
+			if (owner(s, o, cand, ncand) == t)
 				used.v[k++] = o;
 			else
 				used.v[used.n - 1 - m++] = o; /* others to the back, kept */
 		}
-		struct stable *st = tab_get(s, t);
-		if (!st) {
-			ret = -EIO;
+		if (!t) {
+			ret = -EIO; /* damaged versions: this slab stays */
 			break;
 		}
 		/* the others sit at the back in reverse; bring them forward after */
-		ret = move_listed(s, st, used.v, k);
+		ret = move_listed(s, t, used.v, k);
 		memmove(used.v, used.v + used.n - m, m * sizeof(used.v[0]));
 		used.n = m;
 	}
 	if (!ret)
 		ret = slab_give_back(s, sl);
+	free(cand);
 	free(used.v);
 	if (!ret)
 		s->sp->start_bytes = s->row_cap - s->row_cap / 16;
@@ -392,17 +394,14 @@ static int promote(struct store *s)
 		if (slab_class_for(s, st->t->row_size, &cls) || slab_alloc(s, cls, &off))
 			break;
 		struct emb_version *nv = S_PTR(s, off);
-		if (ver_bytes_locked(s, st, v, nv + 1)) {
+		if (ver_bytes_locked(s, st, v, ver_data(nv))) {
 			slab_unreserve(s, off);
 			continue;
 		}
-		nv->row = v->row;
-		nv->batch = v->batch;
-		nv->prev = v->prev;
-		nv->table = v->table & ~EMB_VER_SPILL;
-		ver_seal(nv, st->t->row_size);
+		ver_init(nv, ver_row(v), ver_batch(v), 0);
+		ver_seal(nv, st->id, st->t->row_size);
 		pm_flush(s, nv, sizeof(*nv) + st->t->row_size);
-		struct rl r = { q[i].row, head, off, 0, 0, 0, -1 };
+		struct rl r = { q[i].row, c.off, off, chain_vat(&c), 0, 0 };
 		if (relink_apply(s, st, &r, 1)) {
 			slab_unreserve(s, off);
 			continue;

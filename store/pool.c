@@ -450,11 +450,18 @@ int store_mkfs(const char *path, const struct store_mkfs_opts *o, char *err, siz
  * would not help.  Classes are runtime state: registered at every open. */
 static int alloc_classes_register(struct store *s)
 {
-	struct pobj_alloc_class_desc d = { .unit_size = sizeof(struct emb_seg) + 64, .units_per_block = 1,
-					   .header_type = POBJ_HEADER_NONE };
+	/* index segments, small and large, as many as fill a chunk (the +64:
+	 * each aligns itself to a cache line inside its allocation) */
+	struct pobj_alloc_class_desc d = { .unit_size = sizeof(struct emb_seg) + EMB_SEG_SMALL * 256 + 64,
+					   .units_per_block = 4, .header_type = POBJ_HEADER_NONE };
 	if (pmemobj_ctl_set(s->pop, "heap.alloc_class.new.desc", &d))
 		return -errno ? -errno : -EINVAL;
 	s->xa_seg = POBJ_CLASS_ID(d.class_id);
+	d = (struct pobj_alloc_class_desc){ .unit_size = sizeof(struct emb_seg) + EMB_SEG_LARGE * 256 + 64,
+					    .units_per_block = 3, .header_type = POBJ_HEADER_NONE };
+	if (pmemobj_ctl_set(s->pop, "heap.alloc_class.new.desc", &d))
+		return -errno ? -errno : -EINVAL;
+	s->xa_seg_large = POBJ_CLASS_ID(d.class_id);
 	uint64_t unit = 0;
 	for (uint32_t gd = 0; gd <= EMB_MAX_DEPTH; gd++) {
 		uint64_t bytes = sizeof(struct emb_dir) + (8ull << gd);
@@ -513,6 +520,10 @@ static int open_map(const char *path, int private, struct store **out, char *err
 	if (ret)
 		return ret;
 	struct store *s = calloc(1, sizeof(*s));
+	if (s && !(s->prom = calloc(EMB_NTABLES, sizeof(*s->prom)))) {
+		free(s);
+		s = NULL;
+	}
 	if (!s)
 		return store_err(err, n, -ENOMEM, "out of memory");
 	int one = 1, zero = 0;
@@ -525,6 +536,7 @@ static int open_map(const char *path, int private, struct store **out, char *err
 	errno = e;
 	if (!s->pop) {
 		ret = store_err(err, n, errno ? -errno : -EIO, "%s: libpmemobj: %s", path, pmemobj_errormsg());
+		free(s->prom);
 		free(s);
 		return ret;
 	}
@@ -633,6 +645,7 @@ int store_open_ext(const char *path, const struct store_open_opts *o, struct sto
 		catalog_unload(s);
 		slab_release_all(s);
 		pmemobj_close(s->pop);
+		free(s->prom);
 		free(s);
 		return ret;
 	}
@@ -689,6 +702,7 @@ void store_close(struct store *s)
 	pthread_mutex_destroy(&s->space_lock);
 	pthread_mutex_destroy(&s->meta_lock);
 	pthread_mutex_destroy(&s->perm_lock);
+	free(s->prom);
 	free(s);
 }
 
@@ -699,16 +713,29 @@ static uint64_t heap_used_fn(struct store *s)
 	return used;
 }
 
-int store_space_reserve(struct store *s, uint32_t row_size, int64_t rows)
+int store_space_reserve(struct store *s, uint32_t id, uint32_t row_size, int64_t rows)
 {
 	if (rows > 0 && pm_writable(s))
 		return -EROFS; /* the pool failed: no write can be promised */
 	for (int waits = 0;; waits++) {
-		int ret = slab_promise(s, row_size, rows);
+		/* a live snapshot may keep the versions the rows replace: a link
+		 * each then (snap_lock held across, so that a snapshot taken now
+		 * finds these promises counted and links the rest) */
+		pthread_rwlock_rdlock(&s->snap_lock);
+		int ret = slab_promise(s, id, row_size, rows, rows > 0 && s->n_live > 0);
+		pthread_rwlock_unlock(&s->snap_lock);
 		if (ret != -ENOSPC || rows <= 0 || !s->sp || waits == SPILL_MAX_WAITS ||
-		    spill_wait_room(s, (uint64_t)rows * (sizeof(struct emb_version) + row_size + 31)) != 0)
+		    spill_wait_room(s, (uint64_t)rows * slab_row_slot(row_size)) != 0)
 			return ret;
 	}
+}
+
+int store_space_links(struct store *s, uint32_t id)
+{
+	/* the caller keeps snapshots from being taken: n_live is stable */
+	if (!__atomic_load_n(&s->n_live, __ATOMIC_ACQUIRE))
+		return 0;
+	return slab_promise_links(s, id);
 }
 
 void store_stats_get(struct store *s, struct store_stats *st)
@@ -744,6 +771,7 @@ void store_stats_get(struct store *s, struct store_stats *st)
 	uint64_t held = ld64(&rv->n) * (EMB_CHUNK_ALLOC + 64);
 	heap_used = heap_used > held ? heap_used - held : 0;
 	st->used_bytes = heap_used > free_slots ? heap_used - free_slots : 0;
+	st->index_bytes = index_bytes(s);
 	st->free_bytes = (heap_used < cap ? cap - heap_used : 0) + free_slots;
 	st->commits = atomic_load(&s->n_commits);
 	st->barriers = atomic_load(&s->n_barriers);

@@ -35,19 +35,19 @@ static void reread(struct store *s, struct stable *st, struct sreq *q, uint64_t 
 			if (!v)
 				memset(q->dst, 0, rs);
 			else if (!ver_stub(v))
-				memcpy(q->dst, v + 1, rs);
+				memcpy(q->dst, ver_data(v), rs);
 			q->ret = v && ver_stub(v) ? -EIO : 0; /* same place, no match: damaged */
 			if (stored)
 				stored[q->idx] = v != NULL;
 			if (vbatch)
-				vbatch[q->idx] = v ? v->batch : 0;
+				vbatch[q->idx] = v ? ver_batch(v) : 0;
 			pthread_rwlock_unlock(&st->lock);
 			if (q->ret == -EIO)
 				atomic_fetch_add(&sp->csum_errors, 1);
 			return;
 		}
 		q->loc = ((struct emb_stub *)v)->loc;
-		q->batch = v->batch;
+		q->batch = ver_batch(v);
 		pin(sp, q->loc, 1);
 		pthread_rwlock_unlock(&st->lock);
 		device_read(sp, q, 1);
@@ -85,7 +85,7 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 		if (stored)
 			stored[i] = v != NULL;
 		if (vbatch)
-			vbatch[i] = v ? v->batch : 0;
+			vbatch[i] = v ? ver_batch(v) : 0;
 		if (!buf)
 			continue; /* a probe: which rows are stored, not their bytes */
 		if (!v) {
@@ -93,7 +93,7 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 			continue;
 		}
 		if (!ver_stub(v)) {
-			memcpy(dst, v + 1, rs);
+			memcpy(dst, ver_data(v), rs);
 			if (sp && b == EMB_NONE)
 				heat_ref(sp, st->id, rows[i]);
 			continue;
@@ -110,7 +110,7 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 			}
 		}
 		uint64_t loc = ((struct emb_stub *)v)->loc;
-		q[nq++] = (struct sreq){ .loc = loc, .row = rows[i], .batch = v->batch, .len = rs,
+		q[nq++] = (struct sreq){ .loc = loc, .row = rows[i], .batch = ver_batch(v), .len = rs,
 					 .table = st->id, .dst = dst, .idx = i };
 		pin(sp, loc, 1);
 	}

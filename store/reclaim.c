@@ -5,12 +5,15 @@
  *
  * A version v with the next newer version n in its row's chain is seen by
  * snapshot S exactly when v.batch <= S.batch < n.batch.  Reclaim walks every
- * row of the table, keeps the versions some holder sees, relinks each kept
- * version to the next kept older one and frees the rest.  The chain surgery
- * is journaled (EMB_J_RECLAIM): records name the versions about to be freed;
- * at recovery (reclaim_replay) a named version no longer reachable from its
- * row's chain is freed, so a crash leaks nothing and frees nothing still
- * linked.  commit_lock held throughout.
+ * row of the table, keeps the versions some holder sees, points each kept
+ * element's link at the next kept one and frees the rest: the versions no
+ * one sees, their links, and the link of the last kept version (the last
+ * element of a chain is referred to directly; a row left with one version
+ * costs no link).  The chain surgery is journaled (EMB_J_RECLAIM): records
+ * name the versions and links about to be freed; at recovery
+ * (reclaim_replay) a named one no longer reachable from its row's chain is
+ * freed, so a crash leaks nothing and frees nothing still linked.
+ * commit_lock held throughout.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -20,15 +23,15 @@
 
 struct change {
 	uint64_t row;
-	uint64_t head;     /* new newest version, 0 = remove the row */
+	uint64_t head;     /* new ref of the first element, 0 = remove the row */
 	uint64_t old_head;
+	int was, now;      /* its newest version is a row (not a tombstone) before, after */
 	uint32_t first_free, nfree;
-	uint32_t first_link, nlink;
 };
 
 struct link {
-	uint64_t ver;      /* version whose prev changes */
-	uint64_t prev;
+	uint64_t at;       /* a link's next field */
+	uint64_t ref;      /* its new value */
 };
 
 struct reclaim {
@@ -83,7 +86,7 @@ static int reclaim_apply(struct reclaim *rc)
 	}
 	uint64_t n = 0;
 	for (size_t i = 0; i < rc->nfrees; i++)
-		j->rec[n++] = (struct emb_jrec){ 0, rc->frees[i], 0, st->id, 0 };
+		j->rec[n++] = (struct emb_jrec){ 0, rc->frees[i], 0, 0 };
 	for (size_t c = 0; c < rc->nch; c++)
 		for (uint32_t k = 0; k < rc->ch[c].nfree; k++)
 			j->rec[rc->ch[c].first_free + k].row = rc->ch[c].row;
@@ -94,17 +97,12 @@ static int reclaim_apply(struct reclaim *rc)
 	}
 
 	pthread_rwlock_wrlock(&st->lock);
-	for (size_t i = 0; i < rc->nlinks; i++) {
-		struct emb_version *v = S_PTR(s, rc->links[i].ver);
-		st64(&v->prev, rc->links[i].prev);
-		pm_flush(s, &v->prev, 8);
-	}
+	for (size_t i = 0; i < rc->nlinks; i++)
+		field_set(s, rc->links[i].at, rc->links[i].ref);
 	int64_t drows = 0;
 	for (size_t c = 0; c < rc->nch; c++) {
 		struct change *x = &rc->ch[c];
-		int was = !ver_tomb(S_PTR(s, x->old_head));
-		int now = x->head && !ver_tomb(S_PTR(s, x->head));
-		drows += now - was;
+		drows += x->now - x->was;
 		if (!x->head)
 			index_unpublish(s, &pos[c]);
 		else if (x->head != x->old_head)
@@ -121,110 +119,133 @@ static int reclaim_apply(struct reclaim *rc)
 	}
 
 	for (size_t i = 0; i < rc->nfrees; i++)
-		ver_free(s, rc->frees[i]);
+		ver_free(s, st, rc->frees[i]);
 	for (size_t c = 0; c < rc->nch; c++)
 		if (!rc->ch[c].head)
 			index_ovf_dec(s, st, &pos[c]);
 	free(pos);
 	ret = journal_clear(s);
+	slab_trim(s);
 	rc->nch = rc->nfrees = rc->nlinks = 0;
 	return ret;
 }
 
-/* Which versions of a chain (vs[0] newest .. vs[k-1]) a snapshot or the
- * live table still sees; rc->count: credit what one snapshot alone holds
- * to it. */
-static void reclaim_keep(struct reclaim *rc, const uint64_t *vs, size_t k, int *keep)
+/* One row's chain as reclaim sees it: element i's version, its batch, its
+ * link (0 for the last), and whether it is a tombstone. */
+struct elems {
+	uint64_t ver[EMB_MAX_SNAPS + 2], batch[EMB_MAX_SNAPS + 2], link[EMB_MAX_SNAPS + 2];
+	int tomb[EMB_MAX_SNAPS + 2];
+	int keep[EMB_MAX_SNAPS + 2];
+	size_t k;
+};
+
+/* Which elements a snapshot or the live table still sees; rc->count:
+ * credit what one snapshot alone holds to it. */
+static void reclaim_keep(struct reclaim *rc, uint64_t row, struct elems *e)
 {
 	struct store *s = rc->s;
 	size_t only;
 	/* older versions first: each is seen by the snapshots in [batch, newer batch) */
 	int older_kept = 0;
-	for (size_t i = k; i-- > 1;) {
-		struct emb_version *v = S_PTR(s, vs[i]), *nv = S_PTR(s, vs[i - 1]);
-		size_t h = snapset_holders(rc->refb, rc->nref, v->batch, nv->batch, &only);
-		keep[i] = h > 0;
-		older_kept |= keep[i];
+	for (size_t i = e->k; i-- > 1;) {
+		size_t h = snapset_holders(rc->refb, rc->nref, e->batch[i], e->batch[i - 1], &only);
+		e->keep[i] = h > 0;
+		older_kept |= e->keep[i];
 		if (h == 1 && rc->count) {
 			struct emb_snap *r = rec(s, rc->refi[only]);
 			st64(&r->excl_bytes, r->excl_bytes + rc->slot);
 		}
 	}
-	struct emb_version *v0 = S_PTR(s, vs[0]);
-	size_t h0 = snapset_holders(rc->refb, rc->nref, v0->batch, UINT64_MAX, &only);
+	size_t h0 = snapset_holders(rc->refb, rc->nref, e->batch[0], UINT64_MAX, &only);
 	if (rc->live)
 		/* a tombstone hides older versions, and what a run holds */
-		keep[0] = !ver_tomb(v0) || older_kept || runs_may_hold(s, rc->st->id, v0->row);
+		e->keep[0] = !e->tomb[0] || older_kept || runs_may_hold(s, rc->st->id, row);
 	else
-		keep[0] = h0 > 0;
+		e->keep[0] = h0 > 0;
 	if (!rc->live && h0 == 1 && rc->count) {
 		struct emb_snap *r = rec(s, rc->refi[only]);
 		st64(&r->excl_bytes, r->excl_bytes + rc->slot);
 	}
 }
 
-/* Queue one row's change: its new head, the versions to free, the kept
- * versions' new links.  -ENOMEM. */
-static int reclaim_queue(struct reclaim *rc, uint64_t row, uint64_t head, uint64_t newhead,
-			  const uint64_t *vs, const int *keep, size_t k, size_t nfree)
+static int push_free(struct reclaim *rc, uint64_t off)
 {
+	GROW(rc->frees, rc->nfrees, rc->capfrees);
+	rc->frees[rc->nfrees++] = off;
+	return 0;
+}
+
+/* Queue one row's change: its new first ref, what to free, the kept links'
+ * new next refs.  -ENOMEM. */
+static int reclaim_queue(struct reclaim *rc, uint64_t row, uint64_t head, const struct elems *e)
+{
+	size_t kept[EMB_MAX_SNAPS + 2], m = 0;
+	for (size_t i = 0; i < e->k; i++)
+		if (e->keep[i])
+			kept[m++] = i;
 	GROW(rc->ch, rc->nch, rc->capch);
 	struct change *c = &rc->ch[rc->nch++];
 	c->row = row;
-	c->head = newhead;
 	c->old_head = head;
+	c->was = !e->tomb[0];
+	c->now = m > 0 && !e->tomb[kept[0]];
 	c->first_free = (uint32_t)rc->nfrees;
-	c->nfree = (uint32_t)nfree;
-	for (size_t i = 0; i < k; i++) {
-		if (!keep[i]) {
-			GROW(rc->frees, rc->nfrees, rc->capfrees);
-			rc->frees[rc->nfrees++] = vs[i];
-			continue;
-		}
-		/* relink each kept version to the next kept older one */
-		uint64_t want = 0;
-		for (size_t m = i + 1; m < k && !want; m++)
-			if (keep[m])
-				want = vs[m];
-		if (((struct emb_version *)S_PTR(rc->s, vs[i]))->prev != want) {
+	/* the last kept element is referred to directly; every other kept one
+	 * by its link (it has one: something older follows it) */
+	c->head = !m ? 0 : m == 1 ? e->ver[kept[0]] : e->link[kept[0]] | EMB_REF_LINK;
+	for (size_t j = 0; j + 1 < m; j++) {
+		size_t a = kept[j], b = kept[j + 1];
+		uint64_t want = j + 2 == m ? e->ver[b] : e->link[b] | EMB_REF_LINK;
+		struct emb_link *l = S_PTR(rc->s, e->link[a]);
+		if (ld64(&l->next) != want) {
 			GROW(rc->links, rc->nlinks, rc->caplinks);
-			rc->links[rc->nlinks++] = (struct link){ vs[i], want };
+			rc->links[rc->nlinks++] = (struct link){ e->link[a] + offsetof(struct emb_link, next), want };
 		}
 	}
+	for (size_t i = 0; i < e->k; i++) {
+		int last_kept = m && i == kept[m - 1];
+		if (!e->keep[i] && push_free(rc, e->ver[i]))
+			return -ENOMEM;
+		if (e->link[i] && (!e->keep[i] || last_kept) && push_free(rc, e->link[i]))
+			return -ENOMEM;
+	}
+	c->nfree = (uint32_t)(rc->nfrees - c->first_free);
 	return 0;
 }
 
 /* Decide which versions of one row's chain stay; queue the changes. */
 static int reclaim_row(struct reclaim *rc, uint64_t row, uint64_t head)
 {
-	uint64_t vs[EMB_MAX_SNAPS + 2];
-	int keep[EMB_MAX_SNAPS + 2];
-	size_t k = 0;
+	struct elems e;
 	struct chain ch;
+	e.k = 0;
 	int ret = chain_start(rc->s, rc->st, row, head, &ch);
 	while (!ret && ch.v) {
-		vs[k++] = ch.off;
+		e.ver[e.k] = ch.off;
+		e.link[e.k] = ch.link;
+		e.batch[e.k] = ver_batch(ch.v);
+		e.tomb[e.k++] = ver_tomb(ch.v);
 		ret = chain_step(&ch);
 	}
-	if (ret || !k) { /* damaged: the whole chain stays as it is */
+	if (ret || !e.k) { /* damaged: the whole chain stays as it is */
 		rc->remaining++;
 		return 0;
 	}
-	reclaim_keep(rc, vs, k, keep);
-	size_t nfree = 0;
-	uint64_t newhead = 0;
-	for (size_t i = 0; i < k; i++) {
-		nfree += !keep[i];
-		if (keep[i] && !newhead)
-			newhead = vs[i];
+	reclaim_keep(rc, row, &e);
+	size_t nfree = 0, nkept = 0;
+	for (size_t i = 0; i < e.k; i++) {
+		nfree += !e.keep[i];
+		nkept += e.keep[i];
 	}
-	if (newhead)
+	if (nkept)
 		rc->remaining++;
+	/* nothing dropped: the chain stays, unless its last kept element
+	 * (not the chain's last) still has a link -- never, all are kept */
 	if (!nfree)
 		return 0;
-	if (rc->nfrees + nfree > EMB_JOURNAL_CAP && (ret = reclaim_apply(rc)))
+	if (rc->nfrees + 2 * e.k > EMB_JOURNAL_CAP && (ret = reclaim_apply(rc)))
 		return ret;
-	return reclaim_queue(rc, row, head, newhead, vs, keep, k, nfree);
+	return reclaim_queue(rc, row, head, &e);
 }
 
 /* Every (row, newest version) of an index. */
@@ -253,13 +274,10 @@ int reclaim_table(struct store *s, struct stable *st, int count)
 		}
 	pthread_rwlock_unlock(&s->snap_lock);
 
-	uint32_t cls;
-	int ret = slab_class_for(s, st->t->row_size, &cls);
-	if (ret)
-		return ret;
 	struct reclaim rc = { .s = s, .st = st, .refb = refb, .refi = refi, .nref = nref,
-			      .live = !(st->t->flags & EMB_T_ZOMBIE), .slot = s->cls[cls].slot_size,
+			      .live = !(st->t->flags & EMB_T_ZOMBIE), .slot = slab_row_slot(st->t->row_size),
 			      .count = count };
+	int ret;
 	struct kv all = { 0 };
 	ret = index_walk(s, st, kv_push, &all);
 	for (size_t i = 0; !ret && i < all.k.n; i++)
@@ -281,14 +299,15 @@ int reclaim_replay(struct store *s, struct emb_journal *j)
 		return -EIO;
 	for (uint64_t i = 0; i < j->count; i++)
 		if (!chain_has(s, st, j->rec[i].row, j->rec[i].old_off))
-			ver_free(s, j->rec[i].old_off);
+			ver_free(s, st, j->rec[i].old_off);
 	/* recount the live rows: the head updates may have been partial */
 	uint64_t n = 0;
 	struct kv all = { 0 };
 	int ret = index_walk(s, st, kv_push, &all);
 	for (size_t i = 0; !ret && i < all.k.n; i++) {
-		struct emb_version *v = ver_get(s, all.v.v[i], st->id, all.k.v[i], st->t->row_size);
-		n += !v || !ver_tomb(v); /* a damaged head counts as a row */
+		struct chain c;
+		int bad = chain_start(s, st, all.k.v[i], all.v.v[i], &c);
+		n += bad || !ver_tomb(c.v); /* a damaged head counts as a row */
 	}
 	free(all.k.v);
 	free(all.v.v);

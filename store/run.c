@@ -924,7 +924,7 @@ struct ev {
 struct evset {
 	struct ev *e;
 	size_t n, max;
-	uint64_t *off, *bat;
+	uint64_t *off, *lnk, *bat;
 	const char **data;
 	char *arena;
 	size_t nv, vmax;
@@ -943,7 +943,7 @@ static int ev_cmp(const void *a, const void *b)
 static int ev_take(struct store *s, struct stable *st, struct evset *es, uint64_t row, uint64_t off)
 {
 	uint32_t rs = st->t->row_size;
-	uint64_t offs[EVICT_MAX_CHAIN];
+	uint64_t offs[EVICT_MAX_CHAIN], links[EVICT_MAX_CHAIN];
 	struct emb_version *vs[EVICT_MAX_CHAIN];
 	uint32_t nv = 0;
 	struct chain c;
@@ -953,6 +953,7 @@ static int ev_take(struct store *s, struct stable *st, struct evset *es, uint64_
 		if (nv == EVICT_MAX_CHAIN || ver_stub(c.v))
 			return 0;
 		offs[nv] = c.off;
+		links[nv] = c.link;
 		vs[nv++] = c.v;
 		if (chain_step(&c))
 			return 0; /* damaged: it stays */
@@ -965,48 +966,49 @@ static int ev_take(struct store *s, struct stable *st, struct evset *es, uint64_
 	for (uint32_t k = 0; k < nv; k++) {
 		size_t i = es->nv++;
 		es->off[i] = offs[k];
-		es->bat[i] = vs[k]->batch | (ver_tomb(vs[k]) ? EMB_RREC_TOMB : 0);
+		es->lnk[i] = links[k];
+		es->bat[i] = ver_batch(vs[k]) | (ver_tomb(vs[k]) ? EMB_RREC_TOMB : 0);
 		es->data[i] = NULL;
 		if (!ver_tomb(vs[k])) {
 			char *d = es->arena + i * (size_t)rs;
-			memcpy(d, vs[k] + 1, rs);
+			memcpy(d, ver_data(vs[k]), rs);
 			es->data[i] = d;
 		}
 	}
 	return 1;
 }
 
+struct gather {
+	struct store *s;
+	struct stable *st;
+	struct evset *es;
+	int all;
+};
+
+/* index_scan's callback: take one row's chain if it is cold; 1 when es is
+ * full (the segment is gathered again next time). */
+static int gather_one(void *arg, uint64_t row, uint64_t ref)
+{
+	struct gather *g = arg;
+	struct store *s = g->s;
+	struct stable *st = g->st;
+	struct chain c;
+	if (chain_start(s, st, row, ref, &c) || ver_stub(c.v))
+		return 0;
+	if (ver_tomb(c.v) && !c.next && !runs_may_hold(s, st->id, row))
+		return 0; /* reclaim drops it */
+	if (!g->all && heat_test_clear(s->sp, st->id, row))
+		return 0;
+	return ev_take(s, st, g->es, row, ref) < 0;
+}
+
 /* Gather cold rows of st (their whole chains) from index position *di on,
  * until es is full.  commit_lock held. */
 static int evict_gather(struct store *s, struct stable *st, size_t *di, int all, struct evset *es)
 {
-	uint32_t rs = st->t->row_size;
+	struct gather g = { s, st, es, all };
 	pthread_rwlock_rdlock(&st->lock);
-	size_t ndir = st->segs ? (size_t)1 << st->gd : 0;
-	int full = 0;
-	while (*di < ndir && !full) {
-		struct emb_seg *seg = st->segs[*di];
-		for (unsigned bi = 0; bi < EMB_SEG_BUCKETS && !full; bi++) {
-			struct emb_bucket *b = &seg->bucket[bi];
-			if (index_bucket_check(s, b))
-				continue;
-			uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK;
-			for (; m && !full; m &= m - 1) {
-				int si = __builtin_ctzll(m);
-				uint64_t row = ld64(&b->slot[si].key), off = ld64(&b->slot[si].val);
-				struct emb_version *v = ver_get(s, off, st->id, row, rs);
-				if (!v || ver_stub(v))
-					continue;
-				if (ver_tomb(v) && !v->prev && !runs_may_hold(s, st->id, row))
-					continue; /* reclaim drops it */
-				if (!all && heat_test_clear(s->sp, st->id, row))
-					continue;
-				full = ev_take(s, st, es, row, off) < 0;
-			}
-		}
-		if (!full) /* a full gather starts this segment again next time */
-			*di += (size_t)1 << (st->gd - seg->local_depth);
-	}
+	index_scan(s, st, di, gather_one, &g);
 	pthread_rwlock_unlock(&st->lock);
 	return 0;
 }
@@ -1032,7 +1034,7 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 {
 	struct spill *sp = s->sp;
 	uint32_t rs = st->t->row_size;
-	size_t max = (size_t)(budget / (rs + sizeof(struct emb_version)));
+	size_t max = (size_t)(budget / slab_row_slot(rs));
 	if (max < EVICT_MIN_ROWS)
 		max = EVICT_MIN_ROWS;
 	if (max * rs > EVICT_MAX_BYTES)
@@ -1040,6 +1042,7 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 	struct evset es = { .max = max, .vmax = max };
 	es.e = malloc(max * sizeof(*es.e));
 	es.off = malloc(max * sizeof(*es.off));
+	es.lnk = malloc(max * sizeof(*es.lnk));
 	es.bat = malloc(max * sizeof(*es.bat));
 	es.data = malloc(max * sizeof(*es.data));
 	es.arena = malloc(max * (size_t)rs);
@@ -1048,7 +1051,7 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 	struct build w;
 	int built = 0;
 	size_t n = 0;
-	int ret = es.e && es.off && es.bat && es.data && es.arena ? 0 : -ENOMEM;
+	int ret = es.e && es.off && es.lnk && es.bat && es.data && es.arena ? 0 : -ENOMEM;
 	uint64_t id = 0;
 	if (!ret) {
 		/* the rows are marked in flight before commit_lock goes: a delete
@@ -1085,8 +1088,8 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 	for (size_t i = 0; i < es.nv; i++)
 		plain[i] = es.bat[i] & ~EMB_RREC_TOMB;
 	for (size_t i = 0; i < n; i++)
-		er[i] = (struct evict_row){ es.e[i].row, es.e[i].nv, &es.off[es.e[i].v0], &plain[es.e[i].v0],
-					    &es.data[es.e[i].v0] };
+		er[i] = (struct evict_row){ es.e[i].row, es.e[i].nv, &es.off[es.e[i].v0], &es.lnk[es.e[i].v0],
+					    &plain[es.e[i].v0], &es.data[es.e[i].v0] };
 	pthread_mutex_lock(&s->commit_lock);
 	if (!tab_get(s, st->id) || st->t->gen != w.gen) {
 		ret = -ENOENT; /* the table went meanwhile */
@@ -1113,6 +1116,7 @@ out:
 	free(er);
 	free(es.e);
 	free(es.off);
+	free(es.lnk);
 	free(es.bat);
 	free(es.data);
 	free(es.arena);

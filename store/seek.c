@@ -17,16 +17,19 @@ struct collect {
 	struct u64vec keys;
 };
 
-/* A row the view sees: its visible version exists and is not a tombstone. */
+/* A row the view sees: its visible version exists and is not a tombstone.
+ * The chain is walked from the entry's ref (validating the key the walk
+ * read from it), not looked up again by that key. */
 static int collect_row(void *arg, uint64_t key, uint64_t val)
 {
 	struct collect *c = arg;
-	struct emb_version *v;
-	(void)val;
-	int ret = chain_visible(c->s, c->st, key, c->batch, &v);
+	struct chain ch;
+	int ret = chain_start(c->s, c->st, key, val, &ch);
+	while (!ret && ch.v && c->batch != EMB_NONE && ver_batch(ch.v) > c->batch)
+		ret = chain_step(&ch);
 	if (ret)
 		return ret;
-	return v ? u64vec_push(&c->keys, key) : 0;
+	return ch.v && !ver_tomb(ch.v) ? u64vec_push(&c->keys, key) : 0;
 }
 
 static int range_cmp(const void *a, const void *b)
@@ -170,8 +173,11 @@ int store_row_hole(struct store *s, const struct store_view *v, uint64_t from, u
 static int since_row(void *arg, uint64_t key, uint64_t val)
 {
 	struct collect *c = arg;
-	const struct emb_version *v = S_PTR(c->s, val);
-	return v->batch > c->batch ? u64vec_push(&c->keys, key) : 0;
+	struct chain ch;
+	int ret = chain_start(c->s, c->st, key, val, &ch);
+	if (ret)
+		return ret;
+	return ver_batch(ch.v) > c->batch ? u64vec_push(&c->keys, key) : 0;
 }
 
 int store_rows_since(struct store *s, uint32_t id, uint64_t batch, uint64_t **rows, size_t *n)

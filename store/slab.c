@@ -1,6 +1,7 @@
 /*
- * Row-version slots.  Each size class (slot = 32-byte version header + row,
- * rounded to 32 bytes) owns a list of ~1 MiB slabs allocated from libpmemobj.
+ * Row-version slots.  Each size class (slot = 16-byte version header + row,
+ * rounded to 8 bytes, at least 40; links, stubs and tombstones: 32 bytes)
+ * owns a list of ~1 MiB slabs allocated from libpmemobj.
  * A slab's persistent bitmap says which slots hold a journaled or published
  * version; the DRAM copy additionally holds slots handed out to a commit in
  * progress.  Slabs of a class are read in at the first allocation in that
@@ -10,7 +11,14 @@
  * them (store_space_reserve).  A promise is an exact count of free slots of
  * the row's class, taken from loaded slabs, growing the class by a slab if
  * needed; every class keeps COW_HEADROOM unpromised slots for copy-on-write
- * of updates.  Index growth is held back too: the pool keeps whole free
+ * of updates.  While a snapshot is live, a promise also counts a slot of
+ * the small class: a write-back that keeps the version it replaces for a
+ * snapshot links the two.  Promises are counted per table (rows, and of
+ * them those with a link), so a release gives back links exactly as far
+ * as that table was promised them.  Rows promised while no snapshot was
+ * live get their links when they are stamped with a batch, if a snapshot
+ * was taken meanwhile (store_space_links: rows stamped before a snapshot
+ * never replace a version it keeps).  Index growth is held back too: the pool keeps whole free
  * chunks in reserve (emb_resv) in proportion to the rows promised, and an
  * index split that finds the heap full gives one back and retries.  So
  * write-back of promised rows does not run out of space.
@@ -41,9 +49,10 @@
 #define SLAB_TARGET (4 * CHUNK)
 #define ALLOC_HDR 64u
 
-static uint32_t slot_size_for(uint32_t row_size)
+uint32_t slab_row_slot(uint32_t row_size)
 {
-	return (uint32_t)((sizeof(struct emb_version) + row_size + 31) & ~31u);
+	uint32_t ss = ver_slot_size(row_size);
+	return ss <= EMB_SMALL_SLOT ? EMB_SMALL_SLOT + 8 : ss;
 }
 
 static size_t bm_words(uint32_t nslots)
@@ -111,7 +120,7 @@ static int class_of_slot_locked(struct store *s, uint32_t ss, uint32_t *cls)
 /* Find or create the class whose slots fit row_size.  space_lock held. */
 static int class_for_locked(struct store *s, uint32_t row_size, uint32_t *cls)
 {
-	return class_of_slot_locked(s, slot_size_for(row_size), cls);
+	return class_of_slot_locked(s, slab_row_slot(row_size), cls);
 }
 
 /* Row-version slab bytes (every class but the stubs').  space_lock held. */
@@ -120,7 +129,7 @@ static uint64_t row_slab_bytes(struct store *s)
 	uint64_t b = 0;
 	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
 		struct emb_class *pc = &s->sb->classes[i];
-		if (pc->slot_size && pc->slot_size != EMB_STUB_SLOT)
+		if (pc->slot_size && pc->slot_size != EMB_SMALL_SLOT)
 			b += pc->nslabs * ((uint64_t)pc->slab_size + ALLOC_HDR);
 	}
 	return b;
@@ -209,12 +218,14 @@ static int class_load(struct store *s, uint32_t cls)
 	return 0;
 }
 
-/* Rows promised in every class.  space_lock held. */
+/* Rows promised in every row class (the small class's promises go with
+ * them).  space_lock held. */
 static uint64_t promised_rows(const struct store *s)
 {
 	uint64_t rows = 0;
 	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++)
-		rows += s->cls[i].promised;
+		if (s->cls[i].slot_size != EMB_SMALL_SLOT)
+			rows += s->cls[i].promised;
 	return rows;
 }
 
@@ -239,7 +250,7 @@ static int slab_grow_once(struct store *s, uint32_t cls)
 	uint32_t ss = pc->slot_size, alloc, n;
 	slab_geometry(ss, &alloc, &n);
 	/* with a spill device, row versions keep to their share of the pool */
-	if (s->row_cap && ss != EMB_STUB_SLOT && row_slab_bytes(s) + alloc + ALLOC_HDR > s->row_cap) {
+	if (s->row_cap && ss != EMB_SMALL_SLOT && row_slab_bytes(s) + alloc + ALLOC_HDR > s->row_cap) {
 		s->row_cap_hits++;
 		return -ENOSPC;
 	}
@@ -358,10 +369,10 @@ static void give_back(struct store *s, struct sslab *sl, uint64_t slot)
 	}
 }
 
-int slab_class_stub(struct store *s, uint32_t *cls)
+int slab_class_small(struct store *s, uint32_t *cls)
 {
 	pthread_mutex_lock(&s->space_lock);
-	int ret = class_of_slot_locked(s, EMB_STUB_SLOT, cls);
+	int ret = class_of_slot_locked(s, EMB_SMALL_SLOT, cls);
 	pthread_mutex_unlock(&s->space_lock);
 	return ret;
 }
@@ -373,7 +384,7 @@ void slab_row_usage(struct store *s, uint64_t *used, uint64_t *slab_bytes, uint6
 	pthread_mutex_lock(&s->space_lock);
 	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
 		struct sclass *c = &s->cls[i];
-		if (!c->loaded || c->slot_size == EMB_STUB_SLOT)
+		if (!c->loaded || c->slot_size == EMB_SMALL_SLOT)
 			continue;
 		uint64_t total = 0;
 		for (size_t k = 0; k < c->n; k++)
@@ -448,14 +459,19 @@ int slab_free(struct store *s, uint64_t off)
 			pm_flush(s, w, 8);
 		}
 		give_back(s, sl, slot);
+		if (sl->nfree == sl->hdr->nslots)
+			s->cls[sl->cls].trim = 1; /* slab_trim looks at it */
 	}
 	pthread_mutex_unlock(&s->space_lock);
 	return sl != NULL;
 }
 
-/* Slots a class keeps unpromised: one commit's worth of copy-on-write. */
+/* Slots a class keeps unpromised: one commit's worth of copy-on-write (the
+ * small class: a tombstone and a link per row). */
 static uint64_t cow_headroom(uint32_t slot_size)
 {
+	if (slot_size == EMB_SMALL_SLOT)
+		return 2 * EMB_JOURNAL_CAP;
 	uint64_t n = (4ull << 20) / slot_size;
 	return n > EMB_JOURNAL_CAP ? EMB_JOURNAL_CAP : n < 16 ? 16 : n;
 }
@@ -478,32 +494,83 @@ int slab_ensure(struct store *s, uint32_t cls, uint64_t need, int promised)
 	return ret;
 }
 
-int slab_promise(struct store *s, uint32_t row_size, int64_t n)
+/* Grow class cls until it has room for `more` promised slots beyond its
+ * promises and headroom.  space_lock held. */
+static int promise_room(struct store *s, uint32_t cls, uint64_t more)
 {
-	uint32_t cls;
+	struct sclass *c = &s->cls[cls];
+	int ret = 0;
+	while (!ret && c->nfree < c->promised + more + cow_headroom(c->slot_size))
+		ret = slab_grow(s, cls);
+	return ret;
+}
+
+int slab_promise(struct store *s, uint32_t id, uint32_t row_size, int64_t n, int links)
+{
+	uint32_t cls, scls;
+	if (id >= EMB_NTABLES)
+		return -EINVAL;
 	pthread_mutex_lock(&s->space_lock);
+	struct tprom *tp = &s->prom[id];
 	int ret = class_for_locked(s, row_size, &cls);
 	if (!ret)
+		ret = class_of_slot_locked(s, EMB_SMALL_SLOT, &scls);
+	if (!ret)
 		ret = class_load(s, cls);
+	if (!ret)
+		ret = class_load(s, scls);
 	if (ret)
 		goto out;
-	struct sclass *c = &s->cls[cls];
+	struct sclass *c = &s->cls[cls], *sc = &s->cls[scls];
 	uint64_t rows = promised_rows(s);
 	if (n < 0) {
-		uint64_t k = (uint64_t)-n > c->promised ? c->promised : (uint64_t)-n;
-		c->promised -= k;
-		resv_trim(s, rows - k);
+		uint64_t k = (uint64_t)-n > tp->rows ? tp->rows : (uint64_t)-n;
+		uint64_t kl = k > tp->links ? tp->links : k;
+		tp->rows -= k;
+		tp->links -= kl;
+		c->promised -= k > c->promised ? c->promised : k;
+		sc->promised -= kl > sc->promised ? sc->promised : kl;
+		resv_trim(s, rows > k ? rows - k : 0);
 		goto out;
 	}
-	while (c->nfree < c->promised + (uint64_t)n + cow_headroom(c->slot_size)) {
-		ret = slab_grow(s, cls);
-		if (ret)
-			goto out;
-	}
-	ret = resv_hold(s, rows + (uint64_t)n);
+	ret = promise_room(s, cls, (uint64_t)n);
+	if (!ret && links)
+		ret = promise_room(s, scls, (uint64_t)n);
 	if (!ret)
+		ret = resv_hold(s, rows + (uint64_t)n);
+	if (!ret) {
 		c->promised += (uint64_t)n;
+		tp->rows += (uint64_t)n;
+		if (links) {
+			sc->promised += (uint64_t)n;
+			tp->links += (uint64_t)n;
+		}
+	}
 out:
+	pthread_mutex_unlock(&s->space_lock);
+	return ret;
+}
+
+int slab_promise_links(struct store *s, uint32_t id)
+{
+	uint32_t scls;
+	if (id >= EMB_NTABLES)
+		return -EINVAL;
+	pthread_mutex_lock(&s->space_lock);
+	struct tprom *tp = &s->prom[id];
+	uint64_t need = tp->rows - tp->links;
+	int ret = 0;
+	if (need) {
+		ret = class_of_slot_locked(s, EMB_SMALL_SLOT, &scls);
+		if (!ret)
+			ret = class_load(s, scls);
+		if (!ret)
+			ret = promise_room(s, scls, need);
+		if (!ret) {
+			s->cls[scls].promised += need;
+			tp->links = tp->rows;
+		}
+	}
 	pthread_mutex_unlock(&s->space_lock);
 	return ret;
 }
@@ -517,7 +584,7 @@ struct sslab *slab_pick_victim(struct store *s, struct u64vec *used)
 	pthread_mutex_lock(&s->space_lock);
 	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
 		struct sclass *c = &s->cls[i];
-		if (!c->loaded || c->slot_size == EMB_STUB_SLOT || c->n < 2)
+		if (!c->loaded || c->slot_size == EMB_SMALL_SLOT || c->n < 2)
 			continue;
 		for (size_t k = 0; k < c->n; k++) {
 			struct sslab *sl = c->slabs[k];
@@ -537,26 +604,22 @@ struct sslab *slab_pick_victim(struct store *s, struct u64vec *used)
 	return best;
 }
 
-/* Give an empty slab back to libpmemobj and keep row versions to what is
- * left (row_cap shrinks to the row slabs' bytes).  commit_lock held. */
-int slab_give_back(struct store *s, struct sslab *sl)
+/* Give empty slab sl back to libpmemobj.  shrink_cap: keep row versions to
+ * what is left (row_cap shrinks to the row slabs' bytes: the mover's
+ * shrink_rows).  space_lock held. */
+static int give_back_locked(struct store *s, struct sslab *sl, int shrink_cap)
 {
 	volatile int ret = 0;
-	pthread_mutex_lock(&s->space_lock);
 	struct sclass *c = &s->cls[sl->cls];
 	struct emb_class *pc = &s->sb->classes[sl->cls];
-	if (sl->nfree != sl->hdr->nslots) {
-		pthread_mutex_unlock(&s->space_lock);
+	if (sl->nfree != sl->hdr->nslots)
 		return -EBUSY;
-	}
 	uint64_t off = S_OFF(s, sl->hdr);
 	uint64_t *link = &pc->head;
 	while (*link && *link != off)
 		link = &((struct emb_slab *)S_PTR(s, *link))->next;
-	if (!*link) {
-		pthread_mutex_unlock(&s->space_lock);
+	if (!*link)
 		return -EIO;
-	}
 	uint64_t *volatile lp = link;
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
@@ -571,27 +634,60 @@ int slab_give_back(struct store *s, struct sslab *sl)
 	} TX_END
 	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
-	if (!ret) {
-		c->nfree -= sl->nfree;
-		size_t k = 0;
-		while (k < c->n && c->slabs[k] != sl)
-			k++;
-		memmove(&c->slabs[k], &c->slabs[k + 1], (c->n - k - 1) * sizeof(c->slabs[0]));
-		c->n--;
-		c->cursor = 0;
-		k = 0;
-		while (k < s->nby_addr && s->by_addr[k] != sl)
-			k++;
-		memmove(&s->by_addr[k], &s->by_addr[k + 1], (s->nby_addr - k - 1) * sizeof(s->by_addr[0]));
-		s->nby_addr--;
-		uint64_t rows = row_slab_bytes(s);
-		if (s->row_cap > rows)
-			s->row_cap = rows;
-		free(sl->bm);
-		free(sl);
-	}
+	if (ret)
+		return ret;
+	c->nfree -= sl->nfree;
+	size_t k = 0;
+	while (k < c->n && c->slabs[k] != sl)
+		k++;
+	memmove(&c->slabs[k], &c->slabs[k + 1], (c->n - k - 1) * sizeof(c->slabs[0]));
+	c->n--;
+	c->cursor = 0;
+	k = 0;
+	while (k < s->nby_addr && s->by_addr[k] != sl)
+		k++;
+	memmove(&s->by_addr[k], &s->by_addr[k + 1], (s->nby_addr - k - 1) * sizeof(s->by_addr[0]));
+	s->nby_addr--;
+	uint64_t rows = row_slab_bytes(s);
+	if (shrink_cap && s->row_cap > rows)
+		s->row_cap = rows;
+	free(sl->bm);
+	free(sl);
+	return 0;
+}
+
+int slab_give_back(struct store *s, struct sslab *sl)
+{
+	pthread_mutex_lock(&s->space_lock);
+	int ret = give_back_locked(s, sl, 1);
 	pthread_mutex_unlock(&s->space_lock);
 	return ret;
+}
+
+/* A class keeps the free slots its promises and its copy-on-write headroom
+ * need and one slab more; empty slabs beyond that go back to the heap, so
+ * that what a deleted table held serves any class, the index and its
+ * reserve again (a pool filled, emptied and filled again takes as much the
+ * second time).  Slabs that slab_free emptied are looked at here, after
+ * the change that freed their slots is over (freed slots are poisoned
+ * after slab_free: their slab must still be there).  commit_lock held. */
+void slab_trim(struct store *s)
+{
+	pthread_mutex_lock(&s->space_lock);
+	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
+		struct sclass *c = &s->cls[i];
+		if (!c->trim)
+			continue;
+		c->trim = 0;
+		for (size_t k = c->n; k-- > 0;) {
+			struct sslab *sl = c->slabs[k];
+			uint64_t keep = c->promised + cow_headroom(c->slot_size) + sl->hdr->nslots;
+			if (sl->nfree == sl->hdr->nslots && sl->hdr->raw_off && c->nfree >= keep + sl->hdr->nslots &&
+			    give_back_locked(s, sl, 0))
+				break; /* kept on failure */
+		}
+	}
+	pthread_mutex_unlock(&s->space_lock);
 }
 
 static int class_bad(char *err, size_t n, uint32_t i, uint32_t ss, uint64_t k, const char *why)
@@ -607,7 +703,8 @@ int slab_check(struct store *s, char *err, size_t n)
 		uint32_t ss = pc->slot_size, alloc, nslots;
 		if (!ss)
 			continue;
-		if (ss < EMB_STUB_SLOT || ss > slot_size_for(EMB_ROW_MAX) || (ss != EMB_STUB_SLOT && ss % 32))
+		if (ss < EMB_SMALL_SLOT || ss > slab_row_slot(EMB_ROW_MAX) || ss % 8 ||
+		    (ss != EMB_SMALL_SLOT && ss < slab_row_slot(1)))
 			return class_bad(err, n, i, ss, 0, "slot size");
 		for (uint32_t k = 0; k < i; k++)
 			if (s->sb->classes[k].slot_size == ss)

@@ -197,8 +197,8 @@ int store_batch_set(struct store *s, uint64_t b)
 	int ret = pm_writable(s);
 	if (ret)
 		;
-	else if (b < s->sb->batch || b == UINT64_MAX)
-		ret = -EINVAL;
+	else if (b < s->sb->batch || b > EMB_BATCH_MAX)
+		ret = -EINVAL; /* never back; a version keeps 44 bits of it (layout.h) */
 	else if (b != s->sb->batch) {
 		st64(&s->sb->batch, b);
 		ret = pm_persist(s, &s->sb->batch, 8);
@@ -314,6 +314,10 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 			idx = (int)i;
 	if (idx < 0) {
 		ret = -ENOSPC;
+		goto out;
+	}
+	if (ld64(&s->sb->batch) >= EMB_BATCH_MAX) {
+		ret = -EOVERFLOW; /* no batch id left to advance to */
 		goto out;
 	}
 	uint32_t n = 0;

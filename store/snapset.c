@@ -47,12 +47,12 @@ size_t snapset_holders(const uint64_t *b, size_t n, uint64_t lo, uint64_t hi, si
 	return k;
 }
 
-void snapset_charge(struct store *s, const struct emb_version *v, uint64_t b_new, uint32_t cls)
+void snapset_charge(struct store *s, uint64_t b_old, uint64_t b_new, uint64_t bytes)
 {
 	size_t only;
-	if (snapset_holders(s->live_batch, s->n_live, v->batch, b_new, &only) == 1) {
+	if (snapset_holders(s->live_batch, s->n_live, b_old, b_new, &only) == 1) {
 		struct emb_snap *r = rec(s, s->live_idx[only]);
-		st64(&r->excl_bytes, r->excl_bytes + s->cls[cls].slot_size);
+		st64(&r->excl_bytes, r->excl_bytes + bytes);
 	}
 }
 

@@ -149,16 +149,15 @@ static inline struct emb_stub *STUB(struct store *s, uint64_t off)
 }
 
 /* One version moved in its chain (version.c relink_apply): old replaced by
- * new_, linked from pred. */
+ * new_ in the field at (a link's ver or next) that refers to it. */
 struct rl {
-	uint64_t row, old, new_, pred; /* pred: 0 = the index, EMB_NONE = no link to change */
+	uint64_t row, old, new_, at;  /* at: 0 = the index, EMB_NONE = no field to change */
 	uint64_t loc;
 	uint32_t rsz;
-	int newer;                    /* victim whose stub links to this one, -1 = none */
 };
 
-/* version.c: replace r[i].old by r[i].new_ (written, flushed) in their
- * chains, journaled (EMB_J_RELINK).  commit_lock held. */
+/* version.c: replace version r[i].old by r[i].new_ (written, flushed) in
+ * their chains, journaled (EMB_J_RELINK).  commit_lock held. */
 int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t n);
 
 /* device.c: attach the device c names (check or format it) and set up the

@@ -86,6 +86,7 @@ struct sclass {
 	int loaded;            /* slabs of this class read in */
 	uint64_t nfree;        /* free slots over all its slabs */
 	uint64_t promised;     /* slots promised to rows not yet written */
+	int trim;              /* a slab of it became empty (slab_trim) */
 	struct sslab **slabs;
 	size_t n, cap, cursor;
 };
@@ -130,7 +131,7 @@ struct store {
 		struct emb_journal *jr;
 		/* libpmemobj allocation classes of index objects: runs of one
 		 * chunk, so a chunk the index-room reserve gives back serves them */
-		uint64_t xa_seg;         /* POBJ_CLASS_ID flag of index segments */
+		uint64_t xa_seg, xa_seg_large; /* POBJ_CLASS_ID flags of small and large index segments */
 		uint64_t xa_dir[EMB_MAX_DEPTH + 1]; /* ... of a directory of depth d (0: default class) */
 	};
 	struct { /* the locks (order: top of this file) */
@@ -159,12 +160,19 @@ struct store {
 		uint64_t row_cap;        /* with a spill tier: slab bytes row versions may take (device.c sets it) */
 		uint64_t row_cap_hits;   /* slab growths refused by row_cap */
 	};
+	struct { /* slab.c: promises per table (by catalog slot), protected by
+		  * space_lock: rows, and of them those promised a link too */
+		struct tprom {
+			uint64_t rows, links;
+		} *prom;
+	};
 	struct { /* resv.c: protected by space_lock */
 		uint64_t resv_keep;    /* the largest target asked for lately ... */
 		uint64_t resv_keep_ns; /* ... and when: kept for RESV_LINGER_NS */
 	};
 	struct { /* index.c: atomic; the reserve's size (resv.c) follows them */
 		_Atomic uint64_t idx_segs;      /* index segments of every table */
+		_Atomic uint64_t idx_large;     /* ... of them large ones (grown in place) */
 		_Atomic uint64_t idx_dir_bytes; /* bytes of their directories */
 	};
 	struct { /* snap.c (records) and snapset.c (the live set): protected by snap_lock */
@@ -348,8 +356,11 @@ uint64_t resv_squeeze(struct store *s, uint64_t rows);
 int resv_check(struct store *s, char *err, size_t n);
 
 /* ---- slab.c: row-version slots (takes space_lock) ----------------------- */
+/* The slot size of a row class: the version's (ver_slot_size), kept apart
+ * from the small class's. */
+uint32_t slab_row_slot(uint32_t row_size);
 int slab_class_for(struct store *s, uint32_t row_size, uint32_t *cls);
-int slab_class_stub(struct store *s, uint32_t *cls);
+int slab_class_small(struct store *s, uint32_t *cls);
 int slab_alloc(struct store *s, uint32_t cls, uint64_t *off);
 void slab_unreserve(struct store *s, uint64_t off);
 /* PMem bit on / off, flushed (commit_lock held); free returns 1 if off is a slot. */
@@ -364,8 +375,13 @@ size_t slab_commit_rows(struct store *s, uint32_t cls);
  * promised rows (else they must also leave the promises and headroom free).
  * 0 or -ENOSPC.  commit_lock held. */
 int slab_ensure(struct store *s, uint32_t cls, uint64_t need, int promised);
-/* n > 0: promise n slots of row_size's class (see slab.c); n < 0: release. */
-int slab_promise(struct store *s, uint32_t row_size, int64_t n);
+/* n > 0: promise n slots of row_size's class for table id, and n of the
+ * small class when links (see slab.c); n < 0: release.  The table's
+ * promises are counted, so that a release gives back links exactly as far
+ * as the table was promised them. */
+int slab_promise(struct store *s, uint32_t id, uint32_t row_size, int64_t n, int links);
+/* A link for every promised row of table id that has none.  0 or -ENOSPC. */
+int slab_promise_links(struct store *s, uint32_t id);
 /* Slab classes, slab headers and the index reserve are sound (mount). */
 int slab_check(struct store *s, char *err, size_t n);
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
@@ -374,6 +390,9 @@ void slab_row_usage(struct store *s, uint64_t *used, uint64_t *slab_bytes, uint6
  * slot offsets into *used), and giving it back.  commit_lock held. */
 struct sslab *slab_pick_victim(struct store *s, struct u64vec *used);
 int slab_give_back(struct store *s, struct sslab *sl);
+/* Give empty slabs a class can do without back to the heap, after a
+ * change that freed slots (commit_lock held). */
+void slab_trim(struct store *s);
 /* Bytes of heap embfs objects can take (the pool less libpmemobj's own). */
 uint64_t pool_heap_capacity(const struct store *s);
 
@@ -383,7 +402,7 @@ uint64_t pool_heap_capacity(const struct store *s);
 struct ipos {
 	struct emb_bucket *b;
 	int slot;
-	int home_ovf;          /* entry sits in the neighbour of its home bucket */
+	int home_ovf;          /* entry sits in the second bucket of its row */
 	struct emb_bucket *home;
 };
 /* The directory and segment headers of t's index are sound (mount): 0, or
@@ -391,7 +410,7 @@ struct ipos {
 int index_check(struct store *s, const struct emb_table *t, char *err, size_t n);
 int index_load(struct store *s, struct stable *st);
 void index_unload(struct stable *st);
-/* The value stored for key (0 = none) for a reader (st->lock shared, or
+/* The ref stored for key (0 = none) for a reader (st->lock shared, or
  * commit_lock): 0 or -EIO when what it probed is damaged. */
 int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val);
 /* The same for a writer about to change the entry (commit_lock held): also
@@ -406,22 +425,38 @@ void claims_reset(struct claims *c);
  * st->lock exclusive to split. */
 int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t key,
 		struct ipos *pos);
-/* Takes st->lock exclusive for the home bucket's overflow count. */
-void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key, uint64_t hash_key_for_tag,
-		uint64_t val);
+/* Write key's ref into its claimed (still invisible) slot; an entry in the
+ * second bucket raises the first's overflow count (takes st->lock
+ * exclusive for it). */
+void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key, uint64_t ref);
 uint64_t index_hash(const struct store *s, uint64_t key);
 /* st->lock exclusive held. */
 void index_publish(struct store *s, const struct ipos *pos);
-void index_set_val(struct store *s, const struct ipos *pos, uint64_t val);
+void index_set_val(struct store *s, const struct ipos *pos, uint64_t ref);
 void index_unpublish(struct store *s, const struct ipos *pos);
 /* Takes st->lock exclusive. */
 void index_ovf_dec(struct store *s, struct stable *st, const struct ipos *pos);
 /* A bucket's checksum matches: 0, or -EIO (counted). */
 int index_bucket_check(struct store *s, const struct emb_bucket *b);
-/* Recompute the checksums of key's home and next bucket (recovery). */
+/* Recompute the checksums of key's two buckets (recovery). */
 void index_reseal(struct store *s, struct stable *st, uint64_t key);
-/* Call fn for every stored (key, val); stops early when fn returns non-zero. */
+/* Call fn for every stored (key, ref), the key as the ref's element names
+ * it, not validated: fn walks the chain from ref with chain_start(key,
+ * ref), which validates it, before it trusts the key (never looks the key
+ * up again: a damaged element could name another row).  Stops early when
+ * fn returns non-zero. */
 int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, uint64_t), void *arg);
+/* Directory entries of st's index (0 without one).  st->lock held. */
+size_t index_ndir(const struct stable *st);
+/* Large segments of st's loaded index (mount's count). */
+uint64_t index_large(const struct stable *st);
+/* Heap bytes of every table's index: segments and directories. */
+uint64_t index_bytes(struct store *s);
+/* index_walk one segment at a time from directory index *di on, damaged
+ * buckets skipped, until fn returns non-zero: then *di stays at the
+ * segment it stopped in (to start it again), else it moves past each
+ * segment done.  st->lock held (shared). */
+void index_scan(struct store *s, struct stable *st, size_t *di, int (*fn)(void *, uint64_t, uint64_t), void *arg);
 int index_destroy(struct store *s, struct stable *st);
 
 /* ---- catalog.c: tables (takes cat_lock) --------------------------------- */
@@ -479,56 +514,109 @@ int snapset_needed(struct store *s, uint64_t b_old, uint64_t b_new);
 /* How many of the sorted batches b[] lie in [lo, hi); *only = the index of
  * the one when there is exactly one. */
 size_t snapset_holders(const uint64_t *b, size_t n, uint64_t lo, uint64_t hi, size_t *only);
-/* Account a version kept for snapshots (space only one snapshot holds). */
-void snapset_charge(struct store *s, const struct emb_version *v, uint64_t b_new, uint32_t cls);
+/* Account a version of batch b_old kept for snapshots when one of batch
+ * b_new replaced it: bytes only one snapshot holds. */
+void snapset_charge(struct store *s, uint64_t b_old, uint64_t b_new, uint64_t bytes);
 /* Does record r hold table (id, gen)?  How many live snapshots hold st? */
 int snapset_holds(struct store *s, const struct emb_snap *r, uint32_t id, uint64_t gen);
 int snapset_refs(struct store *s, const struct stable *st);
 
-/* ---- version.c: row versions, validated chains, relinks ----------------- */
+/* ---- version.c: row versions, links, validated chains, relinks --------- */
+static inline uint64_t ver_row(const struct emb_version *v)
+{
+	return v->key & EMB_ROW_ID_MASK;
+}
+
+static inline uint64_t ver_batch(const struct emb_version *v)
+{
+	return (v->key >> EMB_VK_BATCH_SHIFT) << 32 | v->batch_lo;
+}
+
 static inline int ver_tomb(const struct emb_version *v)
 {
-	return (v->table & EMB_VER_TOMB) != 0;
+	return (v->key & EMB_VK_TOMB) != 0;
 }
 
 static inline int ver_stub(const struct emb_version *v)
 {
-	return (v->table & EMB_VER_SPILL) != 0;
+	return (v->key & EMB_VK_STUB) != 0;
 }
 
-static inline uint32_t ver_table(const struct emb_version *v)
+/* The row bytes of a version that holds them. */
+static inline char *ver_data(const struct emb_version *v)
 {
-	return v->table & ~EMB_VER_FLAGS;
+	return (char *)(v + 1);
 }
 
-uint32_t ver_csum(const struct emb_version *v, uint32_t rs);
-void ver_seal(struct emb_version *v, uint32_t rs);
-/* Mark a freed slot as holding no version (flushed). */
+/* A ref's object (version or link) offset; is it a link? */
+static inline uint64_t ref_obj(uint64_t ref)
+{
+	return ref & EMB_REF_MASK & ~EMB_REF_LINK;
+}
+
+static inline int ref_is_link(uint64_t ref)
+{
+	return (ref & EMB_REF_LINK) != 0;
+}
+
+/* Slot sizes: a row version of rs bytes (16-byte header + the row, rounded
+ * to 8), and links, stubs and tombstones. */
+static inline uint32_t ver_slot_size(uint32_t rs)
+{
+	return (uint32_t)((sizeof(struct emb_version) + rs + 7) & ~7u);
+}
+
+/* Fill a version's key and batch (kind: EMB_VK_TOMB, EMB_VK_STUB or 0). */
+void ver_init(struct emb_version *v, uint64_t row, uint64_t batch, uint64_t kind);
+/* Its checksum as a version of table id (rows of rs bytes); seal it. */
+uint32_t ver_csum(const struct emb_version *v, uint32_t id, uint32_t rs);
+void ver_seal(struct emb_version *v, uint32_t id, uint32_t rs);
+/* Mark a freed slot as holding nothing (flushed). */
 void ver_poison(struct store *s, uint64_t off);
 /* The version at off if it is a sound version of row of table id (rows of
  * rs bytes); NULL (counted) if the offset or the version is damaged. */
 struct emb_version *ver_get(struct store *s, uint64_t off, uint32_t id, uint64_t row, uint32_t rs);
-/* Free a version's slot; a stub's record on the spill device turns stale.
- * commit_lock held. */
-void ver_free(struct store *s, uint64_t off);
+/* The link at off if it is a link of row; NULL (counted) if not. */
+struct emb_link *link_get(struct store *s, uint64_t off, uint64_t row);
+/* The row id an index slot's ref leads to, read without validation (the
+ * caller validates what it uses), or EMB_NONE if the ref leaves the pool. */
+uint64_t ref_row(const struct store *s, uint64_t ref);
+/* Is the object ref leads to sound (a version of its own row, with a
+ * matching checksum; a link whose version is one of its row)?  For a key
+ * that did not match: a damaged key must not pass for another row's. */
+int ref_sound(struct store *s, struct stable *st, uint64_t ref);
+/* Free a version's or a link's slot (poisoned); a stub's record on the
+ * spill device turns stale.  commit_lock held. */
+void ver_free(struct store *s, struct stable *st, uint64_t off);
+/* Free what a ref names: its link and the link's version, or the version. */
+void ref_free(struct store *s, struct stable *st, uint64_t ref);
 /* The bytes of version v (a stub's from the spill device) into buf.
  * commit_lock held. */
 int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
 int relink_replay(struct store *s, struct emb_journal *j);
 
-/* A walk of one row's version chain, newest first, each version validated. */
+/* A walk of one row's version chain, newest first, each element validated. */
 struct chain {
 	struct store *s;
 	uint32_t id, rs;
 	uint64_t row;
-	uint64_t off;            /* current version, 0 past the oldest */
+	uint64_t ref;            /* the current element's ref */
+	uint64_t off;            /* its version, 0 past the oldest */
 	struct emb_version *v;   /* NULL past the oldest */
-	uint64_t pred;           /* the version whose prev is off, 0 = the index */
+	uint64_t link;           /* its link (0: the version is referred to directly) */
+	uint64_t next;           /* the next element's ref (its link's next), 0 = none */
+	uint64_t at;             /* pool offset of the field holding ref; 0 = the index */
 	uint32_t depth;
 };
-/* Start at head (the index's value for row; 0 = none): 0 or -EIO. */
+/* Pool offset of the field that refers to the current version (the link's
+ * ver, or the field holding the element's ref; 0 = the index). */
+static inline uint64_t chain_vat(const struct chain *c)
+{
+	return c->link ? c->link + offsetof(struct emb_link, ver) : c->at;
+}
+/* Start at head (the index's ref for row; 0 = none): 0 or -EIO. */
 int chain_start(struct store *s, struct stable *st, uint64_t row, uint64_t head, struct chain *c);
-/* Step to the next older version: 0 or -EIO (damaged link, batches not
+/* Step to the next older element: 0 or -EIO (damaged link, batches not
  * decreasing, chain too long). */
 int chain_step(struct chain *c);
 /* The version of row that batch b sees (EMB_NONE: the newest) into *out,
@@ -538,8 +626,12 @@ int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, 
  * b (no entry, or all newer): then a run may hold it (run.c). */
 int chain_find(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out,
 	       int *decided);
-/* Is off in row's chain?  1, 0 or -EIO.  commit_lock held (or at mount). */
+/* Is off (a version or a link) in row's chain?  1, 0 or -EIO.  commit_lock
+ * held (or at mount). */
 int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
+/* Store ref into the field at (a link's ver or next, flushed; never 0 = the
+ * index, which goes through index_set_val). */
+void field_set(struct store *s, uint64_t at, uint64_t ref);
 
 /* ---- the spill tier (spill.h for its own files) ------------------------- */
 /* device.c: bytes a record of a row of len bytes takes on the device. */
@@ -609,12 +701,13 @@ struct evict_row {
 	uint64_t row;
 	uint32_t nv;
 	const uint64_t *off;      /* their slots */
+	const uint64_t *link;     /* their links' slots (0: referred to directly) */
 	const uint64_t *batch;    /* their batches */
 	const char *const *data;  /* their bytes, NULL for a tombstone */
 };
-/* Delete e[i].row from the index, and free its versions, if its chain is
- * still exactly e[i] (slots, batches, bytes): it was written to a run.
- * *done: rows deleted.  commit_lock held. */
+/* Delete e[i].row from the index, and free its versions and links, if its
+ * chain is still exactly e[i] (slots, batches, bytes): it was written to a
+ * run.  *done: rows deleted.  commit_lock held. */
 int commit_evict_locked(struct store *s, struct stable *st, const struct evict_row *e, size_t n, size_t *done);
 
 /* ---- snap.c: snapshot records -------------------------------------------- */

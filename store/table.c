@@ -13,6 +13,8 @@
 #include "store_int.h"
 
 struct collect {
+	struct store *s;
+	struct stable *st;
 	uint64_t from;
 	struct u64vec keys;
 };
@@ -20,7 +22,9 @@ struct collect {
 static int collect_from(void *arg, uint64_t key, uint64_t val)
 {
 	struct collect *c = arg;
-	(void)val;
+	struct chain ch;
+	if (chain_start(c->s, c->st, key, val, &ch))
+		return -EIO; /* the row id the walk read is not to be trusted */
 	return key < c->from ? 0 : u64vec_push(&c->keys, key);
 }
 
@@ -46,7 +50,7 @@ int trim_locked(struct store *s, struct stable *st)
 		if (ret)
 			return ret;
 	}
-	struct collect c = { (lim + rs - 1) / rs, { 0 } };
+	struct collect c = { s, st, (lim + rs - 1) / rs, { 0 } };
 	ret = runs_trim(s, st, c.from);
 	if (!ret)
 		ret = index_walk(s, st, collect_from, &c);
@@ -164,6 +168,10 @@ int store_table_truncate(struct store *s, uint32_t id, uint64_t size)
 		goto out;
 	}
 	struct emb_table *t = st->t;
+	if (size > store_max_size(t->row_size)) {
+		ret = -EFBIG;
+		goto out;
+	}
 	int shrink = size < t->size;
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {

@@ -9,7 +9,7 @@
  *     journal_off   -> emb_journal                          group-commit intent log
  *     classes[]     -> singly linked emb_slab lists         row versions
  *   emb_table.dir_off -> emb_dir -> emb_seg[] -> emb_bucket  persistent row index
- *     emb_bucket slot -> emb_version -> prev -> ...       newest version first
+ *     emb_bucket slot -> emb_version, or emb_link -> ...  a row's chain, newest first
  *   snaps_off     -> emb_snaps                             snapshot records
  *     emb_snap.tables_off -> emb_snap_table[]              catalog as of the snapshot
  *
@@ -38,7 +38,8 @@
 
 #define EMB_LAYOUT "embfs"
 #define EMB_MAGIC "EMBFSPL\0"
-#define EMB_LAYOUT_VERSION 2u /* 2: checksummed versions, index buckets and metadata */
+#define EMB_LAYOUT_VERSION 3u /* 2: checksummed versions, index buckets and metadata;
+				* 3: 16-byte version headers, links for chains, 8-byte index slots */
 
 #define EMB_NAME_MAX 255
 #define EMB_LABEL_MAX 63
@@ -53,9 +54,15 @@
 #define EMB_CHUNK_ALLOC (256u * 1024 - 64)
 #define EMB_MAX_SNAPS 256u
 
-/* Row index geometry (PetPS-style 256-byte buckets, extendible hashing). */
-#define EMB_BUCKET_SLOTS 14u
-#define EMB_SEG_BUCKETS 256u
+/* Row index geometry (256-byte buckets, two-choice, extendible hashing with
+ * segments that grow once in place before they split). */
+#define EMB_BUCKET_SLOTS 30u
+/* A segment holds EMB_SEG_SMALL buckets, or EMB_SEG_LARGE once it has grown
+ * in place; a large segment that fills splits into two small ones (one
+ * more hash bit).  Four small or three large ones fill a 256 KiB chunk of
+ * libpmemobj's heap (with the 64 bytes each takes to align itself). */
+#define EMB_SEG_SMALL 254u
+#define EMB_SEG_LARGE 339u
 #define EMB_MAX_DEPTH 26u
 
 enum emb_dtype {
@@ -164,42 +171,75 @@ struct emb_table {
 };
 
 /*
- * A stored row version.  Versions live in fixed-size slots of slabs; the index
- * points at the newest.  batch is the batch id the version was written in,
- * prev links to the next older version a snapshot still needs (0 = none), so
- * a chain's batches strictly decrease.  A tombstone (EMB_VER_TOMB in table)
- * records a delete while an older version is still needed.
+ * Row versions (layout 3).  Versions live in fixed-size slots of slabs: a
+ * table's rows in the slots of its row size's class (16-byte header + row
+ * bytes, rounded to 8), links, stubs and tombstones in the 24-byte class.
  *
- * csum (store/ver.c) is a 32-bit digest of the version's key -- row, batch,
- * table with EMB_VER_TOMB but without EMB_VER_SPILL -- followed, in a version
- * that holds its bytes (neither tombstone nor stub), by the row bytes.  prev
- * is not covered (reclaim and spill relinks change it by 8-byte stores).  A
- * freed slot has row = UINT64_MAX (no row id is), so a damaged link to it
- * never passes for a version.
+ * A row's versions form its chain, newest first; the index holds a ref to
+ * the chain's first element.  A ref is the pool offset of a version, or of
+ * a link with EMB_REF_LINK set.  A row with one version (the common case)
+ * has the index refer to the version itself: 16 bytes of header per row.
+ * A row whose older versions a snapshot still needs has a link per element
+ * but the last: link { ver, next } names the element's version and the ref
+ * of the next older element, so a chain's batches strictly decrease along
+ * it.  A tombstone records a delete while an older version is needed (or a
+ * run on the spill device may hold the row).
+ *
+ * key holds the row id (bits 0..47), the kind (EMB_VK_*) and, in a version,
+ * bits 32..43 of its batch; batch holds bits 0..31.  Row ids are at most
+ * EMB_ROW_ID_MAX and batches at most EMB_BATCH_MAX: a freed slot's row id
+ * is poisoned to all ones, which is no row's, so a damaged ref to it never
+ * passes for a version.
+ *
+ * csum (store/version.c) is a 32-bit digest of the version's key -- row,
+ * batch, the table's catalog slot, EMB_VK_TOMB -- followed, in a version
+ * that holds its bytes (neither tombstone nor stub), by the row bytes.  A
+ * link carries no checksum: its key names its row and kind, and what its
+ * ver and next lead to is validated when followed (the index, version.c).
+ * Links change by 8-byte stores of ver and next (reclaim, relinks).
  */
-#define EMB_VER_TOMB 0x80000000u
-#define EMB_VER_SPILL 0x40000000u /* a stub: the row bytes are on the spill device */
-#define EMB_VER_FLAGS (EMB_VER_TOMB | EMB_VER_SPILL)
+#define EMB_ROW_ID_BITS 48u
+#define EMB_ROW_ID_MASK ((1ull << EMB_ROW_ID_BITS) - 1)
+#define EMB_ROW_ID_MAX (EMB_ROW_ID_MASK - 1)  /* largest row id a table can store */
+#define EMB_BATCH_MAX ((1ull << 44) - 1)      /* largest batch id */
+#define EMB_VK_TOMB (1ull << 48)   /* a tombstone: no bytes */
+#define EMB_VK_STUB (1ull << 49)   /* a stub: the row bytes are on the spill device */
+#define EMB_VK_LINK (1ull << 50)   /* a link, not a version */
+#define EMB_VK_KIND (0xfull << 48)
+#define EMB_VK_BATCH_SHIFT 52
 struct emb_version {
-	uint64_t row;
-	uint64_t batch;
-	uint64_t prev;
-	uint32_t table;  /* catalog slot, | EMB_VER_TOMB, | EMB_VER_SPILL */
+	uint64_t key;    /* row | EMB_VK_TOMB | EMB_VK_STUB | batch bits 32..43 << 52 */
+	uint32_t batch_lo; /* batch bits 0..31 */
 	uint32_t csum;   /* digest of the key and (not in a stub or tombstone) the row bytes */
-	/* row bytes follow (not in a stub) */
+	/* row bytes follow (not in a stub or tombstone) */
 };
 
-/*
- * A version whose bytes were moved to the spill device keeps its place in
- * its chain as a stub: the same header (EMB_VER_SPILL set, csum that of the
- * key alone: the record on the device carries the bytes' checksum and the
- * same key) and where the bytes are.  Stubs have a class of their own.
- */
+/* An element of a chain that has a next one.  32 bytes, as every object of
+ * the small class: slots aligned to 32 bytes never straddle a 4 KiB block,
+ * so damage to a block (a zeroed page) takes a link whole -- its key with
+ * it, which is found -- never only its next ref, which would end a chain
+ * early without a trace. */
+struct emb_link {
+	uint64_t key;    /* row | EMB_VK_LINK */
+	uint64_t ver;    /* offset of the element's version (a row version, stub or tombstone) */
+	uint64_t next;   /* ref of the next older element */
+	uint64_t reserved;
+};
+
+/* A version whose bytes were moved to the spill device: the same header
+ * (EMB_VK_STUB set, csum that of the key alone: the record on the device
+ * carries the bytes' checksum and the same key) and where the bytes are. */
 struct emb_stub {
 	struct emb_version v;
 	uint64_t loc;    /* byte offset of its emb_srec on the spill device */
+	uint64_t reserved;
 };
-#define EMB_STUB_SLOT 40u
+#define EMB_SMALL_SLOT 32u /* the class of links, stubs and tombstones */
+
+/* Refs: pool offsets (8-aligned), bit 0 set for a link; index slots keep
+ * a 16-bit tag of the row's hash above them. */
+#define EMB_REF_LINK 1ull
+#define EMB_REF_MASK ((1ull << 48) - 1)
 
 #define EMB_SLAB_MAGIC 0x42414c53424d45ull /* "EMBSLAB" */
 struct emb_slab {
@@ -214,28 +254,27 @@ struct emb_slab {
 };
 
 /*
- * Index bucket: 256 bytes = 4 cache lines.  Line 0 holds the control word
- * (valid bitmap, overflow count), the 14 one-byte tags, the checksum and the
- * first two slots; a lookup reads line 0, compares tags, then reads the one
- * slot line that matches.  An entry is published by one 8-byte store of ctl.
- * csum (store/index.c) covers the valid bits and the overflow count of ctl
- * and, for each valid slot, its tag, key and value; an empty bucket's is not
- * zero, so a zeroed block of buckets does not pass for empty ones.
+ * Index bucket: 256 bytes = 4 cache lines, 30 refs.  The index maps a row
+ * to the ref of its chain's first element; the row id itself is in that
+ * element (a version's or link's key), so a slot is 8 bytes: the ref and,
+ * above it, 16 bits of the row's hash (tag).  A row has two candidate
+ * buckets in its segment (two-choice: it goes to the emptier); its first
+ * bucket's overflow count says how many of the rows that have it first sit
+ * in their second.  A lookup compares tags, then the key of the element a
+ * matching slot refers to.  An entry is published by one 8-byte store of
+ * the bucket control word.  csum (store/index.c) covers the valid bits and
+ * the overflow count of ctl and each valid slot (its index and the whole
+ * 8-byte value); an empty bucket's is not zero, so a zeroed block of
+ * buckets does not pass for empty ones.
  */
-struct emb_slot {
-	uint64_t key;  /* row id */
-	uint64_t val;  /* offset of the emb_version */
-};
 struct emb_bucket {
-	uint64_t ctl;  /* bits 0..13 valid, bits 16..23 overflow count */
-	uint8_t tags[EMB_BUCKET_SLOTS];
-	uint16_t reserved;
+	uint64_t ctl;  /* bits 0..29 valid, bits 32..39 overflow count */
 	uint32_t csum;
 	uint32_t pad;
-	struct emb_slot slot[EMB_BUCKET_SLOTS];
+	uint64_t slot[EMB_BUCKET_SLOTS]; /* tag << 48 | ref */
 };
 #define EMB_CTL_VALID_MASK ((1ull << EMB_BUCKET_SLOTS) - 1)
-#define EMB_CTL_OVF_SHIFT 16
+#define EMB_CTL_OVF_SHIFT 32
 #define EMB_CTL_OVF_MASK (0xffull << EMB_CTL_OVF_SHIFT)
 
 /* A segment's header is written once, when the segment is made. */
@@ -243,12 +282,12 @@ struct emb_bucket {
 struct emb_seg {
 	uint64_t magic;
 	uint32_t local_depth;
-	uint32_t reserved;
+	uint32_t nbuckets;  /* EMB_SEG_SMALL or EMB_SEG_LARGE */
 	uint64_t prefix;    /* the top local_depth bits of the hashes of its keys */
 	uint64_t raw_off;   /* PMEMoid offset of the allocation (seg is aligned inside it) */
 	uint64_t csum;      /* XXH64 of the fields above */
 	uint8_t pad[24];
-	struct emb_bucket bucket[EMB_SEG_BUCKETS];
+	struct emb_bucket bucket[];
 };
 
 #define EMB_DIR_MAGIC 0x52494442u /* "BDIR" */
@@ -258,21 +297,24 @@ struct emb_dir {
 	uint64_t seg[];     /* 1 << global_depth offsets of emb_seg */
 };
 
-/* Group-commit intent log (see store/commit.c). */
+/* Group-commit intent log (see store/commit.c).  Records name refs (a
+ * version's offset, or a link's with EMB_REF_LINK); aux holds the offset of
+ * a commit's new version when new_off is a link to it, and EMB_JR_* flags
+ * in its low bits. */
 struct emb_jrec {
 	uint64_t row;
-	uint64_t old_off;   /* version replaced or deleted, 0 = none */
-	uint64_t new_off;   /* version written, 0 = delete */
-	uint32_t table;
-	uint32_t flags;     /* EMB_JR_* */
+	uint64_t old_off;   /* ref replaced or deleted, 0 = none */
+	uint64_t new_off;   /* ref written, 0 = delete */
+	uint64_t aux;       /* the new version behind a new link | EMB_JR_* */
 };
 #define EMB_JR_DAMAGED 1u /* old_off failed its checks: recovery never reads nor frees it */
-#define EMB_JR_CHAIN 2u   /* an older version of a row an eviction deletes: freed if the row left the index */
+#define EMB_JR_CHAIN 2u   /* an older element of a row an eviction deletes: freed if the row left the index */
+#define EMB_JR_FLAGS 7ull
 struct emb_journal {
 	uint64_t count;        /* records valid when csum matches */
 	uint64_t seq;
 	uint32_t table;        /* one commit updates one table */
-	uint32_t kind;         /* EMB_J_COMMIT or EMB_J_RECLAIM */
+	uint32_t kind;         /* EMB_J_COMMIT, EMB_J_RECLAIM or EMB_J_RELINK */
 	uint64_t nrows_before; /* the table's row count before the commit */
 	uint64_t size_hint;    /* the file size the commit extends to */
 	uint64_t csum;         /* XXH64 of the fields above and the records */
@@ -283,8 +325,8 @@ struct emb_journal {
 #define EMB_JOURNAL_MAGIC 0x4c4e524a424d45ull /* "EMBJRNL" */
 
 #define EMB_J_COMMIT 0u
-#define EMB_J_RECLAIM 1u /* records name versions unlinked from their chains: free if unreachable */
-#define EMB_J_RELINK 2u  /* old_off is replaced in its chain by new_off (a stub, or a promoted copy) */
+#define EMB_J_RECLAIM 1u /* records name versions and links unlinked from chains: free if unreachable */
+#define EMB_J_RELINK 2u  /* version old_off is replaced in its chain by new_off (a stub, or a promoted copy) */
 
 /* Index room promised to rows a write-back cache holds: segment-sized blocks
  * allocated ahead and given back one by one when a split finds the heap full. */
@@ -444,7 +486,8 @@ struct emb_srec {
 	uint32_t csum;         /* XXH32 of this header (csum = 0) and the row bytes */
 };
 
-_Static_assert(sizeof(struct emb_stub) == EMB_STUB_SLOT, "stub");
+_Static_assert(sizeof(struct emb_stub) == EMB_SMALL_SLOT, "stub");
+_Static_assert(sizeof(struct emb_link) == EMB_SMALL_SLOT, "link");
 _Static_assert(sizeof(struct emb_srec) == 32, "spill record header");
 _Static_assert(sizeof(struct emb_run) == 128, "run record");
 _Static_assert(sizeof(struct emb_rmeta) == 32, "run meta header");
@@ -463,11 +506,13 @@ _Static_assert(sizeof(struct emb_resv) <= EMB_CHUNK_ALLOC, "reserve table fits a
 _Static_assert(EMB_CAT_PER_CHUNK * sizeof(struct emb_table) <= EMB_CHUNK_ALLOC, "catalog chunk");
 _Static_assert(sizeof(struct emb_snap_table) == 328, "snapshot table record");
 _Static_assert(sizeof(struct emb_snap) == 320, "snapshot record");
-_Static_assert(sizeof(struct emb_version) == 32, "version header");
+_Static_assert(sizeof(struct emb_version) == 16, "version header");
 _Static_assert(sizeof(struct emb_bucket) == 256, "bucket is 256 bytes");
-_Static_assert(offsetof(struct emb_bucket, slot[2]) == 64, "two slots in line 0");
-_Static_assert(offsetof(struct emb_bucket, csum) == 24, "bucket checksum in line 0");
-_Static_assert(sizeof(struct emb_seg) == 64 + 256 * EMB_SEG_BUCKETS, "segment");
+_Static_assert(offsetof(struct emb_bucket, slot) == 16, "bucket header");
+_Static_assert(EMB_BUCKET_SLOTS <= 32, "valid bits below the overflow count");
+_Static_assert(sizeof(struct emb_seg) == 64, "segment header");
+_Static_assert(4 * (64 + 64 + 256 * EMB_SEG_SMALL) <= 262144 - 1024 &&
+	       3 * (64 + 64 + 256 * EMB_SEG_LARGE) <= 262144 - 1024, "segments fill a chunk");
 _Static_assert(sizeof(struct emb_table) == 512, "catalog entry");
 _Static_assert(sizeof(struct emb_jrec) == 32, "journal record");
 _Static_assert(offsetof(struct emb_journal, rec) == 64, "journal header");

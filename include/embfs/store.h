@@ -113,6 +113,12 @@ const char *store_dtype_name(uint32_t dtype);
 uint32_t store_dtype_size(uint32_t dtype);
 /* 0 if dim x dtype is an acceptable row geometry, -EINVAL otherwise. */
 int store_geometry_check(uint32_t dim, uint32_t dtype);
+/* The largest row id a table of row_size-byte rows can store (the pool's
+ * limit on row ids, and the row's end within off_t), and the largest file
+ * size (that row's end): writes, truncation and scatters past it get
+ * EFBIG (EINVAL for an id in a batched request). */
+uint64_t store_max_row(uint32_t row_size);
+uint64_t store_max_size(uint32_t row_size);
 
 int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_t uid,
 		       uint32_t gid, uint32_t dim, uint32_t dtype, uint32_t *id);
@@ -223,11 +229,19 @@ int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops
  * (store_space_reserve): they may use the promised slots. */
 int store_rows_writeback(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n);
 
-/* Promise room for rows of row_size a write-back cache holds but has not
- * written yet (rows > 0; -ENOSPC when the pool cannot take them), or give it
- * back (rows < 0) once they are written or dropped.  Promised rows are sure
- * to find a slot and index room at write-back (see store/slab.c). */
-int store_space_reserve(struct store *s, uint32_t row_size, int64_t rows);
+/* Promise room for rows of table id (rows of row_size) a write-back cache
+ * holds but has not written yet (rows > 0; -ENOSPC when the pool cannot
+ * take them), or give it back (rows < 0) once they are written or dropped.
+ * Promised rows are sure to find a slot and index room at write-back, and
+ * a link to the version they replace when a snapshot keeps it (see
+ * store/slab.c). */
+int store_space_reserve(struct store *s, uint32_t id, uint32_t row_size, int64_t rows);
+/* Rows promised for table id are about to be stamped with the current
+ * batch (where the batch is read: no snapshot may be taken in between).
+ * While a snapshot is live, their write-back may keep the versions they
+ * replace: a promise made before it was taken gets room for a link now.
+ * 0, or -ENOSPC (the rows are not written). */
+int store_space_links(struct store *s, uint32_t id);
 
 /* ---- batches and snapshots ------------------------------------------
  *
@@ -298,6 +312,7 @@ int store_table_snaps(struct store *s, uint32_t id);
 struct store_stats {
 	uint64_t pool_size;     /* bytes */
 	uint64_t used_bytes;    /* row slots in use + index + catalog */
+	uint64_t index_bytes;   /* of them the row index (segments, directories) */
 	uint64_t free_bytes;    /* what new rows can still use (estimate) */
 	uint64_t tables;
 	uint64_t rows;

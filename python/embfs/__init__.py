@@ -37,6 +37,9 @@ _F_PRESENT = 1
 MAX_COUNT = 65536            # row ids per request (include/embfs/batch.h)
 MAX_BYTES = 64 << 20         # count * row_size per request
 _OFF_MAX = (1 << 63) - 1
+# The largest row id a pool stores (a row version keeps 48 bits of its id:
+# include/embfs/layout.h EMB_ROW_ID_MAX); writes past it get EFBIG.
+_ROW_ID_MAX = (1 << 48) - 2
 _PAGE = 4096
 
 # embfs dtype -> numpy dtype of the array gather returns.  numpy has no
@@ -476,9 +479,10 @@ class Table:
     """A table: live (read-write) or in a snapshot (read-only).
 
     Geometry comes from its xattrs (dim, dtype, row_size).  Row ids are
-    non-negative integers whose row ends within 2^63 - 1 bytes
-    (max_row); rows never written read as zeros, and gather(present=True)
-    tells them apart from stored rows."""
+    non-negative integers up to max_row: 2^48 - 2 (a pool keeps 48 bits of
+    a row id), or less when the row would not end within 2^63 - 1 bytes;
+    rows never written read as zeros, and gather(present=True) tells them
+    apart from stored rows."""
 
     def __init__(self, mount, name=None, snapshot=None):
         if not isinstance(mount, Mount):
@@ -510,7 +514,7 @@ class Table:
                              self.path)
         self.ino, self.dim, self.dtype_name, self.row_size = st.st_ino, dim, dtype, rs
         self.dtype = DTYPES[dtype]
-        self.max_row = _OFF_MAX // rs - 1
+        self.max_row = min(_ROW_ID_MAX, _OFF_MAX // rs - 1)
         self._chunk = max(1, min(MAX_COUNT, MAX_BYTES // rs))
 
     def __repr__(self):

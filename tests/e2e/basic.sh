@@ -89,20 +89,26 @@ cp "$M/b.emb" "$M/h.emb" && cp "$T/a.ref" "$M/h.emb" || fail "cp over an existin
 cmp "$M/h.emb" "$T/a.ref" || fail "cp over a longer table left its tail"
 expect "rows after cp over" "$(stored rows)" $((1 + 1200 + 1200 + 1))
 
-say "far offsets: row ids up to 2^55, sparse copies"
-printf 'far' | dd of="$M/far.emb" bs=1 seek=4611686018427387904 status=none || fail "write at 2^62"
-expect "size after a write at 2^62" "$(size_of "$M/far.emb")" 4611686018427387907
-printf 'end' | dd of="$M/far.emb" bs=1 seek=9223372036854775800 conv=notrunc status=none ||
-	fail "write at 2^63-8"
-expect "size after a write at 2^63-8" "$(size_of "$M/far.emb")" 9223372036854775803
-printf 'Z' | dd of="$M/far.emb" bs=1 seek=9223372036854775806 conv=notrunc status=none ||
-	fail "write of the last possible byte (2^63-2)"
-expect "largest size" "$(size_of "$M/far.emb")" 9223372036854775807
-(printf 'x' | dd of="$M/far.emb" bs=1 seek=9223372036854775807 conv=notrunc status=none) 2>&1 |
-	grep -Eq "File too large|Invalid argument" || fail "a write ending past 2^63-1 worked"
-expect "last byte" "$(dd if="$M/far.emb" bs=1 skip=9223372036854775806 count=1 status=none)" Z
-expect "far bytes" "$(dd if="$M/far.emb" bs=1 skip=4611686018427387904 count=3 status=none)" far
-expect "last bytes" "$(dd if="$M/far.emb" bs=1 skip=9223372036854775800 count=3 status=none)" end
+say "far offsets: row ids up to 2^48 - 2 (the pool's limit), sparse copies"
+rs=$(getfattr --only-values -n user.embfs.row_size "$M/h.emb")
+maxsz=$(( ((1 << 48) - 1) * rs )) # the end of row 2^48 - 2
+printf 'far' | dd of="$M/far.emb" bs=1 seek=36028797018963968 status=none || fail "write at 2^55"
+expect "size after a write at 2^55" "$(size_of "$M/far.emb")" 36028797018963971
+printf 'end' | dd of="$M/far.emb" bs=1 seek=$((maxsz - 8)) conv=notrunc status=none ||
+	fail "write at the largest size - 8"
+expect "size after a write at the largest size - 8" "$(size_of "$M/far.emb")" $((maxsz - 5))
+printf 'Z' | dd of="$M/far.emb" bs=1 seek=$((maxsz - 1)) conv=notrunc status=none ||
+	fail "write of the last possible byte (the end of row 2^48 - 2)"
+expect "largest size" "$(size_of "$M/far.emb")" $maxsz
+(printf 'x' | dd of="$M/far.emb" bs=1 seek=$maxsz conv=notrunc status=none) 2>&1 |
+	grep -Eq "File too large" || fail "a write past the largest size worked"
+(printf 'x' | dd of="$M/far.emb" bs=1 seek=9223372036854775806 conv=notrunc status=none) 2>&1 |
+	grep -Eq "File too large|Invalid argument" || fail "a write at 2^63-2 worked"
+truncate -s $((maxsz + 1)) "$M/far.emb" 2>/dev/null && fail "truncate past the largest size worked"
+expect "size after the refused writes" "$(size_of "$M/far.emb")" $maxsz
+expect "last byte" "$(dd if="$M/far.emb" bs=1 skip=$((maxsz - 1)) count=1 status=none)" Z
+expect "far bytes" "$(dd if="$M/far.emb" bs=1 skip=36028797018963968 count=3 status=none)" far
+expect "last bytes" "$(dd if="$M/far.emb" bs=1 skip=$((maxsz - 8)) count=3 status=none)" end
 expect "blocks of two far rows (the last two writes share a row)" "$(blocks_of "$M/far.emb")" 1
 rm "$M/far.emb"
 truncate -s 1T "$M/sp.emb"

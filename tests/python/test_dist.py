@@ -103,10 +103,24 @@ class TestDist(unittest.TestCase):
             if exact:
                 np.testing.assert_array_equal(a[name][1], b[name][1], err_msg=name)
             else:
-                # the rows are ~0.2 in size; W ranks sum a row's gradients
-                # in another order than one rank, and row-wise Adagrad divides
-                # by the root of tiny early sums: seen up to 1.5e-6 apart
-                np.testing.assert_allclose(a[name][1], b[name][1], rtol=1e-4, atol=1e-5, err_msg=name)
+                # W ranks sum a row's gradients (and DDP the dense part's) in
+                # another order than one rank, and row-wise Adagrad divides
+                # each row's gradient by the root of its own running sum: a
+                # row whose gradient nearly cancels is moved by rounding
+                # noise, up to a good part of the learning rate (0.05).  Over
+                # 8 steps most data seeds end within 1e-5 (seen 5e-7 to 1e-5);
+                # some have a few such rows (data seed 310: 0.7% of the
+                # elements above 1e-4, the largest 3.9e-3; the store gives
+                # the same numbers before and after layout 3).  A lost or
+                # misrouted gradient moves whole rows of a rank's share by
+                # about the learning rate: caught by both bounds.
+                d = np.abs(a[name][1].astype(np.float64) - b[name][1])
+                if not d.size:
+                    continue
+                self.worst = max(getattr(self, "worst", 0.0), float(d.max()))
+                self.far = max(getattr(self, "far", 0.0), float((d > 1e-4).mean()))
+                self.assertLess(d.max(), 0.01, name)
+                self.assertLess((d > 1e-4).mean(), 0.02, name)
 
     def test_worlds_agree(self):
         with Pools(1) as one, Pools(2) as two, Pools(4) as four:
@@ -114,6 +128,8 @@ class TestDist(unittest.TestCase):
             r2 = run_example(two, self.man("w2"))
             r4 = run_example(four, self.man("w4"))
             print(r2.stdout.strip().splitlines()[-1], flush=True)
+            self.addCleanup(lambda: print(f"largest difference from W=1: {getattr(self, 'worst', 0.0):.3g}, "
+                                         f"share above 1e-4: {getattr(self, 'far', 0.0):.3g}", flush=True))
             ref = union(one)
             self.assertSameTables(ref, union(two), exact=False)
             self.assertSameTables(ref, union(four), exact=False)

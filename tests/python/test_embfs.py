@@ -319,7 +319,7 @@ class TestSnapshots(MountCase):
         # rows 2^40 apart: the copy walks what is stored, not the file's length
         m = self.m
         t = m.create("far.emb", 4)
-        far = [3, 1 << 40, (1 << 50) + 7]
+        far = [3, 1 << 40, (1 << 47) + 7]  # ids up to 2^48 - 2
         t.scatter(far, np.arange(12, dtype=np.float32).reshape(3, 4))
         dense = list(range(1000, 1100))  # a run of 100 rows: copied in the daemon
         t.scatter(dense, np.ones((100, 4), np.float32))

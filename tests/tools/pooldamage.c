@@ -44,7 +44,7 @@ static void leak(void)
 {
 	for (uint32_t c = 0; c < EMB_MAX_CLASSES; c++) {
 		struct emb_class *pc = &sb->classes[c];
-		if (!pc->slot_size || pc->slot_size == EMB_STUB_SLOT)
+		if (!pc->slot_size || pc->slot_size == EMB_SMALL_SLOT)
 			continue;
 		for (struct emb_slab *h = ptr(pc->head); h; h = ptr(h->next))
 			for (uint32_t k = 0; k < h->nslots; k++) {

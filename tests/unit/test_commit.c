@@ -336,12 +336,12 @@ static void test_resv_linger(void)
 	for (uint64_t r = 0; r < 200000; r += 8000)
 		OK(write_rows(s, id, 256, r, 8000, 1));
 	struct store_stats a, b;
-	OK(store_space_reserve(s, 256, 4096));
-	OK(store_space_reserve(s, 256, -4096));
+	OK(store_space_reserve(s, id, 256, 4096));
+	OK(store_space_reserve(s, id, 256, -4096));
 	store_stats_get(s, &a);
 	for (int i = 0; i < 50; i++) {
-		OK(store_space_reserve(s, 256, 4096));
-		OK(store_space_reserve(s, 256, -4096));
+		OK(store_space_reserve(s, id, 256, 4096));
+		OK(store_space_reserve(s, id, 256, -4096));
 	}
 	store_stats_get(s, &b);
 	if (b.transactions - a.transactions > 4) {
@@ -353,9 +353,9 @@ static void test_resv_linger(void)
 	 * lingering reserve must not make it refuse earlier than a reserve
 	 * that follows the promises exactly */
 	int64_t got = 0;
-	while (store_space_reserve(s, 256, 1024) == 0)
+	while (store_space_reserve(s, id, 256, 1024) == 0)
 		got += 1024;
-	OK(store_space_reserve(s, 256, -got));
+	OK(store_space_reserve(s, id, 256, -got));
 	fsck_clean(s);
 	store_close(s);
 	s = fresh(256ull << 20);
@@ -363,17 +363,90 @@ static void test_resv_linger(void)
 	for (uint64_t r = 0; r < 200000; r += 8000)
 		OK(write_rows(s, id, 256, r, 8000, 1));
 	int64_t cold = 0;
-	while (store_space_reserve(s, 256, 1024) == 0)
+	while (store_space_reserve(s, id, 256, 1024) == 0)
 		cold += 1024;
 	if (got < cold - cold / 50) {
 		fprintf(stderr, "a full pool took %lld promised rows after lingering, %lld without\n",
 			(long long)got, (long long)cold);
 		exit(1);
 	}
-	OK(store_space_reserve(s, 256, -cold));
+	OK(store_space_reserve(s, id, 256, -cold));
 	store_close(s);
 	printf("reserve: 50 batch promises, %llu transactions; pool full at %lld promised rows (%lld cold)\n",
 	       (unsigned long long)(b.transactions - a.transactions), (long long)got, (long long)cold);
+}
+
+/* Write back rows [from, from + n) of rs bytes, generation gen, in groups
+ * of 4096 as the cache does (store_rows_writeback: promised room). */
+static int writeback_rows(struct store *s, uint32_t id, uint32_t rs, uint64_t from, size_t n, uint64_t gen)
+{
+	enum { G = 4096 };
+	struct store_rowop *ops = calloc(G, sizeof(*ops));
+	uint8_t *data = malloc((size_t)G * rs);
+	CHECK(ops && data);
+	int ret = 0;
+	for (size_t at = 0; at < n && !ret; at += G) {
+		size_t k = n - at < G ? n - at : G;
+		for (size_t i = 0; i < k; i++) {
+			fill(data + i * rs, rs, from + at + i, gen);
+			ops[i] = (struct store_rowop){ from + at + i, 0, rs, data + i * rs, store_batch_get(s) };
+		}
+		ret = store_rows_writeback(s, id, ops, k);
+	}
+	free(ops);
+	free(data);
+	return ret;
+}
+
+/* Layout 3: a row whose version a snapshot keeps is linked to it at
+ * write-back (a link in the small class).  Promises made while a snapshot
+ * is live hold a link each, so a pool full of promises writes every
+ * promised row back, keeping every old version; promises made before the
+ * snapshot get their links from store_space_links; releases give back
+ * links exactly as far as a table was promised them. */
+static void test_promised_links(void)
+{
+	struct store *s = fresh(64ull << 20);
+	uint32_t id, other;
+	OK(store_table_create(s, "t", 0644, 0, 0, 64, EMB_DT_F32, &id));
+	OK(store_table_create(s, "u", 0644, 0, 0, 64, EMB_DT_F32, &other));
+	OK(write_rows(s, id, 256, 0, 20000, 1));
+	struct store_snap sn;
+	OK(store_snap_create(s, "s1", 1, &sn));
+	/* fill the pool with promises for rewrites of the rows s1 holds */
+	int64_t got = 0;
+	while (got < 200000 && store_space_reserve(s, id, 256, 1024) == 0)
+		got += 1024;
+	CHECK(got >= 20000);
+	OK(writeback_rows(s, id, 256, 0, 20000, 2)); /* each keeps its old version: 20000 links */
+	OK(store_space_reserve(s, id, 256, -got));
+	expect_rows(s, id, 256, 0, 20000, 2);
+	struct store_view v;
+	uint8_t got_row[256], want[256];
+	OK(store_view_snap(s, sn.idx, id, &v));
+	for (uint64_t r = 0; r < 20000; r += 997) {
+		OK(store_rows_read(s, &v, &r, 1, got_row, NULL, NULL));
+		fill(want, 256, r, 1);
+		CHECK(!memcmp(got_row, want, 256));
+	}
+	/* a promise made before a snapshot: its link comes when it is stamped */
+	OK(store_snap_drop(s, "s1"));
+	OK(store_space_reserve(s, id, 256, 4096));
+	OK(store_snap_create(s, "s2", 1, &sn));
+	OK(store_space_links(s, id));
+	OK(writeback_rows(s, id, 256, 0, 4096, 3));
+	OK(store_space_reserve(s, id, 256, -4096));
+	expect_rows(s, id, 256, 0, 4096, 3);
+	/* releasing another table's rows takes none of t's links */
+	OK(store_space_reserve(s, other, 256, 100));
+	OK(store_space_reserve(s, id, 256, 100));
+	OK(store_space_reserve(s, other, 256, -100));
+	OK(store_space_reserve(s, id, 256, -100));
+	OK(store_snap_drop(s, "s2"));
+	fsck_clean(s);
+	store_close(s);
+	printf("links: %lld promised rows on a full pool kept %d old versions at write-back\n", (long long)got,
+	       20000);
 }
 
 static pid_t main_pid;
@@ -399,6 +472,7 @@ int main(void)
 	test_lock_order();
 	test_durable_gen();
 	test_resv_linger();
+	test_promised_links();
 	unlink(path);
 	printf("test_commit: ok\n");
 	return 0;

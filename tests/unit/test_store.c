@@ -75,8 +75,10 @@ static void test_rows(void)
 	CHECK(store_table_create(s, "a/b", 0644, 0, 0, 64, EMB_DT_F32, &id) == -EINVAL);
 	CHECK(store_table_create(s, "x", 0644, 0, 0, 0, EMB_DT_F32, &id) == -EINVAL);
 
-	/* sparse, huge ids: any id whose byte offset fits in off_t */
-	uint64_t ids[] = { 0, 1, 77, 1ull << 40, (uint64_t)(INT64_MAX / 256) };
+	/* sparse, huge ids: any id up to the pool's largest (2^48 - 2) */
+	uint64_t ids[] = { 0, 1, 77, 1ull << 40, store_max_row(256) };
+	CHECK(store_max_row(256) == EMB_ROW_ID_MAX && store_max_size(256) == (EMB_ROW_ID_MAX + 1) * 256);
+	CHECK(store_max_row(1u << 16) == (uint64_t)INT64_MAX / 65536 - 1);
 	for (size_t i = 0; i < 5; i++) {
 		fill(row, 256, ids[i], 1);
 		struct store_rowop op = { ids[i], 0, 256, row, 0 };
@@ -86,6 +88,15 @@ static void test_rows(void)
 		fill(row, 256, ids[i], 1);
 		CHECK(t_row_read(s, id, ids[i], got) == 1);
 		CHECK(!memcmp(row, got, 256));
+	}
+	{ /* past the largest id: EFBIG, nothing written; an id that shares
+	   * the low 48 bits of a stored row's is not that row */
+		struct store_rowop op = { store_max_row(256) + 1, 0, 256, row, 0 };
+		CHECK(store_rows_write(s, id, &op, 1, 0) == -EFBIG);
+		op.row = (uint64_t)(INT64_MAX / 256);
+		CHECK(store_rows_write(s, id, &op, 1, 0) == -EFBIG);
+		CHECK(store_table_truncate(s, id, store_max_size(256) + 1) == -EFBIG);
+		CHECK(t_row_read(s, id, (1ull << 48) + 77, got) == 0);
 	}
 	CHECK(t_row_read(s, id, 2, got) == 0);
 	for (int i = 0; i < 256; i++)
@@ -107,12 +118,12 @@ static void test_rows(void)
 	/* SEEK_DATA / SEEK_HOLE support */
 	uint64_t r;
 	CHECK(t_row_next(s, id, 2, &r) == 1 && r == 77);
-	CHECK(t_row_next(s, id, (uint64_t)(INT64_MAX / 256) + 1, &r) == 0);
+	CHECK(t_row_next(s, id, store_max_row(256) + 1, &r) == 0);
 	CHECK(t_row_hole(s, id, 0, &r) == 0 && r == 2);
 
 	struct store_attr a;
 	OK(store_table_getattr(s, id, &a));
-	CHECK(a.nrows == 5 && a.size == ((uint64_t)(INT64_MAX / 256) + 1) * 256);
+	CHECK(a.nrows == 5 && a.size == store_max_size(256));
 	CHECK(store_table_set_geometry(s, id, 32, EMB_DT_F32) == -EBUSY);
 	fsck_clean(s);
 	s = reopen(s);
@@ -146,6 +157,8 @@ static void test_many(void)
 	static struct store_rowop ops[B];
 	static uint8_t data[B][64];
 	uint8_t got[64], want[64];
+	struct store_stats empty, full;
+	store_stats_get(s, &empty);
 	OK(store_table_create(s, "big", 0644, 0, 0, 16, EMB_DT_F32, &id));
 	for (uint64_t base = 0; base < N; base += B) {
 		for (int i = 0; i < B; i++) {
@@ -155,6 +168,13 @@ static void test_many(void)
 		}
 		OK(store_rows_write(s, id, ops, B, 0));
 	}
+	/* layout 3: a row kept in the pool costs at most 32 bytes beyond its
+	 * own: a 16-byte header and an 8-byte index slot at 63-94% fill */
+	store_stats_get(s, &full);
+	double per_row = (double)(full.used_bytes - empty.used_bytes) / N - 64;
+	printf("many: %.1f pool bytes per 64-byte row beyond the row, index %.1f\n", per_row,
+	       (double)full.index_bytes / N);
+	CHECK(per_row <= 32 && (double)full.index_bytes / N <= 16);
 	s = reopen(s);
 	/* the ids written, and how many distinct ones */
 	uint64_t nw = (N + B - 1) / B * (uint64_t)B;
@@ -188,6 +208,86 @@ static void test_many(void)
 	store_stats_get(s, &after);
 	CHECK(after.rows == 0);
 	CHECK(after.free_bytes > before.free_bytes + 10 * (1 << 20));
+	fsck_clean(s);
+	store_close(s);
+}
+
+/* Rows [from, from + n) of rs bytes, generation gen, in groups of 4096. */
+static int t_write_gen(struct store *s, uint32_t id, uint32_t rs, uint64_t from, size_t n, uint64_t gen)
+{
+	enum { G = 4096 };
+	static struct store_rowop ops[G];
+	uint8_t *data = malloc((size_t)G * rs);
+	CHECK(data);
+	int ret = 0;
+	for (size_t at = 0; at < n && !ret; at += G) {
+		size_t k = n - at < G ? n - at : G;
+		for (size_t i = 0; i < k; i++) {
+			fill(data + i * rs, rs, from + at + i, gen);
+			ops[i] = (struct store_rowop){ from + at + i, 0, rs, data + i * rs, 0 };
+		}
+		ret = store_rows_write(s, id, ops, k, 0);
+	}
+	free(data);
+	return ret;
+}
+
+/* Layout 3's chains: rows rewritten after snapshots get a link per kept
+ * version; every view reads its own bytes; dropping the snapshots frees
+ * the old versions and their links, and a row left with one version is
+ * referred to directly again: the pool's use comes back to what the rows
+ * took before (a row costs no link unless a snapshot holds an older one). */
+static void test_links(void)
+{
+	struct store *s = fresh(64 << 20);
+	uint32_t id;
+	enum { N = 20000 };
+	struct store_stats u1, u2, u3;
+	struct store_snap s1, s2;
+	OK(store_table_create(s, "l", 0644, 0, 0, 16, EMB_DT_F32, &id));
+	OK(t_write_gen(s, id, 64, 0, N, 1));
+	store_stats_get(s, &u1);
+	OK(store_snap_create(s, "s1", 1, &s1));
+	OK(t_write_gen(s, id, 64, 0, N, 2));
+	OK(store_snap_create(s, "s2", 1, &s2));
+	OK(t_write_gen(s, id, 64, 0, N / 2, 3));
+	store_stats_get(s, &u2);
+	CHECK(u2.used_bytes - u1.used_bytes >= (uint64_t)N * 80 + (N / 2) * (80 + 32));
+	uint8_t got[64], want[64];
+	struct store_view v1, v2;
+	OK(store_view_snap(s, s1.idx, id, &v1));
+	OK(store_view_snap(s, s2.idx, id, &v2));
+	for (uint64_t r = 0; r < N; r += 7) {
+		OK(store_rows_read(s, &v1, &r, 1, got, NULL, NULL));
+		fill(want, 64, r, 1);
+		CHECK(!memcmp(got, want, 64));
+		OK(store_rows_read(s, &v2, &r, 1, got, NULL, NULL));
+		fill(want, 64, r, 2);
+		CHECK(!memcmp(got, want, 64));
+		CHECK(t_row_read(s, id, r, got) == 1);
+		fill(want, 64, r, r < N / 2 ? 3 : 2);
+		CHECK(!memcmp(got, want, 64));
+	}
+	fsck_clean(s);
+	s = reopen(s);
+	OK(store_snap_drop(s, "s1"));
+	OK(store_view_snap(s, s2.idx, id, &v2));
+	for (uint64_t r = 0; r < N; r += 7) {
+		OK(store_rows_read(s, &v2, &r, 1, got, NULL, NULL));
+		fill(want, 64, r, 2);
+		CHECK(!memcmp(got, want, 64));
+	}
+	OK(store_snap_drop(s, "s2"));
+	store_stats_get(s, &u3);
+	printf("links: %llu pool bytes before the snapshots, %llu with them, %llu after dropping them\n",
+	       (unsigned long long)u1.used_bytes, (unsigned long long)u2.used_bytes,
+	       (unsigned long long)u3.used_bytes);
+	CHECK(u3.used_bytes <= u1.used_bytes + u1.used_bytes / 100 + (64 << 10));
+	for (uint64_t r = 0; r < N; r += 7) {
+		CHECK(t_row_read(s, id, r, got) == 1);
+		fill(want, 64, r, r < N / 2 ? 3 : 2);
+		CHECK(!memcmp(got, want, 64));
+	}
 	fsck_clean(s);
 	store_close(s);
 }
@@ -979,6 +1079,8 @@ int main(int argc, char **argv)
 	printf("rows ok\n");
 	test_many();
 	printf("many ok\n");
+	test_links();
+	printf("links ok\n");
 	test_enospc();
 	printf("enospc ok\n");
 	test_crash();
