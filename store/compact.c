@@ -88,6 +88,7 @@ static int read_seg(struct spill *sp, uint64_t k)
 struct piece {
 	struct moved {
 		uint64_t stub, loc;   /* the stub; the copy's place in wbuf, then on the device */
+		uint64_t from, key;   /* the record's place in the segment; the stub's key then */
 		uint32_t table, rsz;
 	} *mv;
 	size_t nmv, capmv;
@@ -136,40 +137,53 @@ static int gather_live(struct store *s, uint64_t k, uint64_t *p, uint64_t end, u
 			pc->capmv = nc;
 		}
 		memcpy(sp->wbuf + at, r, rsz);
-		pc->mv[pc->nmv++] = (struct moved){ found, at, r->table, rsz };
+		pc->mv[pc->nmv++] = (struct moved){ found, at, base + *p, ld64(&STUB(s, found)->v.key), r->table, rsz };
 		pc->pos = at + rsz;
 		*p += rsz;
 	}
 	return 0;
 }
 
-/* Write the piece's copies to the open segment, make them durable, then
- * point each stub at its copy (one 8-byte store each).  commit_lock held. */
-static int move_piece(struct store *s, struct piece *pc)
+/* Write the piece's copies to the open segment and make them durable:
+ * without commit_lock (the segment table's fills and the open segment
+ * are the mover's alone: round_lock), so no commit waits for the device.
+ * *at: where the piece went. */
+static int write_piece(struct store *s, struct piece *pc, uint64_t *at)
 {
-	struct spill *sp = s->sp;
-	uint64_t at = 0;
+	*at = 0;
 	if (!pc->nmv)
 		return pc->room ? 0 : seg_next(s, 1); /* not one more record fits the open segment */
-	int ret = seg_write(s, pc->pos, &at);
+	int ret = seg_write(s, pc->pos, at);
 	if (!ret) /* the fill covers the copies before any stub points there */
 		ret = pm_barrier(s);
-	if (ret)
-		return ret;
+	return ret;
+}
+
+/* Point each stub at its copy (one 8-byte store each), if it is still the
+ * stub that pointed at the record (a stub freed while commit_lock was let
+ * go has its row id poisoned; a slot reused since holds another key or
+ * points elsewhere: nothing points into the segment being emptied but its
+ * own old stubs).  commit_lock held. */
+static int point_piece(struct store *s, struct piece *pc, uint64_t at)
+{
+	struct spill *sp = s->sp;
+	size_t moved = 0;
 	for (size_t i = 0; i < pc->nmv; i++) {
 		struct stable *st = tab_get(s, pc->mv[i].table);
 		struct emb_stub *stub = STUB(s, pc->mv[i].stub);
-		uint64_t old = stub->loc;
+		if (!st || ld64(&stub->v.key) != pc->mv[i].key || ld64(&stub->loc) != pc->mv[i].from)
+			continue; /* its copy stays unreferenced */
 		pthread_rwlock_wrlock(&st->lock);
 		st64(&stub->loc, at + pc->mv[i].loc);
 		pthread_rwlock_unlock(&st->lock);
 		pm_flush(s, &stub->loc, 8);
-		seg_live_add(s, old, pc->mv[i].rsz, -1);
+		seg_live_add(s, pc->mv[i].from, pc->mv[i].rsz, -1);
 		seg_live_add(s, at + pc->mv[i].loc, pc->mv[i].rsz, 1);
+		moved++;
 	}
-	atomic_fetch_add(&sp->compact_moved, pc->nmv);
+	atomic_fetch_add(&sp->compact_moved, moved);
 	atomic_fetch_add(&sp->compact_bytes, pc->pos);
-	return pm_barrier(s);
+	return pc->nmv ? pm_barrier(s) : 0;
 }
 
 /* Sleep so that bytes moved since t0 take at least their share of the
@@ -207,7 +221,8 @@ static int free_seg(struct store *s, uint64_t k)
 }
 
 /* Copy the live records of sealed segment k to the open one, a piece of
- * COMPACT_PIECE bytes per hold of commit_lock, then free k. */
+ * COMPACT_PIECE bytes at a time (found under commit_lock, written without
+ * it, repointed under it), then free k. */
 int compact_seg(struct store *s, uint64_t k)
 {
 	struct spill *sp = s->sp;
@@ -223,15 +238,22 @@ int compact_seg(struct store *s, uint64_t k)
 		struct timespec t0;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		struct piece pc = { .room = 1 };
-		pthread_mutex_lock(&s->commit_lock);
+		uint64_t at = 0;
 		uint64_t lim = sp->open_seg >= 0 ? pm->seg_size - pm->seg[sp->open_seg].fill : 0;
 		if (lim > CHUNK_BYTES)
 			lim = CHUNK_BYTES;
 		memset(sp->wbuf, 0, lim);
+		pthread_mutex_lock(&s->commit_lock);
 		ret = gather_live(s, k, &p, end, fill, lim, &pc);
-		if (!ret)
-			ret = move_piece(s, &pc);
 		pthread_mutex_unlock(&s->commit_lock);
+		spill_unlocked(sp);
+		if (!ret)
+			ret = write_piece(s, &pc, &at);
+		if (!ret && pc.nmv) {
+			pthread_mutex_lock(&s->commit_lock);
+			ret = point_piece(s, &pc, at);
+			pthread_mutex_unlock(&s->commit_lock);
+		}
 		free(pc.mv);
 		if (ret)
 			return ret;

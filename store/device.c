@@ -25,18 +25,22 @@
  * bytes and records as hints: exact while the pool is mounted and after a
  * clean unmount, recounted from the stubs by the mover after a crash.
  *
- * Crash safety.  The mover, under commit_lock: records -> device, fdatasync;
- * segment fill; then the chain change is journaled like a commit
- * (EMB_J_RELINK: row, old version, its stub): journal + stubs, barrier;
- * slab bits + the 8-byte links (index value or the newer version's prev),
- * barrier; old slots freed, journal cleared, barrier.  So no stub points at
- * bytes that are not durable, and recovery keeps whichever of old and new is
- * linked and frees the other.  Compaction copies the live records of a
- * mostly-stale sealed segment to the open one (fdatasync), rewrites each
- * stub's loc with one 8-byte store, barrier, and frees the segment once no
- * reader has it pinned; a crash in between leaves both copies valid and the
- * old segment still sealed.  Space a crash leaves unreferenced is found by
- * the recount and compacted away.
+ * Crash safety.  The mover gathers versions under commit_lock, then without
+ * it: records -> device, fdatasync; segment fill; then under commit_lock
+ * again, for the versions still where it found them (same chain, batch and
+ * bytes), the chain change is journaled like a commit (EMB_J_RELINK: row,
+ * old version, its stub): journal + stubs, barrier; slab bits + the 8-byte
+ * ref (index value, or a link's ver or next), barrier; old slots freed,
+ * journal cleared, barrier.  So no stub points at bytes that are not
+ * durable, recovery keeps whichever of old and new is linked and frees the
+ * other, and no commit waits for the device.  Compaction copies the live
+ * records of a mostly-stale sealed segment to the open one (found under
+ * commit_lock, written and fdatasync'ed without it), then under commit_lock
+ * rewrites the loc of each stub that still points at the old record with
+ * one 8-byte store, barrier, and frees the segment once no reader has it
+ * pinned; a crash in between leaves both copies valid and the old segment
+ * still sealed.  Space a crash (or a version changed meanwhile) leaves
+ * unreferenced is found by the recount and compacted away.
  *
  * Reads.  A reader resolves each row under its table's lock (shared), pins
  * the segments its stubs point into, drops the lock and reads every spilled
@@ -294,7 +298,7 @@ int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size
 
 /* ---- relinking versions (journaled) -------------------------------------- */
 
-/* ---- writing segments (commit_lock held) ------------------------------ */
+/* ---- writing segments (the mover: round_lock) ------------------------- */
 
 uint32_t free_segs(struct spill *sp)
 {
@@ -681,6 +685,8 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->compact_bps = (uint64_t)(c->compact_mbps ? c->compact_mbps : 64) * 1000000ull;
 	sp->manual = c->manual;
 	sp->stubs_only = c->stubs_only;
+	sp->unlocked = c->unlocked;
+	sp->unlocked_arg = c->unlocked_arg;
 	sp->open_seg = -1;
 	sp->recount = s->recovered;
 	sp->pins = calloc(pm->nsegs, sizeof(*sp->pins));

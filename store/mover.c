@@ -72,18 +72,54 @@ static int chunk_put(struct store *s, struct stable *st, struct chunk *k, uint64
 	return 0;
 }
 
-/* Land a gathered chunk: one device write, a stub per version, one
- * journaled relink.  commit_lock held. */
-static int chunk_land(struct store *s, struct stable *st, struct chunk *k)
+/* Where version off sits in its row's chain: the field that refers to it
+ * (0: the index), or EMB_NONE when it is not linked (or the chain is
+ * damaged before it).  Walking the chain validates it.  st->lock not needed
+ * (commit_lock). */
+static uint64_t linked_at(struct store *s, struct stable *st, uint64_t row, uint64_t off)
+{
+	uint64_t head;
+	struct chain c;
+	int cr = index_get(s, st, row, &head);
+	if (!cr)
+		cr = chain_start(s, st, row, head, &c);
+	for (; !cr && c.v; cr = chain_step(&c))
+		if (c.off == off)
+			return chain_vat(&c);
+	return EMB_NONE;
+}
+
+/* Is the version r moved still where the chunk found it, as the device
+ * has it (its batch and bytes: its slot may have been freed and reused
+ * while commit_lock was let go)?  r->at follows it if the chain changed
+ * around it.  commit_lock held. */
+static int still_there(struct store *s, struct stable *st, const struct chunk *k, struct rl *r)
+{
+	const struct emb_srec *rec = (const struct emb_srec *)(s->sp->wbuf + r->loc);
+	uint64_t at = linked_at(s, st, r->row, r->old);
+	if (at == EMB_NONE)
+		return 0;
+	const struct emb_version *x = S_PTR(s, r->old);
+	if (ver_stub(x) || ver_tomb(x) || ver_batch(x) != rec->batch || memcmp(ver_data(x), rec + 1, k->rs))
+		return 0;
+	r->at = at;
+	return 1;
+}
+
+/* Land a chunk written at device offset base: a stub per version, one
+ * journaled relink.  verify: commit_lock was let go since the chunk was
+ * gathered: versions no longer where they were are left (their records
+ * stay unreferenced: compaction takes them).  commit_lock held. */
+static int chunk_land(struct store *s, struct stable *st, struct chunk *k, uint64_t base, int verify)
 {
 	struct spill *sp = s->sp;
 	struct rl *v = k->v;
-	size_t nv = k->n;
-	uint64_t base = 0;
+	size_t nv = 0;
 	uint32_t small;
-	int ret = k->pos ? seg_write(s, k->pos, &base) : 0;
-	if (!ret)
-		ret = slab_class_small(s, &small);
+	for (size_t i = 0; i < k->n; i++)
+		if (!verify || still_there(s, st, k, &v[i]))
+			v[nv++] = v[i];
+	int ret = slab_class_small(s, &small);
 	for (size_t i = 0; !ret && i < nv; i++) {
 		ret = slab_alloc(s, small, &v[i].new_);
 		if (ret) {
@@ -92,7 +128,7 @@ static int chunk_land(struct store *s, struct stable *st, struct chunk *k)
 			atomic_fetch_add(&sp->full, 1);
 		}
 	}
-	if (ret)
+	if (ret || !nv)
 		return ret; /* what was written is unreferenced: compaction takes it */
 	for (size_t i = 0; i < nv; i++) {
 		struct emb_stub *ns = STUB(s, v[i].new_);
@@ -110,6 +146,7 @@ static int chunk_land(struct store *s, struct stable *st, struct chunk *k)
 	}
 	for (size_t i = 0; i < nv; i++)
 		seg_live_add(s, v[i].loc, k->rsz, 1);
+	k->n = nv;
 	atomic_fetch_add_explicit(&sp->spilled, nv, memory_order_relaxed);
 	return 0;
 }
@@ -149,12 +186,19 @@ static int spill_one(void *arg, uint64_t row, uint64_t ref)
 	return x->k->full;
 }
 
-/* Spill cold versions of one table from index position *di on: one device
- * write, one relink.  *moved: versions spilled.  commit_lock held. */
-static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, size_t *moved)
+/* Spill cold versions of one table from index position *di on: gathered
+ * under commit_lock, written to the device (one write, one fdatasync)
+ * without it, so that no commit waits for device I/O, then relinked under
+ * it again (only what is still where it was).  *moved: versions spilled.
+ * commit_lock held on entry and on return; st may be gone on return
+ * (*gone set: it is not read again). */
+static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, size_t *moved, int *gone)
 {
 	struct chunk k;
+	uint32_t tid = st->id;
+	uint64_t gen = st->t->gen, base = 0;
 	*moved = 0;
+	*gone = 0;
 	int ret = chunk_open(s, st, &k);
 	if (ret)
 		return ret;
@@ -164,27 +208,17 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 	pthread_rwlock_rdlock(&st->lock);
 	index_scan(s, st, di, spill_one, &x);
 	pthread_rwlock_unlock(&st->lock);
-	if (k.n && !(ret = chunk_land(s, st, &k)))
-		*moved = k.n;
+	if (k.n) {
+		pthread_mutex_unlock(&s->commit_lock);
+		spill_unlocked(s->sp);
+		ret = k.pos ? seg_write(s, k.pos, &base) : 0; /* the mover's alone (round_lock) */
+		pthread_mutex_lock(&s->commit_lock);
+		*gone = tab_get(s, tid) != st || st->t->gen != gen;
+		if (!ret && !*gone && !(ret = chunk_land(s, st, &k, base, 1)))
+			*moved = k.n;
+	}
 	free(k.v);
 	return ret;
-}
-
-/* Where version off sits in its row's chain: the field that refers to it
- * (0: the index), or EMB_NONE when it is not linked (or the chain is
- * damaged before it).  Walking the chain validates it.  st->lock not needed
- * (commit_lock). */
-static uint64_t linked_at(struct store *s, struct stable *st, uint64_t row, uint64_t off)
-{
-	uint64_t head;
-	struct chain c;
-	int cr = index_get(s, st, row, &head);
-	if (!cr)
-		cr = chain_start(s, st, row, head, &c);
-	for (; !cr && c.v; cr = chain_step(&c))
-		if (c.off == off)
-			return chain_vat(&c);
-	return EMB_NONE;
 }
 
 /* Move the listed row versions of st (offsets, all in PMem) out of their
@@ -220,7 +254,12 @@ static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_
 		left = keep;
 		if (!k.n)
 			break;
-		ret = chunk_land(s, st, &k);
+		/* under commit_lock throughout: the heap is full, commits wait
+		 * for this anyway (shrink_rows) */
+		uint64_t base = 0;
+		ret = k.pos ? seg_write(s, k.pos, &base) : 0;
+		if (!ret)
+			ret = chunk_land(s, st, &k, base, 0);
 	}
 	free(v);
 	free(seen);
@@ -302,12 +341,13 @@ static int64_t spill_pass(struct store *s, int all, uint64_t target)
 	while (all || row_usage(s) > target) {
 		struct stable *st = tab_get(s, sp->cur_table);
 		size_t n = 0;
+		int gone = 0;
 		if (st)
-			ret = spill_chunk(s, st, &sp->cur_di, all, &n);
+			ret = spill_chunk(s, st, &sp->cur_di, all, &n, &gone);
 		if (ret)
 			break;
 		moved += (int64_t)n;
-		size_t ndir = st && st->segs ? (size_t)1 << st->gd : 0;
+		size_t ndir = st && !gone ? index_ndir(st) : 0;
 		if (!st || sp->cur_di >= ndir) {
 			sp->cur_di = 0;
 			sp->cur_table = (sp->cur_table + 1) % EMB_NTABLES;

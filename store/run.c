@@ -1030,10 +1030,20 @@ static int ev_publish(struct spill *sp, uint32_t id, const struct ev *e, size_t 
 	return 0;
 }
 
+/* Is st still table tid of generation gen (it may have been freed while
+ * commit_lock was let go; st is not read unless it is still listed)?
+ * commit_lock held. */
+static int table_same(struct store *s, struct stable *st, uint32_t tid, uint64_t gen)
+{
+	return tab_get(s, tid) == st && st->t->gen == gen;
+}
+
+#define EVICT_SLICE 4096u /* rows per hold of commit_lock when they leave the index */
+
 int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t budget, int all)
 {
 	struct spill *sp = s->sp;
-	uint32_t rs = st->t->row_size;
+	uint32_t rs = st->t->row_size, tid = st->id;
 	size_t max = (size_t)(budget / slab_row_slot(rs));
 	if (max < EVICT_MIN_ROWS)
 		max = EVICT_MIN_ROWS;
@@ -1069,6 +1079,7 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 	}
 	if (ret || !n)
 		goto out;
+	spill_unlocked(sp);
 	if ((ret = build_open(&w, s, st)))
 		goto out;
 	built = 1;
@@ -1090,8 +1101,13 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 	for (size_t i = 0; i < n; i++)
 		er[i] = (struct evict_row){ es.e[i].row, es.e[i].nv, &es.off[es.e[i].v0], &es.lnk[es.e[i].v0],
 					    &plain[es.e[i].v0], &es.data[es.e[i].v0] };
+	/* the run is installed, then its rows leave the index in slices of
+	 * EVICT_SLICE, commit_lock let go in between so that commits (and
+	 * their barriers) do not queue behind the whole eviction; a row
+	 * written meanwhile stays (commit_evict_locked compares its chain) */
 	pthread_mutex_lock(&s->commit_lock);
-	if (!tab_get(s, st->id) || st->t->gen != w.gen) {
+	size_t evicted = 0;
+	if (!table_same(s, st, tid, w.gen)) {
 		ret = -ENOENT; /* the table went meanwhile */
 	} else {
 		ret = run_install(s, &w, w.id, 0, NULL, 0);
@@ -1099,11 +1115,22 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 			pthread_rwlock_wrlock(&st->lock);
 			st->mod++;
 			pthread_rwlock_unlock(&st->lock);
-			size_t done = 0;
-			ret = commit_evict_locked(s, st, er, n, &done);
-			atomic_fetch_add_explicit(&sp->run_evicted, done, memory_order_relaxed);
-			n = done;
 		}
+		for (size_t at = 0; !ret && at < n;) {
+			size_t k = n - at < EVICT_SLICE ? n - at : EVICT_SLICE, done = 0;
+			ret = commit_evict_locked(s, st, er + at, k, &done);
+			evicted += done;
+			at += k;
+			if (!ret && at < n) {
+				pthread_mutex_unlock(&s->commit_lock);
+				spill_unlocked(sp);
+				pthread_mutex_lock(&s->commit_lock);
+				if (!table_same(s, st, tid, w.gen))
+					ret = -ENOENT;
+			}
+		}
+		atomic_fetch_add_explicit(&sp->run_evicted, evicted, memory_order_relaxed);
+		n = evicted;
 	}
 	ev_publish(sp, 0, NULL, 0);
 	pthread_mutex_unlock(&s->commit_lock);

@@ -65,6 +65,8 @@ struct spill {
 	uint64_t compact_bps;
 	int manual;
 	int stubs_only;           /* conf: no runs (run.c) */
+	void (*unlocked)(void *);  /* conf: test hook (store.h) */
+	void *unlocked_arg;
 	struct ring rings[NRINGS];
 	_Atomic uint32_t ring_rr;
 	_Atomic uint32_t *pins;   /* readers inside each segment (device.c, atomic) */
@@ -75,7 +77,12 @@ struct spill {
 	 * Taken before commit_lock. */
 	pthread_mutex_t round_lock;
 
-	/* mover state: protected by commit_lock */
+	/* mover state: the mover's alone (round_lock); the open segment and
+	 * the segment table's fills change with the device writes, which run
+	 * without commit_lock so that no commit waits for the device (a
+	 * chunk of stubs and a compaction piece are gathered under
+	 * commit_lock, written without it, and land under it again, for
+	 * what is still where it was) */
 	int64_t open_seg;
 	char *wbuf;               /* CHUNK_BYTES, aligned */
 	char *rbuf;               /* one segment, aligned (compaction) */
@@ -164,6 +171,13 @@ int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t n);
  * tier's state; no thread, no recount (mover.c's store_spill_attach). */
 int device_attach(struct store *s, const struct store_spill_conf *c, char *err, size_t n);
 void spill_free(struct spill *sp);
+
+/* The test hook: the mover let commit_lock go with device work in flight. */
+static inline void spill_unlocked(struct spill *sp)
+{
+	if (sp->unlocked)
+		sp->unlocked(sp->unlocked_arg);
+}
 
 /* device.c */
 uint64_t seg_base(const struct spill *sp, uint64_t k);

@@ -350,6 +350,11 @@ struct store_spill_conf {
 	int manual;            /* no mover thread: store_spill_run() does its work (tests) */
 	int stubs_only;        /* no sorted runs: every spilled version keeps a stub and its
 				* index entry in the pool (the tier before runs; tests, benches) */
+	/* tests: called by the mover each time it has let commit_lock go with
+	 * device work in flight (a chunk of stubs, a compaction piece, an
+	 * eviction's run), so that a test can change rows in between */
+	void (*unlocked)(void *arg);
+	void *unlocked_arg;
 };
 /* Attach the spill device named by c->path and start the mover.  A pool that
  * keeps rows on a spill device refuses c->path == NULL, a missing device or

@@ -49,6 +49,8 @@ static unsigned long long seed; /* EMBFS_SEED replays: pools' uuids, operations,
 /* the parts before sorted runs test the stub path: every spilled version
  * behind a stub (store_spill_conf.stubs_only); the runs_* parts set it 0 */
 static int stubs_only = 1;
+/* the mover's test hook (store_spill_conf.unlocked), for pools attached now */
+static void (*unlocked_fn)(void *);
 
 /* A 64-bit mix of x (splitmix64). */
 static uint64_t mix(uint64_t x)
@@ -62,7 +64,7 @@ static uint64_t mix(uint64_t x)
 static void attach(struct store *s, uint64_t spill_size)
 {
 	struct store_spill_conf c = { .path = spath, .size = spill_size, .manual = 1, .high = 40, .low = 30,
-				      .stubs_only = stubs_only };
+				      .stubs_only = stubs_only, .unlocked = unlocked_fn };
 	if (store_spill_attach(s, &c, err, sizeof(err))) {
 		fprintf(stderr, "attach: %s\n", err);
 		exit(1);
@@ -1279,6 +1281,114 @@ static void test_runs(void)
 	stubs_only = 1;
 }
 
+/* ---- the mover lets commit_lock go over its device writes ---------------
+ * Stubs, compaction and evictions gather under commit_lock, write the
+ * device without it, then change the pool under it again, only for what is
+ * still where it was.  The hook rewrites and deletes rows each time the
+ * mover has let go, the rows it is moving among them; every row must then
+ * read as the shadow says, and store_fsck find nothing wrong. */
+static struct store *us;
+static uint32_t uid;
+static uint64_t un, *ugen, ucalls, uchanged, ux;
+static int uinside;
+
+static void u_change(void *arg)
+{
+	(void)arg;
+	if (uinside)
+		return;
+	uinside = 1;
+	ucalls++;
+	static uint8_t data[64][RS];
+	struct store_rowop ops[64];
+	for (int i = 0; i < 64; i++) {
+		ux = mix(ux);
+		uint64_t r = ux % un;
+		if (i % 4 == 3) {
+			ops[i] = (struct store_rowop){ r, 0, 0, NULL, 0 };
+			ugen[r] = 0;
+		} else {
+			ugen[r] = 100 + ucalls;
+			fill_rs(data[i], r, ugen[r]);
+			ops[i] = (struct store_rowop){ r, 0, RS, data[i], 0 };
+		}
+	}
+	OK(store_rows_write(us, uid, ops, 64, 0)); /* later ops of a row win, as in the shadow */
+	uchanged += 64;
+	uinside = 0;
+}
+
+static void u_check(const char *what)
+{
+	static uint8_t got[RS], want[RS];
+	for (uint64_t r = 0; r < un; r++) {
+		int st = t_row_read(us, uid, r, got);
+		if (ugen[r])
+			fill_rs(want, r, ugen[r]);
+		if (st != !!ugen[r] || (ugen[r] && memcmp(got, want, RS))) {
+			fprintf(stderr, "%s: row %llu reads %s, expected %s %llu\n", what, (unsigned long long)r,
+				st == 1 ? "stored bytes" : st == 0 ? "a hole" : "an error", ugen[r] ? "generation" : "a hole",
+				(unsigned long long)ugen[r]);
+			test_seed_say(stderr);
+			exit(1);
+		}
+	}
+	fsck_clean(us);
+}
+
+static void unlocked_one(int runs)
+{
+	stubs_only = !runs;
+	unlocked_fn = u_change;
+	us = fresh(128 << 20, 256 << 20);
+	un = 80000;
+	ugen = calloc(un, sizeof(*ugen));
+	CHECK(ugen);
+	ux = seed ^ (uint64_t)runs;
+	ucalls = uchanged = 0;
+	OK(store_table_create(us, "t", 0644, 0, 0, RS / 4, EMB_DT_F32, &uid));
+	unlocked_fn = NULL; /* no changes while the table is first written */
+	write_all(us, uid, un, 1);
+	for (uint64_t r = 0; r < un; r++)
+		ugen[r] = 1;
+	store_close(us);
+	unlocked_fn = u_change;
+	us = open_pool();
+	int64_t moved = store_spill_run(us, STORE_SPILL_MOVE | STORE_SPILL_ALL);
+	CHECK(moved > 0);
+	uint64_t calls_move = ucalls;
+	CHECK(calls_move > 0);
+	u_check(runs ? "after evictions" : "after spilling");
+	if (!runs) { /* stale records, then compaction with changes in between */
+		unlocked_fn = NULL;
+		write_all(us, uid, un / 2, 2);
+		for (uint64_t r = 0; r < un / 2; r++)
+			ugen[r] = 2;
+		CHECK(store_spill_run(us, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
+		store_close(us);
+		unlocked_fn = u_change;
+		us = open_pool();
+		uint64_t before = ucalls, compacted = sstats(us).compacted_segs;
+		for (int i = 0; i < 8; i++)
+			CHECK(store_spill_run(us, STORE_SPILL_COMPACT) >= 0);
+		CHECK(sstats(us).compacted_segs > compacted && ucalls > before);
+		u_check("after compaction");
+	}
+	printf("  %s: %llu rows changed in %llu pauses of the mover; all %llu rows as the shadow says\n",
+	       runs ? "runs" : "stubs", (unsigned long long)uchanged, (unsigned long long)ucalls,
+	       (unsigned long long)un);
+	store_close(us);
+	unlocked_fn = NULL;
+	free(ugen);
+	stubs_only = 1;
+}
+
+static void test_unlocked(void)
+{
+	unlocked_one(0);
+	unlocked_one(1);
+}
+
 /* The parts that are not about stubs, again with runs. */
 static void with_runs(void (*fn)(void))
 {
@@ -1326,6 +1436,7 @@ static const struct part {
 	{ "runs_full", runs_full },
 	{ "runs_threads", runs_threads },
 	{ "runs_crash", runs_crash },
+	{ "unlocked", test_unlocked },
 };
 
 int main(int argc, char **argv)
