@@ -62,6 +62,14 @@
 #             read after remount + drop_caches vs dd iflag=direct of the
 #             spill file, device reads and read amplification; uniform
 #             gathers: device reads per spilled row and its distribution
+#   overhead  issue 12's pool bytes per row kept in the pool (no spill):
+#             per row size (OVH_DIMS f32) and table size (OVH_ROWS), a
+#             fresh pool on /dev/shm, the rows dd'd in through the mount
+#             (default row cache), fsync of the root: (pool.used_bytes -
+#             the empty pool's) / rows - row size, and pool.index_bytes /
+#             rows; target <= 32 B.  Then the same table after a snapshot
+#             and a rewrite of every row (a link per kept version), and
+#             after dropping the snapshot (the links go)
 #   spillsnap the snap section's training loop (snapshot every SNAP_EVERY
 #             batches vs none) over a 256 MiB table mostly in sorted runs:
 #             a 64 MiB pool, 8 MiB cache, spill file in DISK_DIR (issue 12)
@@ -158,6 +166,8 @@ CAP_SECS=${CAP_SECS:-4}                 # per gather run
 CAP_HIGH=${CAP_HIGH:-}                  # spill_high / spill_low; empty: the daemon's defaults
 CAP_LOW=${CAP_LOW:-}
 CAP_OPTS=${CAP_OPTS:-}                  # more mount options, e.g. spill_runs=1 (sorted runs)
+OVH_DIMS=${OVH_DIMS:-"16 32 64"}        # section overhead: f32 dims (64-, 128-, 256-byte rows)
+OVH_ROWS=${OVH_ROWS:-"300000 700000 1300000 2000000 4000000"} # its table sizes
 PY=${PY:-/usr/bin/python3}              # section pybatch: Debian's python3, with python3-numpy
 PY_RUNS=${PY_RUNS:-$RUNS}               # its runs per configuration, each side
 PY_SECS=${PY_SECS:-5}                   # per run
@@ -288,9 +298,9 @@ cleanup() {
 			[ -s "$W/runs.log" ] && cp "$W/runs.log" "$BENCH_OUT.runs" 2>/dev/null
 			rm -f "$W/pool" "$W/pool0" "$W/base.emb" "$W/daemon.log" "$W/summary" "$W/runs.log" \
 				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool" "$W/spillpool" "$W/cappool" "$W/pypool" \
-				"$W/rspool" "$W/dpool0" "$W/dpool1" "$W/dpool2" "$W/dpool3"
+				"$W/rspool" "$W/dpool0" "$W/dpool1" "$W/dpool2" "$W/dpool3" "$W/ovhpool"
 			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/snapwbmnt" "$W/spillmnt" "$W/capmnt" "$W/pymnt" \
-				"$W/rsmnt" "$W/dmnt0" "$W/dmnt1" "$W/dmnt2" "$W/dmnt3" 2>/dev/null
+				"$W/rsmnt" "$W/dmnt0" "$W/dmnt1" "$W/dmnt2" "$W/dmnt3" "$W/ovhmnt" 2>/dev/null
 			rmdir "$W" 2>/dev/null
 		fi
 	fi
@@ -1633,6 +1643,61 @@ section_capacity() {
 	SW=""
 }
 
+# overhead (issue 12): what a row kept in the pool costs it beyond the row
+ovh_used() { stat_of "$OMNT" pool.used_bytes; }
+section_overhead() {
+	ensure_w
+	say ""
+	say "overhead: pool bytes per row kept in the pool beyond the row (pool on /dev/shm, no spill;" \
+		"rows dd'd in 1 MiB writes through the default row cache, fsync of the root); f32 dims $OVH_DIMS, rows $OVH_ROWS"
+	OMNT=$W/ovhmnt
+	mkdir -p "$OMNT"
+	maxr=0
+	for n in $OVH_ROWS; do [ "$n" -gt "$maxr" ] && maxr=$n; done
+	last_dim=$(echo $OVH_DIMS | awk '{ print $NF }')
+	room overhead /dev/shm $(((maxr * (last_dim * 4 + 64) * 2 >> 20) + 256)) || return
+	for dim in $OVH_DIMS; do
+		rs=$((dim * 4))
+		per_l=""; idx_l=""; hdr=""
+		for want in $OVH_ROWS; do
+			n=$want
+			psz=$(((n * (rs + 64) * 2 >> 20) + 64))M
+			"$MKFS" -f -s "$psz" -t "o.emb:$dim:f32" "$W/ovhpool" >/dev/null || fail "mkfs.embfs ovhpool"
+			mount_pool "$W/ovhpool" "$OMNT" "" 1
+			u0=$(ovh_used)
+			dd if=/dev/zero of="$OMNT/o.emb" bs=1M count=$((n * rs >> 20)) status=none || fail "dd into o.emb"
+			sync "$OMNT" || fail "fsync of $OMNT"
+			n=$(stat_of "$OMNT" rows)
+			u=$(ovh_used); ib=$(stat_of "$OMNT" pool.index_bytes); vb=$(stat_of "$OMNT" pmem.row_bytes)
+			per=$(awk -v u="$u" -v u0="$u0" -v n="$n" -v r="$rs" 'BEGIN { printf "%.1f", (u - u0) / n - r }')
+			idx=$(awk -v b="$ib" -v n="$n" 'BEGIN { printf "%.1f", b / n }')
+			hdr=$(awk -v b="$vb" -v n="$n" -v r="$rs" 'BEGIN { printf "%.1f", b / n - r }')
+			echo "overhead: rs=$rs rows=$n used=$u empty=$u0 index=$ib row_bytes=$vb per_row=$per" >>"$W/runs.log"
+			say "  $rs-B rows, $(count "$n") rows: $per B per row beyond the row (version header and slot rounding $hdr, index $idx, the rest slabs' and libpmemobj's)"
+			per_l="$per_l $per"; idx_l="$idx_l $idx"
+			if [ "$dim" = "$last_dim" ] && [ "$want" = "$(echo $OVH_ROWS | awk '{ print $NF }')" ]; then
+				# the last table: a snapshot, every row rewritten, the snapshot dropped
+				mkdir "$OMNT/.snapshots/o1" || fail "mkdir of a snapshot"
+				dd if=/dev/zero of="$OMNT/o.emb" bs=1M count=$((n * rs >> 20)) conv=notrunc status=none ||
+					fail "rewrite of o.emb"
+				sync "$OMNT" || fail "fsync of $OMNT"
+				us=$(ovh_used)
+				rmdir "$OMNT/.snapshots/o1" || fail "rmdir of the snapshot"
+				sync "$OMNT"
+				ud=$(ovh_used)
+				say "  with a snapshot holding every row's first version: $(awk -v a="$us" -v b="$u" -v n="$n" 'BEGIN { printf "%.1f", (a - b) / n }') B more per row (the kept version and its link);" \
+					"after dropping it: $(awk -v a="$ud" -v b="$u" -v n="$n" 'BEGIN { printf "%+.1f", (a - b) / n }') B per row against before the snapshot"
+			fi
+			umount_pool "$DPID" "$OMNT"
+			rm -f "$W/ovhpool"
+		done
+		lo=$(echo $per_l | tr ' ' '\n' | sort -g | head -1); hi=$(echo $per_l | tr ' ' '\n' | sort -g | tail -1)
+		result overhead "${rs}B rows kept in the pool" - - - - \
+			"$(med $per_l) B per row beyond the row (median over $(echo $OVH_ROWS | wc -w) table sizes; $lo..$hi), index $(med $idx_l) B; target <= 32 B: $(awk -v h="$hi" 'BEGIN { print (h + 0 <= 32) ? "met" : "MISSED" }') (layout 2: ~70 B for 64-B rows)"
+	done
+	rmdir "$OMNT"
+}
+
 # spillsnap (issue 12): the snap section's training loop over a table that
 # is mostly on the spill device (sorted runs): a snapshot every SNAP_EVERY
 # batches vs none, pairs alternating which goes first
@@ -1719,7 +1784,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" (or BENCH_SECTIONS) runs a subset (setup
 # first, teardown after the sections that use its mount)
-for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable spill capacity spillsnap missrate restore dist}}; do
+for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable spill capacity overhead spillsnap missrate restore dist}}; do
 	section "$s_name"
 done
 
