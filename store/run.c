@@ -16,14 +16,17 @@
  * of rows whose newest version is hot go behind stubs (device.c, mover.c).
  *
  * Lookups.  A read the pool's chain does not decide (no entry, or every
- * version newer than the view's batch) consults the table's runs newest
- * first: range, Bloom filter, fence search, one block (or the few blocks of
- * a row with many versions); the first version with batch <= the view's
- * batch decides, a tombstone is a hole.  A request's rows are resolved run
- * by run; the blocks they need are read once each, adjacent blocks in one
- * read (store reads of many rows, `cat`, a snapshot copy, gathers whose ids
- * share blocks).  Deleting a row a run may hold writes a tombstone into the
- * pool (commit.c), which the mover evicts like any row.
+ * version newer than the view's batch) consults the table's runs; newest
+ * first, the first version with batch <= the view's batch decides, a
+ * tombstone is a hole.  A request's undecided rows go to every run at once
+ * (runs_lookup, see "Lookups" below): where its rows are dense in a run (a
+ * range read, `cat`, a snapshot copy, a dense gather) the run's blocks over
+ * them are walked with the rows in step, without Bloom filter or a search
+ * per row; where they are sparse (a gather of scattered ids) each row asks
+ * the filter and gets a fence search and its block.  Every run's blocks are
+ * read once each, adjacent ones in one read, in one submission.  Deleting
+ * a row a run may hold writes a tombstone into the pool (commit.c), which
+ * the mover evicts like any row.
  *
  * Merges.  Evicted runs start at level 0; when a table has MERGE_FANOUT runs
  * of one level next to each other, the mover merges them into one run of the
@@ -346,23 +349,33 @@ int runs_count(struct store *s, uint32_t id, uint64_t *live)
 
 /* ---- reading blocks ------------------------------------------------------ */
 
-/* Blocks [a, b] of run x that may hold row. */
-static int row_blocks(const struct srun *x, uint64_t row, uint64_t *a, uint64_t *b)
+/* The last block of run x whose fence is <= row (row >= its first fence). */
+static uint64_t fence_floor(const struct srun *x, uint64_t row)
 {
-	const struct emb_run *r = x->r;
-	if (row < r->min_row || row > r->max_row || !bloom_has(x->bloom, r->bloom_bits, r->bloom_k, row))
-		return 0;
-	/* last block whose fence is <= row (row ids are below 2^64 / row size:
-	 * row + 1 does not wrap) */
-	size_t lo = u64_lower_bound(x->fence, r->nblocks, row + 1);
-	if (!lo)
-		return 0;
-	*b = lo - 1;
-	*a = *b;
-	if (x->fence[*b] == row) /* the row's versions fill blocks: from the first whose fence it is */
-		while (*a > 0 && x->fence[*a - 1] == row)
+	/* row ids are below 2^64 / row size: row + 1 does not wrap */
+	size_t lo = u64_lower_bound(x->fence, x->r->nblocks, row + 1);
+	return lo ? lo - 1 : 0;
+}
+
+/* Blocks [*a, *b] of run x that may hold row (row in the run's range), for
+ * rows visited in increasing order: *j is the last block whose fence is <=
+ * the previous row (start it at fence_floor of the first), so a walk over
+ * many rows is one pass over the fences. */
+static void fence_walk(const struct srun *x, uint64_t row, uint64_t *j, uint64_t *a, uint64_t *b)
+{
+	const uint64_t *f = x->fence;
+	uint64_t nb = x->r->nblocks;
+	while (*j + 1 < nb && f[*j + 1] <= row)
+		(*j)++;
+	*a = *b = *j;
+	if (f[*j] == row) /* the row's versions fill blocks: from the first whose fence it is */
+		while (*a > 0 && f[*a - 1] == row)
 			(*a)--;
-	return 1;
+}
+
+static int bloom_row(const struct srun *x, uint64_t row)
+{
+	return bloom_has(x->bloom, x->r->bloom_bits, x->r->bloom_k, row);
 }
 
 /* A block read into memory, checked once. */
@@ -371,42 +384,6 @@ struct bref {
 	char *p;
 	int ok; /* 1 sound, -EIO damaged, 0 not checked */
 };
-
-/* Read the distinct blocks of x listed in want[0..n) (sorted, unique) into
- * one buffer, adjacent blocks in one read; br[i] points at each. */
-static int read_blocks(struct store *s, struct srun *x, const uint64_t *want, size_t n, char **bufp,
-		       struct bref *br)
-{
-	struct spill *sp = s->sp;
-	uint32_t bs = x->r->blk_size;
-	char *buf = NULL;
-	if (posix_memalign((void **)&buf, BLK, n * bs))
-		return -ENOMEM;
-	struct sreq *q = calloc(n, sizeof(*q));
-	if (!q) {
-		free(buf);
-		return -ENOMEM;
-	}
-	size_t nq = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t loc = blk_loc(sp, x, want[i]);
-		br[i] = (struct bref){ want[i], buf + i * bs, 0 };
-		if (nq && q[nq - 1].blk + q[nq - 1].span == loc && q[nq - 1].span + bs <= CHUNK_BYTES &&
-		    (uint64_t)(buf + i * bs - buf) == q[nq - 1].boff + q[nq - 1].span) {
-			q[nq - 1].span += bs;
-			continue;
-		}
-		q[nq++] = (struct sreq){ .blk = loc, .span = bs, .boff = (uint64_t)i * bs };
-	}
-	int ret = device_read_raw(sp, q, nq, buf);
-	free(q);
-	if (ret) {
-		free(buf);
-		return ret;
-	}
-	*bufp = buf;
-	return 0;
-}
 
 /* Check block b of run x once: 0 or -EIO (counted). */
 static int blk_ok(struct spill *sp, const struct srun *x, struct bref *b)
@@ -441,99 +418,363 @@ static inline uint64_t rec_batch(const char *rec)
 	return v;
 }
 
-/* One pending lookup. */
-struct look {
-	size_t qi;          /* index into the caller's requests */
-	uint64_t a, b;      /* blocks to read */
+/*
+ * Lookups.  The rows of a request the pool did not decide (sorted, each
+ * distinct row once) are looked up in all of the table's runs together:
+ *
+ *  plan   per run, the rows inside its range.  A run whose blocks over
+ *         them are no more than the rows (a range read, a dense gather) is
+ *         walked: one pass over its fences gives each row's blocks, and no
+ *         Bloom filter is asked.  Otherwise (a sparse gather) each row is
+ *         checked against the filter, and only the rows it may hold get
+ *         their blocks by a fence search.
+ *  read   every run's blocks, adjacent ones in one read, all in one
+ *         submission.
+ *  merge  newest run first: a row still pending is decided by the first of
+ *         its versions with batch <= the view's (a tombstone: a hole).
+ *
+ * So a run's blocks may be read for rows a newer run decides (rows written
+ * again since): the price of one submission per request instead of one per
+ * run.  A damaged block is EIO for the rows that may be in it (those its
+ * Bloom filter does not rule out), never for others.
+ */
+
+/* One row looked up in one run (filtered mode): unique row u, blocks [a, b]. */
+struct lk {
+	size_t u;
+	uint64_t a, b;
 };
 
-static int look_cmp(const void *pa, const void *pb)
-{
-	const struct look *x = pa, *y = pb;
-	return x->a < y->a ? -1 : x->a > y->a;
-}
+/* One run's part of a request. */
+struct plan {
+	struct srun *x;
+	int lr;             /* srun_load: 0, or -EIO (its rows are EIO) */
+	int walk;           /* walked, not filtered */
+	size_t u0, u1;      /* the unique rows inside its range */
+	size_t b0, nb;      /* its blocks in the request's list */
+	size_t l0, nl;      /* filtered: its lookups */
+};
 
-static struct bref *bref_find(struct bref *br, size_t n, uint64_t blk)
+/* The request: unique rows, plans, blocks. */
+struct lreq {
+	struct store *s;
+	struct rq *q;
+	size_t *uq;         /* q index of each unique row (its representative) */
+	uint64_t *urow;     /* unique rows, ascending */
+	size_t nu;
+	struct plan *p;
+	size_t np;
+	struct bref *br;    /* every run's blocks, each run's ascending */
+	size_t nbr, cbr;
+	struct lk *lk;
+	size_t nlk, clk;
+	uint64_t batch;
+	uint32_t rs;
+};
+
+static int br_push(struct lreq *L, uint64_t blk)
 {
-	size_t lo = 0, hi = n;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (br[mid].blk < blk)
-			lo = mid + 1;
-		else
-			hi = mid;
+	if (L->nbr == L->cbr) {
+		size_t nc = L->cbr ? 2 * L->cbr : 256;
+		struct bref *v = realloc(L->br, nc * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		L->br = v;
+		L->cbr = nc;
 	}
-	return lo < n && br[lo].blk == blk ? &br[lo] : NULL;
+	L->br[L->nbr++] = (struct bref){ .blk = blk };
+	return 0;
 }
 
-/* Resolve the pending lookups L[0..n) in run x: state set for each row the
- * run decides. */
-static int look_run(struct store *s, struct srun *x, struct rq *q, struct look *L, size_t n, uint64_t b,
-		    uint32_t rs)
+/* Blocks [a, b] into plan p's list (ascending: only those past its last). */
+static int want(struct lreq *L, struct plan *p, uint64_t a, uint64_t b)
 {
-	struct spill *sp = s->sp;
-	qsort(L, n, sizeof(*L), look_cmp);
-	struct u64vec want = { 0 };
+	if (p->nb && a <= L->br[L->nbr - 1].blk)
+		a = L->br[L->nbr - 1].blk + 1;
+	for (uint64_t k = a; k <= b; k++) {
+		int ret = br_push(L, k);
+		if (ret)
+			return ret;
+		p->nb++;
+	}
+	return 0;
+}
+
+/* The first index in [lo, end) of sorted v whose value is >= x (end if
+ * none), galloping from lo: cheap when it is near, as it is when rows and
+ * records are walked together. */
+static size_t gallop(const uint64_t *v, size_t lo, size_t end, uint64_t x)
+{
+	if (lo >= end || v[lo] >= x)
+		return lo;
+	size_t step = 1, hi = lo + 1; /* v[lo] < x */
+	while (hi < end && v[hi] < x) {
+		lo = hi;
+		step <<= 1;
+		hi = lo + step;
+	}
+	if (hi > end)
+		hi = end;
+	return lo + 1 + u64_lower_bound(v + lo + 1, hi - lo - 1, x);
+}
+
+/* The rows block k of run x holds, if any: [*lo, *hi), or the one row *lo
+ * when the next block starts with it too (its versions fill blocks). */
+static void blk_rows(const struct srun *x, uint64_t k, uint64_t *lo, uint64_t *hi)
+{
+	*lo = x->fence[k];
+	*hi = k + 1 < x->r->nblocks ? x->fence[k + 1] : x->r->max_row + 1;
+	if (*hi <= *lo)
+		*hi = *lo + 1;
+}
+
+/* Plan run p: which of its blocks the rows need. */
+static int plan_run(struct lreq *L, struct plan *p)
+{
+	const struct srun *x = p->x;
+	const struct emb_run *r = x->r;
+	p->u0 = u64_lower_bound(L->urow, L->nu, r->min_row);
+	p->u1 = u64_lower_bound(L->urow, L->nu, r->max_row + 1);
+	p->b0 = L->nbr;
+	p->l0 = L->nlk;
+	if (p->lr || p->u0 == p->u1)
+		return 0;
+	size_t nrows = p->u1 - p->u0;
+	uint64_t j = fence_floor(x, L->urow[p->u0]), a, b;
+	fence_walk(x, L->urow[p->u0], &j, &a, &b);
+	uint64_t last = fence_floor(x, L->urow[p->u1 - 1]);
+	p->walk = last - a + 1 <= nrows;
 	int ret = 0;
-	/* L is sorted by a, so the blocks come in order: each pushed once */
-	for (size_t i = 0; i < n && !ret; i++)
-		for (uint64_t k = L[i].a; k <= L[i].b && !ret; k++)
-			if (!want.n || want.v[want.n - 1] < k)
-				ret = u64vec_push(&want, k);
-	size_t nw = want.n;
-	struct bref *br = ret ? NULL : calloc(nw ? nw : 1, sizeof(*br));
-	char *buf = NULL;
-	if (!ret && !br)
-		ret = -ENOMEM;
-	if (!ret)
-		ret = read_blocks(s, x, want.v, nw, &buf, br);
-	if (!ret)
-		atomic_fetch_add_explicit(&sp->run_blocks, nw, memory_order_relaxed);
-	for (size_t i = 0; i < n && !ret; i++) {
-		struct rq *r = &q[L[i].qi];
-		int seen = 0;
-		for (uint64_t k = L[i].a; k <= L[i].b && r->state == RQ_PENDING; k++) {
-			struct bref *bb = bref_find(br, nw, k);
-			if (!bb || blk_ok(sp, x, bb)) {
-				r->state = RQ_EIO;
-				break;
+	if (p->walk) { /* each block of the span that holds a row asked for */
+		size_t u = p->u0;
+		for (uint64_t k = a; k <= last && u < p->u1 && !ret; k++) {
+			uint64_t lo, hi;
+			blk_rows(x, k, &lo, &hi);
+			u = gallop(L->urow, u, p->u1, lo);
+			if (u < p->u1 && L->urow[u] < hi)
+				ret = want(L, p, k, k);
+		}
+		return ret;
+	}
+	for (size_t u = p->u0; u < p->u1 && !ret; u++) {
+		uint64_t row = L->urow[u];
+		if (!bloom_row(x, row))
+			continue;
+		j = fence_floor(x, row);
+		fence_walk(x, row, &j, &a, &b);
+		if (L->nlk == L->clk) {
+			size_t nc = L->clk ? 2 * L->clk : 256;
+			struct lk *v = realloc(L->lk, nc * sizeof(*v));
+			if (!v)
+				return -ENOMEM;
+			L->lk = v;
+			L->clk = nc;
+		}
+		L->lk[L->nlk++] = (struct lk){ u, a, b };
+		p->nl++;
+		ret = want(L, p, a, b);
+	}
+	return ret;
+}
+
+/* Read every planned block (one buffer, adjacent blocks of a run in one
+ * read, one submission): 0 or -errno.  *bufp: the buffer, to free. */
+static int read_planned(struct lreq *L, char **bufp)
+{
+	struct spill *sp = L->s->sp;
+	size_t total = 0;
+	for (size_t i = 0; i < L->np; i++)
+		total += L->p[i].nb * (size_t)L->p[i].x->r->blk_size;
+	*bufp = NULL;
+	if (!total)
+		return 0;
+	char *buf;
+	if (posix_memalign((void **)&buf, BLK, total))
+		return -ENOMEM;
+	struct sreq *q = malloc(L->nbr * sizeof(*q));
+	if (!q) {
+		free(buf);
+		return -ENOMEM;
+	}
+	size_t nq = 0, off = 0;
+	for (size_t i = 0; i < L->np; i++) {
+		const struct plan *p = &L->p[i];
+		uint32_t bs = p->x->r->blk_size;
+		for (size_t k = p->b0; k < p->b0 + p->nb; k++, off += bs) {
+			uint64_t loc = blk_loc(sp, p->x, L->br[k].blk);
+			L->br[k].p = buf + off;
+			if (k > p->b0 && q[nq - 1].blk + q[nq - 1].span == loc && q[nq - 1].span + bs <= CHUNK_BYTES) {
+				q[nq - 1].span += bs;
+				continue;
+			}
+			q[nq++] = (struct sreq){ .blk = loc, .span = bs, .boff = off };
+		}
+	}
+	int ret = device_read_raw(sp, q, nq, buf);
+	free(q);
+	if (ret) {
+		free(buf);
+		return ret;
+	}
+	atomic_fetch_add_explicit(&sp->run_blocks, L->nbr, memory_order_relaxed);
+	*bufp = buf;
+	return 0;
+}
+
+/* Decide row u from blocks [a, b] of plan p, whose buffers are found from
+ * *w on: 1 the run holds it (state set), 0 it does not, -EIO a block it may
+ * be in is damaged. */
+static int resolve(struct lreq *L, const struct plan *p, size_t *w, size_t u, uint64_t a, uint64_t b)
+{
+	struct spill *sp = L->s->sp;
+	const struct srun *x = p->x;
+	struct rq *r = &L->q[L->uq[u]];
+	uint64_t row = L->urow[u];
+	for (uint64_t k = a; k <= b; k++) {
+		while (*w < p->b0 + p->nb && L->br[*w].blk < k)
+			(*w)++;
+		struct bref *bb = *w < p->b0 + p->nb && L->br[*w].blk == k ? &L->br[*w] : NULL;
+		if (!bb || blk_ok(sp, x, bb))
+			return bloom_row(x, row) ? -EIO : 0;
+		const struct emb_rblk *h = (const struct emb_rblk *)bb->p;
+		/* first record of the row in this block */
+		uint32_t lo = 0, hi = h->nrec;
+		while (lo < hi) {
+			uint32_t mid = (lo + hi) / 2;
+			if (rec_row(rec_at(x, bb->p, mid)) < row)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		for (uint32_t i = lo; i < h->nrec; i++) {
+			const char *rec = rec_at(x, bb->p, i);
+			if (rec_row(rec) != row)
+				return 0; /* past it: its versions end here */
+			uint64_t bt = rec_batch(rec);
+			if (L->batch != EMB_NONE && (bt & ~EMB_RREC_TOMB) > L->batch)
+				continue;
+			r->batch = bt & ~EMB_RREC_TOMB;
+			if (bt & EMB_RREC_TOMB) {
+				r->state = RQ_HOLE;
+			} else {
+				r->state = RQ_DATA;
+				if (r->dst)
+					memcpy(r->dst, rec + 16, L->rs);
+			}
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Plan p decides what it can of the rows still pending. */
+static void merge_run(struct lreq *L, const struct plan *p)
+{
+	struct spill *sp = L->s->sp;
+	size_t w = p->b0;
+	if (p->lr) { /* its arrays are unreadable: the rows it may hold are EIO */
+		for (size_t u = p->u0; u < p->u1; u++)
+			if (L->q[L->uq[u]].state == RQ_PENDING)
+				L->q[L->uq[u]].state = RQ_EIO;
+		return;
+	}
+	if (p->walk) { /* its records and the rows asked for, in step */
+		const struct srun *x = p->x;
+		size_t u = p->u0;
+		for (size_t w = p->b0; w < p->b0 + p->nb && u < p->u1; w++) {
+			struct bref *bb = &L->br[w];
+			if (blk_ok(sp, x, bb)) { /* EIO for the rows it may hold */
+				uint64_t lo, hi;
+				blk_rows(x, bb->blk, &lo, &hi);
+				for (size_t v = gallop(L->urow, u, p->u1, lo); v < p->u1 && L->urow[v] < hi; v++)
+					if (L->q[L->uq[v]].state == RQ_PENDING && bloom_row(x, L->urow[v]))
+						L->q[L->uq[v]].state = RQ_EIO;
+				continue;
 			}
 			const struct emb_rblk *h = (const struct emb_rblk *)bb->p;
-			/* first record of the row in this block */
-			uint32_t lo = 0, hi = h->nrec;
-			while (lo < hi) {
-				uint32_t mid = (lo + hi) / 2;
-				if (rec_row(rec_at(x, bb->p, mid)) < r->row)
-					lo = mid + 1;
-				else
-					hi = mid;
-			}
-			for (uint32_t j = lo; j < h->nrec; j++) {
-				const char *rec = rec_at(x, bb->p, j);
-				if (rec_row(rec) != r->row)
+			for (uint32_t i = 0; i < h->nrec; i++) {
+				const char *rec = rec_at(x, bb->p, i);
+				uint64_t row = rec_row(rec);
+				u = gallop(L->urow, u, p->u1, row);
+				if (u == p->u1)
 					break;
-				seen = 1;
+				struct rq *r = &L->q[L->uq[u]];
+				if (L->urow[u] != row || r->state != RQ_PENDING)
+					continue; /* not asked for, or decided (by a newer version) */
 				uint64_t bt = rec_batch(rec);
-				if (b != EMB_NONE && (bt & ~EMB_RREC_TOMB) > b)
-					continue;
+				if (L->batch != EMB_NONE && (bt & ~EMB_RREC_TOMB) > L->batch)
+					continue; /* newer than the view: an older version follows */
 				r->batch = bt & ~EMB_RREC_TOMB;
 				if (bt & EMB_RREC_TOMB) {
 					r->state = RQ_HOLE;
 				} else {
 					r->state = RQ_DATA;
 					if (r->dst)
-						memcpy(r->dst, rec + 16, rs);
+						memcpy(r->dst, rec + 16, L->rs);
 				}
-				break;
 			}
 		}
-		if (!seen && r->state == RQ_PENDING)
-			atomic_fetch_add_explicit(&sp->bloom_fp, 1, memory_order_relaxed);
+		return;
 	}
-	free(buf);
-	free(br);
-	free(want.v);
-	return ret;
+	uint64_t fp = 0;
+	for (size_t i = p->l0; i < p->l0 + p->nl; i++) {
+		const struct lk *k = &L->lk[i];
+		if (L->q[L->uq[k->u]].state != RQ_PENDING)
+			continue;
+		int got = resolve(L, p, &w, k->u, k->a, k->b);
+		if (got < 0)
+			L->q[L->uq[k->u]].state = RQ_EIO;
+		fp += got == 0;
+	}
+	if (fp)
+		atomic_fetch_add_explicit(&sp->bloom_fp, fp, memory_order_relaxed);
+}
+
+struct upos {
+	uint64_t row;
+	size_t i;
+};
+
+static int upos_cmp(const void *pa, const void *pb)
+{
+	const struct upos *x = pa, *y = pb;
+	return x->row < y->row ? -1 : x->row > y->row;
+}
+
+/* The distinct pending rows of q, ascending, into L (urow, and in uq the
+ * first request of each). */
+static int unique_rows(struct lreq *L, struct rq *q, size_t n)
+{
+	struct upos *o = malloc(n * sizeof(*o));
+	L->urow = malloc(n * sizeof(*L->urow));
+	L->uq = malloc(n * sizeof(*L->uq));
+	if (!o || !L->urow || !L->uq) {
+		free(o);
+		return -ENOMEM;
+	}
+	size_t m = 0;
+	int sorted = 1;
+	for (size_t i = 0; i < n; i++) {
+		if (q[i].state != RQ_PENDING)
+			continue;
+		if (m && o[m - 1].row >= q[i].row)
+			sorted = 0;
+		o[m++] = (struct upos){ q[i].row, i };
+	}
+	if (!sorted) /* qsort is not stable: the first of equal rows is found below */
+		qsort(o, m, sizeof(*o), upos_cmp);
+	L->nu = 0;
+	for (size_t i = 0; i < m; i++) {
+		if (L->nu && L->urow[L->nu - 1] == o[i].row) {
+			if (o[i].i < L->uq[L->nu - 1])
+				L->uq[L->nu - 1] = o[i].i;
+			continue;
+		}
+		L->urow[L->nu] = o[i].row;
+		L->uq[L->nu++] = o[i].i;
+	}
+	free(o);
+	return 0;
 }
 
 int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint64_t b)
@@ -541,40 +782,47 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 	struct spill *sp = s->sp;
 	struct srun **v;
 	size_t nr;
-	if (!sp)
+	if (!sp || !n)
 		return 0;
 	int ret = runs_get(sp, st->id, &v, &nr);
 	if (ret || !nr)
 		return ret;
-	struct look *L = malloc(n * sizeof(*L));
-	if (!L) {
-		runs_put(v, nr);
-		return -ENOMEM;
+	struct lreq L = { .s = s, .q = q, .batch = b, .rs = st->t->row_size };
+	char *buf = NULL;
+	ret = unique_rows(&L, q, n);
+	if (!ret && !(L.p = calloc(nr, sizeof(*L.p))))
+		ret = -ENOMEM;
+	for (size_t i = 0; i < nr && !ret; i++) {
+		struct plan *p = &L.p[L.np++];
+		p->x = v[i];
+		p->lr = srun_load(s, v[i]);
+		if (p->lr == -ENOMEM)
+			ret = -ENOMEM;
+		else
+			ret = plan_run(&L, p);
 	}
-	uint32_t rs = st->t->row_size;
-	for (size_t ri = 0; ri < nr && !ret; ri++) {
-		size_t nl = 0;
-		int lr = srun_load(s, v[ri]);
-		if (lr == -ENOMEM) {
-			ret = lr;
-			break;
-		}
-		for (size_t i = 0; i < n; i++) {
-			if (q[i].state != RQ_PENDING)
+	if (!ret)
+		ret = read_planned(&L, &buf);
+	for (size_t i = 0; i < L.np && !ret; i++)
+		merge_run(&L, &L.p[i]);
+	if (!ret && L.nu < n) /* duplicates take the answer of the first of their row */
+		for (size_t k = 0; k < n; k++) {
+			struct rq *r = &q[k];
+			size_t u = u64_lower_bound(L.urow, L.nu, r->row);
+			if (r->state != RQ_PENDING || u == L.nu || L.urow[u] != r->row || L.uq[u] == k)
 				continue;
-			uint64_t a, bb;
-			if (lr) { /* its arrays are unreadable: its rows are EIO */
-				if (q[i].row >= v[ri]->r->min_row && q[i].row <= v[ri]->r->max_row)
-					q[i].state = RQ_EIO;
-				continue;
-			}
-			if (row_blocks(v[ri], q[i].row, &a, &bb))
-				L[nl++] = (struct look){ i, a, bb };
+			const struct rq *o = &q[L.uq[u]];
+			r->state = o->state;
+			r->batch = o->batch;
+			if (o->state == RQ_DATA && r->dst && o->dst)
+				memcpy(r->dst, o->dst, L.rs);
 		}
-		if (nl)
-			ret = look_run(s, v[ri], q, L, nl, b, rs);
-	}
-	free(L);
+	free(buf);
+	free(L.br);
+	free(L.lk);
+	free(L.p);
+	free(L.urow);
+	free(L.uq);
 	runs_put(v, nr);
 	uint64_t found = 0;
 	for (size_t i = 0; i < n; i++)
