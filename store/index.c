@@ -206,6 +206,8 @@ int index_load(struct store *s, struct stable *st)
 
 void index_unload(struct stable *st)
 {
+	free((void *)st->vmemo);
+	st->vmemo = NULL;
 	free(st->segs);
 	st->segs = NULL;
 	st->gd = 0;
@@ -262,16 +264,93 @@ static void probed(struct store *s, struct stable *st, uint64_t key, struct emb_
 	*nb = ld64(&(*b)->ctl) & EMB_CTL_OVF_MASK ? &seg->bucket[(bi + 1) & (EMB_SEG_BUCKETS - 1)] : NULL;
 }
 
+/*
+ * A miss's bucket check, remembered (the read side only: no writer calls or
+ * changes this).  A lookup that misses checks the buckets it probed, so
+ * that a damaged entry never reads as a hole: one XXH3 per valid slot.  On
+ * a table whose rows are mostly in sorted runs nearly every lookup misses,
+ * and that check was a third of a range read's CPU.  So a bucket that
+ * passed is remembered in a DRAM array of the table's (st->vmemo: 4 bytes
+ * per bucket of each directory entry, made at the first miss for
+ * directories of up to 2^VMEMO_MAX_GD entries, dropped with the DRAM
+ * directory by index_unload, i.e. at every split): a 32-bit digest of the
+ * bucket's covered control bits and its checksum.  A later miss skips the
+ * check when the digest matches.  Every change a checksum covers changes
+ * the checksum (XOR of the digests of what changed), so a changed bucket
+ * is checked again; a digest that came back to a remembered value names
+ * the same contents unless 32 bits collide, the odds of damage the checksum
+ * itself misses.  What this gives up: damage to a remembered bucket's slots
+ * that happens while the pool is mounted (not its control word or
+ * checksum) is found when the bucket next changes or at the next mount,
+ * not at the next miss.  Racing readers make the array once (one wins, the
+ * others free theirs); entries are single 32-bit stores.
+ */
+#define VMEMO_MAX_GD 14 /* at most 16 MiB of memo for a table */
+
+static inline uint32_t vmemo_digest(const struct emb_bucket *b)
+{
+	uint64_t k = ((ld64(&b->ctl) & CTL_COVERED) * 0x9E3779B97F4A7C15ull) ^ csum_ld(b);
+	k ^= k >> 29;
+	k *= 0xBF58476D1CE4E5B9ull;
+	k ^= k >> 32;
+	return (uint32_t)k | 1; /* 0: nothing remembered */
+}
+
+/* Check bucket bi of directory entry di (b), or find it remembered. */
+static int bucket_check_memo(struct store *s, struct stable *st, size_t di, unsigned bi,
+			     const struct emb_bucket *b)
+{
+	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_acquire);
+	if (!m) {
+		if (st->gd > VMEMO_MAX_GD)
+			return index_bucket_check(s, b);
+		_Atomic uint32_t *fresh = calloc((size_t)EMB_SEG_BUCKETS << st->gd, sizeof(*fresh)), *none = NULL;
+		if (!fresh)
+			return index_bucket_check(s, b);
+		if (atomic_compare_exchange_strong(&st->vmemo, &none, fresh)) {
+			m = fresh;
+		} else {
+			free(fresh);
+			m = none;
+		}
+	}
+	_Atomic uint32_t *e = &m[di * EMB_SEG_BUCKETS + bi];
+	uint32_t k = vmemo_digest(b);
+	if (atomic_load_explicit(e, memory_order_relaxed) == k)
+		return 0;
+	int ret = index_bucket_check(s, b);
+	if (!ret)
+		atomic_store_explicit(e, k, memory_order_relaxed);
+	return ret;
+}
+
+void index_prefetch(struct store *s, struct stable *st, uint64_t key)
+{
+	if (!st->segs)
+		return;
+	uint64_t h = index_hash(s, key);
+	size_t di = dir_idx(h, st->gd);
+	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
+	__builtin_prefetch(&st->segs[di]->bucket[bi]);
+	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_relaxed);
+	if (m)
+		__builtin_prefetch(&m[di * EMB_SEG_BUCKETS + bi]);
+}
+
 int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val)
 {
 	*val = lookup(s, st, key, NULL);
 	if (*val || !st->segs)
 		return 0;
-	struct emb_bucket *b, *nb;
-	probed(s, st, key, &b, &nb);
-	int ret = index_bucket_check(s, b);
-	if (!ret && nb)
-		ret = index_bucket_check(s, nb);
+	uint64_t h = index_hash(s, key);
+	size_t di = dir_idx(h, st->gd);
+	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
+	struct emb_seg *seg = st->segs[di];
+	int ret = bucket_check_memo(s, st, di, bi, &seg->bucket[bi]);
+	if (!ret && (ld64(&seg->bucket[bi].ctl) & EMB_CTL_OVF_MASK)) {
+		bi = (bi + 1) & (EMB_SEG_BUCKETS - 1);
+		ret = bucket_check_memo(s, st, di, bi, &seg->bucket[bi]);
+	}
 	return ret;
 }
 

@@ -111,6 +111,9 @@ struct stable {
 	struct seek_keys live_keys, snap_keys; /* protected by seek_lock */
 	struct stable *name_next; /* name hash chain; protected by cat_lock */
 	_Atomic uint64_t run_live;  /* records in its sorted runs that are not tombstones (run.c) */
+	/* index.c: buckets whose miss check passed (bucket_check_memo); made
+	 * by readers, freed with segs (st->lock exclusive) */
+	_Atomic(_Atomic uint32_t *) vmemo;
 };
 
 /*
@@ -392,8 +395,13 @@ int index_check(struct store *s, const struct emb_table *t, char *err, size_t n)
 int index_load(struct store *s, struct stable *st);
 void index_unload(struct stable *st);
 /* The value stored for key (0 = none) for a reader (st->lock shared, or
- * commit_lock): 0 or -EIO when what it probed is damaged. */
+ * commit_lock): 0 or -EIO when what it probed is damaged (a bucket whose
+ * check passed since its last change is not checked again:
+ * bucket_check_memo). */
 int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val);
+/* Start loading the bucket line a lookup of key reads first: a read of
+ * many rows calls it a few rows ahead of index_get (st->lock shared). */
+void index_prefetch(struct store *s, struct stable *st, uint64_t key);
 /* The same for a writer about to change the entry (commit_lock held): also
  * its position, and the buckets it would change are verified. */
 int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val);
