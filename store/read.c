@@ -55,23 +55,49 @@ static void reread(struct store *s, struct stable *st, struct sreq *q, uint64_t 
 	}
 }
 
-int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
-		  uint64_t b, uint8_t *stored, uint64_t *vbatch)
+#define PREFETCH_AHEAD 8
+
+/* What a read asks: rows[i], or first + i for a range; skip[i] set: row i
+ * is not read (NULL: none are skipped). */
+struct rdesc {
+	const uint64_t *rows;
+	uint64_t first;
+	const uint8_t *skip;
+	int scan;            /* a range read: no reference bits, no promotion */
+};
+
+static inline uint64_t row_of(const struct rdesc *d, size_t i)
+{
+	return d->rows ? d->rows[i] : d->first + i;
+}
+
+/* The read path: d's n rows as batch b sees them. */
+static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, size_t n, char *buf, uint64_t b,
+		     uint8_t *stored, uint64_t *vbatch)
 {
 	uint32_t rs = st->t->row_size;
 	struct spill *sp = s->sp;
 	struct sreq one, *q = NULL;
 	struct rq rone, *rq = NULL;
-	size_t nq = 0, nrq = 0;
+	size_t nq = 0, nrq = 0, nread = 0;
 	int ret = 0;
 	int runs = sp && runs_count(s, st->id, NULL) > 0;
+	int hot = sp && b == EMB_NONE && !d->scan; /* reads that mark rows as used */
 
 	pthread_rwlock_rdlock(&st->lock);
 	for (size_t i = 0; i < n; i++) {
+		/* the index's bucket lines are far apart in the pool: a few rows
+		 * ahead, so that their loads overlap */
+		if (n > 1)
+			index_prefetch(s, st, row_of(d, i + PREFETCH_AHEAD < n ? i + PREFETCH_AHEAD : n - 1));
+		if (d->skip && d->skip[i])
+			continue;
+		uint64_t row = row_of(d, i);
 		char *dst = buf ? buf + i * rs : NULL;
 		struct emb_version *v;
 		int decided;
-		ret = chain_find(s, st, rows[i], b, &v, &decided);
+		nread++;
+		ret = chain_find(s, st, row, b, &v, &decided);
 		if (ret)
 			break; /* damaged: EIO (counted) */
 		if (!decided && runs) { /* the runs say (below) */
@@ -79,7 +105,7 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 				ret = -ENOMEM;
 				break;
 			}
-			rq[nrq++] = (struct rq){ .row = rows[i], .dst = dst, .idx = i };
+			rq[nrq++] = (struct rq){ .row = row, .dst = dst, .idx = i };
 			continue;
 		}
 		if (stored)
@@ -94,8 +120,8 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 		}
 		if (!ver_stub(v)) {
 			memcpy(dst, v + 1, rs);
-			if (sp && b == EMB_NONE)
-				heat_ref(sp, st->id, rows[i]);
+			if (hot)
+				heat_ref(sp, st->id, row);
 			continue;
 		}
 		if (!sp) {
@@ -110,7 +136,7 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 			}
 		}
 		uint64_t loc = ((struct emb_stub *)v)->loc;
-		q[nq++] = (struct sreq){ .loc = loc, .row = rows[i], .batch = v->batch, .len = rs,
+		q[nq++] = (struct sreq){ .loc = loc, .row = row, .batch = v->batch, .len = rs,
 					 .table = st->id, .dst = dst, .idx = i };
 		pin(sp, loc, 1);
 	}
@@ -125,7 +151,7 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 			reread(s, st, &q[k], b, stored, vbatch);
 		if (!ret && q[k].ret)
 			ret = q[k].ret == -ESTALE ? -EIO : q[k].ret;
-		if (!q[k].ret && b == EMB_NONE)
+		if (!q[k].ret && hot)
 			heat_device_hit(sp, st->id, q[k].row);
 	}
 	if (q != &one)
@@ -147,6 +173,20 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 	}
 	if (rq != &rone)
 		free(rq);
-	atomic_fetch_add_explicit(&s->n_rows_read, n, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->n_rows_read, nread, memory_order_relaxed);
 	return ret;
+}
+
+int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
+		  uint64_t b, uint8_t *stored, uint64_t *vbatch)
+{
+	struct rdesc d = { .rows = rows };
+	return read_rows(s, st, &d, n, buf, b, stored, vbatch);
+}
+
+int rows_read_range(struct store *s, struct stable *st, uint64_t first, size_t n, char *buf, uint64_t b,
+		    const uint8_t *skip, uint8_t *stored)
+{
+	struct rdesc d = { .first = first, .skip = skip, .scan = 1 };
+	return read_rows(s, st, &d, n, buf, b, stored, NULL);
 }

@@ -593,6 +593,13 @@ int runs_fsck(struct store *s, uint64_t *n, uint64_t *bad);
  * spill device, all in one submission.  Takes st->lock shared. */
 int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
 		  uint64_t b, uint8_t *stored, uint64_t *vbatch);
+/* The same for rows [first, first + n), but those with skip[i] set (skip
+ * may be NULL; their bytes and stored[i] are left alone): a range read.  It
+ * takes the same path, except that the runs are walked block by block where
+ * the rows are dense, and that a scan marks no row as used (no reference
+ * bits for the mover, no promotion of stubs). */
+int rows_read_range(struct store *s, struct stable *st, uint64_t first, size_t n, char *buf, uint64_t b,
+		    const uint8_t *skip, uint8_t *stored);
 
 /* ---- reclaim.c (commit_lock held) --------------------------------------- */
 /* Free what no live snapshot (and, for a linked table, the live view) needs
