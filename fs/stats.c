@@ -409,6 +409,8 @@ static void put_cache(struct stats_out *o, const struct cache_stats *cs)
 	     cs->rows ? (double)var / (double)cs->rows : 0.0, 1);
 	PUT("cache.hits", "cache_all_hits_total", COUNTER, "Row cache hits, every table", cs->hits);
 	PUT("cache.misses", "cache_all_misses_total", COUNTER, "Row cache misses, every table", cs->misses);
+	PUT("cache.scan_misses", "cache_scan_misses_total", COUNTER,
+	    "Misses of large reads, fetched without being cached (also in cache.misses)", cs->scan_misses);
 	PUT("cache.evictions", "cache_all_evictions_total", COUNTER, "Rows evicted from the row cache, every table",
 	    cs->evictions);
 	PUT("cache.dirty", "cache_all_dirty_rows", GAUGE, "Rows written in the row cache and not yet in the pool",
