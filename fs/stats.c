@@ -478,6 +478,8 @@ static int render(struct embfs *fs, struct stats_out *o)
 	PUT("store.rows_read", "store_rows_read_total", COUNTER, "Rows read from the pool", s.rows_read);
 	PUT("fs.read_calls", "fs_read_calls_total", COUNTER, "READ requests on tables", atomic_load(&fs->n_read));
 	PUT("fs.read_bytes", "fs_read_bytes_total", COUNTER, "Bytes read from tables", atomic_load(&fs->n_read_bytes));
+	PUT("fs.read_ahead_kb", "fs_read_ahead_kib", GAUGE, "The kernel's read-ahead window for the mount, KiB (0: unknown)",
+	    atomic_load(&fs->ra_kb));
 	PUT("fs.write_calls", "fs_write_calls_total", COUNTER, "WRITE requests on tables", atomic_load(&fs->n_write));
 	PUT("fs.write_bytes", "fs_write_bytes_total", COUNTER, "Bytes written to tables",
 	    atomic_load(&fs->n_write_bytes));
