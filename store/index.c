@@ -226,12 +226,12 @@ static int probe(const struct emb_bucket *b, uint64_t key, uint8_t tag)
 	return -1;
 }
 
-/* Find key in its home bucket or the next: its value, 0 if absent. */
-static uint64_t lookup(struct store *s, struct stable *st, uint64_t key, struct ipos *pos)
+/* Find key (of hash h) in its home bucket or the next: its value, 0 if
+ * absent. */
+static uint64_t lookup_h(struct stable *st, uint64_t key, uint64_t h, struct ipos *pos)
 {
 	if (!st->segs)
 		return 0;
-	uint64_t h = index_hash(s, key);
 	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
 	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
 	struct emb_bucket *b = &seg->bucket[bi];
@@ -251,6 +251,11 @@ static uint64_t lookup(struct store *s, struct stable *st, uint64_t key, struct 
 	if (pos)
 		*pos = (struct ipos){ nb, i, 1, b };
 	return ld64(&nb->slot[i].val);
+}
+
+static uint64_t lookup(struct store *s, struct stable *st, uint64_t key, struct ipos *pos)
+{
+	return st->segs ? lookup_h(st, key, index_hash(s, key), pos) : 0;
 }
 
 /* The buckets a lookup of key probes (nb NULL when only the home one). */
@@ -324,25 +329,10 @@ static int bucket_check_memo(struct store *s, struct stable *st, size_t di, unsi
 	return ret;
 }
 
-void index_prefetch(struct store *s, struct stable *st, uint64_t key)
+/* A miss of a key of hash h: check (or find remembered) the buckets it
+ * probed.  0 or -EIO. */
+static int miss_check(struct store *s, struct stable *st, uint64_t h)
 {
-	if (!st->segs)
-		return;
-	uint64_t h = index_hash(s, key);
-	size_t di = dir_idx(h, st->gd);
-	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
-	__builtin_prefetch(&st->segs[di]->bucket[bi]);
-	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_relaxed);
-	if (m)
-		__builtin_prefetch(&m[di * EMB_SEG_BUCKETS + bi]);
-}
-
-int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val)
-{
-	*val = lookup(s, st, key, NULL);
-	if (*val || !st->segs)
-		return 0;
-	uint64_t h = index_hash(s, key);
 	size_t di = dir_idx(h, st->gd);
 	unsigned bi = (unsigned)(h & (EMB_SEG_BUCKETS - 1));
 	struct emb_seg *seg = st->segs[di];
@@ -352,6 +342,52 @@ int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val)
 		ret = bucket_check_memo(s, st, di, bi, &seg->bucket[bi]);
 	}
 	return ret;
+}
+
+int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val)
+{
+	if (!st->segs) {
+		*val = 0;
+		return 0;
+	}
+	uint64_t h = index_hash(s, key);
+	*val = lookup_h(st, key, h, NULL);
+	return *val ? 0 : miss_check(s, st, h);
+}
+
+/* index_get of many keys, for reads of many rows (readers only: st->lock
+ * shared): each key hashed once, and the bucket line (and memo entry) of
+ * the key INDEX_AHEAD places on loaded early, so that the loads of
+ * buckets far apart in the pool overlap instead of one waiting for the
+ * other. */
+#define INDEX_AHEAD 8
+int index_get_many(struct store *s, struct stable *st, const uint64_t *keys, size_t n, const uint8_t *skip,
+		   uint64_t *vals)
+{
+	uint64_t h[INDEX_AHEAD];
+	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_relaxed);
+	size_t next = 0;
+	for (size_t i = 0; i < n; i++) {
+		for (; st->segs && next < n && next < i + INDEX_AHEAD; next++) {
+			if (skip && skip[next])
+				continue;
+			uint64_t x = h[next % INDEX_AHEAD] = index_hash(s, keys[next]);
+			size_t di = dir_idx(x, st->gd);
+			unsigned bi = (unsigned)(x & (EMB_SEG_BUCKETS - 1));
+			__builtin_prefetch(&st->segs[di]->bucket[bi]);
+			if (m)
+				__builtin_prefetch(&m[di * EMB_SEG_BUCKETS + bi]);
+		}
+		if (skip && skip[i])
+			continue;
+		vals[i] = st->segs ? lookup_h(st, keys[i], h[i % INDEX_AHEAD], NULL) : 0;
+		int ret = vals[i] ? 0 : st->segs ? miss_check(s, st, h[i % INDEX_AHEAD]) : 0;
+		if (ret)
+			return ret;
+		if (!m)
+			m = atomic_load_explicit(&st->vmemo, memory_order_relaxed);
+	}
+	return 0;
 }
 
 int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val)

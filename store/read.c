@@ -55,7 +55,18 @@ static void reread(struct store *s, struct stable *st, struct sreq *q, uint64_t 
 	}
 }
 
-#define PREFETCH_AHEAD 8
+/* chain_find of a row whose index value (head) is known. */
+static int chain_find_at(struct store *s, struct stable *st, uint64_t row, uint64_t head, uint64_t b,
+			 struct emb_version **out, int *decided)
+{
+	struct chain c;
+	int ret = chain_start(s, st, row, head, &c);
+	while (!ret && c.v && b != EMB_NONE && c.v->batch > b)
+		ret = chain_step(&c);
+	*out = !ret && c.v && !ver_tomb(c.v) ? c.v : NULL;
+	*decided = !ret && c.v;
+	return ret;
+}
 
 /* What a read asks: rows[i], or first + i for a range; skip[i] set: row i
  * is not read (NULL: none are skipped). */
@@ -84,12 +95,24 @@ static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, 
 	int runs = sp && runs_count(s, st->id, NULL) > 0;
 	int hot = sp && b == EMB_NONE && !d->scan; /* reads that mark rows as used */
 
+	/* many rows: their index entries first, in one pipelined pass */
+	uint64_t *keys = NULL, *heads = NULL;
+	if (n > 1) {
+		heads = malloc(n * sizeof(*heads));
+		keys = d->rows ? (uint64_t *)d->rows : malloc(n * sizeof(*keys));
+		if (!heads || !keys) {
+			free(heads);
+			if (keys != d->rows)
+				free(keys);
+			return -ENOMEM;
+		}
+		for (size_t i = 0; !d->rows && i < n; i++)
+			keys[i] = d->first + i;
+	}
 	pthread_rwlock_rdlock(&st->lock);
-	for (size_t i = 0; i < n; i++) {
-		/* the index's bucket lines are far apart in the pool: a few rows
-		 * ahead, so that their loads overlap */
-		if (n > 1)
-			index_prefetch(s, st, row_of(d, i + PREFETCH_AHEAD < n ? i + PREFETCH_AHEAD : n - 1));
+	if (heads)
+		ret = index_get_many(s, st, keys, n, d->skip, heads);
+	for (size_t i = 0; i < n && !ret; i++) {
 		if (d->skip && d->skip[i])
 			continue;
 		uint64_t row = row_of(d, i);
@@ -97,7 +120,7 @@ static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, 
 		struct emb_version *v;
 		int decided;
 		nread++;
-		ret = chain_find(s, st, row, b, &v, &decided);
+		ret = heads ? chain_find_at(s, st, row, heads[i], b, &v, &decided) : chain_find(s, st, row, b, &v, &decided);
 		if (ret)
 			break; /* damaged: EIO (counted) */
 		if (!decided && runs) { /* the runs say (below) */
@@ -141,6 +164,9 @@ static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, 
 		pin(sp, loc, 1);
 	}
 	pthread_rwlock_unlock(&st->lock);
+	free(heads);
+	if (keys != d->rows)
+		free(keys);
 	if (nq && !ret) {
 		device_read(sp, q, nq);
 		atomic_fetch_add_explicit(&sp->reads, nq, memory_order_relaxed);

@@ -399,9 +399,11 @@ void index_unload(struct stable *st);
  * check passed since its last change is not checked again:
  * bucket_check_memo). */
 int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val);
-/* Start loading the bucket line a lookup of key reads first: a read of
- * many rows calls it a few rows ahead of index_get (st->lock shared). */
-void index_prefetch(struct store *s, struct stable *st, uint64_t key);
+/* index_get of keys[i] into vals[i], i in [0, n) but those with skip[i]
+ * set (skip may be NULL), pipelined (reads of many rows; st->lock shared):
+ * 0, or -EIO at the first damaged probe. */
+int index_get_many(struct store *s, struct stable *st, const uint64_t *keys, size_t n, const uint8_t *skip,
+		   uint64_t *vals);
 /* The same for a writer about to change the entry (commit_lock held): also
  * its position, and the buckets it would change are verified. */
 int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val);
