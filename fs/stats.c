@@ -381,6 +381,10 @@ static void put_spill(struct stats_out *o, const struct store_spill_stats *sp)
 	PUT("spill.run_lookups", "spill_run_lookups_total", COUNTER, "Row lookups in sorted runs", sp->run_reads);
 	PUT("spill.run_blocks_read", "spill_run_blocks_read_total", COUNTER, "Blocks of sorted runs read",
 	    sp->run_blocks);
+	PUT("spill.run_ra_loads", "spill_run_ra_loads_total", COUNTER,
+	    "Reads of sorted runs that loaded read-ahead windows for a sequential reader", sp->run_ra_loads);
+	PUT("spill.run_ra_blocks", "spill_run_ra_blocks_total", COUNTER,
+	    "Blocks of sorted runs found in read-ahead windows", sp->run_ra_blocks);
 	PUT("spill.bloom_false_positives", "spill_bloom_false_positives_total", COUNTER,
 	    "Run lookups a Bloom filter let through in vain", sp->bloom_fp);
 	PUT("spill.merges", "spill_merges_total", COUNTER, "Merges of sorted runs", sp->merges);

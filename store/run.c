@@ -383,6 +383,7 @@ struct bref {
 	uint64_t blk;
 	char *p;
 	int ok; /* 1 sound, -EIO damaged, 0 not checked */
+	struct rawin *w; /* lookups: the read-ahead window it is in, or NULL */
 };
 
 /* Check block b of run x once: 0 or -EIO (counted). */
@@ -468,6 +469,9 @@ struct lreq {
 	size_t nbr, cbr;
 	struct lk *lk;
 	size_t nlk, clk;
+	struct rawin **win;  /* read-ahead windows it holds (a reference each) */
+	uint8_t *mine;       /* ... and loads itself */
+	size_t nwin, cwin;
 	uint64_t batch;
 	uint32_t rs;
 };
@@ -528,6 +532,325 @@ static void blk_rows(const struct srun *x, uint64_t k, uint64_t *lo, uint64_t *h
 		*hi = *lo + 1;
 }
 
+/*
+ * Read-ahead windows.  A sequential reader of a table (cat, a copy, the
+ * kernel's read-ahead of 1 MiB READs) walks each run a few dozen blocks
+ * per request, and would read those blocks as a small read per run per
+ * request, waiting for each.  So when a walk of a run starts where the
+ * previous one ended (srun.ra_next, give or take a window), its blocks
+ * come from windows of RA_BYTES of the run instead: the first request that
+ * needs a window reads all of it (in its one submission), and the next
+ * requests find it in DRAM, read once, with no wait.  Windows are shared
+ * by all readers (sp->ra, RA_WINDOWS of them, reused least recently used
+ * first; a window in use or loading is never reused), and named by the
+ * run's id, which no other run ever has; runs are immutable, so a window
+ * never goes stale (a row written meanwhile is in the pool, which decides
+ * first).  A reader that finds a window loading waits for it; a reader
+ * never waits while it holds a window it has to load itself, so no two
+ * wait for each other.  When every window is in use, blocks are read
+ * directly, as for a random range read.
+ *
+ * Ahead: a sequential walk also queues the windows after its last block,
+ * enough for twice the blocks it took (at most RA_AHEAD windows), for the
+ * read-ahead thread (ra_main), which reads all that is queued in one
+ * submission; so in a steady sequential read a request finds its windows
+ * read and waits for no device read.  The thread starts at the first
+ * window it is given (in the process that gives it: the daemon forks after
+ * opening the pool) and stops in runs_unload; a queued window holds a
+ * reference on its run, so the run is not freed under the read.
+ */
+#define RA_AHEAD 4 /* windows queued ahead of a walk, per run */
+
+/* The window to reuse: not in use; an empty or failed one, else the least
+ * recently used or queued.  NULL if every window is in use.  ra_mu held. */
+static struct rawin *win_victim(struct spill *sp)
+{
+	struct rawin *v = NULL;
+	for (uint32_t i = 0; i < RA_WINDOWS; i++) {
+		struct rawin *c = &sp->ra[i];
+		if (c->refs)
+			continue;
+		if (!c->run_id || c->state == RA_FAILED)
+			return c;
+		if (!v || c->tick < v->tick)
+			v = c;
+	}
+	return v;
+}
+
+/* Blocks per window of run x. */
+static uint64_t win_blocks(const struct srun *x)
+{
+	uint64_t per = RA_BYTES / x->r->blk_size;
+	return per ? per : 1;
+}
+
+/* A reference to window ext of run x for L: found, or claimed for L to
+ * load (*mine); NULL when every window is busy (read directly). */
+static struct rawin *win_get(struct lreq *L, const struct srun *x, uint64_t ext)
+{
+	struct spill *sp = L->s->sp;
+	if (L->nwin == L->cwin) {
+		size_t nc = L->cwin ? 2 * L->cwin : 16;
+		struct rawin **v = realloc(L->win, nc * sizeof(*v));
+		uint8_t *m = v ? realloc(L->mine, nc) : NULL;
+		if (v)
+			L->win = v;
+		if (!m)
+			return NULL;
+		L->mine = m;
+		L->cwin = nc;
+	}
+	uint64_t per = win_blocks(x), first = ext * per;
+	uint32_t nblk = (uint32_t)(x->r->nblocks - first < per ? x->r->nblocks - first : per);
+	size_t bytes = (size_t)nblk * x->r->blk_size;
+	struct rawin *w = NULL, *victim = NULL;
+	int mine = 0;
+	pthread_mutex_lock(&sp->ra_mu);
+	uint64_t tick = ++sp->ra_tick;
+	for (uint32_t i = 0; i < RA_WINDOWS && !w; i++) {
+		struct rawin *c = &sp->ra[i];
+		if (c->run_id == x->r->id && c->ext == ext && c->state != RA_FAILED)
+			w = c;
+	}
+	if (!w)
+		victim = win_victim(sp);
+	if (!w && victim && victim->cap < bytes) {
+		char *nb = NULL;
+		if (!posix_memalign((void **)&nb, BLK, bytes)) {
+			free(victim->buf);
+			victim->buf = nb;
+			victim->cap = bytes;
+		}
+	}
+	if (!w && victim && victim->cap >= bytes) {
+		w = victim;
+		*w = (struct rawin){ .run_id = x->r->id, .ext = ext, .nblk = nblk, .cap = w->cap, .buf = w->buf,
+				     .state = RA_LOADING };
+		mine = 1;
+	}
+	if (w) {
+		w->refs++;
+		w->tick = tick;
+	}
+	pthread_mutex_unlock(&sp->ra_mu);
+	if (w) {
+		L->win[L->nwin] = w;
+		L->mine[L->nwin++] = (uint8_t)mine;
+	}
+	return w;
+}
+
+static void *ra_main(void *arg);
+static void win_reads(struct spill *sp, const struct srun *x, struct rawin *w, struct sreq *q, size_t *nq);
+
+/* Queue window ext of run x for the read-ahead thread, unless it is in
+ * DRAM or on its way, or no window is free.  ra_mu held. */
+static void win_ahead_locked(struct spill *sp, struct srun *x, uint64_t ext)
+{
+	uint64_t per = win_blocks(x), first = ext * per;
+	if (first >= x->r->nblocks)
+		return;
+	uint32_t nblk = (uint32_t)(x->r->nblocks - first < per ? x->r->nblocks - first : per);
+	size_t bytes = (size_t)nblk * x->r->blk_size;
+	for (uint32_t i = 0; i < RA_WINDOWS; i++) {
+		struct rawin *c = &sp->ra[i];
+		if (c->run_id == x->r->id && c->ext == ext && c->state != RA_FAILED)
+			return;
+	}
+	struct rawin *victim = win_victim(sp);
+	if (!victim)
+		return;
+	if (victim->cap < bytes) {
+		char *nb = NULL;
+		if (posix_memalign((void **)&nb, BLK, bytes))
+			return;
+		free(victim->buf);
+		victim->buf = nb;
+		victim->cap = bytes;
+	}
+	atomic_fetch_add_explicit(&x->refs, 1, memory_order_acq_rel);
+	*victim = (struct rawin){ .run_id = x->r->id, .ext = ext, .nblk = nblk, .cap = victim->cap,
+				  .buf = victim->buf, .state = RA_LOADING, .refs = 1, .x = x, .tick = ++sp->ra_tick };
+	sp->ra_queued++;
+}
+
+/* Queue the windows of run x from ext on that cover `want` blocks. */
+static void win_ahead(struct spill *sp, struct srun *x, uint64_t ext, uint64_t want)
+{
+	uint64_t per = win_blocks(x), n = (want + per - 1) / per;
+	if (n > RA_AHEAD)
+		n = RA_AHEAD;
+	pthread_mutex_lock(&sp->ra_mu);
+	if (sp->ra_pid != getpid()) { /* none yet, or it ran in the parent of a fork */
+		for (uint32_t i = 0; sp->ra_pid && i < RA_WINDOWS; i++)
+			if (sp->ra[i].x) /* the parent's thread was to read it */
+				sp->ra[i] = (struct rawin){ .cap = sp->ra[i].cap, .buf = sp->ra[i].buf };
+		sp->ra_queued = 0;
+		sp->ra_stop = 0;
+		if (pthread_create(&sp->ra_thr, NULL, ra_main, sp) == 0)
+			sp->ra_pid = getpid();
+	}
+	if (sp->ra_pid == getpid()) {
+		for (uint64_t i = 0; i < n; i++)
+			win_ahead_locked(sp, x, ext + i);
+		if (sp->ra_queued)
+			pthread_cond_signal(&sp->ra_job);
+	}
+	pthread_mutex_unlock(&sp->ra_mu);
+}
+
+/* One read of the read-ahead thread in flight: a piece of window win. */
+struct raio {
+	int win;             /* index in sp->ra, -1: free */
+	struct sreq q;
+};
+
+/* Window i's reads ended (err: one failed): readers may use it.  ra_mu held. */
+static void win_done_locked(struct spill *sp, uint32_t i, int err)
+{
+	sp->ra[i].state = err ? RA_FAILED : RA_READY;
+	sp->ra[i].refs--;
+	pthread_cond_broadcast(&sp->ra_cv);
+}
+
+/* The read-ahead thread: submits the reads of the windows queued (up to
+ * spill_qd reads in flight, on a ring of its own) and marks each window
+ * read as soon as its own reads complete, nearest first, so that a reader
+ * waits for the window it needs, not for all that were queued with it.
+ * Without a ring of its own, one window at a time through the shared ones. */
+static void *ra_main(void *arg)
+{
+	struct spill *sp = arg;
+	uint32_t qd = sp->qd < 256 ? sp->qd : 256;
+	struct io_uring ring;
+	int have_ring = io_uring_queue_init(qd, &ring, 0) == 0;
+	struct raio io[256];
+	int left[RA_WINDOWS] = { 0 }, err[RA_WINDOWS] = { 0 };
+	struct srun *run[RA_WINDOWS] = { 0 };
+	uint32_t inflight = 0;
+	for (uint32_t k = 0; k < qd; k++)
+		io[k].win = -1;
+	pthread_mutex_lock(&sp->ra_mu);
+	while (!sp->ra_stop || inflight) {
+		/* the queued windows, oldest first, as long as their reads fit */
+		struct sreq q[RA_BYTES / BLK + 2];
+		for (;;) {
+			int best = -1;
+			for (uint32_t i = 0; i < RA_WINDOWS && !sp->ra_stop; i++)
+				if (sp->ra[i].x && (best < 0 || sp->ra[i].tick < sp->ra[best].tick))
+					best = (int)i;
+			if (best < 0)
+				break;
+			struct rawin *w = &sp->ra[best];
+			size_t nq = 0;
+			win_reads(sp, w->x, w, q, &nq);
+			int plain = !have_ring || nq > qd; /* (a window in more pieces than the ring holds) */
+			if (!plain && inflight + nq > qd)
+				break; /* when some complete */
+			run[best] = w->x;
+			w->x = NULL;
+			sp->ra_queued--;
+			atomic_fetch_add_explicit(&sp->ra_ahead, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&sp->run_blocks, w->nblk, memory_order_relaxed);
+			if (plain) {
+				pthread_mutex_unlock(&sp->ra_mu);
+				int r = device_read_raw(sp, q, nq, NULL);
+				srun_put(run[best]);
+				pthread_mutex_lock(&sp->ra_mu);
+				win_done_locked(sp, (uint32_t)best, r);
+				continue;
+			}
+			left[best] = (int)nq;
+			err[best] = 0;
+			for (size_t j = 0; j < nq; j++) {
+				uint32_t k = 0;
+				while (io[k].win >= 0)
+					k++;
+				io[k] = (struct raio){ .win = best, .q = q[j] };
+				struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+				io_uring_prep_read(sqe, sp->fd, q[j].to, q[j].span, q[j].blk);
+				sqe->user_data = k;
+				inflight++;
+			}
+		}
+		if (!inflight) {
+			if (!sp->ra_stop)
+				pthread_cond_wait(&sp->ra_job, &sp->ra_mu);
+			continue;
+		}
+		pthread_mutex_unlock(&sp->ra_mu);
+		struct io_uring_cqe *cqe;
+		int r = io_uring_submit_and_wait(&ring, 1);
+		uint32_t got = 0, done[256];
+		unsigned head;
+		io_uring_for_each_cqe(&ring, head, cqe) {
+			uint32_t k = (uint32_t)cqe->user_data;
+			struct raio *a = &io[k];
+			if (cqe->res != (int)a->q.span && /* a short read: once more, plainly */
+			    pread(sp->fd, a->q.to, a->q.span, (off_t)a->q.blk) != (ssize_t)a->q.span)
+				err[a->win] = -EIO;
+			done[got++] = k;
+		}
+		io_uring_cq_advance(&ring, got);
+		atomic_fetch_add_explicit(&sp->read_ios, got, memory_order_relaxed);
+		pthread_mutex_lock(&sp->ra_mu);
+		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && !got) {
+			/* the ring failed: read what is in flight plainly */
+			for (uint32_t k = 0; k < qd; k++)
+				if (io[k].win >= 0) {
+					if (pread(sp->fd, io[k].q.to, io[k].q.span, (off_t)io[k].q.blk) != (ssize_t)io[k].q.span)
+						err[io[k].win] = -EIO;
+					done[got++] = k;
+				}
+		}
+		for (uint32_t g = 0; g < got; g++) {
+			struct raio *a = &io[done[g]];
+			atomic_fetch_add_explicit(&sp->read_bytes, a->q.span, memory_order_relaxed);
+			int i = a->win;
+			a->win = -1;
+			inflight--;
+			if (--left[i] == 0) {
+				win_done_locked(sp, (uint32_t)i, err[i]);
+				struct srun *x = run[i];
+				run[i] = NULL;
+				srun_put(x);
+			}
+		}
+	}
+	pthread_mutex_unlock(&sp->ra_mu);
+	if (have_ring)
+		io_uring_queue_exit(&ring);
+	return NULL;
+}
+
+/* Plan p's blocks come from windows, if its walk follows the last one (a
+ * sequential reader).  Blocks no window can take stay direct. */
+static void plan_windows(struct lreq *L, struct plan *p)
+{
+	struct srun *x = p->x;
+	if (!p->nb)
+		return;
+	uint64_t per = win_blocks(x), a = L->br[p->b0].blk, last = L->br[p->b0 + p->nb - 1].blk;
+	uint64_t next = atomic_exchange_explicit(&x->ra_next, last + 1, memory_order_relaxed);
+	if (!next || a + per < next || a > next + per)
+		return; /* not where the last walk ended: a random range read */
+	struct rawin *w = NULL;
+	uint64_t wext = UINT64_MAX;
+	for (size_t k = p->b0; k < p->b0 + p->nb; k++) {
+		uint64_t ext = L->br[k].blk / per;
+		if (ext != wext) {
+			wext = ext;
+			w = win_get(L, x, ext);
+		}
+		L->br[k].w = w;
+	}
+	/* twice the blocks this walk took, past what the last window holds
+	 * (at least the next window) */
+	uint64_t want = 2 * (last + 1 - a), left = per - 1 - last % per;
+	win_ahead(L->s->sp, x, last / per + 1, want > left ? want - left : 1);
+}
+
 /* Plan run p: which of its blocks the rows need. */
 static int plan_run(struct lreq *L, struct plan *p)
 {
@@ -554,6 +877,8 @@ static int plan_run(struct lreq *L, struct plan *p)
 			if (u < p->u1 && L->urow[u] < hi)
 				ret = want(L, p, k, k);
 		}
+		if (!ret)
+			plan_windows(L, p);
 		return ret;
 	}
 	for (size_t u = p->u0; u < p->u1 && !ret; u++) {
@@ -577,48 +902,126 @@ static int plan_run(struct lreq *L, struct plan *p)
 	return ret;
 }
 
-/* Read every planned block (one buffer, adjacent blocks of a run in one
- * read, one submission): 0 or -errno.  *bufp: the buffer, to free. */
+/* Add the reads of window w's blocks (of run x) to q. */
+static void win_reads(struct spill *sp, const struct srun *x, struct rawin *w, struct sreq *q, size_t *nq)
+{
+	uint32_t bs = x->r->blk_size;
+	uint64_t first = w->ext * win_blocks(x);
+	for (uint32_t i = 0; i < w->nblk; i++) {
+		uint64_t loc = blk_loc(sp, x, first + i);
+		if (i && q[*nq - 1].blk + q[*nq - 1].span == loc && q[*nq - 1].span + bs <= CHUNK_BYTES) {
+			q[*nq - 1].span += bs;
+			continue;
+		}
+		q[(*nq)++] = (struct sreq){ .blk = loc, .span = bs, .to = w->buf + (size_t)i * bs };
+	}
+}
+
+/* Read every planned block: those of windows L loads into them, the others
+ * into one buffer (adjacent blocks of a run in one read), all in one
+ * submission; then wait for the windows others load.  0 or -errno.  *bufp:
+ * the buffer, to free. */
 static int read_planned(struct lreq *L, char **bufp)
 {
 	struct spill *sp = L->s->sp;
-	size_t total = 0;
+	size_t total = 0, nreads = 0;
+	uint64_t direct = 0, loaded = 0, fromwin = 0;
 	for (size_t i = 0; i < L->np; i++)
-		total += L->p[i].nb * (size_t)L->p[i].x->r->blk_size;
+		for (size_t k = L->p[i].b0; k < L->p[i].b0 + L->p[i].nb; k++)
+			if (!L->br[k].w) {
+				total += L->p[i].x->r->blk_size;
+				nreads++;
+			}
+	for (size_t i = 0; i < L->nwin; i++)
+		if (L->mine[i])
+			nreads += L->win[i]->nblk;
 	*bufp = NULL;
-	if (!total)
-		return 0;
-	char *buf;
-	if (posix_memalign((void **)&buf, BLK, total))
-		return -ENOMEM;
-	struct sreq *q = malloc(L->nbr * sizeof(*q));
-	if (!q) {
-		free(buf);
+	char *buf = NULL;
+	struct sreq *q = malloc((nreads ? nreads : 1) * sizeof(*q));
+	if (!q || (total && posix_memalign((void **)&buf, BLK, total))) {
+		free(q);
 		return -ENOMEM;
 	}
 	size_t nq = 0, off = 0;
 	for (size_t i = 0; i < L->np; i++) {
 		const struct plan *p = &L->p[i];
 		uint32_t bs = p->x->r->blk_size;
-		for (size_t k = p->b0; k < p->b0 + p->nb; k++, off += bs) {
-			uint64_t loc = blk_loc(sp, p->x, L->br[k].blk);
-			L->br[k].p = buf + off;
-			if (k > p->b0 && q[nq - 1].blk + q[nq - 1].span == loc && q[nq - 1].span + bs <= CHUNK_BYTES) {
-				q[nq - 1].span += bs;
+		int prev = 0; /* the last read is this run's previous block, direct */
+		for (size_t k = p->b0; k < p->b0 + p->nb; k++) {
+			if (L->br[k].w) {
+				prev = 0;
+				fromwin++;
 				continue;
 			}
-			q[nq++] = (struct sreq){ .blk = loc, .span = bs, .boff = off };
+			uint64_t loc = blk_loc(sp, p->x, L->br[k].blk);
+			L->br[k].p = buf + off;
+			direct++;
+			if (prev && q[nq - 1].blk + q[nq - 1].span == loc && q[nq - 1].span + bs <= CHUNK_BYTES) {
+				q[nq - 1].span += bs;
+			} else {
+				q[nq++] = (struct sreq){ .blk = loc, .span = bs, .boff = off };
+				prev = 1;
+			}
+			off += bs;
 		}
 	}
-	int ret = device_read_raw(sp, q, nq, buf);
+	/* the windows L loads: of which run each is, from its blocks */
+	for (size_t i = 0; i < L->np; i++)
+		for (size_t k = L->p[i].b0; k < L->p[i].b0 + L->p[i].nb; k++) {
+			struct rawin *w = L->br[k].w;
+			for (size_t j = 0; w && j < L->nwin; j++)
+				if (L->win[j] == w && L->mine[j] == 1) {
+					win_reads(sp, L->p[i].x, w, q, &nq);
+					L->mine[j] = 2; /* its reads are in q */
+					loaded += w->nblk;
+				}
+		}
+	int ret = nq ? device_read_raw(sp, q, nq, buf) : 0;
 	free(q);
+	pthread_mutex_lock(&sp->ra_mu);
+	for (size_t j = 0; j < L->nwin; j++)
+		if (L->mine[j])
+			L->win[j]->state = ret ? RA_FAILED : RA_READY;
+	pthread_cond_broadcast(&sp->ra_cv);
+	for (size_t j = 0; j < L->nwin && !ret; j++) {
+		while (L->win[j]->state == RA_LOADING)
+			pthread_cond_wait(&sp->ra_cv, &sp->ra_mu);
+		if (L->win[j]->state == RA_FAILED)
+			ret = -EIO;
+	}
+	pthread_mutex_unlock(&sp->ra_mu);
 	if (ret) {
 		free(buf);
 		return ret;
 	}
-	atomic_fetch_add_explicit(&sp->run_blocks, L->nbr, memory_order_relaxed);
+	for (size_t i = 0; i < L->np; i++) {
+		const struct plan *p = &L->p[i];
+		uint64_t per = win_blocks(p->x);
+		for (size_t k = p->b0; k < p->b0 + p->nb; k++) {
+			struct rawin *w = L->br[k].w;
+			if (w)
+				L->br[k].p = w->buf + (L->br[k].blk - w->ext * per) * (size_t)p->x->r->blk_size;
+		}
+	}
+	atomic_fetch_add_explicit(&sp->run_blocks, direct + loaded, memory_order_relaxed);
+	if (fromwin)
+		atomic_fetch_add_explicit(&sp->ra_blocks, fromwin, memory_order_relaxed);
+	if (loaded)
+		atomic_fetch_add_explicit(&sp->ra_loads, 1, memory_order_relaxed);
 	*bufp = buf;
 	return 0;
+}
+
+/* L's windows go back (they stay in DRAM for the next reader). */
+static void win_put_all(struct lreq *L)
+{
+	struct spill *sp = L->s->sp;
+	if (!L->nwin)
+		return;
+	pthread_mutex_lock(&sp->ra_mu);
+	for (size_t j = 0; j < L->nwin; j++)
+		L->win[j]->refs--;
+	pthread_mutex_unlock(&sp->ra_mu);
 }
 
 /* Decide row u from blocks [a, b] of plan p, whose buffers are found from
@@ -817,9 +1220,12 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 			if (o->state == RQ_DATA && r->dst && o->dst)
 				memcpy(r->dst, o->dst, L.rs);
 		}
+	win_put_all(&L);
 	free(buf);
 	free(L.br);
 	free(L.lk);
+	free(L.win);
+	free(L.mine);
 	free(L.p);
 	free(L.urow);
 	free(L.uq);
@@ -1397,7 +1803,7 @@ static int rit_load(struct store *s, struct rit *it)
 	it->blk0 = it->blk;
 	it->nblk = cnt;
 	for (uint64_t i = 0; i < cnt; i++) {
-		struct bref b = { it->blk + i, it->buf + i * bs, 0 };
+		struct bref b = { it->blk + i, it->buf + i * bs, 0, NULL };
 		if (blk_ok(sp, x, &b))
 			return -EIO;
 	}
@@ -1924,6 +2330,9 @@ int runs_load(struct store *s, char *err, size_t n)
 	struct emb_spill *pm = sp->pm;
 	sp->runs = calloc(EMB_NTABLES, sizeof(*sp->runs));
 	pthread_rwlock_init(&sp->run_lock, NULL);
+	pthread_mutex_init(&sp->ra_mu, NULL);
+	pthread_cond_init(&sp->ra_cv, NULL);
+	pthread_cond_init(&sp->ra_job, NULL);
 	if (!sp->runs)
 		return -ENOMEM;
 	if (!pm->runs_off) {
@@ -1981,6 +2390,17 @@ int runs_load(struct store *s, char *err, size_t n)
 
 void runs_unload(struct spill *sp)
 {
+	if (sp->ra_pid == getpid()) { /* the read-ahead thread first: it holds runs */
+		pthread_mutex_lock(&sp->ra_mu);
+		sp->ra_stop = 1;
+		pthread_cond_signal(&sp->ra_job);
+		pthread_mutex_unlock(&sp->ra_mu);
+		pthread_join(sp->ra_thr, NULL);
+		sp->ra_pid = 0;
+	}
+	for (uint32_t i = 0; i < RA_WINDOWS; i++) /* queued and never read */
+		if (sp->ra[i].x)
+			srun_put(sp->ra[i].x);
 	if (sp->runs) {
 		for (uint32_t id = 0; id < EMB_NTABLES; id++)
 			for (struct srun *x = sp->runs[id], *nx; x; x = nx) {
@@ -1995,6 +2415,10 @@ void runs_unload(struct spill *sp)
 	}
 	sp->runs = NULL;
 	sp->dead = NULL;
+	for (uint32_t i = 0; i < RA_WINDOWS; i++) { /* no reader is left */
+		free(sp->ra[i].buf);
+		sp->ra[i] = (struct rawin){ 0 };
+	}
 	free(sp->ev_rows);
 	sp->ev_rows = NULL;
 }
@@ -2020,6 +2444,8 @@ void runs_stats(struct store *s, struct store_spill_stats *st)
 	st->run_reads = atomic_load(&sp->run_reads);
 	st->run_blocks = atomic_load(&sp->run_blocks);
 	st->bloom_fp = atomic_load(&sp->bloom_fp);
+	st->run_ra_loads = atomic_load(&sp->ra_loads);
+	st->run_ra_blocks = atomic_load(&sp->ra_blocks);
 	st->merges = atomic_load(&sp->merges);
 	st->merge_in_bytes = atomic_load(&sp->merge_in_bytes);
 	st->merge_out_bytes = atomic_load(&sp->merge_out_bytes);

@@ -378,6 +378,8 @@ struct store_spill_stats {
 	uint64_t run_pool_bytes;   /* their records in the pool */
 	uint64_t run_meta_bytes;   /* segment lists, fences and filters (device, and DRAM once read) */
 	uint64_t run_evicted, run_reads, run_blocks, bloom_fp;
+	uint64_t run_ra_loads;     /* requests that read read-ahead windows of runs */
+	uint64_t run_ra_blocks;    /* blocks requests found in read-ahead windows */
 	uint64_t merges, merge_in_bytes, merge_out_bytes;
 };
 void store_spill_stats_get(struct store *s, struct store_spill_stats *st);
