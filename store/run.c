@@ -583,6 +583,23 @@ static struct rawin *win_victim(struct spill *sp)
 	return v;
 }
 
+/* In the child of a fork (a process that forks after reading), windows
+ * being loaded by threads of the parent would never be read: they go.
+ * ra_mu held. */
+static void win_forked_locked(struct spill *sp)
+{
+	if (!sp->ra_pid || sp->ra_pid == getpid())
+		return;
+	for (uint32_t i = 0; i < RA_WINDOWS; i++)
+		if (sp->ra[i].state == RA_LOADING || sp->ra[i].refs) {
+			if (sp->ra[i].x)
+				srun_put(sp->ra[i].x);
+			sp->ra[i] = (struct rawin){ .cap = sp->ra[i].cap, .buf = sp->ra[i].buf };
+		}
+	sp->ra_queued = 0;
+	sp->ra_pid = 0;
+}
+
 /* Blocks per window of run x. */
 static uint64_t win_blocks(const struct srun *x)
 {
@@ -612,6 +629,7 @@ static struct rawin *win_get(struct lreq *L, const struct srun *x, uint64_t ext)
 	struct rawin *w = NULL, *victim = NULL;
 	int mine = 0;
 	pthread_mutex_lock(&sp->ra_mu);
+	win_forked_locked(sp);
 	uint64_t tick = ++sp->ra_tick;
 	for (uint32_t i = 0; i < RA_WINDOWS && !w; i++) {
 		struct rawin *c = &sp->ra[i];
@@ -687,16 +705,13 @@ static void win_ahead(struct spill *sp, struct srun *x, uint64_t ext, uint64_t w
 	if (n > RA_AHEAD)
 		n = RA_AHEAD;
 	pthread_mutex_lock(&sp->ra_mu);
-	if (sp->ra_pid != getpid()) { /* none yet, or it ran in the parent of a fork */
-		for (uint32_t i = 0; sp->ra_pid && i < RA_WINDOWS; i++)
-			if (sp->ra[i].x) /* the parent's thread was to read it */
-				sp->ra[i] = (struct rawin){ .cap = sp->ra[i].cap, .buf = sp->ra[i].buf };
-		sp->ra_queued = 0;
+	win_forked_locked(sp);
+	if (!sp->ra_pid) {
 		sp->ra_stop = 0;
 		if (pthread_create(&sp->ra_thr, NULL, ra_main, sp) == 0)
 			sp->ra_pid = getpid();
 	}
-	if (sp->ra_pid == getpid()) {
+	if (sp->ra_pid) {
 		for (uint64_t i = 0; i < n; i++)
 			win_ahead_locked(sp, x, ext + i);
 		if (sp->ra_queued)
