@@ -542,7 +542,7 @@ static void blk_rows(const struct srun *x, uint64_t k, uint64_t *lo, uint64_t *h
  * kernel's read-ahead of 1 MiB READs) walks each run a few dozen blocks
  * per request, and would read those blocks as a small read per run per
  * request, waiting for each.  So when a walk of a run starts where the
- * previous one ended (srun.ra_next, give or take a window), its blocks
+ * previous ones reached (srun.ra_next, give or take a little), its blocks
  * come from windows of RA_BYTES of the run instead: the first request that
  * needs a window reads all of it (in its one submission), and the next
  * requests find it in DRAM, read once, with no wait.  Windows are shared
@@ -556,7 +556,7 @@ static void blk_rows(const struct srun *x, uint64_t k, uint64_t *lo, uint64_t *h
  * directly, as for a random range read.
  *
  * Ahead: a sequential walk also queues the windows after its last block,
- * enough for twice the blocks it took (at most RA_AHEAD windows), for the
+ * enough for four times the blocks it took (at most RA_AHEAD), for the
  * read-ahead thread (ra_main), which reads all that is queued in one
  * submission; so in a steady sequential read a request finds its windows
  * read and waits for no device read.  The thread starts at the first
@@ -564,7 +564,7 @@ static void blk_rows(const struct srun *x, uint64_t k, uint64_t *lo, uint64_t *h
  * opening the pool) and stops in runs_unload; a queued window holds a
  * reference on its run, so the run is not freed under the read.
  */
-#define RA_AHEAD 4 /* windows queued ahead of a walk, per run */
+#define RA_AHEAD 24 /* windows queued ahead of a walk, per run */
 
 /* The window to reuse: not in use; an empty or failed one, else the least
  * recently used or queued.  NULL if every window is in use.  ra_mu held. */
@@ -852,9 +852,21 @@ static void plan_windows(struct lreq *L, struct plan *p)
 	if (!p->nb)
 		return;
 	uint64_t per = win_blocks(x), a = L->br[p->b0].blk, last = L->br[p->b0 + p->nb - 1].blk;
-	uint64_t next = atomic_exchange_explicit(&x->ra_next, last + 1, memory_order_relaxed);
-	if (!next || a + per < next || a > next + per)
-		return; /* not where the last walk ended: a random range read */
+	/* ra_next: the furthest a sequential reader's walks reached.  Its
+	 * requests may be served out of order (the kernel sends a few READs
+	 * at once), so a walk counts as sequential when it starts within a
+	 * window and two of its own lengths of ra_next, either side; one that
+	 * does not starts a new stream there. */
+	uint64_t next = atomic_load_explicit(&x->ra_next, memory_order_relaxed), tol = per + 2 * (last + 1 - a);
+	int seq = next && a + tol >= next && a <= next + tol;
+	if (!seq) {
+		atomic_store_explicit(&x->ra_next, last + 1, memory_order_relaxed);
+		return; /* a random range read, or the first of a stream */
+	}
+	while (next < last + 1 &&
+	       !atomic_compare_exchange_weak_explicit(&x->ra_next, &next, last + 1, memory_order_relaxed,
+						      memory_order_relaxed))
+		;
 	struct rawin *w = NULL;
 	uint64_t wext = UINT64_MAX;
 	for (size_t k = p->b0; k < p->b0 + p->nb; k++) {
@@ -865,9 +877,10 @@ static void plan_windows(struct lreq *L, struct plan *p)
 		}
 		L->br[k].w = w;
 	}
-	/* twice the blocks this walk took, past what the last window holds
-	 * (at least the next window) */
-	uint64_t want = 2 * (last + 1 - a), left = per - 1 - last % per;
+	/* four times the blocks this walk took, past what the last window
+	 * holds (at least the next window): the next requests' windows are
+	 * read while this one and the one after it are served */
+	uint64_t want = 4 * (last + 1 - a), left = per - 1 - last % per;
 	win_ahead(L->s->sp, x, last / per + 1, want > left ? want - left : 1);
 }
 

@@ -52,7 +52,7 @@ struct srun {
 	uint64_t *fence;
 	uint64_t *bloom;
 	_Atomic int refs;        /* 1 for its list, +1 per reader */
-	_Atomic uint64_t ra_next; /* the block after the last walk of it: a sequential reader's next */
+	_Atomic uint64_t ra_next; /* past the furthest block a sequential reader's walks reached (run.c) */
 	struct srun *next;       /* the next older run of its table, or the next dead one (run_lock) */
 };
 
