@@ -512,7 +512,7 @@ static int want(struct lreq *L, struct plan *p, uint64_t a, uint64_t b)
 /* The first index in [lo, end) of sorted v whose value is >= x (end if
  * none), galloping from lo: cheap when it is near, as it is when rows and
  * records are walked together. */
-static size_t gallop(const uint64_t *v, size_t lo, size_t end, uint64_t x)
+static inline size_t gallop(const uint64_t *v, size_t lo, size_t end, uint64_t x)
 {
 	if (lo >= end || v[lo] >= x)
 		return lo;
@@ -594,10 +594,26 @@ static void win_forked_locked(struct spill *sp)
 		if (sp->ra[i].state == RA_LOADING || sp->ra[i].refs) {
 			if (sp->ra[i].x)
 				srun_put(sp->ra[i].x);
-			sp->ra[i] = (struct rawin){ .cap = sp->ra[i].cap, .buf = sp->ra[i].buf };
+			sp->ra[i] = (struct rawin){ .buf = sp->ra[i].buf };
 		}
 	sp->ra_queued = 0;
 	sp->ra_pid = 0;
+}
+
+/* The windows' buffers: one arena of RA_WINDOWS x RA_BYTES, made at the
+ * first window (the read-ahead thread registers it with its ring: no page
+ * pinning per read).  0, or -ENOMEM.  ra_mu held. */
+static int win_arena_locked(struct spill *sp)
+{
+	if (sp->ra_arena)
+		return 0;
+	if (posix_memalign((void **)&sp->ra_arena, BLK, (size_t)RA_WINDOWS * RA_BYTES)) {
+		sp->ra_arena = NULL;
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < RA_WINDOWS; i++)
+		sp->ra[i].buf = sp->ra_arena + (size_t)i * RA_BYTES;
+	return 0;
 }
 
 /* Blocks per window of run x. */
@@ -625,7 +641,8 @@ static struct rawin *win_get(struct lreq *L, const struct srun *x, uint64_t ext)
 	}
 	uint64_t per = win_blocks(x), first = ext * per;
 	uint32_t nblk = (uint32_t)(x->r->nblocks - first < per ? x->r->nblocks - first : per);
-	size_t bytes = (size_t)nblk * x->r->blk_size;
+	if ((size_t)nblk * x->r->blk_size > RA_BYTES)
+		return NULL; /* a block larger than a window (rows are at most 64 KiB: never) */
 	struct rawin *w = NULL, *victim = NULL;
 	int mine = 0;
 	pthread_mutex_lock(&sp->ra_mu);
@@ -636,20 +653,11 @@ static struct rawin *win_get(struct lreq *L, const struct srun *x, uint64_t ext)
 		if (c->run_id == x->r->id && c->ext == ext && c->state != RA_FAILED)
 			w = c;
 	}
-	if (!w)
+	if (!w && !win_arena_locked(sp))
 		victim = win_victim(sp);
-	if (!w && victim && victim->cap < bytes) {
-		char *nb = NULL;
-		if (!posix_memalign((void **)&nb, BLK, bytes)) {
-			free(victim->buf);
-			victim->buf = nb;
-			victim->cap = bytes;
-		}
-	}
-	if (!w && victim && victim->cap >= bytes) {
+	if (!w && victim) {
 		w = victim;
-		*w = (struct rawin){ .run_id = x->r->id, .ext = ext, .nblk = nblk, .cap = w->cap, .buf = w->buf,
-				     .state = RA_LOADING };
+		*w = (struct rawin){ .run_id = x->r->id, .ext = ext, .nblk = nblk, .buf = w->buf, .state = RA_LOADING };
 		mine = 1;
 	}
 	if (w) {
@@ -675,7 +683,8 @@ static void win_ahead_locked(struct spill *sp, struct srun *x, uint64_t ext)
 	if (first >= x->r->nblocks)
 		return;
 	uint32_t nblk = (uint32_t)(x->r->nblocks - first < per ? x->r->nblocks - first : per);
-	size_t bytes = (size_t)nblk * x->r->blk_size;
+	if ((size_t)nblk * x->r->blk_size > RA_BYTES)
+		return;
 	for (uint32_t i = 0; i < RA_WINDOWS; i++) {
 		struct rawin *c = &sp->ra[i];
 		if (c->run_id == x->r->id && c->ext == ext && c->state != RA_FAILED)
@@ -684,17 +693,9 @@ static void win_ahead_locked(struct spill *sp, struct srun *x, uint64_t ext)
 	struct rawin *victim = win_victim(sp);
 	if (!victim)
 		return;
-	if (victim->cap < bytes) {
-		char *nb = NULL;
-		if (posix_memalign((void **)&nb, BLK, bytes))
-			return;
-		free(victim->buf);
-		victim->buf = nb;
-		victim->cap = bytes;
-	}
 	atomic_fetch_add_explicit(&x->refs, 1, memory_order_acq_rel);
-	*victim = (struct rawin){ .run_id = x->r->id, .ext = ext, .nblk = nblk, .cap = victim->cap,
-				  .buf = victim->buf, .state = RA_LOADING, .refs = 1, .x = x, .tick = ++sp->ra_tick };
+	*victim = (struct rawin){ .run_id = x->r->id, .ext = ext, .nblk = nblk, .buf = victim->buf,
+				  .state = RA_LOADING, .refs = 1, .x = x, .tick = ++sp->ra_tick };
 	sp->ra_queued++;
 }
 
@@ -706,7 +707,7 @@ static void win_ahead(struct spill *sp, struct srun *x, uint64_t ext, uint64_t w
 		n = RA_AHEAD;
 	pthread_mutex_lock(&sp->ra_mu);
 	win_forked_locked(sp);
-	if (!sp->ra_pid) {
+	if (!sp->ra_pid && !win_arena_locked(sp)) {
 		sp->ra_stop = 0;
 		if (pthread_create(&sp->ra_thr, NULL, ra_main, sp) == 0)
 			sp->ra_pid = getpid();
@@ -745,6 +746,10 @@ static void *ra_main(void *arg)
 	uint32_t qd = sp->qd < 256 ? sp->qd : 256;
 	struct io_uring ring;
 	int have_ring = io_uring_queue_init(qd, &ring, 0) == 0;
+	/* the windows' arena registered: reads into it pin no pages each
+	 * (needs RLIMIT_MEMLOCK room or CAP_IPC_LOCK, else plain reads) */
+	struct iovec arena = { sp->ra_arena, (size_t)RA_WINDOWS * RA_BYTES };
+	int fixed = have_ring && io_uring_register_buffers(&ring, &arena, 1) == 0;
 	struct raio io[256];
 	int left[RA_WINDOWS] = { 0 }, err[RA_WINDOWS] = { 0 };
 	struct srun *run[RA_WINDOWS] = { 0 };
@@ -789,7 +794,10 @@ static void *ra_main(void *arg)
 					k++;
 				io[k] = (struct raio){ .win = best, .q = q[j] };
 				struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-				io_uring_prep_read(sqe, sp->fd, q[j].to, q[j].span, q[j].blk);
+				if (fixed)
+					io_uring_prep_read_fixed(sqe, sp->fd, q[j].to, q[j].span, q[j].blk, 0);
+				else
+					io_uring_prep_read(sqe, sp->fd, q[j].to, q[j].span, q[j].blk);
 				sqe->user_data = k;
 				inflight++;
 			}
@@ -2448,10 +2456,10 @@ void runs_unload(struct spill *sp)
 	}
 	sp->runs = NULL;
 	sp->dead = NULL;
-	for (uint32_t i = 0; i < RA_WINDOWS; i++) { /* no reader is left */
-		free(sp->ra[i].buf);
+	for (uint32_t i = 0; i < RA_WINDOWS; i++) /* no reader is left */
 		sp->ra[i] = (struct rawin){ 0 };
-	}
+	free(sp->ra_arena);
+	sp->ra_arena = NULL;
 	free(sp->ev_rows);
 	sp->ev_rows = NULL;
 }

@@ -67,8 +67,7 @@ struct rawin {
 	uint64_t run_id;          /* 0: empty */
 	uint64_t ext;             /* window index in its run */
 	uint32_t nblk;            /* blocks in it (a run's last is short) */
-	size_t cap;               /* bytes of buf */
-	char *buf;
+	char *buf;                /* RA_BYTES of sp->ra_arena */
 	int state;
 	int refs;                 /* requests using it, and the read-ahead thread while it loads it */
 	struct srun *x;           /* queued for the read-ahead thread: its run (a reference), else NULL */
@@ -145,6 +144,7 @@ struct spill {
 	pthread_mutex_t ra_mu;
 	pthread_cond_t ra_cv;
 	struct rawin ra[RA_WINDOWS];
+	char *ra_arena;           /* the windows' buffers, made at the first */
 	uint64_t ra_tick;
 	pthread_t ra_thr;         /* loads queued windows ahead of the readers */
 	pid_t ra_pid;             /* the process it runs in (0: none) */
