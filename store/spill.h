@@ -5,7 +5,7 @@
  *
  * Fields are grouped by owner; each group says its lock.  Lock order within
  * the tier: round_lock (one mover round at a time), then commit_lock, then a
- * table's lock; sp->mu and ring locks are leaves.
+ * table's lock; sp->mu, ring locks and ra_mu are leaves.
  */
 #ifndef EMBFS_SPILL_H
 #define EMBFS_SPILL_H

@@ -52,6 +52,9 @@
  *   sp->mu, ring locks spill mover state, io_uring rings (leaves)
  *   sp->run_lock       the run lists (a leaf; the lists change under
  *                      commit_lock too); a run's load_mu inside it
+ *   sp->ra_mu          the read-ahead windows of runs (run.c; a leaf: taken
+ *                      with no store lock held, by readers and the
+ *                      read-ahead thread)
  *   perm_lock          the directories' permission records (dirs.c): taken
  *                      alone
  *
