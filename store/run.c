@@ -557,12 +557,15 @@ static void blk_rows(const struct srun *x, uint64_t k, uint64_t *lo, uint64_t *h
  *
  * Ahead: a sequential walk also queues the windows after its last block,
  * enough for four times the blocks it took (at most RA_AHEAD), for the
- * read-ahead thread (ra_main), which reads all that is queued in one
- * submission; so in a steady sequential read a request finds its windows
- * read and waits for no device read.  The thread starts at the first
- * window it is given (in the process that gives it: the daemon forks after
- * opening the pool) and stops in runs_unload; a queued window holds a
- * reference on its run, so the run is not freed under the read.
+ * read-ahead thread (ra_main), which keeps spill_qd reads of queued
+ * windows in flight, oldest queued first, and hands each window over as
+ * soon as its reads complete; so in a steady sequential read a request
+ * finds its windows read and waits for no device read.  The thread starts
+ * at the first window it is given (in the process that gives it: the
+ * daemon forks after opening the pool) and stops in runs_unload; a queued
+ * window holds a reference on its run, so the run is not freed under the
+ * read.  The windows' buffers are one arena, which the thread registers
+ * with its ring.
  */
 #define RA_AHEAD 24 /* windows queued ahead of a walk, per run */
 
