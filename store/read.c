@@ -120,9 +120,15 @@ static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, 
 		struct emb_version *v;
 		int decided;
 		nread++;
-		ret = heads ? chain_find_at(s, st, row, heads[i], b, &v, &decided) : chain_find(s, st, row, b, &v, &decided);
-		if (ret)
-			break; /* damaged: EIO (counted) */
+		if (heads && !heads[i]) { /* no entry: a hole, or the runs have it */
+			v = NULL;
+			decided = 0;
+		} else {
+			ret = heads ? chain_find_at(s, st, row, heads[i], b, &v, &decided)
+				    : chain_find(s, st, row, b, &v, &decided);
+			if (ret)
+				break; /* damaged: EIO (counted) */
+		}
 		if (!decided && runs) { /* the runs say (below) */
 			if (!rq && !(rq = n == 1 ? &rone : malloc(n * sizeof(*rq)))) {
 				ret = -ENOMEM;

@@ -1208,8 +1208,17 @@ static int unique_rows(struct lreq *L, struct rq *q, size_t n)
 			sorted = 0;
 		o[m++] = (struct upos){ q[i].row, i };
 	}
-	if (!sorted) /* qsort is not stable: the first of equal rows is found below */
-		qsort(o, m, sizeof(*o), upos_cmp);
+	if (sorted) { /* ascending and distinct already (a range read) */
+		for (size_t i = 0; i < m; i++) {
+			L->urow[i] = o[i].row;
+			L->uq[i] = o[i].i;
+		}
+		L->nu = m;
+		free(o);
+		return 0;
+	}
+	/* qsort is not stable: the first of equal rows is found below */
+	qsort(o, m, sizeof(*o), upos_cmp);
 	L->nu = 0;
 	for (size_t i = 0; i < m; i++) {
 		if (L->nu && L->urow[L->nu - 1] == o[i].row) {
