@@ -730,6 +730,16 @@ struct raio {
 	struct sreq q;
 };
 
+/* Check window w's blocks (of run x) once for every reader; a damaged one
+ * is counted here.  The thread's window, loading: nobody else touches it. */
+static void win_check(struct spill *sp, const struct srun *x, struct rawin *w)
+{
+	for (uint32_t k = 0; k < w->nblk; k++) {
+		struct bref b = { .p = w->buf + (size_t)k * x->r->blk_size };
+		w->ok[k] = blk_ok(sp, x, &b) ? -1 : 1;
+	}
+}
+
 /* Window i's reads ended (err: one failed): readers may use it.  ra_mu held. */
 static void win_done_locked(struct spill *sp, uint32_t i, int err)
 {
@@ -784,6 +794,8 @@ static void *ra_main(void *arg)
 			if (plain) {
 				pthread_mutex_unlock(&sp->ra_mu);
 				int r = device_read_raw(sp, q, nq, NULL);
+				if (!r)
+					win_check(sp, run[best], w);
 				srun_put(run[best]);
 				pthread_mutex_lock(&sp->ra_mu);
 				win_done_locked(sp, (uint32_t)best, r);
@@ -835,18 +847,31 @@ static void *ra_main(void *arg)
 					done[got++] = k;
 				}
 		}
+		uint32_t nfin = 0, fin[RA_WINDOWS];
 		for (uint32_t g = 0; g < got; g++) {
 			struct raio *a = &io[done[g]];
 			atomic_fetch_add_explicit(&sp->read_bytes, a->q.span, memory_order_relaxed);
 			int i = a->win;
 			a->win = -1;
 			inflight--;
-			if (--left[i] == 0) {
-				win_done_locked(sp, (uint32_t)i, err[i]);
-				struct srun *x = run[i];
-				run[i] = NULL;
-				srun_put(x);
-			}
+			if (--left[i] == 0)
+				fin[nfin++] = (uint32_t)i;
+		}
+		/* the windows read whole: their blocks checked here, off the
+		 * readers' path, then handed over */
+		if (nfin) {
+			pthread_mutex_unlock(&sp->ra_mu);
+			for (uint32_t f = 0; f < nfin; f++)
+				if (!err[fin[f]])
+					win_check(sp, run[fin[f]], &sp->ra[fin[f]]);
+			pthread_mutex_lock(&sp->ra_mu);
+		}
+		for (uint32_t f = 0; f < nfin; f++) {
+			uint32_t i = fin[f];
+			win_done_locked(sp, i, err[i]);
+			struct srun *x = run[i];
+			run[i] = NULL;
+			srun_put(x);
 		}
 	}
 	pthread_mutex_unlock(&sp->ra_mu);
@@ -1043,8 +1068,11 @@ static int read_planned(struct lreq *L, char **bufp)
 		uint64_t per = win_blocks(p->x);
 		for (size_t k = p->b0; k < p->b0 + p->nb; k++) {
 			struct rawin *w = L->br[k].w;
-			if (w)
-				L->br[k].p = w->buf + (L->br[k].blk - w->ext * per) * (size_t)p->x->r->blk_size;
+			if (w) {
+				uint64_t i = L->br[k].blk - w->ext * per;
+				L->br[k].p = w->buf + i * (size_t)p->x->r->blk_size;
+				L->br[k].ok = w->ok[i] > 0 ? 1 : w->ok[i] < 0 ? -EIO : 0; /* the thread's check */
+			}
 		}
 	}
 	atomic_fetch_add_explicit(&sp->run_blocks, direct + loaded, memory_order_relaxed);

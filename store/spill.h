@@ -70,6 +70,7 @@ struct rawin {
 	char *buf;                /* RA_BYTES of sp->ra_arena */
 	int state;
 	int refs;                 /* requests using it, and the read-ahead thread while it loads it */
+	int8_t ok[RA_BYTES / BLK]; /* per block, as the thread checked it: 1 sound, -1 damaged, 0 unchecked */
 	struct srun *x;           /* queued for the read-ahead thread: its run (a reference), else NULL */
 	uint64_t tick;            /* last use */
 };
