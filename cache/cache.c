@@ -92,7 +92,7 @@ struct shard {
 } __attribute__((aligned(64)));
 
 struct tstat {
-	_Atomic uint64_t hits, misses, evictions, writebacks, bypasses;
+	_Atomic uint64_t hits, misses, evictions, writebacks, bypasses, scan_misses;
 	_Atomic uint64_t rows, dirty, new_dirty, pinned, bytes;
 	_Atomic uint64_t gen; /* bumped by drops and write-throughs: stale fills are discarded */
 };
@@ -120,6 +120,7 @@ struct cache {
 	_Atomic uint64_t snap_floor; /* batch of the newest snapshot */
 	_Atomic uint64_t snap_seq;   /* cache_set_snapshot() calls so far */
 	_Atomic uint64_t last_batch; /* newest batch seen: rebuilds 64-bit ids */
+	_Atomic uint64_t scan_misses; /* cache_read_range()'s misses (not in any shard's) */
 	_Atomic uint8_t round;       /* flusher round */
 	pthread_mutex_t pres_lock;
 	struct pres *pres;           /* protected by pres_lock */
@@ -1617,6 +1618,57 @@ int cache_read_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t
 	return ret;
 }
 
+int cache_read_range(struct cache *c, uint32_t table, uint32_t rs, uint64_t first, size_t n, void *buf,
+		     uint8_t *present)
+{
+	if (table >= CACHE_MAX_TABLES || n > UINT32_MAX)
+		return -EINVAL;
+	uint64_t *ids = malloc((n ? n : 1) * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		ids[i] = first + i;
+	if (!c->ops->fetch_range) {
+		int ret = cache_read_rows(c, table, rs, ids, n, buf, present);
+		free(ids);
+		return ret;
+	}
+	struct tstat *t = tst(c, table);
+	uint8_t *skip = NULL;
+	size_t hits = 0;
+	int ret = 0;
+	/* No cached row of the table now: the layer below holds every row as
+	 * it is now (a write that caches one later is concurrent with this
+	 * read).  Otherwise the cached rows are copied out first, and the rest
+	 * fetched: a row cached after its shard was walked was written while
+	 * this read ran, so either bytes are right. */
+	if (atomic_load_explicit(&t->rows, memory_order_acquire)) {
+		struct rowgroup g;
+		skip = malloc(n);
+		if (!skip || rowgroup_make(c, table, ids, n, &g)) {
+			free(skip);
+			ret = cache_read_rows(c, table, rs, ids, n, buf, present);
+			free(ids);
+			return ret;
+		}
+		g.present = present;
+		walk_rows(c, table, rs, ids, &g, buf, NULL, 0, NULL);
+		memset(skip, 1, n);
+		for (size_t i = 0; i < g.nmiss; i++)
+			skip[g.miss[i]] = 0;
+		hits = n - g.nmiss;
+		rowgroup_free(&g);
+	}
+	free(ids);
+	if (hits < n)
+		ret = c->ops->fetch_range(c->ctx, table, first, n, buf, skip, present);
+	free(skip);
+	TS_ADD(t, misses, n - hits);
+	TS_ADD(t, scan_misses, n - hits);
+	atomic_fetch_add_explicit(&c->scan_misses, n - hits, memory_order_relaxed);
+	return ret < 0 ? ret : 0;
+}
+
 int cache_write_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows, size_t n,
 		     const void *data, uint64_t batch, int64_t *credit)
 {
@@ -1802,6 +1854,7 @@ void cache_stats_get(struct cache *c, int64_t table, struct cache_stats *st)
 		st->evictions = atomic_load(&t->evictions);
 		st->writebacks = atomic_load(&t->writebacks);
 		st->bypasses = atomic_load(&t->bypasses);
+		st->scan_misses = atomic_load(&t->scan_misses);
 		st->rows = atomic_load(&t->rows);
 		st->dirty = atomic_load(&t->dirty);
 		st->new_dirty = atomic_load(&t->new_dirty);
@@ -1810,6 +1863,8 @@ void cache_stats_get(struct cache *c, int64_t table, struct cache_stats *st)
 		return;
 	}
 	st->budget = c->budget;
+	st->scan_misses = atomic_load(&c->scan_misses);
+	st->misses = st->scan_misses;
 	for (uint32_t i = 0; i < c->nshards; i++) {
 		struct shard *sh = &c->sh[i];
 		pthread_mutex_lock(&sh->lock);

@@ -45,6 +45,7 @@ struct embfs_conf {
 	unsigned threads;
 	char *spill;
 	char *spill_size;
+	char *read_ahead;
 	unsigned spill_qd, spill_high, spill_low, spill_compact_mbps, spill_runs;
 	unsigned given; /* bit k: numeric option k (main.c's numopts) was given */
 	int show_help;
@@ -82,6 +83,13 @@ struct embfs {
 	 * snapshot (rows.c, snap.c). */
 	pthread_rwlock_t snap_rw;
 	int ready_fd; /* main.c: the waiting parent's pipe until daemon_ready(), else -1 */
+	/* main.c: the kernel's read-ahead for this mount (read_ahead=), set
+	 * once INIT is answered (fs_read_ahead); what it is then, KiB (0:
+	 * unknown) */
+	char *mountpoint;
+	uint64_t ra_bytes;
+	_Atomic int ra_done;
+	_Atomic long ra_kb;
 };
 
 static inline struct embfs *fs_of(fuse_req_t req)
@@ -95,6 +103,9 @@ extern const struct fuse_lowlevel_ops embfs_ops;
 /* main.c: the kernel's INIT was answered; a daemon that went to the
  * background tells the waiting parent it mounted (once; then a no-op). */
 void daemon_ready(struct embfs *fs);
+/* Once, on the first request after INIT: the mount's read-ahead window
+ * (read_ahead=).  Cheap after the first call. */
+void fs_read_ahead(struct embfs *fs);
 
 /* root.c: the root directory (parent is the root; names checked for length). */
 void root_lookup(fuse_req_t req, const char *name);

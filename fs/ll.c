@@ -56,6 +56,7 @@ static void op_destroy(void *userdata)
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	fs_read_ahead(fs_of(req)); /* before any file is opened */
 	if (name_too_long(req, name))
 		return;
 	switch (fs_ino(parent).kind) {
@@ -107,6 +108,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct stat st;
 	(void)fi;
+	fs_read_ahead(fs_of(req));
 	int ret = fs_stat(fs_of(req), ino, &st, NULL);
 	if (ret)
 		fuse_reply_err(req, -ret);

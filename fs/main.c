@@ -63,6 +63,7 @@ static const struct fuse_opt embfs_opts[] = {
 	OPT("cache_size=%s", cache_size),
 	OPT("spill=%s", spill),
 	OPT("spill_size=%s", spill_size),
+	OPT("read_ahead=%s", read_ahead),
 	FUSE_OPT_KEY("dim=", K_DIM),
 	FUSE_OPT_KEY("threads=", K_THREADS),
 	FUSE_OPT_KEY("dirty_age_ms=", K_DIRTY_AGE),
@@ -158,6 +159,8 @@ static void usage(const char *prog)
 	       "                             0 = no flusher (until fsync, eviction or unmount) [5000]\n"
 	       "    -o threads=N             FUSE worker threads, 1 to 1024 [the core count: %u here]\n"
 	       "    -o pidfile=PATH          the daemon's pid, written once mounted, removed at exit\n"
+	       "    -o read_ahead=SIZE       the kernel's read-ahead window for the mount, 4K to 64M,\n"
+	       "                             0 = leave the kernel's (128K); needs root [1M]\n"
 	       "    -o spill=PATH            SSD spill tier: a file, a directory (for\n"
 	       "                             embfs-<uuid>.spill in it) or a block device [none]\n"
 	       "    -o spill_size=SIZE       size of a new spill file [the file's or device's size]\n"
@@ -280,6 +283,13 @@ static int check_conf(struct embfs *fs)
 		fprintf(stderr, "embfs: spill_low=%u%s must be below spill_high=%u%s\n", low,
 			c->given & (1u << K_SPILL_LOW) ? "" : " (default)", high,
 			c->given & (1u << K_SPILL_HIGH) ? "" : " (default)");
+		return -1;
+	}
+	fs->ra_bytes = 1u << 20;
+	if (c->read_ahead && (embfs_parse_size(c->read_ahead, &fs->ra_bytes) ||
+			      (fs->ra_bytes && (fs->ra_bytes < 4096 || fs->ra_bytes > (64u << 20))))) {
+		fprintf(stderr, "embfs: read_ahead=%s: want a size from 4K to 64M, or 0 (the kernel's)\n",
+			c->read_ahead);
 		return -1;
 	}
 	if (c->pidfile) {
@@ -436,6 +446,77 @@ void daemon_ready(struct embfs *fs)
 	fs->ready_fd = -1;
 }
 
+/* mountinfo's form of a path: space, tab, newline and backslash as \ooo. */
+static void mi_escape(const char *in, char *out, size_t n)
+{
+	size_t k = 0;
+	for (; *in && k + 5 < n; in++) {
+		if (*in == ' ' || *in == '\t' || *in == '\n' || *in == '\\')
+			k += (size_t)snprintf(out + k, n - k, "\\%03o", (unsigned char)*in);
+		else
+			out[k++] = *in;
+	}
+	out[k] = 0;
+}
+
+/* The device number ("major:minor") of the FUSE mount at path: the last
+ * one mounted there.  0, or -1. */
+static int mount_dev(const char *path, char *dev, size_t n)
+{
+	char want[PATH_MAX * 4], line[PATH_MAX * 4 + 512];
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	int found = -1;
+	if (!f)
+		return -1;
+	mi_escape(path, want, sizeof(want));
+	while (fgets(line, sizeof(line), f)) {
+		char mm[64], mp[PATH_MAX * 4];
+		const char *sep = strstr(line, " - ");
+		if (sscanf(line, "%*s %*s %63s %*s %16383s", mm, mp) == 2 && !strcmp(mp, want) && sep &&
+		    !strncmp(sep + 3, "fuse", 4) && strlen(mm) < n) {
+			strcpy(dev, mm);
+			found = 0;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+void fs_read_ahead(struct embfs *fs)
+{
+	if (atomic_load_explicit(&fs->ra_done, memory_order_acquire) || atomic_exchange(&fs->ra_done, 1))
+		return;
+	/* The kernel reads ahead a sequential reader's pages in windows of
+	 * the mount's read_ahead_kb (128 KiB by default), and a FUSE READ is
+	 * at most one window, however large the reader's read(2): so `cat` of
+	 * a table was 8 READs per MiB.  libfuse can only lower the window
+	 * (max_readahead in INIT), so it is raised in sysfs, for this mount's
+	 * own device only, after INIT (whose answer would cap it again); files
+	 * opened later read ahead in windows of up to 1 MiB, one READ each
+	 * (the kernel's FUSE requests are at most max_pages = 256 pages, which
+	 * libfuse asks for with max_write).  Needs root; otherwise the window
+	 * stays as it was. */
+	char dev[64], path[128];
+	long kb = 0;
+	if (fs->mountpoint && mount_dev(fs->mountpoint, dev, sizeof(dev)) == 0) {
+		snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+		if (fs->ra_bytes) {
+			FILE *f = fopen(path, "we");
+			if (f) {
+				fprintf(f, "%llu\n", (unsigned long long)(fs->ra_bytes >> 10));
+				fclose(f);
+			}
+		}
+		FILE *f = fopen(path, "re");
+		if (f) {
+			if (fscanf(f, "%ld", &kb) != 1)
+				kb = 0;
+			fclose(f);
+		}
+	}
+	atomic_store(&fs->ra_kb, kb);
+}
+
 /* In the daemon, after the fork: the spill mover, the row cache (told of the
  * live snapshots: rows they hold need room promised when written), the
  * pid into pidfd (if >= 0).  0, or -1 (said on stderr). */
@@ -513,6 +594,7 @@ static void free_conf(struct embfs_conf *c)
 	free(c->cache_size);
 	free(c->spill);
 	free(c->spill_size);
+	free(c->read_ahead);
 }
 
 int main(int argc, char **argv)
@@ -557,6 +639,7 @@ int main(int argc, char **argv)
 		goto out_pidfile;
 	if (fuse_session_mount(fs.se, cl.mountpoint))
 		goto out_signals;
+	fs.mountpoint = cl.mountpoint;
 	if (fs.cache_bytes)
 		fprintf(stderr, "embfs: %s: row cache %llu MiB, dirty rows written back within %u ms\n",
 			fs.conf.pool, (unsigned long long)(fs.cache_bytes >> 20), fs.conf.dirty_age_ms);

@@ -31,9 +31,33 @@ static int store_get(struct embfs *fs, uint32_t id, const uint64_t *rows, size_t
 	return ret ? ret : store_rows_read(fs->st, &v, rows, n, buf, stored, vbatch);
 }
 
+/* Reads of at least this many bytes of consecutive rows are scans (the
+ * kernel's read-ahead of a sequential reader, cat, cp, a dense gather): the
+ * row cache serves what it holds but keeps none of the rest
+ * (cache_read_range), and the store walks its sorted runs block by block
+ * and marks no row as used (store_rows_read_range).  Smaller reads are
+ * random accesses (a buffered read of one row reads ahead 16 KiB). */
+#define SCAN_BYTES (128u << 10)
+
+/* Whole rows [first, first + n) as a scan. */
+static int rows_scan(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t first, size_t n,
+		     char *buf, uint8_t *present)
+{
+	int ret = fs->cache && !v->snap ? cache_read_range(fs->cache, v->id, rs, first, n, buf, present)
+					: store_rows_read_range(fs->st, v, first, n, buf, NULL, present);
+	return ret < 0 ? ret : 0;
+}
+
 int rows_get(struct embfs *fs, const struct store_view *v, uint32_t rs, const uint64_t *ids, size_t n,
 	     char *buf, uint8_t *present)
 {
+	if (n && (uint64_t)n * rs >= SCAN_BYTES && ids[n - 1] - ids[0] == n - 1) {
+		size_t i = 1;
+		while (i < n && ids[i] == ids[i - 1] + 1)
+			i++;
+		if (i == n)
+			return rows_scan(fs, v, rs, ids[0], n, buf, present);
+	}
 	int ret = fs->cache && !v->snap ? cache_read_rows(fs->cache, v->id, rs, ids, n, buf, present)
 					: store_rows_read(fs->st, v, ids, n, buf, present, NULL);
 	return ret < 0 ? ret : 0;
@@ -43,10 +67,12 @@ int rows_get(struct embfs *fs, const struct store_view *v, uint32_t rs, const ui
 static int rows_run(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t first, size_t n,
 		    char *buf)
 {
-	uint64_t sids[64], *ids = n <= 64 ? sids : malloc(n * sizeof(*ids));
+	uint64_t sids[64], *ids = n <= 64 ? sids : NULL;
 	if (!n)
 		return 0;
-	if (!ids)
+	if ((uint64_t)n * rs >= SCAN_BYTES)
+		return rows_scan(fs, v, rs, first, n, buf, NULL);
+	if (!ids && !(ids = malloc(n * sizeof(*ids))))
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
 		ids[i] = first + i;
@@ -418,6 +444,15 @@ static int cb_fetch_rows(void *ctx, uint32_t table, const uint64_t *rows, size_t
 	return store_get(fs, table, rows, n, buf, stored, batch);
 }
 
+static int cb_fetch_range(void *ctx, uint32_t table, uint64_t first, size_t n, void *buf, const uint8_t *skip,
+			  uint8_t *stored)
+{
+	struct embfs *fs = ctx;
+	struct store_view v;
+	int ret = store_view_live(fs->st, table, &v);
+	return ret ? ret : store_rows_read_range(fs->st, &v, first, n, buf, skip, stored);
+}
+
 static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n)
 {
 	struct embfs *fs = ctx;
@@ -461,6 +496,7 @@ static void cb_durable_below(void *ctx, uint64_t batch)
 const struct cache_ops embfs_cache_ops = {
 	.fetch = cb_fetch,
 	.fetch_rows = cb_fetch_rows,
+	.fetch_range = cb_fetch_range,
 	.writeback = cb_writeback,
 	.reserve = cb_reserve,
 	.durable_below = cb_durable_below,

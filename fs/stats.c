@@ -381,6 +381,10 @@ static void put_spill(struct stats_out *o, const struct store_spill_stats *sp)
 	PUT("spill.run_lookups", "spill_run_lookups_total", COUNTER, "Row lookups in sorted runs", sp->run_reads);
 	PUT("spill.run_blocks_read", "spill_run_blocks_read_total", COUNTER, "Blocks of sorted runs read",
 	    sp->run_blocks);
+	PUT("spill.run_ra_loads", "spill_run_ra_loads_total", COUNTER,
+	    "Reads of sorted runs that loaded read-ahead windows for a sequential reader", sp->run_ra_loads);
+	PUT("spill.run_ra_blocks", "spill_run_ra_blocks_total", COUNTER,
+	    "Blocks of sorted runs found in read-ahead windows", sp->run_ra_blocks);
 	PUT("spill.bloom_false_positives", "spill_bloom_false_positives_total", COUNTER,
 	    "Run lookups a Bloom filter let through in vain", sp->bloom_fp);
 	PUT("spill.merges", "spill_merges_total", COUNTER, "Merges of sorted runs", sp->merges);
@@ -409,6 +413,8 @@ static void put_cache(struct stats_out *o, const struct cache_stats *cs)
 	     cs->rows ? (double)var / (double)cs->rows : 0.0, 1);
 	PUT("cache.hits", "cache_all_hits_total", COUNTER, "Row cache hits, every table", cs->hits);
 	PUT("cache.misses", "cache_all_misses_total", COUNTER, "Row cache misses, every table", cs->misses);
+	PUT("cache.scan_misses", "cache_scan_misses_total", COUNTER,
+	    "Misses of large reads, fetched without being cached (also in cache.misses)", cs->scan_misses);
 	PUT("cache.evictions", "cache_all_evictions_total", COUNTER, "Rows evicted from the row cache, every table",
 	    cs->evictions);
 	PUT("cache.dirty", "cache_all_dirty_rows", GAUGE, "Rows written in the row cache and not yet in the pool",
@@ -477,6 +483,8 @@ static int render(struct embfs *fs, struct stats_out *o)
 	PUT("store.rows_read", "store_rows_read_total", COUNTER, "Rows read from the pool", s.rows_read);
 	PUT("fs.read_calls", "fs_read_calls_total", COUNTER, "READ requests on tables", atomic_load(&fs->n_read));
 	PUT("fs.read_bytes", "fs_read_bytes_total", COUNTER, "Bytes read from tables", atomic_load(&fs->n_read_bytes));
+	PUT("fs.read_ahead_kb", "fs_read_ahead_kib", GAUGE, "The kernel's read-ahead window for the mount, KiB (0: unknown)",
+	    atomic_load(&fs->ra_kb));
 	PUT("fs.write_calls", "fs_write_calls_total", COUNTER, "WRITE requests on tables", atomic_load(&fs->n_write));
 	PUT("fs.write_bytes", "fs_write_bytes_total", COUNTER, "Bytes written to tables",
 	    atomic_load(&fs->n_write_bytes));

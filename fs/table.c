@@ -54,6 +54,38 @@ void table_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_open(req, fi);
 }
 
+/* A READ's reply buffer: each worker keeps one of up to REPLY_KEEP bytes
+ * (a 1 MiB READ a millisecond would otherwise map, fault in and give
+ * back a megabyte each time); larger ones are malloc'ed. */
+#define REPLY_KEEP (1u << 20)
+static pthread_key_t reply_key; /* freed when its worker thread exits */
+static pthread_once_t reply_once = PTHREAD_ONCE_INIT;
+
+static void reply_key_make(void)
+{
+	if (pthread_key_create(&reply_key, free))
+		abort(); /* only when a process has used up its keys */
+}
+
+static char *reply_buf(size_t len)
+{
+	if (len > REPLY_KEEP)
+		return malloc(len);
+	pthread_once(&reply_once, reply_key_make);
+	char *b = pthread_getspecific(reply_key);
+	if (!b && (b = malloc(REPLY_KEEP)) && pthread_setspecific(reply_key, b)) {
+		free(b);
+		b = NULL;
+	}
+	return b;
+}
+
+static void reply_buf_done(char *buf)
+{
+	if (buf != pthread_getspecific(reply_key))
+		free(buf);
+}
+
 void table_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 {
 	struct embfs *fs = fs_of(req);
@@ -75,7 +107,7 @@ void table_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 		return;
 	}
 	size_t len = a.size - o < size ? (size_t)(a.size - o) : size;
-	char *buf = malloc(len);
+	char *buf = reply_buf(len);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -91,7 +123,7 @@ void table_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 		fuse_reply_err(req, -ret);
 	else
 		fuse_reply_buf(req, buf, len);
-	free(buf);
+	reply_buf_done(buf);
 }
 
 /* SEEK_DATA (hole 0) or SEEK_HOLE from o, inside the file: the start of the

@@ -165,7 +165,8 @@ static size_t ring_reads(struct spill *sp, struct io_uring *ring, struct sreq *q
 			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 			if (!sqe)
 				break;
-			io_uring_prep_read(sqe, sp->fd, buf + q[sub].boff, q[sub].span, q[sub].blk);
+			io_uring_prep_read(sqe, sp->fd, q[sub].to ? q[sub].to : buf + q[sub].boff, q[sub].span,
+					   q[sub].blk);
 			sqe->user_data = sub;
 			sub++;
 			inflight++;
@@ -251,7 +252,8 @@ int device_read_raw(struct spill *sp, struct sreq *q, size_t n, char *buf)
 		if (i < sub && res[i] == (int)q[i].span)
 			continue;
 		/* no submission, or a short read (damaged device) */
-		if (pread(sp->fd, buf + q[i].boff, q[i].span, (off_t)q[i].blk) != (ssize_t)q[i].span)
+		if (pread(sp->fd, q[i].to ? q[i].to : buf + q[i].boff, q[i].span, (off_t)q[i].blk) !=
+		    (ssize_t)q[i].span)
 			ret = -EIO;
 	}
 	free(res);

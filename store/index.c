@@ -255,6 +255,8 @@ int index_load(struct store *s, struct stable *st)
 
 void index_unload(struct stable *st)
 {
+	free((void *)st->vmemo);
+	st->vmemo = NULL;
 	free(st->segs);
 	st->segs = NULL;
 	st->gd = 0;
@@ -279,14 +281,15 @@ static int probe(struct store *s, struct stable *st, const struct emb_bucket *b,
 	return -1;
 }
 
-/* Find key in its first or second bucket: its ref (0 if absent) and, if
- * pos, where.  0, or -EIO when a probed element is damaged. */
-static int lookup(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val)
+/* Find key (of hash h) in its first or second bucket: its ref (0 if
+ * absent) and, if pos, where.  0, or -EIO when a probed element is
+ * damaged. */
+static int lookup_h(struct store *s, struct stable *st, uint64_t key, struct ihash h, struct ipos *pos,
+		    uint64_t *val)
 {
 	*val = 0;
 	if (!st->segs)
 		return 0;
-	struct ihash h = ihash_of(s, key);
 	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
 	struct emb_bucket *b = &seg->bucket[bucket1(seg, h)];
 	uint64_t tag = tag_of(h);
@@ -313,6 +316,12 @@ static int lookup(struct store *s, struct stable *st, uint64_t key, struct ipos 
 	return 0;
 }
 
+static int lookup(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val)
+{
+	*val = 0;
+	return st->segs ? lookup_h(s, st, key, ihash_of(s, key), pos, val) : 0;
+}
+
 /* The buckets a lookup of key probes (nb NULL when only the first). */
 static void probed(struct store *s, struct stable *st, uint64_t key, struct emb_bucket **b,
 		   struct emb_bucket **nb)
@@ -334,12 +343,127 @@ static int probed_check(struct store *s, struct stable *st, uint64_t key)
 	return ret;
 }
 
+/*
+ * A miss's bucket check, remembered (the read side only: no writer calls or
+ * changes this).  A lookup that misses checks the buckets it probed, so
+ * that a damaged entry never reads as a hole: one XXH3 per valid slot.  On
+ * a table whose rows are mostly in sorted runs nearly every lookup misses,
+ * and that check was a third of a range read's CPU.  So a bucket that
+ * passed is remembered in a DRAM array of the table's (st->vmemo: 4 bytes
+ * per bucket of each directory entry (EMB_SEG_LARGE of them), made at the
+ * first miss for directories of up to 2^VMEMO_MAX_GD entries, dropped with
+ * the DRAM directory by index_unload, i.e. at every growth or split of a
+ * segment): a 32-bit digest of the
+ * bucket's covered control bits and its checksum.  A later miss skips the
+ * check when the digest matches.  Every change a checksum covers changes
+ * the checksum (XOR of the digests of what changed), so a changed bucket
+ * is checked again; a digest that came back to a remembered value names
+ * the same contents unless 32 bits collide, the odds of damage the checksum
+ * itself misses.  What this gives up: damage to a remembered bucket's slots
+ * that happens while the pool is mounted (not its control word or
+ * checksum) is found when the bucket next changes or at the next mount,
+ * not at the next miss.  Racing readers make the array once (one wins, the
+ * others free theirs); entries are single 32-bit stores.
+ */
+#define VMEMO_MAX_GD 14 /* at most 22 MiB of memo for a table */
+
+static inline uint32_t vmemo_digest(const struct emb_bucket *b)
+{
+	uint64_t k = ((ld64(&b->ctl) & CTL_COVERED) * 0x9E3779B97F4A7C15ull) ^ csum_ld(b);
+	k ^= k >> 29;
+	k *= 0xBF58476D1CE4E5B9ull;
+	k ^= k >> 32;
+	return (uint32_t)k | 1; /* 0: nothing remembered */
+}
+
+/* Check bucket bi of directory entry di (b), or find it remembered. */
+static int bucket_check_memo(struct store *s, struct stable *st, size_t di, unsigned bi,
+			     const struct emb_bucket *b)
+{
+	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_acquire);
+	if (!m) {
+		if (st->gd > VMEMO_MAX_GD)
+			return index_bucket_check(s, b);
+		_Atomic uint32_t *fresh = calloc((size_t)EMB_SEG_LARGE << st->gd, sizeof(*fresh)), *none = NULL;
+		if (!fresh)
+			return index_bucket_check(s, b);
+		if (atomic_compare_exchange_strong(&st->vmemo, &none, fresh)) {
+			m = fresh;
+		} else {
+			free(fresh);
+			m = none;
+		}
+	}
+	_Atomic uint32_t *e = &m[di * EMB_SEG_LARGE + bi];
+	uint32_t k = vmemo_digest(b);
+	if (atomic_load_explicit(e, memory_order_relaxed) == k)
+		return 0;
+	int ret = index_bucket_check(s, b);
+	if (!ret)
+		atomic_store_explicit(e, k, memory_order_relaxed);
+	return ret;
+}
+
+/* A miss of a key of hash h: check (or find remembered) the buckets it
+ * probed.  0 or -EIO. */
+static int miss_check(struct store *s, struct stable *st, struct ihash h)
+{
+	size_t di = dir_idx(h, st->gd);
+	struct emb_seg *seg = st->segs[di];
+	unsigned bi = bucket1(seg, h);
+	int ret = bucket_check_memo(s, st, di, bi, &seg->bucket[bi]);
+	if (!ret && (ld64(&seg->bucket[bi].ctl) & EMB_CTL_OVF_MASK)) {
+		bi = bucket2(seg, h);
+		ret = bucket_check_memo(s, st, di, bi, &seg->bucket[bi]);
+	}
+	return ret;
+}
+
 int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val)
 {
-	int ret = lookup(s, st, key, NULL, val);
-	if (ret || *val || !st->segs)
-		return ret;
-	return probed_check(s, st, key);
+	*val = 0;
+	if (!st->segs)
+		return 0;
+	struct ihash h = ihash_of(s, key);
+	int ret = lookup_h(s, st, key, h, NULL, val);
+	return ret || *val ? ret : miss_check(s, st, h);
+}
+
+/* index_get of many keys, for reads of many rows (readers only: st->lock
+ * shared): each key hashed once, and the first bucket's line (and memo
+ * entry) of the key INDEX_AHEAD places on loaded early, so that the loads
+ * of buckets far apart in the pool overlap instead of one waiting for the
+ * other. */
+#define INDEX_AHEAD 8
+int index_get_many(struct store *s, struct stable *st, const uint64_t *keys, size_t n, const uint8_t *skip,
+		   uint64_t *vals)
+{
+	struct ihash h[INDEX_AHEAD];
+	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_relaxed);
+	size_t next = 0;
+	for (size_t i = 0; i < n; i++) {
+		for (; st->segs && next < n && next < i + INDEX_AHEAD; next++) {
+			if (skip && skip[next])
+				continue;
+			struct ihash x = h[next % INDEX_AHEAD] = ihash_of(s, keys[next]);
+			size_t di = dir_idx(x, st->gd);
+			unsigned bi = bucket1(st->segs[di], x);
+			__builtin_prefetch(&st->segs[di]->bucket[bi]);
+			if (m)
+				__builtin_prefetch(&m[di * EMB_SEG_LARGE + bi]);
+		}
+		if (skip && skip[i])
+			continue;
+		vals[i] = 0;
+		int ret = st->segs ? lookup_h(s, st, keys[i], h[i % INDEX_AHEAD], NULL, &vals[i]) : 0;
+		if (!ret && !vals[i] && st->segs)
+			ret = miss_check(s, st, h[i % INDEX_AHEAD]);
+		if (ret)
+			return ret;
+		if (!m)
+			m = atomic_load_explicit(&st->vmemo, memory_order_relaxed);
+	}
+	return 0;
 }
 
 int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val)

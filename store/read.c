@@ -55,31 +55,86 @@ static void reread(struct store *s, struct stable *st, struct sreq *q, uint64_t 
 	}
 }
 
-int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
-		  uint64_t b, uint8_t *stored, uint64_t *vbatch)
+/* chain_find of a row whose index value (head) is known. */
+static int chain_find_at(struct store *s, struct stable *st, uint64_t row, uint64_t head, uint64_t b,
+			 struct emb_version **out, int *decided)
+{
+	struct chain c;
+	int ret = chain_start(s, st, row, head, &c);
+	while (!ret && c.v && b != EMB_NONE && ver_batch(c.v) > b)
+		ret = chain_step(&c);
+	*out = !ret && c.v && !ver_tomb(c.v) ? c.v : NULL;
+	*decided = !ret && c.v;
+	return ret;
+}
+
+/* What a read asks: rows[i], or first + i for a range; skip[i] set: row i
+ * is not read (NULL: none are skipped). */
+struct rdesc {
+	const uint64_t *rows;
+	uint64_t first;
+	const uint8_t *skip;
+	int scan;            /* a range read: no reference bits, no promotion */
+};
+
+static inline uint64_t row_of(const struct rdesc *d, size_t i)
+{
+	return d->rows ? d->rows[i] : d->first + i;
+}
+
+/* The read path: d's n rows as batch b sees them. */
+static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, size_t n, char *buf, uint64_t b,
+		     uint8_t *stored, uint64_t *vbatch)
 {
 	uint32_t rs = st->t->row_size;
 	struct spill *sp = s->sp;
 	struct sreq one, *q = NULL;
 	struct rq rone, *rq = NULL;
-	size_t nq = 0, nrq = 0;
+	size_t nq = 0, nrq = 0, nread = 0;
 	int ret = 0;
 	int runs = sp && runs_count(s, st->id, NULL) > 0;
+	int hot = sp && b == EMB_NONE && !d->scan; /* reads that mark rows as used */
 
+	/* many rows: their index entries first, in one pipelined pass */
+	uint64_t *keys = NULL, *heads = NULL;
+	if (n > 1) {
+		heads = malloc(n * sizeof(*heads));
+		keys = d->rows ? (uint64_t *)d->rows : malloc(n * sizeof(*keys));
+		if (!heads || !keys) {
+			free(heads);
+			if (keys != d->rows)
+				free(keys);
+			return -ENOMEM;
+		}
+		for (size_t i = 0; !d->rows && i < n; i++)
+			keys[i] = d->first + i;
+	}
 	pthread_rwlock_rdlock(&st->lock);
-	for (size_t i = 0; i < n; i++) {
+	if (heads)
+		ret = index_get_many(s, st, keys, n, d->skip, heads);
+	for (size_t i = 0; i < n && !ret; i++) {
+		if (d->skip && d->skip[i])
+			continue;
+		uint64_t row = row_of(d, i);
 		char *dst = buf ? buf + i * rs : NULL;
 		struct emb_version *v;
 		int decided;
-		ret = chain_find(s, st, rows[i], b, &v, &decided);
-		if (ret)
-			break; /* damaged: EIO (counted) */
+		nread++;
+		if (heads && !heads[i]) { /* no entry: a hole, or the runs have it */
+			v = NULL;
+			decided = 0;
+		} else {
+			ret = heads ? chain_find_at(s, st, row, heads[i], b, &v, &decided)
+				    : chain_find(s, st, row, b, &v, &decided);
+			if (ret)
+				break; /* damaged: EIO (counted) */
+		}
 		if (!decided && runs) { /* the runs say (below) */
 			if (!rq && !(rq = n == 1 ? &rone : malloc(n * sizeof(*rq)))) {
 				ret = -ENOMEM;
 				break;
 			}
-			rq[nrq++] = (struct rq){ .row = rows[i], .dst = dst, .idx = i };
+			rq[nrq++] = (struct rq){ .row = row, .dst = dst, .idx = i };
 			continue;
 		}
 		if (stored)
@@ -94,8 +149,8 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 		}
 		if (!ver_stub(v)) {
 			memcpy(dst, ver_data(v), rs);
-			if (sp && b == EMB_NONE)
-				heat_ref(sp, st->id, rows[i]);
+			if (hot)
+				heat_ref(sp, st->id, row);
 			continue;
 		}
 		if (!sp) {
@@ -110,11 +165,14 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 			}
 		}
 		uint64_t loc = ((struct emb_stub *)v)->loc;
-		q[nq++] = (struct sreq){ .loc = loc, .row = rows[i], .batch = ver_batch(v), .len = rs,
+		q[nq++] = (struct sreq){ .loc = loc, .row = row, .batch = ver_batch(v), .len = rs,
 					 .table = st->id, .dst = dst, .idx = i };
 		pin(sp, loc, 1);
 	}
 	pthread_rwlock_unlock(&st->lock);
+	free(heads);
+	if (keys != d->rows)
+		free(keys);
 	if (nq && !ret) {
 		device_read(sp, q, nq);
 		atomic_fetch_add_explicit(&sp->reads, nq, memory_order_relaxed);
@@ -125,7 +183,7 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 			reread(s, st, &q[k], b, stored, vbatch);
 		if (!ret && q[k].ret)
 			ret = q[k].ret == -ESTALE ? -EIO : q[k].ret;
-		if (!q[k].ret && b == EMB_NONE)
+		if (!q[k].ret && hot)
 			heat_device_hit(sp, st->id, q[k].row);
 	}
 	if (q != &one)
@@ -147,6 +205,20 @@ int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size
 	}
 	if (rq != &rone)
 		free(rq);
-	atomic_fetch_add_explicit(&s->n_rows_read, n, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->n_rows_read, nread, memory_order_relaxed);
 	return ret;
+}
+
+int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
+		  uint64_t b, uint8_t *stored, uint64_t *vbatch)
+{
+	struct rdesc d = { .rows = rows };
+	return read_rows(s, st, &d, n, buf, b, stored, vbatch);
+}
+
+int rows_read_range(struct store *s, struct stable *st, uint64_t first, size_t n, char *buf, uint64_t b,
+		    const uint8_t *skip, uint8_t *stored)
+{
+	struct rdesc d = { .first = first, .skip = skip, .scan = 1 };
+	return read_rows(s, st, &d, n, buf, b, stored, NULL);
 }

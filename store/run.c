@@ -16,14 +16,17 @@
  * of rows whose newest version is hot go behind stubs (device.c, mover.c).
  *
  * Lookups.  A read the pool's chain does not decide (no entry, or every
- * version newer than the view's batch) consults the table's runs newest
- * first: range, Bloom filter, fence search, one block (or the few blocks of
- * a row with many versions); the first version with batch <= the view's
- * batch decides, a tombstone is a hole.  A request's rows are resolved run
- * by run; the blocks they need are read once each, adjacent blocks in one
- * read (store reads of many rows, `cat`, a snapshot copy, gathers whose ids
- * share blocks).  Deleting a row a run may hold writes a tombstone into the
- * pool (commit.c), which the mover evicts like any row.
+ * version newer than the view's batch) consults the table's runs; newest
+ * first, the first version with batch <= the view's batch decides, a
+ * tombstone is a hole.  A request's undecided rows go to every run at once
+ * (runs_lookup, see "Lookups" below): where its rows are dense in a run (a
+ * range read, `cat`, a snapshot copy, a dense gather) the run's blocks over
+ * them are walked with the rows in step, without Bloom filter or a search
+ * per row; where they are sparse (a gather of scattered ids) each row asks
+ * the filter and gets a fence search and its block.  Every run's blocks are
+ * read once each, adjacent ones in one read, in one submission.  Deleting
+ * a row a run may hold writes a tombstone into the pool (commit.c), which
+ * the mover evicts like any row.
  *
  * Merges.  Evicted runs start at level 0; when a table has MERGE_FANOUT runs
  * of one level next to each other, the mover merges them into one run of the
@@ -56,6 +59,11 @@
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation per block */
 #include <xxhash.h>
+#if defined(__x86_64__)
+/* libxxhash's run-time dispatch to AVX2/AVX-512 where the CPU has them:
+ * 1.5x the block checksum's speed here, the same digests */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "spill.h"
 
@@ -346,23 +354,33 @@ int runs_count(struct store *s, uint32_t id, uint64_t *live)
 
 /* ---- reading blocks ------------------------------------------------------ */
 
-/* Blocks [a, b] of run x that may hold row. */
-static int row_blocks(const struct srun *x, uint64_t row, uint64_t *a, uint64_t *b)
+/* The last block of run x whose fence is <= row (row >= its first fence). */
+static uint64_t fence_floor(const struct srun *x, uint64_t row)
 {
-	const struct emb_run *r = x->r;
-	if (row < r->min_row || row > r->max_row || !bloom_has(x->bloom, r->bloom_bits, r->bloom_k, row))
-		return 0;
-	/* last block whose fence is <= row (row ids are below 2^64 / row size:
-	 * row + 1 does not wrap) */
-	size_t lo = u64_lower_bound(x->fence, r->nblocks, row + 1);
-	if (!lo)
-		return 0;
-	*b = lo - 1;
-	*a = *b;
-	if (x->fence[*b] == row) /* the row's versions fill blocks: from the first whose fence it is */
-		while (*a > 0 && x->fence[*a - 1] == row)
+	/* row ids are below 2^64 / row size: row + 1 does not wrap */
+	size_t lo = u64_lower_bound(x->fence, x->r->nblocks, row + 1);
+	return lo ? lo - 1 : 0;
+}
+
+/* Blocks [*a, *b] of run x that may hold row (row in the run's range), for
+ * rows visited in increasing order: *j is the last block whose fence is <=
+ * the previous row (start it at fence_floor of the first), so a walk over
+ * many rows is one pass over the fences. */
+static void fence_walk(const struct srun *x, uint64_t row, uint64_t *j, uint64_t *a, uint64_t *b)
+{
+	const uint64_t *f = x->fence;
+	uint64_t nb = x->r->nblocks;
+	while (*j + 1 < nb && f[*j + 1] <= row)
+		(*j)++;
+	*a = *b = *j;
+	if (f[*j] == row) /* the row's versions fill blocks: from the first whose fence it is */
+		while (*a > 0 && f[*a - 1] == row)
 			(*a)--;
-	return 1;
+}
+
+static int bloom_row(const struct srun *x, uint64_t row)
+{
+	return bloom_has(x->bloom, x->r->bloom_bits, x->r->bloom_k, row);
 }
 
 /* A block read into memory, checked once. */
@@ -370,43 +388,8 @@ struct bref {
 	uint64_t blk;
 	char *p;
 	int ok; /* 1 sound, -EIO damaged, 0 not checked */
+	struct rawin *w; /* lookups: the read-ahead window it is in, or NULL */
 };
-
-/* Read the distinct blocks of x listed in want[0..n) (sorted, unique) into
- * one buffer, adjacent blocks in one read; br[i] points at each. */
-static int read_blocks(struct store *s, struct srun *x, const uint64_t *want, size_t n, char **bufp,
-		       struct bref *br)
-{
-	struct spill *sp = s->sp;
-	uint32_t bs = x->r->blk_size;
-	char *buf = NULL;
-	if (posix_memalign((void **)&buf, BLK, n * bs))
-		return -ENOMEM;
-	struct sreq *q = calloc(n, sizeof(*q));
-	if (!q) {
-		free(buf);
-		return -ENOMEM;
-	}
-	size_t nq = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t loc = blk_loc(sp, x, want[i]);
-		br[i] = (struct bref){ want[i], buf + i * bs, 0 };
-		if (nq && q[nq - 1].blk + q[nq - 1].span == loc && q[nq - 1].span + bs <= CHUNK_BYTES &&
-		    (uint64_t)(buf + i * bs - buf) == q[nq - 1].boff + q[nq - 1].span) {
-			q[nq - 1].span += bs;
-			continue;
-		}
-		q[nq++] = (struct sreq){ .blk = loc, .span = bs, .boff = (uint64_t)i * bs };
-	}
-	int ret = device_read_raw(sp, q, nq, buf);
-	free(q);
-	if (ret) {
-		free(buf);
-		return ret;
-	}
-	*bufp = buf;
-	return 0;
-}
 
 /* Check block b of run x once: 0 or -EIO (counted). */
 static int blk_ok(struct spill *sp, const struct srun *x, struct bref *b)
@@ -441,99 +424,841 @@ static inline uint64_t rec_batch(const char *rec)
 	return v;
 }
 
-/* One pending lookup. */
-struct look {
-	size_t qi;          /* index into the caller's requests */
-	uint64_t a, b;      /* blocks to read */
+/*
+ * Lookups.  The rows of a request the pool did not decide (sorted, each
+ * distinct row once) are looked up in all of the table's runs together:
+ *
+ *  plan   per run, the rows inside its range.  A run whose blocks over
+ *         them are no more than the rows (a range read, a dense gather) is
+ *         walked: one pass over its fences gives each row's blocks, and no
+ *         Bloom filter is asked.  Otherwise (a sparse gather) each row is
+ *         checked against the filter, and only the rows it may hold get
+ *         their blocks by a fence search.
+ *  read   every run's blocks, adjacent ones in one read, all in one
+ *         submission.
+ *  merge  newest run first: a row still pending is decided by the first of
+ *         its versions with batch <= the view's (a tombstone: a hole).
+ *
+ * So a run's blocks may be read for rows a newer run decides (rows written
+ * again since): the price of one submission per request instead of one per
+ * run.  A damaged block is EIO for the rows that may be in it (those its
+ * Bloom filter does not rule out), never for others.
+ */
+
+/* One row looked up in one run (filtered mode): unique row u, blocks [a, b]. */
+struct lk {
+	size_t u;
+	uint64_t a, b;
 };
 
-static int look_cmp(const void *pa, const void *pb)
-{
-	const struct look *x = pa, *y = pb;
-	return x->a < y->a ? -1 : x->a > y->a;
-}
+/* One run's part of a request. */
+struct plan {
+	struct srun *x;
+	int lr;             /* srun_load: 0, or -EIO (its rows are EIO) */
+	int walk;           /* walked, not filtered */
+	size_t u0, u1;      /* the unique rows inside its range */
+	size_t b0, nb;      /* its blocks in the request's list */
+	size_t l0, nl;      /* filtered: its lookups */
+};
 
-static struct bref *bref_find(struct bref *br, size_t n, uint64_t blk)
+/* The request: unique rows, plans, blocks. */
+struct lreq {
+	struct store *s;
+	struct rq *q;
+	size_t *uq;         /* q index of each unique row (its representative) */
+	uint64_t *urow;     /* unique rows, ascending */
+	size_t nu;
+	struct plan *p;
+	size_t np;
+	struct bref *br;    /* every run's blocks, each run's ascending */
+	size_t nbr, cbr;
+	struct lk *lk;
+	size_t nlk, clk;
+	struct rawin **win;  /* read-ahead windows it holds (a reference each) */
+	uint8_t *mine;       /* ... and loads itself */
+	size_t nwin, cwin;
+	uint64_t batch;
+	uint32_t rs;
+};
+
+static int br_push(struct lreq *L, uint64_t blk)
 {
-	size_t lo = 0, hi = n;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (br[mid].blk < blk)
-			lo = mid + 1;
-		else
-			hi = mid;
+	if (L->nbr == L->cbr) {
+		size_t nc = L->cbr ? 2 * L->cbr : 256;
+		struct bref *v = realloc(L->br, nc * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		L->br = v;
+		L->cbr = nc;
 	}
-	return lo < n && br[lo].blk == blk ? &br[lo] : NULL;
+	L->br[L->nbr++] = (struct bref){ .blk = blk };
+	return 0;
 }
 
-/* Resolve the pending lookups L[0..n) in run x: state set for each row the
- * run decides. */
-static int look_run(struct store *s, struct srun *x, struct rq *q, struct look *L, size_t n, uint64_t b,
-		    uint32_t rs)
+/* Blocks [a, b] into plan p's list (ascending: only those past its last). */
+static int want(struct lreq *L, struct plan *p, uint64_t a, uint64_t b)
 {
-	struct spill *sp = s->sp;
-	qsort(L, n, sizeof(*L), look_cmp);
-	struct u64vec want = { 0 };
-	int ret = 0;
-	/* L is sorted by a, so the blocks come in order: each pushed once */
-	for (size_t i = 0; i < n && !ret; i++)
-		for (uint64_t k = L[i].a; k <= L[i].b && !ret; k++)
-			if (!want.n || want.v[want.n - 1] < k)
-				ret = u64vec_push(&want, k);
-	size_t nw = want.n;
-	struct bref *br = ret ? NULL : calloc(nw ? nw : 1, sizeof(*br));
-	char *buf = NULL;
-	if (!ret && !br)
-		ret = -ENOMEM;
-	if (!ret)
-		ret = read_blocks(s, x, want.v, nw, &buf, br);
-	if (!ret)
-		atomic_fetch_add_explicit(&sp->run_blocks, nw, memory_order_relaxed);
-	for (size_t i = 0; i < n && !ret; i++) {
-		struct rq *r = &q[L[i].qi];
-		int seen = 0;
-		for (uint64_t k = L[i].a; k <= L[i].b && r->state == RQ_PENDING; k++) {
-			struct bref *bb = bref_find(br, nw, k);
-			if (!bb || blk_ok(sp, x, bb)) {
-				r->state = RQ_EIO;
+	if (p->nb && a <= L->br[L->nbr - 1].blk)
+		a = L->br[L->nbr - 1].blk + 1;
+	for (uint64_t k = a; k <= b; k++) {
+		int ret = br_push(L, k);
+		if (ret)
+			return ret;
+		p->nb++;
+	}
+	return 0;
+}
+
+/* The first index in [lo, end) of sorted v whose value is >= x (end if
+ * none), galloping from lo: cheap when it is near, as it is when rows and
+ * records are walked together. */
+static inline size_t gallop(const uint64_t *v, size_t lo, size_t end, uint64_t x)
+{
+	if (lo >= end || v[lo] >= x)
+		return lo;
+	size_t step = 1, hi = lo + 1; /* v[lo] < x */
+	while (hi < end && v[hi] < x) {
+		lo = hi;
+		step <<= 1;
+		hi = lo + step;
+	}
+	if (hi > end)
+		hi = end;
+	return lo + 1 + u64_lower_bound(v + lo + 1, hi - lo - 1, x);
+}
+
+/* The rows block k of run x holds, if any: [*lo, *hi), or the one row *lo
+ * when the next block starts with it too (its versions fill blocks). */
+static void blk_rows(const struct srun *x, uint64_t k, uint64_t *lo, uint64_t *hi)
+{
+	*lo = x->fence[k];
+	*hi = k + 1 < x->r->nblocks ? x->fence[k + 1] : x->r->max_row + 1;
+	if (*hi <= *lo)
+		*hi = *lo + 1;
+}
+
+/*
+ * Read-ahead windows.  A sequential reader of a table (cat, a copy, the
+ * kernel's read-ahead of 1 MiB READs) walks each run a few dozen blocks
+ * per request, and would read those blocks as a small read per run per
+ * request, waiting for each.  So when a walk of a run starts where the
+ * previous ones reached (srun.ra_next, give or take a little), its blocks
+ * come from windows of RA_BYTES of the run instead: the first request that
+ * needs a window reads all of it (in its one submission), and the next
+ * requests find it in DRAM, read once, with no wait.  Windows are shared
+ * by all readers (sp->ra, RA_WINDOWS of them, reused least recently used
+ * first; a window in use or loading is never reused), and named by the
+ * run's id, which no other run ever has; runs are immutable, so a window
+ * never goes stale (a row written meanwhile is in the pool, which decides
+ * first).  A reader that finds a window loading waits for it; a reader
+ * never waits while it holds a window it has to load itself, so no two
+ * wait for each other.  When every window is in use, blocks are read
+ * directly, as for a random range read.
+ *
+ * Ahead: a sequential walk also queues the windows after its last block,
+ * enough for four times the blocks it took (at most RA_AHEAD), for the
+ * read-ahead thread (ra_main), which keeps spill_qd reads of queued
+ * windows in flight, oldest queued first, and hands each window over as
+ * soon as its reads complete; so in a steady sequential read a request
+ * finds its windows read and waits for no device read.  The thread starts
+ * at the first window it is given (in the process that gives it: the
+ * daemon forks after opening the pool) and stops in runs_unload; a queued
+ * window holds a reference on its run, so the run is not freed under the
+ * read.  The windows' buffers are one arena, which the thread registers
+ * with its ring.
+ */
+#define RA_AHEAD 24 /* windows queued ahead of a walk, per run */
+
+/* The window to reuse: not in use; an empty or failed one, else the least
+ * recently used or queued.  NULL if every window is in use.  ra_mu held. */
+static struct rawin *win_victim(struct spill *sp)
+{
+	struct rawin *v = NULL;
+	for (uint32_t i = 0; i < RA_WINDOWS; i++) {
+		struct rawin *c = &sp->ra[i];
+		if (c->refs)
+			continue;
+		if (!c->run_id || c->state == RA_FAILED)
+			return c;
+		if (!v || c->tick < v->tick)
+			v = c;
+	}
+	return v;
+}
+
+/* In the child of a fork (a process that forks after reading), windows
+ * being loaded by threads of the parent would never be read: they go.
+ * ra_mu held. */
+static void win_forked_locked(struct spill *sp)
+{
+	if (!sp->ra_pid || sp->ra_pid == getpid())
+		return;
+	for (uint32_t i = 0; i < RA_WINDOWS; i++)
+		if (sp->ra[i].state == RA_LOADING || sp->ra[i].refs) {
+			if (sp->ra[i].x)
+				srun_put(sp->ra[i].x);
+			sp->ra[i] = (struct rawin){ .buf = sp->ra[i].buf };
+		}
+	sp->ra_queued = 0;
+	sp->ra_pid = 0;
+}
+
+/* The windows' buffers: one arena of RA_WINDOWS x RA_BYTES, made at the
+ * first window (the read-ahead thread registers it with its ring: no page
+ * pinning per read).  0, or -ENOMEM.  ra_mu held. */
+static int win_arena_locked(struct spill *sp)
+{
+	if (sp->ra_arena)
+		return 0;
+	if (posix_memalign((void **)&sp->ra_arena, BLK, (size_t)RA_WINDOWS * RA_BYTES)) {
+		sp->ra_arena = NULL;
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < RA_WINDOWS; i++)
+		sp->ra[i].buf = sp->ra_arena + (size_t)i * RA_BYTES;
+	return 0;
+}
+
+/* Blocks per window of run x. */
+static uint64_t win_blocks(const struct srun *x)
+{
+	uint64_t per = RA_BYTES / x->r->blk_size;
+	return per ? per : 1;
+}
+
+/* A reference to window ext of run x for L: found, or claimed for L to
+ * load (*mine); NULL when every window is busy (read directly). */
+static struct rawin *win_get(struct lreq *L, const struct srun *x, uint64_t ext)
+{
+	struct spill *sp = L->s->sp;
+	if (L->nwin == L->cwin) {
+		size_t nc = L->cwin ? 2 * L->cwin : 16;
+		struct rawin **v = realloc(L->win, nc * sizeof(*v));
+		uint8_t *m = v ? realloc(L->mine, nc) : NULL;
+		if (v)
+			L->win = v;
+		if (!m)
+			return NULL;
+		L->mine = m;
+		L->cwin = nc;
+	}
+	uint64_t per = win_blocks(x), first = ext * per;
+	uint32_t nblk = (uint32_t)(x->r->nblocks - first < per ? x->r->nblocks - first : per);
+	if ((size_t)nblk * x->r->blk_size > RA_BYTES)
+		return NULL; /* a block larger than a window (rows are at most 64 KiB: never) */
+	struct rawin *w = NULL, *victim = NULL;
+	int mine = 0;
+	pthread_mutex_lock(&sp->ra_mu);
+	win_forked_locked(sp);
+	uint64_t tick = ++sp->ra_tick;
+	for (uint32_t i = 0; i < RA_WINDOWS && !w; i++) {
+		struct rawin *c = &sp->ra[i];
+		if (c->run_id == x->r->id && c->ext == ext && c->state != RA_FAILED)
+			w = c;
+	}
+	if (!w && !win_arena_locked(sp))
+		victim = win_victim(sp);
+	if (!w && victim) {
+		w = victim;
+		*w = (struct rawin){ .run_id = x->r->id, .ext = ext, .nblk = nblk, .buf = w->buf, .state = RA_LOADING };
+		mine = 1;
+	}
+	if (w) {
+		w->refs++;
+		w->tick = tick;
+	}
+	pthread_mutex_unlock(&sp->ra_mu);
+	if (w) {
+		L->win[L->nwin] = w;
+		L->mine[L->nwin++] = (uint8_t)mine;
+	}
+	return w;
+}
+
+static void *ra_main(void *arg);
+static void win_reads(struct spill *sp, const struct srun *x, struct rawin *w, struct sreq *q, size_t *nq);
+
+/* Queue window ext of run x for the read-ahead thread, unless it is in
+ * DRAM or on its way, or no window is free.  ra_mu held. */
+static void win_ahead_locked(struct spill *sp, struct srun *x, uint64_t ext)
+{
+	uint64_t per = win_blocks(x), first = ext * per;
+	if (first >= x->r->nblocks)
+		return;
+	uint32_t nblk = (uint32_t)(x->r->nblocks - first < per ? x->r->nblocks - first : per);
+	if ((size_t)nblk * x->r->blk_size > RA_BYTES)
+		return;
+	for (uint32_t i = 0; i < RA_WINDOWS; i++) {
+		struct rawin *c = &sp->ra[i];
+		if (c->run_id == x->r->id && c->ext == ext && c->state != RA_FAILED)
+			return;
+	}
+	struct rawin *victim = win_victim(sp);
+	if (!victim)
+		return;
+	atomic_fetch_add_explicit(&x->refs, 1, memory_order_acq_rel);
+	*victim = (struct rawin){ .run_id = x->r->id, .ext = ext, .nblk = nblk, .buf = victim->buf,
+				  .state = RA_LOADING, .refs = 1, .x = x, .tick = ++sp->ra_tick };
+	sp->ra_queued++;
+}
+
+/* Queue the windows of run x from ext on that cover `want` blocks. */
+static void win_ahead(struct spill *sp, struct srun *x, uint64_t ext, uint64_t want)
+{
+	uint64_t per = win_blocks(x), n = (want + per - 1) / per;
+	if (n > RA_AHEAD)
+		n = RA_AHEAD;
+	pthread_mutex_lock(&sp->ra_mu);
+	win_forked_locked(sp);
+	if (!sp->ra_pid && !win_arena_locked(sp)) {
+		sp->ra_stop = 0;
+		if (pthread_create(&sp->ra_thr, NULL, ra_main, sp) == 0)
+			sp->ra_pid = getpid();
+	}
+	if (sp->ra_pid) {
+		for (uint64_t i = 0; i < n; i++)
+			win_ahead_locked(sp, x, ext + i);
+		if (sp->ra_queued)
+			pthread_cond_signal(&sp->ra_job);
+	}
+	pthread_mutex_unlock(&sp->ra_mu);
+}
+
+/* One read of the read-ahead thread in flight: a piece of window win. */
+struct raio {
+	int win;             /* index in sp->ra, -1: free */
+	struct sreq q;
+};
+
+/* Check window w's blocks (of run x) once for every reader; a damaged one
+ * is counted here.  The thread's window, loading: nobody else touches it. */
+static void win_check(struct spill *sp, const struct srun *x, struct rawin *w)
+{
+	for (uint32_t k = 0; k < w->nblk; k++) {
+		struct bref b = { .p = w->buf + (size_t)k * x->r->blk_size };
+		w->ok[k] = blk_ok(sp, x, &b) ? -1 : 1;
+	}
+}
+
+/* Window i's reads ended (err: one failed): readers may use it.  ra_mu held. */
+static void win_done_locked(struct spill *sp, uint32_t i, int err)
+{
+	sp->ra[i].state = err ? RA_FAILED : RA_READY;
+	sp->ra[i].refs--;
+	pthread_cond_broadcast(&sp->ra_cv);
+}
+
+/* The read-ahead thread: submits the reads of the windows queued (up to
+ * spill_qd reads in flight, on a ring of its own) and marks each window
+ * read as soon as its own reads complete, nearest first, so that a reader
+ * waits for the window it needs, not for all that were queued with it.
+ * Without a ring of its own, one window at a time through the shared ones. */
+static void *ra_main(void *arg)
+{
+	struct spill *sp = arg;
+	uint32_t qd = sp->qd < 256 ? sp->qd : 256;
+	struct io_uring ring;
+	int have_ring = io_uring_queue_init(qd, &ring, 0) == 0;
+	/* the windows' arena registered: reads into it pin no pages each
+	 * (needs RLIMIT_MEMLOCK room or CAP_IPC_LOCK, else plain reads) */
+	struct iovec arena = { sp->ra_arena, (size_t)RA_WINDOWS * RA_BYTES };
+	int fixed = have_ring && io_uring_register_buffers(&ring, &arena, 1) == 0;
+	struct raio io[256];
+	int left[RA_WINDOWS] = { 0 }, err[RA_WINDOWS] = { 0 };
+	struct srun *run[RA_WINDOWS] = { 0 };
+	uint32_t inflight = 0;
+	for (uint32_t k = 0; k < qd; k++)
+		io[k].win = -1;
+	pthread_mutex_lock(&sp->ra_mu);
+	while (!sp->ra_stop || inflight) {
+		/* the queued windows, oldest first, as long as their reads fit */
+		struct sreq q[RA_BYTES / BLK + 2];
+		for (;;) {
+			int best = -1;
+			for (uint32_t i = 0; i < RA_WINDOWS && !sp->ra_stop; i++)
+				if (sp->ra[i].x && (best < 0 || sp->ra[i].tick < sp->ra[best].tick))
+					best = (int)i;
+			if (best < 0)
 				break;
+			struct rawin *w = &sp->ra[best];
+			size_t nq = 0;
+			win_reads(sp, w->x, w, q, &nq);
+			int plain = !have_ring || nq > qd; /* (a window in more pieces than the ring holds) */
+			if (!plain && inflight + nq > qd)
+				break; /* when some complete */
+			run[best] = w->x;
+			w->x = NULL;
+			sp->ra_queued--;
+			atomic_fetch_add_explicit(&sp->ra_ahead, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&sp->run_blocks, w->nblk, memory_order_relaxed);
+			if (plain) {
+				pthread_mutex_unlock(&sp->ra_mu);
+				int r = device_read_raw(sp, q, nq, NULL);
+				if (!r)
+					win_check(sp, run[best], w);
+				srun_put(run[best]);
+				pthread_mutex_lock(&sp->ra_mu);
+				win_done_locked(sp, (uint32_t)best, r);
+				continue;
+			}
+			left[best] = (int)nq;
+			err[best] = 0;
+			for (size_t j = 0; j < nq; j++) {
+				uint32_t k = 0;
+				while (io[k].win >= 0)
+					k++;
+				io[k] = (struct raio){ .win = best, .q = q[j] };
+				struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+				if (fixed)
+					io_uring_prep_read_fixed(sqe, sp->fd, q[j].to, q[j].span, q[j].blk, 0);
+				else
+					io_uring_prep_read(sqe, sp->fd, q[j].to, q[j].span, q[j].blk);
+				sqe->user_data = k;
+				inflight++;
+			}
+		}
+		if (!inflight) {
+			if (!sp->ra_stop)
+				pthread_cond_wait(&sp->ra_job, &sp->ra_mu);
+			continue;
+		}
+		pthread_mutex_unlock(&sp->ra_mu);
+		struct io_uring_cqe *cqe;
+		int r = io_uring_submit_and_wait(&ring, 1);
+		uint32_t got = 0, done[256];
+		unsigned head;
+		io_uring_for_each_cqe(&ring, head, cqe) {
+			uint32_t k = (uint32_t)cqe->user_data;
+			struct raio *a = &io[k];
+			if (cqe->res != (int)a->q.span && /* a short read: once more, plainly */
+			    pread(sp->fd, a->q.to, a->q.span, (off_t)a->q.blk) != (ssize_t)a->q.span)
+				err[a->win] = -EIO;
+			done[got++] = k;
+		}
+		io_uring_cq_advance(&ring, got);
+		atomic_fetch_add_explicit(&sp->read_ios, got, memory_order_relaxed);
+		pthread_mutex_lock(&sp->ra_mu);
+		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && !got) {
+			/* the ring failed: read what is in flight plainly */
+			for (uint32_t k = 0; k < qd; k++)
+				if (io[k].win >= 0) {
+					if (pread(sp->fd, io[k].q.to, io[k].q.span, (off_t)io[k].q.blk) != (ssize_t)io[k].q.span)
+						err[io[k].win] = -EIO;
+					done[got++] = k;
+				}
+		}
+		uint32_t nfin = 0, fin[RA_WINDOWS];
+		for (uint32_t g = 0; g < got; g++) {
+			struct raio *a = &io[done[g]];
+			atomic_fetch_add_explicit(&sp->read_bytes, a->q.span, memory_order_relaxed);
+			int i = a->win;
+			a->win = -1;
+			inflight--;
+			if (--left[i] == 0)
+				fin[nfin++] = (uint32_t)i;
+		}
+		/* the windows read whole: their blocks checked here, off the
+		 * readers' path, then handed over */
+		if (nfin) {
+			pthread_mutex_unlock(&sp->ra_mu);
+			for (uint32_t f = 0; f < nfin; f++)
+				if (!err[fin[f]])
+					win_check(sp, run[fin[f]], &sp->ra[fin[f]]);
+			pthread_mutex_lock(&sp->ra_mu);
+		}
+		for (uint32_t f = 0; f < nfin; f++) {
+			uint32_t i = fin[f];
+			win_done_locked(sp, i, err[i]);
+			struct srun *x = run[i];
+			run[i] = NULL;
+			srun_put(x);
+		}
+	}
+	pthread_mutex_unlock(&sp->ra_mu);
+	if (have_ring)
+		io_uring_queue_exit(&ring);
+	return NULL;
+}
+
+/* Plan p's blocks come from windows, if its walk follows the last one (a
+ * sequential reader).  Blocks no window can take stay direct. */
+static void plan_windows(struct lreq *L, struct plan *p)
+{
+	struct srun *x = p->x;
+	if (!p->nb)
+		return;
+	uint64_t per = win_blocks(x), a = L->br[p->b0].blk, last = L->br[p->b0 + p->nb - 1].blk;
+	/* ra_next: the furthest a sequential reader's walks reached.  Its
+	 * requests may be served out of order (the kernel sends a few READs
+	 * at once), so a walk counts as sequential when it starts within a
+	 * window and two of its own lengths of ra_next, either side; one that
+	 * does not starts a new stream there. */
+	uint64_t next = atomic_load_explicit(&x->ra_next, memory_order_relaxed), tol = per + 2 * (last + 1 - a);
+	int seq = next && a + tol >= next && a <= next + tol;
+	if (!seq) {
+		atomic_store_explicit(&x->ra_next, last + 1, memory_order_relaxed);
+		return; /* a random range read, or the first of a stream */
+	}
+	while (next < last + 1 &&
+	       !atomic_compare_exchange_weak_explicit(&x->ra_next, &next, last + 1, memory_order_relaxed,
+						      memory_order_relaxed))
+		;
+	struct rawin *w = NULL;
+	uint64_t wext = UINT64_MAX;
+	for (size_t k = p->b0; k < p->b0 + p->nb; k++) {
+		uint64_t ext = L->br[k].blk / per;
+		if (ext != wext) {
+			wext = ext;
+			w = win_get(L, x, ext);
+		}
+		L->br[k].w = w;
+	}
+	/* four times the blocks this walk took, past what the last window
+	 * holds (at least the next window): the next requests' windows are
+	 * read while this one and the one after it are served */
+	uint64_t want = 4 * (last + 1 - a), left = per - 1 - last % per;
+	win_ahead(L->s->sp, x, last / per + 1, want > left ? want - left : 1);
+}
+
+/* Plan run p: which of its blocks the rows need. */
+static int plan_run(struct lreq *L, struct plan *p)
+{
+	const struct srun *x = p->x;
+	const struct emb_run *r = x->r;
+	p->u0 = u64_lower_bound(L->urow, L->nu, r->min_row);
+	p->u1 = u64_lower_bound(L->urow, L->nu, r->max_row + 1);
+	p->b0 = L->nbr;
+	p->l0 = L->nlk;
+	if (p->lr || p->u0 == p->u1)
+		return 0;
+	size_t nrows = p->u1 - p->u0;
+	uint64_t j = fence_floor(x, L->urow[p->u0]), a, b;
+	fence_walk(x, L->urow[p->u0], &j, &a, &b);
+	uint64_t last = fence_floor(x, L->urow[p->u1 - 1]);
+	p->walk = last - a + 1 <= nrows;
+	int ret = 0;
+	if (p->walk) { /* each block of the span that holds a row asked for */
+		size_t u = p->u0;
+		for (uint64_t k = a; k <= last && u < p->u1 && !ret; k++) {
+			uint64_t lo, hi;
+			blk_rows(x, k, &lo, &hi);
+			u = gallop(L->urow, u, p->u1, lo);
+			if (u < p->u1 && L->urow[u] < hi)
+				ret = want(L, p, k, k);
+		}
+		if (!ret)
+			plan_windows(L, p);
+		return ret;
+	}
+	for (size_t u = p->u0; u < p->u1 && !ret; u++) {
+		uint64_t row = L->urow[u];
+		if (!bloom_row(x, row))
+			continue;
+		j = fence_floor(x, row);
+		fence_walk(x, row, &j, &a, &b);
+		if (L->nlk == L->clk) {
+			size_t nc = L->clk ? 2 * L->clk : 256;
+			struct lk *v = realloc(L->lk, nc * sizeof(*v));
+			if (!v)
+				return -ENOMEM;
+			L->lk = v;
+			L->clk = nc;
+		}
+		L->lk[L->nlk++] = (struct lk){ u, a, b };
+		p->nl++;
+		ret = want(L, p, a, b);
+	}
+	return ret;
+}
+
+/* Add the reads of window w's blocks (of run x) to q. */
+static void win_reads(struct spill *sp, const struct srun *x, struct rawin *w, struct sreq *q, size_t *nq)
+{
+	uint32_t bs = x->r->blk_size;
+	uint64_t first = w->ext * win_blocks(x);
+	for (uint32_t i = 0; i < w->nblk; i++) {
+		uint64_t loc = blk_loc(sp, x, first + i);
+		if (i && q[*nq - 1].blk + q[*nq - 1].span == loc && q[*nq - 1].span + bs <= CHUNK_BYTES) {
+			q[*nq - 1].span += bs;
+			continue;
+		}
+		q[(*nq)++] = (struct sreq){ .blk = loc, .span = bs, .to = w->buf + (size_t)i * bs };
+	}
+}
+
+/* Read every planned block: those of windows L loads into them, the others
+ * into one buffer (adjacent blocks of a run in one read), all in one
+ * submission; then wait for the windows others load.  0 or -errno.  *bufp:
+ * the buffer, to free. */
+static int read_planned(struct lreq *L, char **bufp)
+{
+	struct spill *sp = L->s->sp;
+	size_t total = 0, nreads = 0;
+	uint64_t direct = 0, loaded = 0, fromwin = 0;
+	for (size_t i = 0; i < L->np; i++)
+		for (size_t k = L->p[i].b0; k < L->p[i].b0 + L->p[i].nb; k++)
+			if (!L->br[k].w) {
+				total += L->p[i].x->r->blk_size;
+				nreads++;
+			}
+	for (size_t i = 0; i < L->nwin; i++)
+		if (L->mine[i])
+			nreads += L->win[i]->nblk;
+	*bufp = NULL;
+	char *buf = NULL;
+	struct sreq *q = malloc((nreads ? nreads : 1) * sizeof(*q));
+	if (!q || (total && posix_memalign((void **)&buf, BLK, total))) {
+		free(q);
+		return -ENOMEM;
+	}
+	size_t nq = 0, off = 0;
+	for (size_t i = 0; i < L->np; i++) {
+		const struct plan *p = &L->p[i];
+		uint32_t bs = p->x->r->blk_size;
+		int prev = 0; /* the last read is this run's previous block, direct */
+		for (size_t k = p->b0; k < p->b0 + p->nb; k++) {
+			if (L->br[k].w) {
+				prev = 0;
+				fromwin++;
+				continue;
+			}
+			uint64_t loc = blk_loc(sp, p->x, L->br[k].blk);
+			L->br[k].p = buf + off;
+			direct++;
+			if (prev && q[nq - 1].blk + q[nq - 1].span == loc && q[nq - 1].span + bs <= CHUNK_BYTES) {
+				q[nq - 1].span += bs;
+			} else {
+				q[nq++] = (struct sreq){ .blk = loc, .span = bs, .boff = off };
+				prev = 1;
+			}
+			off += bs;
+		}
+	}
+	/* the windows L loads: of which run each is, from its blocks */
+	for (size_t i = 0; i < L->np; i++)
+		for (size_t k = L->p[i].b0; k < L->p[i].b0 + L->p[i].nb; k++) {
+			struct rawin *w = L->br[k].w;
+			for (size_t j = 0; w && j < L->nwin; j++)
+				if (L->win[j] == w && L->mine[j] == 1) {
+					win_reads(sp, L->p[i].x, w, q, &nq);
+					L->mine[j] = 2; /* its reads are in q */
+					loaded += w->nblk;
+				}
+		}
+	int ret = nq ? device_read_raw(sp, q, nq, buf) : 0;
+	free(q);
+	pthread_mutex_lock(&sp->ra_mu);
+	for (size_t j = 0; j < L->nwin; j++)
+		if (L->mine[j])
+			L->win[j]->state = ret ? RA_FAILED : RA_READY;
+	pthread_cond_broadcast(&sp->ra_cv);
+	for (size_t j = 0; j < L->nwin && !ret; j++) {
+		while (L->win[j]->state == RA_LOADING)
+			pthread_cond_wait(&sp->ra_cv, &sp->ra_mu);
+		if (L->win[j]->state == RA_FAILED)
+			ret = -EIO;
+	}
+	pthread_mutex_unlock(&sp->ra_mu);
+	if (ret) {
+		free(buf);
+		return ret;
+	}
+	for (size_t i = 0; i < L->np; i++) {
+		const struct plan *p = &L->p[i];
+		uint64_t per = win_blocks(p->x);
+		for (size_t k = p->b0; k < p->b0 + p->nb; k++) {
+			struct rawin *w = L->br[k].w;
+			if (w) {
+				uint64_t i = L->br[k].blk - w->ext * per;
+				L->br[k].p = w->buf + i * (size_t)p->x->r->blk_size;
+				L->br[k].ok = w->ok[i] > 0 ? 1 : w->ok[i] < 0 ? -EIO : 0; /* the thread's check */
+			}
+		}
+	}
+	atomic_fetch_add_explicit(&sp->run_blocks, direct + loaded, memory_order_relaxed);
+	if (fromwin)
+		atomic_fetch_add_explicit(&sp->ra_blocks, fromwin, memory_order_relaxed);
+	if (loaded)
+		atomic_fetch_add_explicit(&sp->ra_loads, 1, memory_order_relaxed);
+	*bufp = buf;
+	return 0;
+}
+
+/* L's windows go back (they stay in DRAM for the next reader). */
+static void win_put_all(struct lreq *L)
+{
+	struct spill *sp = L->s->sp;
+	if (!L->nwin)
+		return;
+	pthread_mutex_lock(&sp->ra_mu);
+	for (size_t j = 0; j < L->nwin; j++)
+		L->win[j]->refs--;
+	pthread_mutex_unlock(&sp->ra_mu);
+}
+
+/* Decide row u from blocks [a, b] of plan p, whose buffers are found from
+ * *w on: 1 the run holds it (state set), 0 it does not, -EIO a block it may
+ * be in is damaged. */
+static int resolve(struct lreq *L, const struct plan *p, size_t *w, size_t u, uint64_t a, uint64_t b)
+{
+	struct spill *sp = L->s->sp;
+	const struct srun *x = p->x;
+	struct rq *r = &L->q[L->uq[u]];
+	uint64_t row = L->urow[u];
+	for (uint64_t k = a; k <= b; k++) {
+		while (*w < p->b0 + p->nb && L->br[*w].blk < k)
+			(*w)++;
+		struct bref *bb = *w < p->b0 + p->nb && L->br[*w].blk == k ? &L->br[*w] : NULL;
+		if (!bb || blk_ok(sp, x, bb))
+			return bloom_row(x, row) ? -EIO : 0;
+		const struct emb_rblk *h = (const struct emb_rblk *)bb->p;
+		/* first record of the row in this block */
+		uint32_t lo = 0, hi = h->nrec;
+		while (lo < hi) {
+			uint32_t mid = (lo + hi) / 2;
+			if (rec_row(rec_at(x, bb->p, mid)) < row)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		for (uint32_t i = lo; i < h->nrec; i++) {
+			const char *rec = rec_at(x, bb->p, i);
+			if (rec_row(rec) != row)
+				return 0; /* past it: its versions end here */
+			uint64_t bt = rec_batch(rec);
+			if (L->batch != EMB_NONE && (bt & ~EMB_RREC_TOMB) > L->batch)
+				continue;
+			r->batch = bt & ~EMB_RREC_TOMB;
+			if (bt & EMB_RREC_TOMB) {
+				r->state = RQ_HOLE;
+			} else {
+				r->state = RQ_DATA;
+				if (r->dst)
+					memcpy(r->dst, rec + 16, L->rs);
+			}
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Plan p decides what it can of the rows still pending. */
+static void merge_run(struct lreq *L, const struct plan *p)
+{
+	struct spill *sp = L->s->sp;
+	size_t w = p->b0;
+	if (p->lr) { /* its arrays are unreadable: the rows it may hold are EIO */
+		for (size_t u = p->u0; u < p->u1; u++)
+			if (L->q[L->uq[u]].state == RQ_PENDING)
+				L->q[L->uq[u]].state = RQ_EIO;
+		return;
+	}
+	if (p->walk) { /* its records and the rows asked for, in step */
+		const struct srun *x = p->x;
+		size_t u = p->u0;
+		for (size_t w = p->b0; w < p->b0 + p->nb && u < p->u1; w++) {
+			struct bref *bb = &L->br[w];
+			if (blk_ok(sp, x, bb)) { /* EIO for the rows it may hold */
+				uint64_t lo, hi;
+				blk_rows(x, bb->blk, &lo, &hi);
+				for (size_t v = gallop(L->urow, u, p->u1, lo); v < p->u1 && L->urow[v] < hi; v++)
+					if (L->q[L->uq[v]].state == RQ_PENDING && bloom_row(x, L->urow[v]))
+						L->q[L->uq[v]].state = RQ_EIO;
+				continue;
 			}
 			const struct emb_rblk *h = (const struct emb_rblk *)bb->p;
-			/* first record of the row in this block */
-			uint32_t lo = 0, hi = h->nrec;
-			while (lo < hi) {
-				uint32_t mid = (lo + hi) / 2;
-				if (rec_row(rec_at(x, bb->p, mid)) < r->row)
-					lo = mid + 1;
-				else
-					hi = mid;
-			}
-			for (uint32_t j = lo; j < h->nrec; j++) {
-				const char *rec = rec_at(x, bb->p, j);
-				if (rec_row(rec) != r->row)
+			for (uint32_t i = 0; i < h->nrec; i++) {
+				const char *rec = rec_at(x, bb->p, i);
+				uint64_t row = rec_row(rec);
+				u = gallop(L->urow, u, p->u1, row);
+				if (u == p->u1)
 					break;
-				seen = 1;
+				struct rq *r = &L->q[L->uq[u]];
+				if (L->urow[u] != row || r->state != RQ_PENDING)
+					continue; /* not asked for, or decided (by a newer version) */
 				uint64_t bt = rec_batch(rec);
-				if (b != EMB_NONE && (bt & ~EMB_RREC_TOMB) > b)
-					continue;
+				if (L->batch != EMB_NONE && (bt & ~EMB_RREC_TOMB) > L->batch)
+					continue; /* newer than the view: an older version follows */
 				r->batch = bt & ~EMB_RREC_TOMB;
 				if (bt & EMB_RREC_TOMB) {
 					r->state = RQ_HOLE;
 				} else {
 					r->state = RQ_DATA;
 					if (r->dst)
-						memcpy(r->dst, rec + 16, rs);
+						memcpy(r->dst, rec + 16, L->rs);
 				}
-				break;
 			}
 		}
-		if (!seen && r->state == RQ_PENDING)
-			atomic_fetch_add_explicit(&sp->bloom_fp, 1, memory_order_relaxed);
+		return;
 	}
-	free(buf);
-	free(br);
-	free(want.v);
-	return ret;
+	uint64_t fp = 0;
+	for (size_t i = p->l0; i < p->l0 + p->nl; i++) {
+		const struct lk *k = &L->lk[i];
+		if (L->q[L->uq[k->u]].state != RQ_PENDING)
+			continue;
+		int got = resolve(L, p, &w, k->u, k->a, k->b);
+		if (got < 0)
+			L->q[L->uq[k->u]].state = RQ_EIO;
+		fp += got == 0;
+	}
+	if (fp)
+		atomic_fetch_add_explicit(&sp->bloom_fp, fp, memory_order_relaxed);
+}
+
+struct upos {
+	uint64_t row;
+	size_t i;
+};
+
+static int upos_cmp(const void *pa, const void *pb)
+{
+	const struct upos *x = pa, *y = pb;
+	return x->row < y->row ? -1 : x->row > y->row;
+}
+
+/* The distinct pending rows of q, ascending, into L (urow, and in uq the
+ * first request of each). */
+static int unique_rows(struct lreq *L, struct rq *q, size_t n)
+{
+	struct upos *o = malloc(n * sizeof(*o));
+	L->urow = malloc(n * sizeof(*L->urow));
+	L->uq = malloc(n * sizeof(*L->uq));
+	if (!o || !L->urow || !L->uq) {
+		free(o);
+		return -ENOMEM;
+	}
+	size_t m = 0;
+	int sorted = 1;
+	for (size_t i = 0; i < n; i++) {
+		if (q[i].state != RQ_PENDING)
+			continue;
+		if (m && o[m - 1].row >= q[i].row)
+			sorted = 0;
+		o[m++] = (struct upos){ q[i].row, i };
+	}
+	if (sorted) { /* ascending and distinct already (a range read) */
+		for (size_t i = 0; i < m; i++) {
+			L->urow[i] = o[i].row;
+			L->uq[i] = o[i].i;
+		}
+		L->nu = m;
+		free(o);
+		return 0;
+	}
+	/* qsort is not stable: the first of equal rows is found below */
+	qsort(o, m, sizeof(*o), upos_cmp);
+	L->nu = 0;
+	for (size_t i = 0; i < m; i++) {
+		if (L->nu && L->urow[L->nu - 1] == o[i].row) {
+			if (o[i].i < L->uq[L->nu - 1])
+				L->uq[L->nu - 1] = o[i].i;
+			continue;
+		}
+		L->urow[L->nu] = o[i].row;
+		L->uq[L->nu++] = o[i].i;
+	}
+	free(o);
+	return 0;
 }
 
 int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint64_t b)
@@ -541,40 +1266,50 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 	struct spill *sp = s->sp;
 	struct srun **v;
 	size_t nr;
-	if (!sp)
+	if (!sp || !n)
 		return 0;
 	int ret = runs_get(sp, st->id, &v, &nr);
 	if (ret || !nr)
 		return ret;
-	struct look *L = malloc(n * sizeof(*L));
-	if (!L) {
-		runs_put(v, nr);
-		return -ENOMEM;
+	struct lreq L = { .s = s, .q = q, .batch = b, .rs = st->t->row_size };
+	char *buf = NULL;
+	ret = unique_rows(&L, q, n);
+	if (!ret && !(L.p = calloc(nr, sizeof(*L.p))))
+		ret = -ENOMEM;
+	for (size_t i = 0; i < nr && !ret; i++) {
+		struct plan *p = &L.p[L.np++];
+		p->x = v[i];
+		p->lr = srun_load(s, v[i]);
+		if (p->lr == -ENOMEM)
+			ret = -ENOMEM;
+		else
+			ret = plan_run(&L, p);
 	}
-	uint32_t rs = st->t->row_size;
-	for (size_t ri = 0; ri < nr && !ret; ri++) {
-		size_t nl = 0;
-		int lr = srun_load(s, v[ri]);
-		if (lr == -ENOMEM) {
-			ret = lr;
-			break;
-		}
-		for (size_t i = 0; i < n; i++) {
-			if (q[i].state != RQ_PENDING)
+	if (!ret)
+		ret = read_planned(&L, &buf);
+	for (size_t i = 0; i < L.np && !ret; i++)
+		merge_run(&L, &L.p[i]);
+	if (!ret && L.nu < n) /* duplicates take the answer of the first of their row */
+		for (size_t k = 0; k < n; k++) {
+			struct rq *r = &q[k];
+			size_t u = u64_lower_bound(L.urow, L.nu, r->row);
+			if (r->state != RQ_PENDING || u == L.nu || L.urow[u] != r->row || L.uq[u] == k)
 				continue;
-			uint64_t a, bb;
-			if (lr) { /* its arrays are unreadable: its rows are EIO */
-				if (q[i].row >= v[ri]->r->min_row && q[i].row <= v[ri]->r->max_row)
-					q[i].state = RQ_EIO;
-				continue;
-			}
-			if (row_blocks(v[ri], q[i].row, &a, &bb))
-				L[nl++] = (struct look){ i, a, bb };
+			const struct rq *o = &q[L.uq[u]];
+			r->state = o->state;
+			r->batch = o->batch;
+			if (o->state == RQ_DATA && r->dst && o->dst)
+				memcpy(r->dst, o->dst, L.rs);
 		}
-		if (nl)
-			ret = look_run(s, v[ri], q, L, nl, b, rs);
-	}
-	free(L);
+	win_put_all(&L);
+	free(buf);
+	free(L.br);
+	free(L.lk);
+	free(L.win);
+	free(L.mine);
+	free(L.p);
+	free(L.urow);
+	free(L.uq);
 	runs_put(v, nr);
 	uint64_t found = 0;
 	for (size_t i = 0; i < n; i++)
@@ -1180,7 +1915,7 @@ static int rit_load(struct store *s, struct rit *it)
 	it->blk0 = it->blk;
 	it->nblk = cnt;
 	for (uint64_t i = 0; i < cnt; i++) {
-		struct bref b = { it->blk + i, it->buf + i * bs, 0 };
+		struct bref b = { it->blk + i, it->buf + i * bs, 0, NULL };
 		if (blk_ok(sp, x, &b))
 			return -EIO;
 	}
@@ -1707,6 +2442,9 @@ int runs_load(struct store *s, char *err, size_t n)
 	struct emb_spill *pm = sp->pm;
 	sp->runs = calloc(EMB_NTABLES, sizeof(*sp->runs));
 	pthread_rwlock_init(&sp->run_lock, NULL);
+	pthread_mutex_init(&sp->ra_mu, NULL);
+	pthread_cond_init(&sp->ra_cv, NULL);
+	pthread_cond_init(&sp->ra_job, NULL);
 	if (!sp->runs)
 		return -ENOMEM;
 	if (!pm->runs_off) {
@@ -1764,6 +2502,17 @@ int runs_load(struct store *s, char *err, size_t n)
 
 void runs_unload(struct spill *sp)
 {
+	if (sp->ra_pid == getpid()) { /* the read-ahead thread first: it holds runs */
+		pthread_mutex_lock(&sp->ra_mu);
+		sp->ra_stop = 1;
+		pthread_cond_signal(&sp->ra_job);
+		pthread_mutex_unlock(&sp->ra_mu);
+		pthread_join(sp->ra_thr, NULL);
+		sp->ra_pid = 0;
+	}
+	for (uint32_t i = 0; i < RA_WINDOWS; i++) /* queued and never read */
+		if (sp->ra[i].x)
+			srun_put(sp->ra[i].x);
 	if (sp->runs) {
 		for (uint32_t id = 0; id < EMB_NTABLES; id++)
 			for (struct srun *x = sp->runs[id], *nx; x; x = nx) {
@@ -1778,6 +2527,10 @@ void runs_unload(struct spill *sp)
 	}
 	sp->runs = NULL;
 	sp->dead = NULL;
+	for (uint32_t i = 0; i < RA_WINDOWS; i++) /* no reader is left */
+		sp->ra[i] = (struct rawin){ 0 };
+	free(sp->ra_arena);
+	sp->ra_arena = NULL;
 	free(sp->ev_rows);
 	sp->ev_rows = NULL;
 }
@@ -1803,6 +2556,8 @@ void runs_stats(struct store *s, struct store_spill_stats *st)
 	st->run_reads = atomic_load(&sp->run_reads);
 	st->run_blocks = atomic_load(&sp->run_blocks);
 	st->bloom_fp = atomic_load(&sp->bloom_fp);
+	st->run_ra_loads = atomic_load(&sp->ra_loads);
+	st->run_ra_blocks = atomic_load(&sp->ra_blocks);
 	st->merges = atomic_load(&sp->merges);
 	st->merge_in_bytes = atomic_load(&sp->merge_in_bytes);
 	st->merge_out_bytes = atomic_load(&sp->merge_out_bytes);

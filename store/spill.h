@@ -5,12 +5,13 @@
  *
  * Fields are grouped by owner; each group says its lock.  Lock order within
  * the tier: round_lock (one mover round at a time), then commit_lock, then a
- * table's lock; sp->mu and ring locks are leaves.
+ * table's lock; sp->mu, ring locks and ra_mu are leaves.
  */
 #ifndef EMBFS_SPILL_H
 #define EMBFS_SPILL_H
 
 #include <liburing.h>
+#include <sys/types.h>
 
 #include "store_int.h"
 
@@ -51,7 +52,27 @@ struct srun {
 	uint64_t *fence;
 	uint64_t *bloom;
 	_Atomic int refs;        /* 1 for its list, +1 per reader */
+	_Atomic uint64_t ra_next; /* past the furthest block a sequential reader's walks reached (run.c) */
 	struct srun *next;       /* the next older run of its table, or the next dead one (run_lock) */
+};
+
+/* A read-ahead window (run.c): blocks [ext * per, ...) of one run, read
+ * whole for a sequential reader, shared by the requests that need them.
+ * Fields under sp->ra_mu; buf is written only by the request that loads it
+ * (state RA_LOADING), read by all once RA_READY. */
+enum { RA_LOADING = 1, RA_READY, RA_FAILED };
+#define RA_WINDOWS 64u            /* per device: at most 64 x RA_BYTES of DRAM */
+#define RA_BYTES (256u << 10)     /* a window (at least one block) */
+struct rawin {
+	uint64_t run_id;          /* 0: empty */
+	uint64_t ext;             /* window index in its run */
+	uint32_t nblk;            /* blocks in it (a run's last is short) */
+	char *buf;                /* RA_BYTES of sp->ra_arena */
+	int state;
+	int refs;                 /* requests using it, and the read-ahead thread while it loads it */
+	int8_t ok[RA_BYTES / BLK]; /* per block, as the thread checked it: 1 sound, -1 damaged, 0 unchecked */
+	struct srun *x;           /* queued for the read-ahead thread: its run (a reference), else NULL */
+	uint64_t tick;            /* last use */
 };
 
 struct spill {
@@ -126,6 +147,18 @@ struct spill {
 	size_t ev_n;
 	uint32_t ev_id;
 	_Atomic uint64_t run_evicted, run_reads, run_blocks, bloom_fp, merges, merge_in_bytes, merge_out_bytes;
+	/* run.c: read-ahead windows of sequential readers (ra_mu, a leaf;
+	 * ra_cv: a window finished loading) */
+	pthread_mutex_t ra_mu;
+	pthread_cond_t ra_cv;
+	struct rawin ra[RA_WINDOWS];
+	char *ra_arena;           /* the windows' buffers, made at the first */
+	uint64_t ra_tick;
+	pthread_t ra_thr;         /* loads queued windows ahead of the readers */
+	pid_t ra_pid;             /* the process it runs in (0: none) */
+	int ra_stop, ra_queued;
+	pthread_cond_t ra_job;    /* a window was queued, or stop */
+	_Atomic uint64_t ra_loads, ra_blocks, ra_ahead;
 };
 
 /* A row looked up in the runs (run.c runs_lookup). */
@@ -147,6 +180,7 @@ struct sreq {
 	size_t idx;          /* row index in the caller's request */
 	uint64_t blk, boff;
 	uint32_t span;
+	char *to;            /* device_read_raw: read into here, not buf + boff (if set) */
 	int ret;
 };
 
@@ -202,7 +236,7 @@ void iops_tick(struct spill *sp);
 /* The device's part of store_spill_stats_get (mover.c adds the runs'). */
 void device_stats_get(struct store *s, struct store_spill_stats *st);
 /* Read extents q[i] (blk = device offset, span = bytes, boff = offset in
- * buf; all BLK-aligned) in one io_uring submission: 0 or -EIO. */
+ * buf, or to; all BLK-aligned) in one io_uring submission: 0 or -EIO. */
 int device_read_raw(struct spill *sp, struct sreq *q, size_t n, char *buf);
 /* Take a free segment nobody writes (sp->mu): its index, or EMB_NONE. */
 

@@ -52,6 +52,9 @@
  *   sp->mu, ring locks spill mover state, io_uring rings (leaves)
  *   sp->run_lock       the run lists (a leaf; the lists change under
  *                      commit_lock too); a run's load_mu inside it
+ *   sp->ra_mu          the read-ahead windows of runs (run.c; a leaf: taken
+ *                      with no store lock held, by readers and the
+ *                      read-ahead thread)
  *   perm_lock          the directories' permission records (dirs.c): taken
  *                      alone
  *
@@ -112,6 +115,9 @@ struct stable {
 	struct seek_keys live_keys, snap_keys; /* protected by seek_lock */
 	struct stable *name_next; /* name hash chain; protected by cat_lock */
 	_Atomic uint64_t run_live;  /* records in its sorted runs that are not tombstones (run.c) */
+	/* index.c: buckets whose miss check passed (bucket_check_memo); made
+	 * by readers, freed with segs (st->lock exclusive) */
+	_Atomic(_Atomic uint32_t *) vmemo;
 };
 
 /*
@@ -411,8 +417,15 @@ int index_check(struct store *s, const struct emb_table *t, char *err, size_t n)
 int index_load(struct store *s, struct stable *st);
 void index_unload(struct stable *st);
 /* The ref stored for key (0 = none) for a reader (st->lock shared, or
- * commit_lock): 0 or -EIO when what it probed is damaged. */
+ * commit_lock): 0 or -EIO when what it probed is damaged (a bucket whose
+ * check passed since its last change is not checked again:
+ * bucket_check_memo). */
 int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val);
+/* index_get of keys[i] into vals[i], i in [0, n) but those with skip[i]
+ * set (skip may be NULL), pipelined (reads of many rows; st->lock shared):
+ * 0, or -EIO at the first damaged probe. */
+int index_get_many(struct store *s, struct stable *st, const uint64_t *keys, size_t n, const uint8_t *skip,
+		   uint64_t *vals);
 /* The same for a writer about to change the entry (commit_lock held): also
  * its position, and the buckets it would change are verified. */
 int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val);
@@ -677,6 +690,13 @@ int runs_fsck(struct store *s, uint64_t *n, uint64_t *bad);
  * spill device, all in one submission.  Takes st->lock shared. */
 int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
 		  uint64_t b, uint8_t *stored, uint64_t *vbatch);
+/* The same for rows [first, first + n), but those with skip[i] set (skip
+ * may be NULL; their bytes and stored[i] are left alone): a range read.  It
+ * takes the same path, except that the runs are walked block by block where
+ * the rows are dense, and that a scan marks no row as used (no reference
+ * bits for the mover, no promotion of stubs). */
+int rows_read_range(struct store *s, struct stable *st, uint64_t first, size_t n, char *buf, uint64_t b,
+		    const uint8_t *skip, uint8_t *stored);
 
 /* ---- reclaim.c (commit_lock held) --------------------------------------- */
 /* Free what no live snapshot (and, for a linked table, the live view) needs

@@ -83,3 +83,16 @@ int store_rows_read(struct store *s, const struct store_view *v, const uint64_t 
 		return ret;
 	return rows_read_ver(s, st, rows, n, buf, b, stored, vbatch);
 }
+
+int store_rows_read_range(struct store *s, const struct store_view *v, uint64_t first, size_t n, void *buf,
+			  const uint8_t *skip, uint8_t *stored)
+{
+	struct stable *st = NULL;
+	uint64_t b;
+	int ret = view_resolve(s, v, &st, &b, NULL);
+	if (ret)
+		return ret;
+	if (n && first + n < first)
+		return -EINVAL;
+	return rows_read_range(s, st, first, n, buf, b, skip, stored);
+}

@@ -71,6 +71,12 @@ struct cache_ops {
 	 * one call. */
 	int (*fetch_rows)(void *ctx, uint32_t table, const uint64_t *rows, size_t n, void *buf,
 			  uint8_t *stored, uint64_t *batch);
+	/* Optional: rows [first, first + n) into buf (row i at buf + i *
+	 * row_size), except those with skip[i] set (skip may be NULL: none),
+	 * which are left as they are; stored[i] (may be NULL) as fetch_rows's.
+	 * 0 or -errno.  cache_read_range() hands it a large read's misses. */
+	int (*fetch_range)(void *ctx, uint32_t table, uint64_t first, size_t n, void *buf, const uint8_t *skip,
+			   uint8_t *stored);
 	/* Make rows[0..n) of table durable, each row atomically. */
 	int (*writeback)(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n);
 	/* Optional.  delta > 0: promise room below for delta row versions of
@@ -106,6 +112,16 @@ int cache_read(struct cache *c, uint32_t table, uint32_t row_size, uint64_t row,
  * row i is stored below or cached (written), 0 if it is a hole. */
 int cache_read_rows(struct cache *c, uint32_t table, uint32_t row_size, const uint64_t *rows, size_t n,
 		    void *buf, uint8_t *present);
+/* Whole rows [first, first + n) into buf, for a large read (a scan): as
+ * cache_read_rows(), except that rows not cached are not cached by it (they
+ * come from ops->fetch_range in one call, straight into buf): a sequential
+ * read of a table larger than the cache would otherwise evict every row
+ * other readers keep hot, and pay an insertion and an eviction per row.
+ * Cached rows (dirty ones are newer than below) are taken from the cache,
+ * each shard locked once; when the table has no cached row, not even that.
+ * Without ops->fetch_range it is cache_read_rows(). */
+int cache_read_range(struct cache *c, uint32_t table, uint32_t row_size, uint64_t first, size_t n, void *buf,
+		     uint8_t *present);
 /* Whole rows from data (row i at data + i * row_size) to rows[0..n), as n
  * cache_write() calls in order (the last of duplicates wins), grouped by
  * shard like cache_read_rows(), all spending one credit.  Each row is
@@ -146,6 +162,7 @@ void cache_unpin(struct cache *c, uint32_t table, uint64_t row);
 
 struct cache_stats {
 	uint64_t hits, misses, evictions, writebacks, bypasses;
+	uint64_t scan_misses; /* misses of cache_read_range() (counted in misses too), not cached */
 	uint64_t rows, dirty, new_dirty, pinned, bytes; /* current */
 	uint64_t budget, meta_bytes, meta_fixed;         /* totals only */
 };

@@ -191,6 +191,13 @@ int store_view_getattr(struct store *s, const struct store_view *v, struct store
  * damaged (its version or device record fails its checksum). */
 int store_rows_read(struct store *s, const struct store_view *v, const uint64_t *rows, size_t n, void *buf,
 		    uint8_t *stored, uint64_t *vbatch);
+/* Rows [first, first + n) as store_rows_read() reads them, except those
+ * with skip[i] set (skip may be NULL: none), whose bytes and stored[i] are
+ * left as they are.  For large reads (a FUSE read of a range, a copy, a
+ * dense gather): rows in sorted runs are found by walking the runs' blocks,
+ * not row by row, and the read marks no row as recently used. */
+int store_rows_read_range(struct store *s, const struct store_view *v, uint64_t first, size_t n, void *buf,
+			  const uint8_t *skip, uint8_t *stored);
 /* Smallest row >= from the view sees: 1 with *found set, 0 if none. */
 int store_row_next(struct store *s, const struct store_view *v, uint64_t from, uint64_t *found);
 /* Smallest row >= from that the view does not see (a hole). */
@@ -391,6 +398,8 @@ struct store_spill_stats {
 	uint64_t run_pool_bytes;   /* their records in the pool */
 	uint64_t run_meta_bytes;   /* segment lists, fences and filters (device, and DRAM once read) */
 	uint64_t run_evicted, run_reads, run_blocks, bloom_fp;
+	uint64_t run_ra_loads;     /* requests that read read-ahead windows of runs */
+	uint64_t run_ra_blocks;    /* blocks requests found in read-ahead windows */
 	uint64_t merges, merge_in_bytes, merge_out_bytes;
 };
 void store_spill_stats_get(struct store *s, struct store_spill_stats *st);

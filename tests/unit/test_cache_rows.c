@@ -4,7 +4,9 @@
  * cache_write() calls in order would, with duplicates (the last write wins),
  * holes, rows not cached, a cache far smaller than a batch (evictions and
  * bypasses), reservations that balance, several threads at once, and the
- * presence bits (a hole a pin loaded into the cache is still a hole).
+ * presence bits (a hole a pin loaded into the cache is still a hole); and
+ * cache_read_range() (scans: cached rows served, the rest fetched in one
+ * call and not cached).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -68,6 +70,34 @@ static int f_reserve(void *ctx, uint32_t table, uint32_t rs, int delta)
 }
 
 static const struct cache_ops OPS = { .fetch = f_fetch, .writeback = f_writeback, .reserve = f_reserve };
+
+/* fetch_range: the rows not skipped, counted; the last call's skip mask */
+static struct {
+	long calls, rows, masked;
+} R;
+
+static int f_fetch_range(void *ctx, uint32_t table, uint64_t first, size_t n, void *buf, const uint8_t *skip,
+			 uint8_t *stored)
+{
+	(void)ctx;
+	CHECK(table == 3 && first + n <= NROWS);
+	R.calls++;
+	R.masked += skip != NULL;
+	pthread_mutex_lock(&F.lock);
+	for (size_t i = 0; i < n; i++) {
+		if (skip && skip[i])
+			continue;
+		memcpy((uint8_t *)buf + i * RS, F.rows[first + i], RS);
+		if (stored)
+			stored[i] = F.stored[first + i];
+		R.rows++;
+	}
+	pthread_mutex_unlock(&F.lock);
+	return 0;
+}
+
+static const struct cache_ops OPS_RANGE = { .fetch = f_fetch, .fetch_range = f_fetch_range, .writeback = f_writeback,
+					    .reserve = f_reserve };
 
 static uint8_t shadow[NROWS][RS]; /* what every row must read as */
 
@@ -322,8 +352,64 @@ static void test_drop_rows(void)
 	cache_destroy(c);
 }
 
+/* cache_read_range: what cache_read_rows() of the same rows gives (dirty
+ * rows from the cache, the rest from below, presence bits), in one
+ * fetch_range call for the rows not cached (no mask when the table has
+ * none cached), caching none of them; without fetch_range, as
+ * cache_read_rows(). */
+static void test_range(void)
+{
+	reset();
+	memset(&R, 0, sizeof(R));
+	struct cache_conf cc = { 4000 * (RS + CACHE_ROW_OVERHEAD), 0, 0 };
+	struct cache *c = cache_create(&cc, &OPS_RANGE, NULL);
+	CHECK(c);
+	static uint8_t buf[6000 * RS], got[6000];
+	struct cache_stats st0, st1;
+	/* nothing cached: one call, no mask, nothing cached after */
+	memset(got, 0xee, sizeof(got));
+	CHECK(cache_read_range(c, 3, RS, 100, 5000, buf, got) == 0);
+	for (int i = 0; i < 5000; i++)
+		CHECK(!memcmp(buf + i * RS, shadow[100 + i], RS) && got[i] == F.stored[100 + i]);
+	cache_stats_get(c, 3, &st0);
+	CHECK(R.calls == 1 && R.masked == 0 && R.rows == 5000 && st0.rows == 0 && st0.scan_misses == 5000);
+	/* rows written (dirty: newer than below) and rows read into the cache */
+	uint64_t w[] = { 101, 102, 2000, 2001, 5099, 7 }, rd[] = { 300, 301, 302 };
+	do_write(c, w, 6, 3, 1);
+	check_read(c, rd, 3);
+	cache_stats_get(c, 3, &st0);
+	memset(&R, 0, sizeof(R));
+	memset(got, 0xee, sizeof(got));
+	CHECK(cache_read_range(c, 3, RS, 100, 5000, buf, got) == 0);
+	for (int i = 0; i < 5000; i++) {
+		int written = 100 + i == 101 || 100 + i == 102 || 100 + i == 2000 || 100 + i == 2001 || 100 + i == 5099;
+		CHECK(!memcmp(buf + i * RS, shadow[100 + i], RS));
+		CHECK(got[i] == (written ? 1 : F.stored[100 + i]));
+	}
+	cache_stats_get(c, 3, &st1);
+	/* cached: the 5 written, and 300, 302 (a read caches no hole) */
+	CHECK(R.calls == 1 && R.masked == 1 && R.rows == 5000 - 7);
+	CHECK(st1.rows == st0.rows && st1.hits == st0.hits + 7 && st1.scan_misses == st0.scan_misses + 4993);
+	/* no row to fetch: no call */
+	memset(&R, 0, sizeof(R));
+	CHECK(cache_read_range(c, 3, RS, 101, 2, buf, NULL) == 0 && R.calls == 0);
+	CHECK(!memcmp(buf, shadow[101], 2 * RS));
+	check_store_after_flush(c);
+	cache_destroy(c);
+	/* without fetch_range: cache_read_rows() (which caches what it reads) */
+	reset();
+	c = cache_create(&cc, &OPS, NULL);
+	CHECK(c && cache_read_range(c, 3, RS, 10, 1000, buf, got) == 0);
+	for (int i = 0; i < 1000; i++)
+		CHECK(!memcmp(buf + i * RS, shadow[10 + i], RS) && got[i] == F.stored[10 + i]);
+	cache_stats_get(c, 3, &st1);
+	CHECK(st1.rows > 0 && st1.scan_misses == 0);
+	cache_destroy(c);
+}
+
 int main(void)
 {
+	test_range();
 	test_drop_rows();
 	test_present();
 	test_big(0);

@@ -19,7 +19,11 @@
  *  - SIGKILL during spills and compactions: recovery keeps every durable row,
  *    tears none, leaks nothing (store_fsck, with the live counts recounted);
  *  - store_spill_run from two threads beside a writer;
- *  - the mover thread under a writer and two readers.
+ *  - the mover thread under a writer and two readers;
+ *  - range reads (store_rows_read_range) against a model of the live view
+ *    and two snapshots and against the per-row path, over the pool, runs,
+ *    tombstones and holes, with skip masks and read-ahead windows; a
+ *    damaged run block: EIO for exactly the reads that touch it.
  * The pool is on /dev/shm when there is one; the spill file in /tmp (O_DIRECT
  * needs a disk file system).  EMBFS_SEED replays a run (the pools' index
  * layout, the operations, the kill points); TEST_SPILL_ONLY=PART runs one
@@ -1389,6 +1393,303 @@ static void test_unlocked(void)
 	unlocked_one(1);
 }
 
+/* ---- range reads ----------------------------------------------------------
+ * store_rows_read_range against a model of every view and against the
+ * per-row path: rows in the pool and in several runs, overwritten,
+ * punched (tombstones) and never written (holes), live and in two
+ * snapshots, with and without a skip mask, sequential sweeps (read-ahead
+ * windows) and random ranges; then a flipped byte in a run block: EIO for
+ * the reads that touch that block, right bytes for all others. */
+
+#define RG_N 160000u
+#define RG_VIEWS 3
+static uint32_t rg_gen[RG_VIEWS][RG_N]; /* live, r1, r2: each row's generation, 0 = hole */
+static uint64_t rg_rng;
+
+static uint64_t rg_rand(void)
+{
+	return mix(rg_rng++);
+}
+
+/* Rows ids[0..k) become generation gen (0: punched) in the live model. */
+static void rg_write(struct store *s, uint32_t id, const uint64_t *ids, size_t k, uint64_t gen)
+{
+	static uint8_t data[512][RS];
+	struct store_rowop ops[512];
+	for (size_t i = 0; i < k;) {
+		size_t m = 0;
+		for (; m < 512 && i < k; m++, i++) {
+			if (gen)
+				fill_rs(data[m], ids[i], gen);
+			ops[m] = (struct store_rowop){ ids[i], 0, gen ? RS : 0, gen ? data[m] : NULL, 0 };
+			rg_gen[0][ids[i]] = (uint32_t)gen;
+		}
+		OK(store_rows_write(s, id, ops, m, (uint64_t)RG_N * RS));
+	}
+}
+
+/* A random subset of [0, RG_N), about one row in every `every`. */
+static size_t rg_pick(uint64_t *ids, uint32_t every)
+{
+	size_t k = 0;
+	for (uint64_t r = 0; r < RG_N; r++)
+		if (rg_rand() % every == 0)
+			ids[k++] = r;
+	return k;
+}
+
+/* Check rows [r0, r0 + n) of view vi as read into got/stored (skip: rows
+ * that must be untouched, still 0xA5 and stored 7). */
+static void rg_check(int vi, uint64_t r0, size_t n, const uint8_t *got, const uint8_t *stored, const uint8_t *skip,
+		     const char *what)
+{
+	uint8_t want[RS], untouched[RS];
+	memset(untouched, 0xA5, RS);
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *g = got + i * RS;
+		if (skip && skip[i]) {
+			if (memcmp(g, untouched, RS) || stored[i] != 7) {
+				fprintf(stderr, "%s: view %d row %llu: skipped, but written\n", what, vi,
+					(unsigned long long)(r0 + i));
+				test_seed_say(stderr);
+				exit(1);
+			}
+			continue;
+		}
+		uint32_t gen = rg_gen[vi][r0 + i];
+		memset(want, 0, RS);
+		if (gen)
+			fill_rs(want, r0 + i, gen);
+		if (memcmp(g, want, RS) || stored[i] != (gen != 0)) {
+			fprintf(stderr, "%s: view %d row %llu: stored %d, want generation %u\n", what, vi,
+				(unsigned long long)(r0 + i), stored[i], gen);
+			test_seed_say(stderr);
+			exit(1);
+		}
+	}
+}
+
+/* One range read of view v: 0 or -errno, bytes and stored into got/stored
+ * (prefilled so that skipped rows show). */
+static int rg_read(struct store *s, const struct store_view *v, uint64_t r0, size_t n, uint8_t *got,
+		   uint8_t *stored, const uint8_t *skip)
+{
+	memset(got, 0xA5, n * RS);
+	memset(stored, 7, n);
+	return store_rows_read_range(s, v, r0, n, got, skip, stored);
+}
+
+static void rg_views(struct store *s, uint32_t id, const int64_t *snap, struct store_view *v)
+{
+	for (int vi = 0; vi < RG_VIEWS; vi++)
+		OK(t_view(s, snap[vi], id, &v[vi]));
+}
+
+/* Every view, every way, against the model. */
+static void rg_compare(struct store *s, uint32_t id, const int64_t *snap, const char *when)
+{
+	static uint8_t got[9000 * RS], stored[9000], skip[9000], one[RS];
+	static uint64_t ids[9000];
+	struct store_view v[RG_VIEWS];
+	rg_views(s, id, snap, v);
+	struct store_spill_stats s0 = sstats(s);
+	for (int vi = 0; vi < RG_VIEWS; vi++) {
+		/* sequential sweeps, as cat's READs: the second runs on windows */
+		for (int sweep = 0; sweep < 2; sweep++)
+			for (uint64_t r = 0; r < RG_N; r += 4096) {
+				size_t n = RG_N - r < 4096 ? RG_N - r : 4096;
+				OK(rg_read(s, &v[vi], r, n, got, stored, NULL));
+				rg_check(vi, r, n, got, stored, NULL, "sweep");
+			}
+		/* random ranges, some with a skip mask */
+		for (int k = 0; k < 200; k++) {
+			size_t n = 1 + rg_rand() % (k % 4 ? 9000 : 40);
+			uint64_t r0 = rg_rand() % (RG_N - n + 1);
+			int masked = k % 3 == 0;
+			for (size_t i = 0; i < n; i++)
+				skip[i] = masked && rg_rand() % 4 == 0;
+			OK(rg_read(s, &v[vi], r0, n, got, stored, masked ? skip : NULL));
+			rg_check(vi, r0, n, got, stored, masked ? skip : NULL, "range");
+		}
+		/* the per-row path, and gathers: sorted with gaps, unsorted with
+		 * duplicates */
+		for (int k = 0; k < 300; k++) {
+			uint64_t r = rg_rand() % RG_N;
+			memset(one, 0xA5, RS);
+			stored[0] = 7;
+			OK(store_rows_read(s, &v[vi], &r, 1, one, stored, NULL));
+			rg_check(vi, r, 1, one, stored, NULL, "row");
+		}
+		for (int k = 0; k < 20; k++) {
+			size_t n = 1 + rg_rand() % 9000;
+			uint64_t r = rg_rand() % (RG_N / 2);
+			for (size_t i = 0; i < n; i++) {
+				ids[i] = k % 2 ? r : rg_rand() % RG_N;
+				r += 1 + rg_rand() % 3;
+				if (ids[i] >= RG_N)
+					ids[i] = RG_N - 1;
+			}
+			if (k % 2 == 0 && n > 1)
+				ids[n - 1] = ids[0]; /* a duplicate */
+			OK(store_rows_read(s, &v[vi], ids, n, got, stored, NULL));
+			for (size_t i = 0; i < n; i++)
+				rg_check(vi, ids[i], 1, got + i * RS, stored + i, NULL, "gather");
+		}
+	}
+	struct store_spill_stats s1 = sstats(s);
+	printf("  %s: views match; %llu blocks read, %llu from read-ahead windows\n", when,
+	       (unsigned long long)(s1.run_blocks - s0.run_blocks),
+	       (unsigned long long)(s1.run_ra_blocks - s0.run_ra_blocks));
+	CHECK(s1.run_ra_blocks > s0.run_ra_blocks);
+}
+
+/* Two readers sweeping the live view at once: shared windows, waits for
+ * windows the other loads, requests out of order. */
+static struct store *rg_s;
+static struct store_view rg_v;
+
+static void *rg_sweeper(void *arg)
+{
+	static uint8_t got[2][4096 * RS], stored[2][4096];
+	int me = (int)(intptr_t)arg;
+	for (int sweep = 0; sweep < 2; sweep++)
+		for (uint64_t k = 0; k < RG_N; k += 4096) {
+			uint64_t r = (k + (uint64_t)me * (RG_N / 2)) % RG_N;
+			r -= r % 4096;
+			size_t n = RG_N - r < 4096 ? RG_N - r : 4096;
+			OK(rg_read(rg_s, &rg_v, r, n, got[me], stored[me], NULL));
+			rg_check(0, r, n, got[me], stored[me], NULL, "two sweepers");
+		}
+	return NULL;
+}
+
+static void rg_two(struct store *s, uint32_t id)
+{
+	pthread_t t[2];
+	rg_s = s;
+	OK(store_view_live(s, id, &rg_v));
+	for (int i = 0; i < 2; i++)
+		CHECK(pthread_create(&t[i], NULL, rg_sweeper, (void *)(intptr_t)i) == 0);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	printf("  two readers sweeping at once: views match\n");
+}
+
+static void test_range(void)
+{
+	stubs_only = 0;
+	rg_rng = seed ^ 0x72616e6765ull;
+	memset(rg_gen, 0, sizeof(rg_gen));
+	struct store *s = fresh(64 << 20, 256 << 20);
+	uint32_t id;
+	OK(store_table_create(s, "range", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+	static uint64_t ids[RG_N];
+	/* generation 1 in pieces, each evicted: several runs and merges;
+	 * rows r % 101 == 3 are never written */
+	for (uint64_t r0 = 0; r0 < RG_N; r0 += RG_N / 8) {
+		size_t k = 0;
+		for (uint64_t r = r0; r < r0 + RG_N / 8; r++)
+			if (r % 101 != 3)
+				ids[k++] = r;
+		rg_write(s, id, ids, k, 1);
+		CHECK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
+	}
+	struct store_snap r1, r2;
+	OK(store_snap_create(s, "r1", 1, &r1));
+	memcpy(rg_gen[1], rg_gen[0], sizeof(rg_gen[0]));
+	/* overwrites and punches, evicted: newer runs, tombstones */
+	size_t k = rg_pick(ids, 5);
+	rg_write(s, id, ids, k, 2);
+	CHECK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
+	k = rg_pick(ids, 20);
+	rg_write(s, id, ids, k, 0);
+	for (int i = 0; i < 4; i++)
+		CHECK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
+	OK(store_snap_create(s, "r2", 1, &r2));
+	memcpy(rg_gen[2], rg_gen[0], sizeof(rg_gen[0]));
+	/* and some in the pool only: overwrites, punches */
+	k = rg_pick(ids, 30);
+	rg_write(s, id, ids, k, 3);
+	k = rg_pick(ids, 97);
+	rg_write(s, id, ids, k, 0);
+	struct store_spill_stats st = sstats(s);
+	printf("  %u rows: %llu runs, %llu rows in runs, %llu merges\n", RG_N, (unsigned long long)st.runs,
+	       (unsigned long long)st.run_rows, (unsigned long long)st.merges);
+	CHECK(st.runs >= 2 && st.run_rows >= RG_N / 2);
+	int64_t snap[RG_VIEWS] = { -1, r1.idx, r2.idx };
+	rg_compare(s, id, snap, "open");
+	rg_two(s, id);
+	store_close(s);
+	s = open_pool();
+	rg_compare(s, id, snap, "reopened");
+	fsck_clean(s);
+	store_close(s);
+
+	/* a flipped byte in every block holding the record of a row whose
+	 * live version is in a run; the rows of those blocks: [lo, hi] */
+	uint64_t brow = 0;
+	for (uint64_t r = RG_N / 2; r < RG_N && !brow; r++)
+		if (rg_gen[0][r] == 1 && rg_gen[2][r] == 1)
+			brow = r;
+	CHECK(brow);
+	int fd = open(spath, O_RDWR);
+	CHECK(fd >= 0);
+	static char blk[4096];
+	uint64_t lo[16], hi[16];
+	int flips = 0;
+	uint32_t rec = 16 + RS;
+	for (off_t off = EMB_SPILL_HDR; pread(fd, blk, sizeof(blk), off) == (ssize_t)sizeof(blk); off += sizeof(blk)) {
+		struct emb_rblk *h = (struct emb_rblk *)blk;
+		if (h->magic != EMB_RBLK_MAGIC || !h->nrec || h->nrec > (sizeof(blk) - sizeof(*h)) / rec)
+			continue;
+		for (uint32_t i = 0; i < h->nrec && flips < 16; i++) {
+			uint64_t row;
+			memcpy(&row, blk + sizeof(*h) + i * rec, 8);
+			if (row != brow)
+				continue;
+			memcpy(&lo[flips], blk + sizeof(*h), 8);
+			memcpy(&hi[flips], blk + sizeof(*h) + (h->nrec - 1) * rec, 8);
+			uint8_t b = (uint8_t)(blk[sizeof(*h) + i * rec + 16 + 7] ^ 0x20);
+			CHECK(pwrite(fd, &b, 1, off + (off_t)(sizeof(*h) + i * rec + 16 + 7)) == 1);
+			flips++;
+		}
+	}
+	fsync(fd);
+	close(fd);
+	CHECK(flips > 0);
+	s = open_pool();
+	struct store_view v[RG_VIEWS];
+	rg_views(s, id, snap, v);
+	uint64_t e0 = sstats(s).csum_errors, eio = 0, ok = 0;
+	static uint8_t got[2048 * RS], stored[2048];
+	for (int pass = 0; pass < 3; pass++) /* chunks of 512 rows, aligned and not */
+		for (uint64_t r0 = pass * 97; r0 < RG_N; r0 += 512) {
+			size_t n = RG_N - r0 < 512 ? RG_N - r0 : 512;
+			int touches = 0, has = r0 <= brow && brow < r0 + n;
+			for (int f = 0; f < flips; f++)
+				touches |= r0 <= hi[f] && lo[f] < r0 + n;
+			int ret = rg_read(s, &v[0], r0, n, got, stored, NULL);
+			if (ret == -EIO) {
+				CHECK(touches);
+				eio++;
+				continue;
+			}
+			OK(ret);
+			CHECK(!has);
+			rg_check(0, r0, n, got, stored, NULL, "around the damage");
+			ok++;
+		}
+	uint8_t one[RS];
+	CHECK(t_row_read(s, id, brow, one) == -EIO);
+	CHECK(t_row_read(s, id, brow + 1000, one) >= 0);
+	printf("  a flipped byte in %d block(s) of rows around %llu: %llu range reads EIO, %llu right, %llu checksum errors\n",
+	       flips, (unsigned long long)brow, (unsigned long long)eio, (unsigned long long)ok,
+	       (unsigned long long)(sstats(s).csum_errors - e0));
+	CHECK(eio >= 3 && sstats(s).csum_errors > e0);
+	store_close(s);
+	stubs_only = 1;
+}
+
 /* The parts that are not about stubs, again with runs. */
 static void with_runs(void (*fn)(void))
 {
@@ -1437,6 +1738,7 @@ static const struct part {
 	{ "runs_threads", runs_threads },
 	{ "runs_crash", runs_crash },
 	{ "unlocked", test_unlocked },
+	{ "range", test_range },
 };
 
 int main(int argc, char **argv)
