@@ -688,6 +688,7 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->manual = c->manual;
 	sp->stubs_only = c->stubs_only;
 	sp->unlocked = c->unlocked;
+	sp->list_cap = c->run_list_cap;
 	sp->unlocked_arg = c->unlocked_arg;
 	sp->open_seg = -1;
 	sp->recount = s->recovered;

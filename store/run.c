@@ -86,6 +86,32 @@ static size_t arr_bytes(const struct emb_run *r)
 	return r->nblocks * 8 + bloom_words(r->bloom_bits) * 8;
 }
 
+/* Segments a list block of bs bytes can name. */
+static inline uint64_t list_room(uint32_t bs)
+{
+	return (bs - sizeof(struct emb_rmeta)) / 4;
+}
+
+/* The blocks a list of nsegs takes, cap to a block. */
+static inline uint64_t list_blocks(uint64_t nsegs, uint64_t cap)
+{
+	return (nsegs + cap - 1) / cap;
+}
+
+/* Segments a run of nblocks data blocks and ab bytes of fences and filter
+ * takes with its list blocks (which it counts itself), cap segments to a
+ * list block. */
+static uint64_t run_segs(uint64_t nblocks, size_t ab, uint32_t bs, uint64_t bps, uint64_t cap)
+{
+	uint64_t nmeta = (ab + bs - 1) / bs, nl = 1, nsegs;
+	for (;;) {
+		nsegs = (nblocks + nl + nmeta + bps - 1) / bps;
+		if (list_blocks(nsegs, cap) <= nl)
+			return nsegs;
+		nl = list_blocks(nsegs, cap);
+	}
+}
+
 static uint64_t rec_csum(const struct emb_run *r)
 {
 	struct emb_run h = *r;
@@ -105,14 +131,21 @@ static uint32_t blk_csum(const char *b, uint32_t blk)
 	return (uint32_t)XXH3_64bits_digest(&x);
 }
 
-static uint64_t meta_hdr_csum(const struct emb_rmeta *m)
+/* The segments list block m names, cap to a block. */
+static uint64_t meta_nseg(const struct emb_rmeta *m, uint64_t cap)
+{
+	uint64_t from = (uint64_t)m->part * cap;
+	return m->nsegs > from ? (m->nsegs - from < cap ? m->nsegs - from : cap) : 0;
+}
+
+static uint64_t meta_hdr_csum(const struct emb_rmeta *m, uint64_t cap)
 {
 	struct emb_rmeta h = *m;
 	h.csum = 0;
 	XXH64_state_t *x = XXH64_createState();
 	XXH64_reset(x, EMB_RMETA_MAGIC);
 	XXH64_update(x, &h, sizeof(h));
-	XXH64_update(x, m->seg, (size_t)m->nsegs * 4);
+	XXH64_update(x, m->seg, (size_t)meta_nseg(m, cap) * 4);
 	uint64_t c = XXH64_digest(x);
 	XXH64_freeState(x);
 	return c;
@@ -196,8 +229,9 @@ static int rec_sane(struct store *s, const struct emb_run *r, char *err, size_t 
 	uint64_t bps = r->blk_size ? pm->seg_size / r->blk_size : 0;
 	if (!r->id || !r->blk_size || r->blk_size % BLK || r->rec_size + sizeof(struct emb_rblk) > r->blk_size ||
 	    r->blk_size > pm->seg_size || !r->nblocks || r->table >= EMB_NTABLES || !bps ||
-	    r->nsegs != (r->nblocks + 1 + (arr_bytes(r) + r->blk_size - 1) / r->blk_size + bps - 1) / bps ||
-	    r->nsegs > (r->blk_size - sizeof(struct emb_rmeta)) / 4 || r->meta_loc < EMB_SPILL_HDR ||
+	    r->nblocks > pm->nsegs * bps || r->nsegs > pm->nsegs ||
+	    !r->list_cap || r->list_cap > list_room(r->blk_size) ||
+	    r->nsegs != run_segs(r->nblocks, arr_bytes(r), r->blk_size, bps, r->list_cap) || r->meta_loc < EMB_SPILL_HDR ||
 	    r->meta_loc % BLK || r->meta_loc + r->blk_size > pm->size)
 		return store_err(err, n, -EIO, "run record %llu: bad geometry", (unsigned long long)r->id);
 	return 0;
@@ -219,28 +253,37 @@ static int srun_load(struct store *s, struct srun *x)
 	const struct emb_run *r = x->r;
 	uint32_t bs = r->blk_size;
 	size_t segb = ((size_t)r->nsegs * 4 + 7) & ~(size_t)7, ab = arr_bytes(r);
-	uint64_t nmeta = (ab + bs - 1) / bs;
+	uint64_t nmeta = (ab + bs - 1) / bs, cap = r->list_cap, nl = list_blocks(r->nsegs, cap);
 	char *hb = NULL, *ab_buf = NULL;
 	uint32_t *arrays = malloc(segb + ab);
 	int ret = arrays && !posix_memalign((void **)&hb, BLK, bs) &&
 			  !posix_memalign((void **)&ab_buf, BLK, (nmeta ? nmeta : 1) * bs) ? 0 : -ENOMEM;
-	struct sreq q = { .blk = r->meta_loc, .span = bs, .boff = 0 };
-	if (!ret)
+	/* the segment list, block by block: each names where the next is */
+	uint64_t loc = r->meta_loc;
+	for (uint64_t part = 0; !ret && part < nl; part++) {
+		struct sreq q = { .blk = loc, .span = bs, .boff = 0 };
 		ret = device_read_raw(sp, &q, 1, hb);
-	const struct emb_rmeta *m = (const struct emb_rmeta *)hb;
-	if (!ret && (m->magic != EMB_RMETA_MAGIC || m->id != r->id || m->nsegs != r->nsegs ||
-		     meta_hdr_csum(m) != m->csum))
-		ret = -EIO;
+		const struct emb_rmeta *m = (const struct emb_rmeta *)hb;
+		uint64_t k = ret ? 0 : meta_nseg(m, cap);
+		if (!ret && (m->magic != EMB_RMETA_MAGIC || m->id != r->id || m->nsegs != r->nsegs ||
+			     m->part != part || meta_hdr_csum(m, cap) != m->csum || !k ||
+			     (part + 1 < nl) != (m->next != 0) ||
+			     (m->next && (m->next < EMB_SPILL_HDR || m->next % BLK || m->next + bs > sp->pm->size))))
+			ret = -EIO;
+		if (!ret) {
+			memcpy(arrays + part * cap, m->seg, (size_t)k * 4);
+			loc = m->next;
+		}
+	}
 	if (!ret) {
-		memset(arrays, 0, segb);
-		memcpy(arrays, m->seg, (size_t)r->nsegs * 4);
+		memset((char *)arrays + (size_t)r->nsegs * 4, 0, segb - (size_t)r->nsegs * 4);
 		for (uint32_t i = 0; i < r->nsegs && !ret; i++)
 			if (arrays[i] >= sp->pm->nsegs || sp->pm->seg[arrays[i]].state != EMB_SEG_RUN)
 				ret = -EIO;
 	}
 	x->seg = arrays;
 	for (uint64_t i = 0; !ret && i < nmeta; i++) {
-		q = (struct sreq){ .blk = blk_loc(sp, x, r->nblocks + 1 + i), .span = bs, .boff = i * bs };
+		struct sreq q = { .blk = blk_loc(sp, x, r->nblocks + nl + i), .span = bs, .boff = i * bs };
 		ret = device_read_raw(sp, &q, 1, ab_buf);
 	}
 	if (!ret && XXH64(ab_buf, ab, r->id) != r->meta_csum)
@@ -1346,6 +1389,7 @@ struct build {
 	 * the filter's size, the meta block's place and the arrays' checksum */
 	uint32_t *arrays;
 	uint64_t nblocks, bloom_bits, meta_loc, meta_csum;
+	uint32_t list_cap;       /* segments to a list block of its meta */
 	int err;
 };
 
@@ -1495,10 +1539,12 @@ static int build_finish(struct build *w)
 	w->bloom_bits = w->rows.n * BLOOM_BITS_PER_REC < 64 ? 64 : w->rows.n * BLOOM_BITS_PER_REC;
 	size_t ab = w->nblocks * 8 + bloom_words(w->bloom_bits) * 8;
 	uint64_t nmeta = (ab + w->bs - 1) / w->bs, bps = sp->pm->seg_size / w->bs;
-	uint64_t nsegs = (w->nblocks + 1 + nmeta + bps - 1) / bps;
-	if (nsegs > (w->bs - sizeof(struct emb_rmeta)) / 4)
-		return w->err = -EFBIG; /* its segment list would not fit one block */
-	while (w->segs.n < nsegs) { /* the meta block lists them all */
+	uint64_t cap = sp->list_cap && sp->list_cap < list_room(w->bs) ? sp->list_cap : list_room(w->bs);
+	uint64_t nsegs = run_segs(w->nblocks, ab, w->bs, bps, cap), nl = list_blocks(nsegs, cap);
+	w->list_cap = (uint32_t)cap;
+	if (nsegs > UINT32_MAX)
+		return w->err = -EFBIG;
+	while (w->segs.n < nsegs) { /* the list blocks name them all */
 		uint64_t k = seg_claim(sp, 1); /* the last stays for stub compaction */
 		if (k == EMB_NONE)
 			return w->err = -ENOSPC;
@@ -1519,11 +1565,21 @@ static int build_finish(struct build *w)
 	for (size_t i = 0; i < w->rows.n; i++)
 		bloom_add(bloom, w->bloom_bits, BLOOM_K, w->rows.v[i]);
 	w->meta_csum = XXH64(fence, ab, w->id);
-	*m = (struct emb_rmeta){ .magic = EMB_RMETA_MAGIC, .id = w->id, .nsegs = (uint32_t)nsegs };
-	memcpy(m->seg, w->arrays, nsegs * 4);
-	m->csum = meta_hdr_csum(m);
-	w->meta_loc = seg_base(sp, w->segs.v[w->nblocks / bps]) + (w->nblocks % bps) * w->bs;
-	w->err = build_raw(w, m, w->bs);
+	/* the segment list in blocks nblocks .. nblocks + nl - 1, each naming
+	 * the next (known now: every segment is claimed) */
+	for (uint64_t part = 0; !w->err && part < nl; part++) {
+		uint64_t b = w->nblocks + part;
+		memset(m, 0, w->bs);
+		*m = (struct emb_rmeta){ .magic = EMB_RMETA_MAGIC, .id = w->id, .nsegs = (uint32_t)nsegs,
+					 .part = (uint32_t)part };
+		if (part + 1 < nl)
+			m->next = seg_base(sp, w->segs.v[(b + 1) / bps]) + ((b + 1) % bps) * w->bs;
+		memcpy(m->seg, w->arrays + part * cap, (size_t)meta_nseg(m, cap) * 4);
+		m->csum = meta_hdr_csum(m, cap);
+		if (part == 0)
+			w->meta_loc = seg_base(sp, w->segs.v[b / bps]) + (b % bps) * w->bs;
+		w->err = build_raw(w, m, w->bs);
+	}
 	free(m);
 	for (uint64_t i = 0; !w->err && i < nmeta; i++) {
 		size_t off = i * w->bs, len = ab - off < w->bs ? ab - off : w->bs;
@@ -1609,6 +1665,7 @@ static int run_install(struct store *s, struct build *w, uint64_t seq, uint32_t 
 			     .blk_size = w->bs, .nsegs = (uint32_t)w->segs.n, .min_row = w->min_row,
 			     .max_row = w->max_row, .level = level, .bloom_k = BLOOM_K,
 			     .bloom_bits = w->bloom_bits, .meta_loc = w->meta_loc, .meta_csum = w->meta_csum,
+			     .list_cap = w->list_cap,
 			     .state = EMB_RUN_LIVE };
 	r.csum = rec_csum(&r);
 	volatile int ret = 0;

@@ -379,7 +379,7 @@ struct emb_snaps {
  * record bytes (a hint, recounted after a crash) and a sequence number.
  */
 #define EMB_SPILL_MAGIC "EMBSPILL"
-#define EMB_SPILL_VERSION 1u
+#define EMB_SPILL_VERSION 2u /* 2: a run's segment list in chained blocks */
 #define EMB_SPILL_HDR 4096u
 #define EMB_SPILL_BLOCK 4096u
 #define EMB_SEG_FREE 0u
@@ -450,7 +450,7 @@ struct emb_run {
 	uint64_t meta_loc;     /* device offset of its emb_rmeta block */
 	uint64_t meta_csum;    /* XXH64 of the fences and the filter */
 	uint32_t state;        /* 0 = free record, EMB_RUN_LIVE, EMB_RUN_DEAD */
-	uint32_t reserved;
+	uint32_t list_cap;     /* segments one list block of its meta names */
 	uint64_t csum;         /* XXH64 of the record (csum = 0) */
 };
 struct emb_rblk {
@@ -459,14 +459,17 @@ struct emb_rblk {
 	uint32_t run_id;       /* low 32 bits of the run's id */
 	uint32_t csum;         /* low 32 bits of XXH3 of the block with csum = 0 */
 };
-/* The first meta block: the run's segments; fences and filter follow in
- * the next blocks (run blocks nblocks + 1 ...). */
+/* The first meta blocks: the run's segments, (blk_size - 40) / 4 per
+ * block, each block naming where the next one is (its place depends on
+ * segments listed later); fences and filter follow in the next blocks
+ * (run blocks nblocks + list blocks ...). */
 struct emb_rmeta {
 	uint64_t magic;
 	uint64_t id;
-	uint32_t nsegs;
-	uint32_t reserved;
+	uint32_t nsegs;        /* the run's segments, all list blocks together */
+	uint32_t part;         /* this block is the part-th of the list */
 	uint64_t csum;         /* XXH64 of this header (csum = 0) and seg[] */
+	uint64_t next;         /* device offset of the next list block, 0 = the last */
 	uint32_t seg[];
 };
 #define EMB_RUNDIR_MAGIC 0x3252494452554eull /* "NURDIR2" */
@@ -490,7 +493,7 @@ _Static_assert(sizeof(struct emb_stub) == EMB_SMALL_SLOT, "stub");
 _Static_assert(sizeof(struct emb_link) == EMB_SMALL_SLOT, "link");
 _Static_assert(sizeof(struct emb_srec) == 32, "spill record header");
 _Static_assert(sizeof(struct emb_run) == 128, "run record");
-_Static_assert(sizeof(struct emb_rmeta) == 32, "run meta header");
+_Static_assert(sizeof(struct emb_rmeta) == 40, "run meta header");
 _Static_assert(sizeof(struct emb_rblk) == 16, "run block header");
 _Static_assert(sizeof(struct emb_spill) == 80, "spill table header");
 _Static_assert(sizeof(struct emb_sseg) == 32, "segment entry");

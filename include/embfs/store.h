@@ -362,6 +362,10 @@ struct store_spill_conf {
 	 * eviction's run), so that a test can change rows in between */
 	void (*unlocked)(void *arg);
 	void *unlocked_arg;
+	/* tests: segments one block of a new run's segment list names (0: as
+	 * many as a block holds, 1014 in 4 KiB), so that small runs list their
+	 * segments in several blocks */
+	uint32_t run_list_cap;
 };
 /* Attach the spill device named by c->path and start the mover.  A pool that
  * keeps rows on a spill device refuses c->path == NULL, a missing device or

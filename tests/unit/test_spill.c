@@ -55,6 +55,8 @@ static unsigned long long seed; /* EMBFS_SEED replays: pools' uuids, operations,
 static int stubs_only = 1;
 /* the mover's test hook (store_spill_conf.unlocked), for pools attached now */
 static void (*unlocked_fn)(void *);
+/* segments to a new run's list block (0: a block's worth) */
+static uint32_t list_cap;
 
 /* A 64-bit mix of x (splitmix64). */
 static uint64_t mix(uint64_t x)
@@ -68,7 +70,7 @@ static uint64_t mix(uint64_t x)
 static void attach(struct store *s, uint64_t spill_size)
 {
 	struct store_spill_conf c = { .path = spath, .size = spill_size, .manual = 1, .high = 40, .low = 30,
-				      .stubs_only = stubs_only, .unlocked = unlocked_fn };
+				      .stubs_only = stubs_only, .unlocked = unlocked_fn, .run_list_cap = list_cap };
 	if (store_spill_attach(s, &c, err, sizeof(err))) {
 		fprintf(stderr, "attach: %s\n", err);
 		exit(1);
@@ -1718,6 +1720,16 @@ static void runs_threads(void)
 	with_runs(test_threads);
 }
 
+/* The runs part again with runs that list their segments in several
+ * blocks (2 segments to a list block: a run of more than 1014 segments,
+ * 4 GiB of 4 MiB segments, does so in full size). */
+static void runs_lists(void)
+{
+	list_cap = 2;
+	test_runs();
+	list_cap = 0;
+}
+
 static const struct part {
 	const char *name;
 	void (*fn)(void);
@@ -1738,6 +1750,7 @@ static const struct part {
 	{ "runs_threads", runs_threads },
 	{ "runs_crash", runs_crash },
 	{ "unlocked", test_unlocked },
+	{ "runs_lists", runs_lists },
 	{ "range", test_range },
 };
 
