@@ -128,18 +128,27 @@ static inline uint32_t fold(uint64_t h)
 	return (uint32_t)(h ^ (h >> 32));
 }
 
-static uint32_t h_ctl(uint64_t ctl)
+/* A 64-bit mix (murmur3's finalizer): a bucket's checksum hashes up to 31
+ * words on every check a writer makes, so each word costs a few
+ * multiplications, not a call of XXH3 (which was most of a commit's CPU
+ * once buckets held 30 slots). */
+static inline uint64_t mix64(uint64_t x)
 {
-	uint64_t c = ctl & CTL_COVERED;
-	return fold(XXH3_64bits_withSeed(&c, sizeof(c), SEED_CTL));
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
 }
 
-static uint32_t h_slot(int i, uint64_t val)
+static inline uint32_t h_ctl(uint64_t ctl)
 {
-	struct {
-		uint64_t val, idx;
-	} e = { val, (uint64_t)i };
-	return fold(XXH3_64bits_withSeed(&e, sizeof(e), SEED_SLOT));
+	return fold(mix64((ctl & CTL_COVERED) ^ SEED_CTL));
+}
+
+static inline uint32_t h_slot(int i, uint64_t val)
+{
+	return fold(mix64(val ^ mix64(SEED_SLOT + (uint64_t)i)));
 }
 
 /* The checksum b should carry. */
@@ -181,10 +190,99 @@ static void ctl_set(struct store *s, struct emb_bucket *b, uint64_t nctl, uint32
 	pm_flush(s, b, 16);
 }
 
+
 static void bucket_seal(struct emb_bucket *b)
 {
 	csum_st(b, bucket_sum(b));
 }
+
+/*
+ * A bucket's check, remembered.  A lookup that misses checks the buckets it
+ * probed, so that a damaged entry never reads as a hole, and a writer the
+ * buckets it will change, so that no checksum is recomputed over damage:
+ * one hash per valid slot.  On a table whose rows are mostly in sorted runs
+ * nearly every lookup misses, and that check was a third of a range read's
+ * CPU; a commit checks two buckets of 30 slots per row.  So a bucket that
+ * passed is remembered in a DRAM array of the table's (st->vmemo: 4 bytes
+ * per bucket of each directory entry (EMB_SEG_LARGE of them), made at the
+ * first miss for directories of up to 2^VMEMO_MAX_GD entries, dropped with
+ * the DRAM directory by index_unload, i.e. at every growth or split of a
+ * segment): a 32-bit digest of the
+ * bucket's covered control bits and its checksum.  A later miss skips the
+ * check when the digest matches.  Every change a checksum covers changes
+ * the checksum (XOR of the digests of what changed), so a changed bucket
+ * is checked again; a digest that came back to a remembered value names
+ * the same contents unless 32 bits collide, the odds of damage the checksum
+ * itself misses.  What this gives up: damage to a remembered bucket's slots
+ * that happens while the pool is mounted (not its control word or
+ * checksum) is found when the bucket next changes or at the next mount,
+ * not at the next miss.  A writer that changes a remembered bucket (its
+ * ipos carries the entry) remembers the bucket as it leaves it: its new
+ * checksum follows from the checked old one by the change's digests.
+ * Racing threads make the array once (one wins, the others free theirs);
+ * entries are single 32-bit stores.
+ */
+#define VMEMO_MAX_GD 14 /* at most 22 MiB of memo for a table */
+
+static inline uint32_t vmemo_digest(const struct emb_bucket *b)
+{
+	uint64_t k = ((ld64(&b->ctl) & CTL_COVERED) * 0x9E3779B97F4A7C15ull) ^ csum_ld(b);
+	k ^= k >> 29;
+	k *= 0xBF58476D1CE4E5B9ull;
+	k ^= k >> 32;
+	return (uint32_t)k | 1; /* 0: nothing remembered */
+}
+
+/* The memo entry of bucket bi of directory entry di, the array made if
+ * need be: NULL when the directory is too large (or no memory). */
+static _Atomic uint32_t *memo_entry(struct stable *st, size_t di, unsigned bi)
+{
+	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_acquire);
+	if (!m) {
+		if (st->gd > VMEMO_MAX_GD)
+			return NULL;
+		_Atomic uint32_t *fresh = calloc((size_t)EMB_SEG_LARGE << st->gd, sizeof(*fresh)), *none = NULL;
+		if (!fresh)
+			return NULL;
+		if (atomic_compare_exchange_strong(&st->vmemo, &none, fresh)) {
+			m = fresh;
+		} else {
+			free(fresh);
+			m = none;
+		}
+	}
+	return &m[di * EMB_SEG_LARGE + bi];
+}
+
+/* Check b, or find it remembered in its memo entry e (NULL: none). */
+static int check_at(struct store *s, _Atomic uint32_t *e, const struct emb_bucket *b)
+{
+	if (!e)
+		return index_bucket_check(s, b);
+	uint32_t k = vmemo_digest(b);
+	if (atomic_load_explicit(e, memory_order_relaxed) == k)
+		return 0;
+	int ret = index_bucket_check(s, b);
+	if (!ret)
+		atomic_store_explicit(e, k, memory_order_relaxed);
+	return ret;
+}
+
+/* Check bucket bi of directory entry di (b), or find it remembered. */
+static int bucket_check_memo(struct store *s, struct stable *st, size_t di, unsigned bi,
+			     const struct emb_bucket *b)
+{
+	return check_at(s, memo_entry(st, di, bi), b);
+}
+
+/* A writer left b sound (it was checked, and the change updated its
+ * checksum): remember it so. */
+static inline void memo_note(_Atomic uint32_t *e, const struct emb_bucket *b)
+{
+	if (e)
+		atomic_store_explicit(e, vmemo_digest(b), memory_order_relaxed);
+}
+
 
 /* ---- directory ---------------------------------------------------------- */
 
@@ -290,13 +388,17 @@ static int lookup_h(struct store *s, struct stable *st, uint64_t key, struct iha
 	*val = 0;
 	if (!st->segs)
 		return 0;
-	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
-	struct emb_bucket *b = &seg->bucket[bucket1(seg, h)];
+	size_t di = dir_idx(h, st->gd);
+	struct emb_seg *seg = st->segs[di];
+	unsigned b1 = bucket1(seg, h);
+	struct emb_bucket *b = &seg->bucket[b1];
 	uint64_t tag = tag_of(h);
 	int i = probe(s, st, b, key, tag);
 	if (i >= 0) {
-		if (pos)
-			*pos = (struct ipos){ b, i, 0, b };
+		if (pos) {
+			_Atomic uint32_t *e = memo_entry(st, di, b1);
+			*pos = (struct ipos){ b, i, 0, b, e, e };
+		}
 		*val = ld64(&b->slot[i]) & EMB_REF_MASK;
 		return 0;
 	}
@@ -304,14 +406,15 @@ static int lookup_h(struct store *s, struct stable *st, uint64_t key, struct iha
 		return -EIO;
 	if (!(ld64(&b->ctl) & EMB_CTL_OVF_MASK))
 		return 0;
-	struct emb_bucket *nb = &seg->bucket[bucket2(seg, h)];
+	unsigned b2 = bucket2(seg, h);
+	struct emb_bucket *nb = &seg->bucket[b2];
 	i = probe(s, st, nb, key, tag);
 	if (i == -2)
 		return -EIO;
 	if (i < 0)
 		return 0;
 	if (pos)
-		*pos = (struct ipos){ nb, i, 1, b };
+		*pos = (struct ipos){ nb, i, 1, b, memo_entry(st, di, b2), memo_entry(st, di, b1) };
 	*val = ld64(&nb->slot[i]) & EMB_REF_MASK;
 	return 0;
 }
@@ -322,85 +425,18 @@ static int lookup(struct store *s, struct stable *st, uint64_t key, struct ipos 
 	return st->segs ? lookup_h(s, st, key, ihash_of(s, key), pos, val) : 0;
 }
 
-/* The buckets a lookup of key probes (nb NULL when only the first). */
-static void probed(struct store *s, struct stable *st, uint64_t key, struct emb_bucket **b,
-		   struct emb_bucket **nb)
-{
-	struct ihash h = ihash_of(s, key);
-	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
-	*b = &seg->bucket[bucket1(seg, h)];
-	*nb = ld64(&(*b)->ctl) & EMB_CTL_OVF_MASK ? &seg->bucket[bucket2(seg, h)] : NULL;
-}
-
-/* A miss (or a writer's lookup): the buckets probed are sound. */
+/* A writer's lookup: the buckets probed are sound (or remembered so). */
 static int probed_check(struct store *s, struct stable *st, uint64_t key)
 {
-	struct emb_bucket *b, *nb;
-	probed(s, st, key, &b, &nb);
-	int ret = index_bucket_check(s, b);
-	if (!ret && nb)
-		ret = index_bucket_check(s, nb);
-	return ret;
-}
-
-/*
- * A miss's bucket check, remembered (the read side only: no writer calls or
- * changes this).  A lookup that misses checks the buckets it probed, so
- * that a damaged entry never reads as a hole: one XXH3 per valid slot.  On
- * a table whose rows are mostly in sorted runs nearly every lookup misses,
- * and that check was a third of a range read's CPU.  So a bucket that
- * passed is remembered in a DRAM array of the table's (st->vmemo: 4 bytes
- * per bucket of each directory entry (EMB_SEG_LARGE of them), made at the
- * first miss for directories of up to 2^VMEMO_MAX_GD entries, dropped with
- * the DRAM directory by index_unload, i.e. at every growth or split of a
- * segment): a 32-bit digest of the
- * bucket's covered control bits and its checksum.  A later miss skips the
- * check when the digest matches.  Every change a checksum covers changes
- * the checksum (XOR of the digests of what changed), so a changed bucket
- * is checked again; a digest that came back to a remembered value names
- * the same contents unless 32 bits collide, the odds of damage the checksum
- * itself misses.  What this gives up: damage to a remembered bucket's slots
- * that happens while the pool is mounted (not its control word or
- * checksum) is found when the bucket next changes or at the next mount,
- * not at the next miss.  Racing readers make the array once (one wins, the
- * others free theirs); entries are single 32-bit stores.
- */
-#define VMEMO_MAX_GD 14 /* at most 22 MiB of memo for a table */
-
-static inline uint32_t vmemo_digest(const struct emb_bucket *b)
-{
-	uint64_t k = ((ld64(&b->ctl) & CTL_COVERED) * 0x9E3779B97F4A7C15ull) ^ csum_ld(b);
-	k ^= k >> 29;
-	k *= 0xBF58476D1CE4E5B9ull;
-	k ^= k >> 32;
-	return (uint32_t)k | 1; /* 0: nothing remembered */
-}
-
-/* Check bucket bi of directory entry di (b), or find it remembered. */
-static int bucket_check_memo(struct store *s, struct stable *st, size_t di, unsigned bi,
-			     const struct emb_bucket *b)
-{
-	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_acquire);
-	if (!m) {
-		if (st->gd > VMEMO_MAX_GD)
-			return index_bucket_check(s, b);
-		_Atomic uint32_t *fresh = calloc((size_t)EMB_SEG_LARGE << st->gd, sizeof(*fresh)), *none = NULL;
-		if (!fresh)
-			return index_bucket_check(s, b);
-		if (atomic_compare_exchange_strong(&st->vmemo, &none, fresh)) {
-			m = fresh;
-		} else {
-			free(fresh);
-			m = none;
-		}
+	struct ihash h = ihash_of(s, key);
+	size_t di = dir_idx(h, st->gd);
+	struct emb_seg *seg = st->segs[di];
+	unsigned b1 = bucket1(seg, h);
+	int ret = bucket_check_memo(s, st, di, b1, &seg->bucket[b1]);
+	if (!ret && (ld64(&seg->bucket[b1].ctl) & EMB_CTL_OVF_MASK)) {
+		unsigned b2 = bucket2(seg, h);
+		ret = bucket_check_memo(s, st, di, b2, &seg->bucket[b2]);
 	}
-	_Atomic uint32_t *e = &m[di * EMB_SEG_LARGE + bi];
-	uint32_t k = vmemo_digest(b);
-	if (atomic_load_explicit(e, memory_order_relaxed) == k)
-		return 0;
-	int ret = index_bucket_check(s, b);
-	if (!ret)
-		atomic_store_explicit(e, k, memory_order_relaxed);
 	return ret;
 }
 
@@ -773,9 +809,11 @@ int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t k
 	struct ihash h = ihash_of(s, key);
 	size_t di = dir_idx(h, st->gd);
 	struct emb_seg *seg = st->segs[di];
-	struct emb_bucket *b = &seg->bucket[bucket1(seg, h)], *nb = &seg->bucket[bucket2(seg, h)];
+	unsigned i1 = bucket1(seg, h), i2 = bucket2(seg, h);
+	struct emb_bucket *b = &seg->bucket[i1], *nb = &seg->bucket[i2];
+	_Atomic uint32_t *e1 = memo_entry(st, di, i1), *e2 = memo_entry(st, di, i2);
 	struct claim *ce, *ne;
-	if (index_bucket_check(s, b) || index_bucket_check(s, nb))
+	if (check_at(s, e1, b) || check_at(s, e2, nb))
 		return -EIO;
 	uint64_t fb = free_mask(c, b, &ce);
 	uint64_t fn = free_mask(c, nb, &ne);
@@ -785,14 +823,14 @@ int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t k
 	if (!second && fb) {
 		int i = __builtin_ctzll(fb);
 		ce->mask |= 1u << i;
-		*pos = (struct ipos){ b, i, 0, b };
+		*pos = (struct ipos){ b, i, 0, b, e1, e1 };
 		return 0;
 	}
 	if (fn && ovf + ce->pend < 255) {
 		int i = __builtin_ctzll(fn);
 		ne->mask |= 1u << i;
 		ce->pend++;
-		*pos = (struct ipos){ nb, i, 1, b };
+		*pos = (struct ipos){ nb, i, 1, b, e2, e1 };
 		return 0;
 	}
 	return index_grow(s, st, di);
@@ -806,6 +844,7 @@ void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint
 	if (pos->home_ovf) {
 		pthread_rwlock_wrlock(&st->lock);
 		ctl_set(s, pos->home, ld64(&pos->home->ctl) + (1ull << EMB_CTL_OVF_SHIFT), 0);
+		memo_note(pos->hmemo, pos->home);
 		pthread_rwlock_unlock(&st->lock);
 	}
 }
@@ -814,6 +853,7 @@ void index_publish(struct store *s, const struct ipos *pos)
 {
 	struct emb_bucket *b = pos->b;
 	ctl_set(s, b, ld64(&b->ctl) | (1ull << pos->slot), h_slot(pos->slot, ld64(&b->slot[pos->slot])));
+	memo_note(pos->memo, b);
 }
 
 void index_set_val(struct store *s, const struct ipos *pos, uint64_t ref)
@@ -825,12 +865,14 @@ void index_set_val(struct store *s, const struct ipos *pos, uint64_t ref)
 	st64(&b->slot[pos->slot], nv);
 	pm_flush(s, &b->slot[pos->slot], 8);
 	pm_flush(s, b, 16);
+	memo_note(pos->memo, b);
 }
 
 void index_unpublish(struct store *s, const struct ipos *pos)
 {
 	struct emb_bucket *b = pos->b;
 	ctl_set(s, b, ld64(&b->ctl) & ~(1ull << pos->slot), h_slot(pos->slot, ld64(&b->slot[pos->slot])));
+	memo_note(pos->memo, b);
 }
 
 void index_ovf_dec(struct store *s, struct stable *st, const struct ipos *pos)
@@ -839,8 +881,10 @@ void index_ovf_dec(struct store *s, struct stable *st, const struct ipos *pos)
 		return;
 	pthread_rwlock_wrlock(&st->lock);
 	uint64_t c = ld64(&pos->home->ctl);
-	if (c & EMB_CTL_OVF_MASK)
+	if (c & EMB_CTL_OVF_MASK) {
 		ctl_set(s, pos->home, c - (1ull << EMB_CTL_OVF_SHIFT), 0);
+		memo_note(pos->hmemo, pos->home);
+	}
 	pthread_rwlock_unlock(&st->lock);
 }
 

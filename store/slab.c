@@ -177,7 +177,6 @@ static int class_push(struct store *s, uint32_t cls, struct emb_slab *h)
 		used += (uint32_t)__builtin_popcountll(sl->bm[i]);
 	}
 	sl->nfree = h->nslots - used;
-	c->nfree += sl->nfree;
 	if (c->n == c->cap) {
 		size_t nc = c->cap ? c->cap * 2 : 16;
 		struct sslab **p = realloc(c->slabs, nc * sizeof(*p));
@@ -196,6 +195,8 @@ static int class_push(struct store *s, uint32_t cls, struct emb_slab *h)
 		return -ENOMEM;
 	}
 	c->slabs[c->n++] = sl;
+	c->nfree += sl->nfree;
+	c->nslots += h->nslots;
 	return 0;
 }
 
@@ -386,10 +387,7 @@ void slab_row_usage(struct store *s, uint64_t *used, uint64_t *slab_bytes, uint6
 		struct sclass *c = &s->cls[i];
 		if (!c->loaded || c->slot_size == EMB_SMALL_SLOT)
 			continue;
-		uint64_t total = 0;
-		for (size_t k = 0; k < c->n; k++)
-			total += c->slabs[k]->hdr->nslots;
-		uint64_t u = total > c->nfree ? total - c->nfree : 0;
+		uint64_t u = c->nslots > c->nfree ? c->nslots - c->nfree : 0;
 		*versions += u;
 		*used += (u + c->promised) * c->slot_size;
 	}
@@ -637,6 +635,7 @@ static int give_back_locked(struct store *s, struct sslab *sl, int shrink_cap)
 	if (ret)
 		return ret;
 	c->nfree -= sl->nfree;
+	c->nslots -= sl->hdr->nslots;
 	size_t k = 0;
 	while (k < c->n && c->slabs[k] != sl)
 		k++;

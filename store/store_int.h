@@ -88,6 +88,7 @@ struct sclass {
 	uint32_t slot_size;
 	int loaded;            /* slabs of this class read in */
 	uint64_t nfree;        /* free slots over all its slabs */
+	uint64_t nslots;       /* slots of all its slabs */
 	uint64_t promised;     /* slots promised to rows not yet written */
 	int trim;              /* a slab of it became empty (slab_trim) */
 	struct sslab **slabs;
@@ -410,6 +411,7 @@ struct ipos {
 	int slot;
 	int home_ovf;          /* entry sits in the second bucket of its row */
 	struct emb_bucket *home;
+	_Atomic uint32_t *memo, *hmemo; /* b's and home's check memo entries (index.c), or NULL */
 };
 /* The directory and segment headers of t's index are sound (mount): 0, or
  * -EIO with a reason in err. */
