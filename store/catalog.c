@@ -163,6 +163,7 @@ static struct stable *stable_new(struct store *s, uint32_t id, struct emb_table 
 	st->t = t;
 	pthread_rwlock_init(&st->lock, NULL);
 	pthread_mutex_init(&st->seek_lock, NULL);
+	pthread_mutex_init(&st->kf_mu, NULL);
 	if (index_load(s, st)) {
 		free(st);
 		return NULL;
@@ -179,8 +180,10 @@ static void stable_free(struct store *s, struct stable *st)
 	free(st->snap_keys.v);
 	free(st->live_keys.rg);
 	free(st->snap_keys.rg);
+	index_kf_free(st);
 	pthread_rwlock_destroy(&st->lock);
 	pthread_mutex_destroy(&st->seek_lock);
+	pthread_mutex_destroy(&st->kf_mu);
 	free(st);
 }
 

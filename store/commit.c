@@ -473,11 +473,11 @@ static void chunk_publish(struct store *s, struct stable *st, struct group *g, s
 		if (u[i].skip)
 			continue;
 		if (u[i].del && !u[i].tomb)
-			index_unpublish(s, &u[i].pos);
+			index_unpublish(s, st, &u[i].pos, u[i].row);
 		else if (u[i].found)
 			index_set_val(s, &u[i].pos, u[i].new_ref);
 		else
-			index_publish(s, &u[i].pos);
+			index_publish(s, st, &u[i].pos, u[i].row);
 		int live_new = !u[i].del;
 		drows += live_new - u[i].live;
 		changed |= live_new != u[i].live;

@@ -71,7 +71,7 @@ static int evict_apply(struct store *s, struct stable *st, const struct evict_ro
 	int64_t live = 0;
 	pthread_rwlock_wrlock(&st->lock);
 	for (size_t i = from; i < to; i++) {
-		index_unpublish(s, &pos[i]);
+		index_unpublish(s, st, &pos[i], er[i]->row);
 		live += !!er[i]->data[0];
 	}
 	st64(&st->t->nrows, st->t->nrows - (uint64_t)live);

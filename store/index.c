@@ -440,6 +440,153 @@ static int probed_check(struct store *s, struct stable *st, uint64_t key)
 	return ret;
 }
 
+/* ---- the key filter --------------------------------------------------------
+ * Which 64-row chunks of a table hold index entries, each chunk's entries
+ * counted in a DRAM hash (st->kf).  A read of many rows of a table with
+ * runs mostly misses the index, and a miss probes two buckets of 30 slots
+ * (eight cache lines): most of a spilled table's sequential read went
+ * there.  With the filter such a read probes only the rows of chunks that
+ * hold entries.  It is made at the first read that asks for it, from a
+ * walk of the index (under st->lock shared, so no writer changes the index
+ * meanwhile) that checks every bucket and every element it takes a row id
+ * from, and kept by index_publish and index_unpublish (st->lock exclusive).
+ * Damage found while it is made, or no memory to grow it, leaves it unused
+ * (reads probe as before).  Counts that drop to 0 stay as entries.  Freed
+ * with the table (index_kf_free); a table freed and made again starts
+ * without one.  16 bytes of DRAM per chunk with entries.
+ */
+#define KF_SHIFT 6
+#define KF_MAX_ENTRIES (1ull << 24) /* a table with more entries probes */
+
+struct kfilter {
+	uint64_t *k;    /* chunk + 1, 0 = empty */
+	uint32_t *c;    /* entries in the chunk */
+	size_t cap, n;
+	int bad;        /* not to be used */
+};
+
+static size_t kf_slot(const struct kfilter *f, uint64_t ch)
+{
+	size_t i = (size_t)mix64(ch) & (f->cap - 1);
+	while (f->k[i] && f->k[i] != ch + 1)
+		i = (i + 1) & (f->cap - 1);
+	return i;
+}
+
+static int kf_grow(struct kfilter *f)
+{
+	size_t cap = f->cap ? 2 * f->cap : 1024;
+	struct kfilter g = { calloc(cap, sizeof(uint64_t)), calloc(cap, sizeof(uint32_t)), cap, 0, 0 };
+	if (!g.k || !g.c) {
+		free(g.k);
+		free(g.c);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < f->cap; i++)
+		if (f->k[i]) {
+			size_t j = kf_slot(&g, f->k[i] - 1);
+			g.k[j] = f->k[i];
+			g.c[j] = f->c[i];
+			g.n++;
+		}
+	free(f->k);
+	free(f->c);
+	*f = g;
+	return 0;
+}
+
+/* An entry of row joins (d = 1) or leaves (d = -1) the index. */
+static void kf_add(struct kfilter *f, uint64_t row, int d)
+{
+	if (f->bad)
+		return;
+	uint64_t ch = row >> KF_SHIFT;
+	if ((f->n + 1) * 4 > f->cap * 3 && kf_grow(f)) {
+		f->bad = 1;
+		return;
+	}
+	size_t i = kf_slot(f, ch);
+	if (!f->k[i]) {
+		if (d < 0)
+			return;
+		f->k[i] = ch + 1;
+		f->c[i] = 0;
+		f->n++;
+	}
+	f->c[i] += (uint32_t)d;
+}
+
+static int kf_has(const struct kfilter *f, uint64_t row)
+{
+	size_t i = kf_slot(f, row >> KF_SHIFT);
+	return f->k[i] && f->c[i];
+}
+
+static void kf_destroy(struct kfilter *f)
+{
+	if (f) {
+		free(f->k);
+		free(f->c);
+		free(f);
+	}
+}
+
+void index_kf_free(struct stable *st)
+{
+	kf_destroy(atomic_exchange(&st->kf, NULL));
+}
+
+/* A writer's change of the entries (st->lock exclusive): row's entry
+ * joins (d = 1) or leaves (-1). */
+static void kf_note(struct stable *st, uint64_t row, int d)
+{
+	struct kfilter *f = atomic_load_explicit(&st->kf, memory_order_relaxed);
+	if (f)
+		kf_add(f, row, d);
+}
+
+/* Make the filter from a walk of the index (st->lock shared).  NULL: not
+ * now (another thread makes it, or no memory); a damaged index gives a
+ * filter marked bad, kept so that it is not walked again. */
+static struct kfilter *kf_make(struct store *s, struct stable *st)
+{
+	if (pthread_mutex_trylock(&st->kf_mu))
+		return NULL;
+	struct kfilter *f = atomic_load(&st->kf);
+	if (f) {
+		pthread_mutex_unlock(&st->kf_mu);
+		return f;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f || kf_grow(f)) {
+		free(f);
+		pthread_mutex_unlock(&st->kf_mu);
+		return NULL;
+	}
+	uint64_t entries = 0;
+	for (size_t di = 0, nd = index_ndir(st); di < nd && !f->bad;) {
+		struct emb_seg *seg = st->segs[di];
+		for (unsigned bi = 0; bi < seg->nbuckets && !f->bad; bi++) {
+			struct emb_bucket *b = &seg->bucket[bi];
+			if (bucket_check_memo(s, st, di, bi, b)) {
+				f->bad = 1;
+				break;
+			}
+			for (uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK; m && !f->bad; m &= m - 1) {
+				uint64_t ref = ld64(&b->slot[__builtin_ctzll(m)]) & EMB_REF_MASK;
+				if (++entries > KF_MAX_ENTRIES || !ref_sound(s, st, ref))
+					f->bad = 1;
+				else
+					kf_add(f, ref_row(s, ref), 1);
+			}
+		}
+		di += (size_t)1 << (st->gd - seg->local_depth);
+	}
+	atomic_store_explicit(&st->kf, f, memory_order_release);
+	pthread_mutex_unlock(&st->kf_mu);
+	return f;
+}
+
 /* A miss of a key of hash h: check (or find remembered) the buckets it
  * probed.  0 or -EIO. */
 static int miss_check(struct store *s, struct stable *st, struct ihash h)
@@ -472,15 +619,34 @@ int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val)
  * other. */
 #define INDEX_AHEAD 8
 int index_get_many(struct store *s, struct stable *st, const uint64_t *keys, size_t n, const uint8_t *skip,
-		   uint64_t *vals)
+		   int filter, uint64_t *vals)
 {
 	struct ihash h[INDEX_AHEAD];
+	uint8_t want[INDEX_AHEAD];
 	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_relaxed);
+	struct kfilter *f = NULL;
+	if (filter && st->segs && n >= 64) {
+		f = atomic_load_explicit(&st->kf, memory_order_acquire);
+		if (!f)
+			f = kf_make(s, st);
+		if (f && f->bad)
+			f = NULL;
+	}
+	uint64_t last_ch = EMB_NONE;
+	int last_has = 1;
 	size_t next = 0;
 	for (size_t i = 0; i < n; i++) {
 		for (; st->segs && next < n && next < i + INDEX_AHEAD; next++) {
+			want[next % INDEX_AHEAD] = 0;
 			if (skip && skip[next])
 				continue;
+			if (f && keys[next] >> KF_SHIFT != last_ch) {
+				last_ch = keys[next] >> KF_SHIFT;
+				last_has = kf_has(f, keys[next]);
+			}
+			if (f && !last_has)
+				continue; /* no entry in its chunk: not probed */
+			want[next % INDEX_AHEAD] = 1;
 			struct ihash x = h[next % INDEX_AHEAD] = ihash_of(s, keys[next]);
 			size_t di = dir_idx(x, st->gd);
 			unsigned bi = bucket1(st->segs[di], x);
@@ -491,8 +657,10 @@ int index_get_many(struct store *s, struct stable *st, const uint64_t *keys, siz
 		if (skip && skip[i])
 			continue;
 		vals[i] = 0;
-		int ret = st->segs ? lookup_h(s, st, keys[i], h[i % INDEX_AHEAD], NULL, &vals[i]) : 0;
-		if (!ret && !vals[i] && st->segs)
+		if (!st->segs || !want[i % INDEX_AHEAD])
+			continue;
+		int ret = lookup_h(s, st, keys[i], h[i % INDEX_AHEAD], NULL, &vals[i]);
+		if (!ret && !vals[i])
 			ret = miss_check(s, st, h[i % INDEX_AHEAD]);
 		if (ret)
 			return ret;
@@ -849,9 +1017,10 @@ void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint
 	}
 }
 
-void index_publish(struct store *s, const struct ipos *pos)
+void index_publish(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key)
 {
 	struct emb_bucket *b = pos->b;
+	kf_note(st, key, 1);
 	ctl_set(s, b, ld64(&b->ctl) | (1ull << pos->slot), h_slot(pos->slot, ld64(&b->slot[pos->slot])));
 	memo_note(pos->memo, b);
 }
@@ -868,9 +1037,10 @@ void index_set_val(struct store *s, const struct ipos *pos, uint64_t ref)
 	memo_note(pos->memo, b);
 }
 
-void index_unpublish(struct store *s, const struct ipos *pos)
+void index_unpublish(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key)
 {
 	struct emb_bucket *b = pos->b;
+	kf_note(st, key, -1);
 	ctl_set(s, b, ld64(&b->ctl) & ~(1ull << pos->slot), h_slot(pos->slot, ld64(&b->slot[pos->slot])));
 	memo_note(pos->memo, b);
 }

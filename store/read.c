@@ -111,7 +111,7 @@ static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, 
 	}
 	pthread_rwlock_rdlock(&st->lock);
 	if (heads)
-		ret = index_get_many(s, st, keys, n, d->skip, heads);
+		ret = index_get_many(s, st, keys, n, d->skip, runs, heads);
 	for (size_t i = 0; i < n && !ret; i++) {
 		if (d->skip && d->skip[i])
 			continue;

@@ -104,7 +104,7 @@ static int reclaim_apply(struct reclaim *rc)
 		struct change *x = &rc->ch[c];
 		drows += x->now - x->was;
 		if (!x->head)
-			index_unpublish(s, &pos[c]);
+			index_unpublish(s, st, &pos[c], x->row);
 		else if (x->head != x->old_head)
 			index_set_val(s, &pos[c], x->head);
 	}

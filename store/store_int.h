@@ -119,6 +119,10 @@ struct stable {
 	/* index.c: buckets whose miss check passed (bucket_check_memo); made
 	 * by readers, freed with segs (st->lock exclusive) */
 	_Atomic(_Atomic uint32_t *) vmemo;
+	/* index.c: which 64-row chunks hold index entries (the key filter);
+	 * built by a reader (kf_mu), kept by writers (st->lock exclusive) */
+	_Atomic(struct kfilter *) kf;
+	pthread_mutex_t kf_mu;
 };
 
 /*
@@ -425,9 +429,13 @@ void index_unload(struct stable *st);
 int index_get(struct store *s, struct stable *st, uint64_t key, uint64_t *val);
 /* index_get of keys[i] into vals[i], i in [0, n) but those with skip[i]
  * set (skip may be NULL), pipelined (reads of many rows; st->lock shared):
- * 0, or -EIO at the first damaged probe. */
+ * 0, or -EIO at the first damaged probe.  filter: most keys are likely
+ * absent (the table has runs): keys of 64-row chunks that hold no entry
+ * are not probed (the key filter, made at the first such call). */
 int index_get_many(struct store *s, struct stable *st, const uint64_t *keys, size_t n, const uint8_t *skip,
-		   uint64_t *vals);
+		   int filter, uint64_t *vals);
+/* The table's key filter goes (the table is freed). */
+void index_kf_free(struct stable *st);
 /* The same for a writer about to change the entry (commit_lock held): also
  * its position, and the buckets it would change are verified. */
 int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val);
@@ -445,10 +453,10 @@ int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t k
  * exclusive for it). */
 void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key, uint64_t ref);
 uint64_t index_hash(const struct store *s, uint64_t key);
-/* st->lock exclusive held. */
-void index_publish(struct store *s, const struct ipos *pos);
+/* st->lock exclusive held.  key: the row the entry is for. */
+void index_publish(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key);
 void index_set_val(struct store *s, const struct ipos *pos, uint64_t ref);
-void index_unpublish(struct store *s, const struct ipos *pos);
+void index_unpublish(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key);
 /* Takes st->lock exclusive. */
 void index_ovf_dec(struct store *s, struct stable *st, const struct ipos *pos);
 /* A bucket's checksum matches: 0, or -EIO (counted). */
