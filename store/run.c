@@ -2077,7 +2077,8 @@ static size_t mvers_keep(struct mvers *mv, uint32_t rs, const uint64_t *snaps, u
 static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_t m, int bottom)
 {
 	struct spill *sp = s->sp;
-	uint32_t rs = st->t->row_size;
+	uint32_t rs = st->t->row_size, tid = st->id;
+	uint64_t gen = st->t->gen;
 	uint64_t snaps[EMB_MAX_SNAPS];
 	uint32_t ns;
 	pthread_rwlock_rdlock(&s->snap_lock);
@@ -2147,7 +2148,7 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 		/* the inputs must still be listed, next to each other */
 		int listed = 1;
 		pthread_rwlock_rdlock(&sp->run_lock);
-		struct srun *p = sp->runs[st->id];
+		struct srun *p = sp->runs[tid];
 		while (p && p != v[0])
 			p = p->next;
 		for (size_t i = 0; i < m; i++) {
@@ -2158,7 +2159,7 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 			p = p->next;
 		}
 		pthread_rwlock_unlock(&sp->run_lock);
-		if (!listed || !tab_get(s, st->id))
+		if (!listed || !table_same(s, st, tid, gen))
 			ret = -ESTALE;
 		else if (w.nrecs)
 			ret = run_install(s, &w, v[0]->r->seq, level, v, m);
