@@ -707,8 +707,6 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	pthread_mutex_init(&sp->round_lock, NULL);
 	pthread_cond_init(&sp->cv, NULL);
 	pthread_cond_init(&sp->done_cv, NULL);
-	pthread_cond_init(&sp->merge_cv, NULL);
-	pthread_cond_init(&sp->merged_cv, NULL);
 	if (sp->fd < 0 || !sp->pins || !sp->seg_busy || !sp->heat || !sp->wbuf || !sp->rbuf) {
 		spill_free(sp);
 		return -ENOMEM;

@@ -454,28 +454,6 @@ static int promote(struct store *s)
 	return done;
 }
 
-/* Wake the merge thread for a pass. */
-static void merge_kick(struct spill *sp)
-{
-	pthread_mutex_lock(&sp->mu);
-	sp->merge_kicked = 1;
-	pthread_cond_signal(&sp->merge_cv);
-	pthread_mutex_unlock(&sp->mu);
-}
-
-/* Wait until the merge thread has done a whole pass that began after now
- * (it merged what it could and freed what that replaced). */
-static void merge_wait(struct spill *sp)
-{
-	pthread_mutex_lock(&sp->mu);
-	uint64_t want = sp->merge_passes + (sp->merging ? 2 : 1);
-	sp->merge_kicked = 1;
-	pthread_cond_signal(&sp->merge_cv);
-	while (sp->merge_passes < want && !sp->stop)
-		pthread_cond_wait(&sp->merged_cv, &sp->mu);
-	pthread_mutex_unlock(&sp->mu);
-}
-
 static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 {
 	struct spill *sp = s->sp;
@@ -491,12 +469,6 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 		uint64_t target = pass_target(s, need);
 		int all = !!(what & STORE_SPILL_ALL);
 		int64_t ev = sp->stubs_only ? 0 : evict_pass(s, all, target);
-		if (ev == -ENOSPC && sp->mthr_started) {
-			/* the device is full of runs: what the merge thread has
-			 * under way or can merge now may make room */
-			merge_wait(sp);
-			ev = evict_pass(s, all, target);
-		}
 		moved = ev;
 		if (ev >= 0 && (all || row_usage(s) > target)) {
 			moved = spill_pass(s, all, target);
@@ -528,15 +500,11 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 	}
 	if (what & STORE_SPILL_PROMOTE || !sp->manual)
 		promote(s);
-	/* runs: merge what a table has too many of -- in the merge thread when
-	 * there is one (a writer that waits for room waits for this round, and
-	 * a merge of a large level runs for seconds), else here, one merge only
-	 * while a writer waits; free what merges replaced */
-	if (sp->mthr_started)
-		merge_kick(sp);
-	else
-		for (int i = 0; i < (need ? 1 : 4) && merge_some(s) > 0; i++)
-			;
+	/* runs: merge what a table has too many of (one merge only while a
+	 * writer waits for room: it waits for this round), free what merges
+	 * replaced */
+	for (int i = 0; i < (need ? 1 : 4) && merge_some(s) > 0; i++)
+		;
 	pthread_mutex_lock(&s->commit_lock);
 	runs_reap_locked(s);
 	pthread_mutex_unlock(&s->commit_lock);
@@ -571,55 +539,6 @@ static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
 	int64_t r = mover_round_locked(s, what, need);
 	pthread_mutex_unlock(&s->sp->round_lock);
 	return r;
-}
-
-/* The merge thread: a pass merges what merge_some finds (a few merges at
- * most) and frees what they replaced; woken by each mover round, by a
- * round that found the device full (merge_wait), and every second. */
-static void *merger_main(void *arg)
-{
-	struct store *s = arg;
-	struct spill *sp = s->sp;
-	pthread_mutex_lock(&sp->mu);
-	while (!sp->stop) {
-		if (!sp->merge_kicked) {
-			struct timespec t;
-			clock_gettime(CLOCK_REALTIME, &t);
-			t.tv_sec += 1;
-			pthread_cond_timedwait(&sp->merge_cv, &sp->mu, &t);
-		}
-		if (sp->stop)
-			break;
-		sp->merge_kicked = 0;
-		sp->merging = 1;
-		pthread_mutex_unlock(&sp->mu);
-		for (int i = 0; i < 4 && !pm_writable(s) && merge_some(s) > 0; i++)
-			;
-		pthread_mutex_lock(&s->commit_lock);
-		runs_reap_locked(s);
-		pthread_mutex_unlock(&s->commit_lock);
-		pthread_mutex_lock(&sp->mu);
-		sp->merging = 0;
-		sp->merge_passes++;
-		pthread_cond_broadcast(&sp->merged_cv);
-	}
-	sp->merging = 0;
-	pthread_cond_broadcast(&sp->merged_cv);
-	pthread_mutex_unlock(&sp->mu);
-	return NULL;
-}
-
-/* Start the mover and the merge thread (not in manual mode); without a
- * merge thread the mover merges in its rounds. */
-static int threads_start(struct store *s)
-{
-	struct spill *sp = s->sp;
-	if (!sp->thr_started && pthread_create(&sp->thr, NULL, mover_main, s) != 0)
-		return -EAGAIN;
-	sp->thr_started = 1;
-	if (!sp->mthr_started && !sp->stubs_only && pthread_create(&sp->mthr, NULL, merger_main, s) == 0)
-		sp->mthr_started = 1;
-	return 0;
 }
 
 void *mover_main(void *arg)
@@ -699,10 +618,11 @@ int store_spill_start(struct store *s)
 	if (!sp || sp->thr_started)
 		return 0;
 	sp->manual = 0;
-	if (threads_start(s)) {
+	if (pthread_create(&sp->thr, NULL, mover_main, s) != 0) {
 		sp->manual = 1;
 		return -EAGAIN;
 	}
+	sp->thr_started = 1;
 	return 0;
 }
 
@@ -711,19 +631,14 @@ void spill_close(struct store *s)
 	struct spill *sp = s->sp;
 	if (!sp)
 		return;
-	if (sp->thr_started || sp->mthr_started) {
+	if (sp->thr_started) {
 		pthread_mutex_lock(&sp->mu);
 		sp->stop = 1;
 		pthread_cond_broadcast(&sp->cv);
 		pthread_cond_broadcast(&sp->done_cv);
-		pthread_cond_broadcast(&sp->merge_cv);
-		pthread_cond_broadcast(&sp->merged_cv);
 		pthread_mutex_unlock(&sp->mu);
-		if (sp->thr_started)
-			pthread_join(sp->thr, NULL);
-		if (sp->mthr_started)
-			pthread_join(sp->mthr, NULL);
-		sp->thr_started = sp->mthr_started = 0;
+		pthread_join(sp->thr, NULL);
+		sp->thr_started = 0;
 	}
 	runs_unload(sp);
 	spill_detach(s);
@@ -753,7 +668,7 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 		if (ret)
 			return ret;
 	}
-	if (!sp->manual)
-		(void)threads_start(s); /* a mover that could not start: writers get ENOSPC sooner */
+	if (!sp->manual && pthread_create(&sp->thr, NULL, mover_main, s) == 0)
+		sp->thr_started = 1;
 	return 0;
 }

@@ -29,17 +29,14 @@
  * the mover evicts like any row.
  *
  * Merges.  Evicted runs start at level 0; when a table has MERGE_FANOUT runs
- * of one level next to each other, the merge thread (mover.c; the mover's
- * rounds where it could not start) merges them into one run of the
+ * of one level next to each other, the mover merges them into one run of the
  * next level, keeping of each row the newest version and the newest one each
  * live snapshot sees, and dropping tombstones a merge that reaches the
  * table's oldest run no longer needs.  So a table has at most
  * (MERGE_FANOUT - 1) runs per level and a row costs a lookup about one
  * device read.  When the device is half full, all runs of the table with
  * the most are merged (that drops every copy newer runs
- * replaced).  Merges read and write the device without commit_lock, and
- * beside the mover's evictions: their segments come from seg_claim
- * (sp->mu), their install and the list checks under commit_lock.
+ * replaced).  Merges read and write the device without commit_lock.
  *
  * Crash safety.  A run's blocks and meta blocks are written and
  * fdatasync'ed into segments that are still FREE in the pool; one

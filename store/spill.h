@@ -117,13 +117,6 @@ struct spill {
 	/* thread */
 	pthread_t thr;
 	int thr_started;
-	/* the merge thread (mover.c): merges runs outside the mover's rounds */
-	pthread_t mthr;
-	int mthr_started;
-	int merge_kicked;         /* sp->mu: a round asked for a pass */
-	int merging;              /* sp->mu: a pass is under way */
-	uint64_t merge_passes;    /* sp->mu: passes done */
-	pthread_cond_t merge_cv, merged_cv;
 	pthread_mutex_t mu;       /* the fields below and the promotion queue */
 	pthread_cond_t cv, done_cv;
 	int stop, kicked, busy;

@@ -1732,11 +1732,16 @@ section_spillsnap() {
 	SSPID=$DPID
 	o=$("$SPB" -m fill -r 256 -n "$SS_ROWS" "$SSM/ss.emb") || fail "spillbench fill (spillsnap)"
 	echo "$o" >>"$W/runs.log"
-	i=0; prev=-1
-	while [ $i -lt 120 ]; do # the mover settles
+	# the mover and the merge thread settle: the daemon idle (under 5% of
+	# a core over a second) and no eviction meanwhile, or 2 minutes
+	i=0; prev=-1; hz=$(getconf CLK_TCK)
+	while [ $i -lt 120 ]; do
+		c0=$(awk '{ print $14 + $15 }' "/proc/$SSPID/stat")
 		cur=$(stat_of "$SSM" spill.run_evicted)
-		[ "$cur" = "$prev" ] && break
-		prev=$cur; i=$((i + 1)); sleep 0.5
+		sleep 1
+		c1=$(awk '{ print $14 + $15 }' "/proc/$SSPID/stat")
+		[ "$cur" = "$(stat_of "$SSM" spill.run_evicted)" ] && [ $((c1 - c0)) -le $((hz / 20)) ] && break
+		i=$((i + 1))
 	done
 	onr=$(stat_of "$SSM" spill.run_rows)
 	say "  filled: $(field "$o" mb_per_s) MB/s; $onr rows in runs ($(pct "$onr" "$SS_ROWS") of the table)"
