@@ -526,14 +526,8 @@ struct lreq {
 
 static int br_push(struct lreq *L, uint64_t blk)
 {
-	if (L->nbr == L->cbr) {
-		size_t nc = L->cbr ? 2 * L->cbr : 256;
-		struct bref *v = realloc(L->br, nc * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		L->br = v;
-		L->cbr = nc;
-	}
+	if (arr_room(&L->br, L->nbr, &L->cbr, sizeof(*L->br), 256))
+		return -ENOMEM;
 	L->br[L->nbr++] = (struct bref){ .blk = blk };
 	return 0;
 }
@@ -999,14 +993,8 @@ static int plan_run(struct lreq *L, struct plan *p)
 			continue;
 		j = fence_floor(x, row);
 		fence_walk(x, row, &j, &a, &b);
-		if (L->nlk == L->clk) {
-			size_t nc = L->clk ? 2 * L->clk : 256;
-			struct lk *v = realloc(L->lk, nc * sizeof(*v));
-			if (!v)
-				return -ENOMEM;
-			L->lk = v;
-			L->clk = nc;
-		}
+		if (arr_room(&L->lk, L->nlk, &L->clk, sizeof(*L->lk), 256))
+			return -ENOMEM;
 		L->lk[L->nlk++] = (struct lk){ u, a, b };
 		p->nl++;
 		ret = want(L, p, a, b);

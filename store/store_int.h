@@ -261,16 +261,26 @@ struct u64vec {
 	size_t n, cap;
 };
 
+/* Room for one more element in the growable array *pp holding n of *cap
+ * (elements of elem bytes): doubled when full, first at first.  0, or
+ * -ENOMEM with the array unchanged. */
+static inline int arr_room(void *pp, size_t n, size_t *cap, size_t elem, size_t first)
+{
+	if (n < *cap)
+		return 0;
+	size_t nc = *cap ? 2 * *cap : first;
+	void *p = realloc(*(void **)pp, nc * elem);
+	if (!p)
+		return -ENOMEM;
+	*(void **)pp = p;
+	*cap = nc;
+	return 0;
+}
+
 static inline int u64vec_push(struct u64vec *a, uint64_t x)
 {
-	if (a->n == a->cap) {
-		size_t nc = a->cap ? 2 * a->cap : 1024;
-		uint64_t *p = realloc(a->v, nc * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		a->v = p;
-		a->cap = nc;
-	}
+	if (arr_room(&a->v, a->n, &a->cap, sizeof(*a->v), 1024))
+		return -ENOMEM;
 	a->v[a->n++] = x;
 	return 0;
 }
