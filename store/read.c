@@ -55,19 +55,6 @@ static void reread(struct store *s, struct stable *st, struct sreq *q, uint64_t 
 	}
 }
 
-/* chain_find of a row whose index value (head) is known. */
-static int chain_find_at(struct store *s, struct stable *st, uint64_t row, uint64_t head, uint64_t b,
-			 struct emb_version **out, int *decided)
-{
-	struct chain c;
-	int ret = chain_start(s, st, row, head, &c);
-	while (!ret && c.v && b != EMB_NONE && ver_batch(c.v) > b)
-		ret = chain_step(&c);
-	*out = !ret && c.v && !ver_tomb(c.v) ? c.v : NULL;
-	*decided = !ret && c.v;
-	return ret;
-}
-
 /* What a read asks: rows[i], or first + i for a range; skip[i] set: row i
  * is not read (NULL: none are skipped). */
 struct rdesc {

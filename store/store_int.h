@@ -17,10 +17,11 @@
  *   read.c      the one read path (pool and device)
  *   run.c       sorted runs on the spill device: eviction, lookups, merges
  *   evict.c     the commit that takes evicted rows out of the index
- *   version.c   row versions: checksums, validated chains, relinks
+ *   version.c   version chains: walks, frees, relinks
  *   device.c    the spill device: segments, records, I/O
  *   catalog.c   tables: names, slots, attributes
  *   index.c     the row index
+ *   vcheck.c    row versions and links: checksums, validated access
  *   slab.c      row-version slots
  *   resv.c      the index-room reserve
  *   journal.c   the intent journal
@@ -554,7 +555,8 @@ void snapset_charge(struct store *s, uint64_t b_old, uint64_t b_new, uint64_t by
 int snapset_holds(struct store *s, const struct emb_snap *r, uint32_t id, uint64_t gen);
 int snapset_refs(struct store *s, const struct stable *st);
 
-/* ---- version.c: row versions, links, validated chains, relinks --------- */
+/* ---- vcheck.c: row versions and links, validated access; version.c:
+ * chains, frees, relinks ------------------------------------------------ */
 static inline uint64_t ver_row(const struct emb_version *v)
 {
 	return v->key & EMB_ROW_ID_MASK;
@@ -659,6 +661,9 @@ int chain_visible(struct store *s, struct stable *st, uint64_t row, uint64_t b, 
  * b (no entry, or all newer): then a run may hold it (run.c). */
 int chain_find(struct store *s, struct stable *st, uint64_t row, uint64_t b, struct emb_version **out,
 	       int *decided);
+/* The same for a row whose index value (head) is already known. */
+int chain_find_at(struct store *s, struct stable *st, uint64_t row, uint64_t head, uint64_t b,
+		  struct emb_version **out, int *decided);
 /* Is off (a version or a link) in row's chain?  1, 0 or -EIO.  commit_lock
  * held (or at mount). */
 int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
