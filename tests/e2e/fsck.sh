@@ -182,29 +182,18 @@ bad "spilled, no -o spill=" 8 "$P5"
 grep -q "spill=PATH" "$T/err" || fail "no hint at -o spill=: $(cat "$T/err")"
 fsck_is 0 "spilled, clean" -o spill="$SP" "$P5"
 # flip a data byte of row R in every run block holding it (as spill.sh)
-R=$(python3 - "$F5" "$T/e.src" "$RS" <<'EOF'
-import struct, sys
+R=$(python3 - "$F5" "$T/e.src" "$RS" "$TOP/tests/tools" <<'EOF'
+import os, sys
 dev, src, rs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-d, s = open(dev, 'rb').read(), open(src, 'rb').read()
-nrows, rec = len(s) // rs, 16 + rs
-blocks = {}
-for off in range(4096, len(d) - 4096 + 1, 4096):
-    if d[off:off + 4] != b'RBLK':
-        continue
-    n = struct.unpack_from('<I', d, off + 4)[0]
-    blocks[off] = [struct.unpack_from('<Q', d, off + 16 + i * rec)[0] for i in range(min(n, (4096 - 16) // rec))]
+sys.path.insert(0, sys.argv[4])
+from runblocks import run_blocks, flip_row
+nrows = os.path.getsize(src) // rs
+blocks = run_blocks(dev, rs)
 inruns = sorted({r for rows in blocks.values() for r in rows if r < nrows})
 if not inruns:
     sys.exit("no row in a run block")
 R = inruns[len(inruns) // 2]
-near = set()
-with open(dev, 'r+b') as f:
-    for off, rows in blocks.items():
-        if R in rows:
-            i = rows.index(R)
-            f.seek(off + 16 + i * rec + 16 + 7)
-            f.write(bytes([d[off + 16 + i * rec + 16 + 7] ^ 0x5a]))
-            near.update(rows)
+near = {r for off in flip_row(dev, blocks, rs, R) for r in blocks[off]}
 far = [r for r in inruns if r not in near and abs(r - R) > 256]
 print(R, far[0] if far else -1)
 EOF

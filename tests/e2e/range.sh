@@ -148,29 +148,18 @@ say "a fresh pool, t.emb written once: $(sf spill.run_rows spill.runs)"
 unmount_pool "$M"
 # flip a data byte of row R in every block that holds it; print R, the
 # blocks, and the first and last row of each such block
-R=$(python3 - "$F" "$RS" "$(rand 1000000)" <<'EOF'
-import random, struct, sys
+R=$(python3 - "$F" "$RS" "$(rand 1000000)" "$TOP/tests/tools" <<'EOF'
+import random, sys
 dev, rs, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-d = open(dev, 'rb').read()
-rec = 16 + rs
-blocks = {}
-for off in range(4096, len(d) - 4096 + 1, 4096):
-    if d[off:off + 4] != b'RBLK':
-        continue
-    n = struct.unpack_from('<I', d, off + 4)[0]
-    blocks[off] = [struct.unpack_from('<Q', d, off + 16 + i * rec)[0] for i in range(min(n, (4096 - 16) // rec))]
+sys.path.insert(0, sys.argv[4])
+from runblocks import run_blocks, flip_row
+blocks = run_blocks(dev, rs)
 rows = sorted({r for v in blocks.values() for r in v if 1000 < r < 150000})
 if not rows:
     sys.exit("no row in a run block")
 R = random.Random(seed).choice(rows[len(rows) // 4:3 * len(rows) // 4])
-hold = [off for off, v in blocks.items() if R in v]
-span = []
-with open(dev, 'r+b') as f:
-    for off in hold:
-        i = blocks[off].index(R)
-        f.seek(off + 16 + i * rec + 16 + 7)
-        f.write(bytes([d[off + 16 + i * rec + 16 + 7] ^ 0x5a]))
-        span += [min(blocks[off]), max(blocks[off])]
+hold = flip_row(dev, blocks, rs, R)
+span = [f(blocks[off]) for off in hold for f in (min, max)]
 print(R, len(hold), min(span), max(span))
 EOF
 ) || fail "damaging a block of $F"

@@ -266,32 +266,21 @@ case "$OPTS" in
 # sorted runs: flip a data byte of row R in every block that holds it (the
 # live run's, and those of runs merged away but not yet written over); R
 # and the rows sharing its block read EIO, every other row reads right
-R=$(python3 - "$F5" "$T/e.src" "$RS" <<'EOF'
-import struct, sys
+R=$(python3 - "$F5" "$T/e.src" "$RS" "$TOP/tests/tools" <<'EOF'
+import os, sys
 dev, src, rs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-d, s = open(dev, 'rb').read(), open(src, 'rb').read()
-nrows, rec = len(s) // rs, 16 + rs
-blocks = {}
-for off in range(4096, len(d) - 4096 + 1, 4096):
-    if d[off:off + 4] != b'RBLK':
-        continue
-    n = struct.unpack_from('<I', d, off + 4)[0]
-    rows = [struct.unpack_from('<Q', d, off + 16 + i * rec)[0] for i in range(min(n, (4096 - 16) // rec))]
-    blocks[off] = rows
+sys.path.insert(0, sys.argv[4])
+from runblocks import run_blocks, flip_row
+nrows = os.path.getsize(src) // rs
+blocks = run_blocks(dev, rs)
 inruns = sorted({r for rows in blocks.values() for r in rows if r < nrows})
 if not inruns:
     sys.exit("no row in a run block")
 R = inruns[len(inruns) // 2]
-hold = [off for off, rows in blocks.items() if R in rows]
+hold = flip_row(dev, blocks, rs, R)
 if not hold:
     sys.exit("row %d is in no run block" % R)
-near = set()
-with open(dev, 'r+b') as f:
-    for off in hold:
-        i = blocks[off].index(R)
-        f.seek(off + 16 + i * rec + 16 + 7)
-        f.write(bytes([d[off + 16 + i * rec + 16 + 7] ^ 0x5a]))
-        near.update(blocks[off])
+near = {r for off in hold for r in blocks[off]}
 print(R, len(hold), *sorted(near - {R}))
 EOF
 ) || fail "finding row blocks in $F5"
