@@ -1,34 +1,80 @@
 #!/bin/sh
 # Test runner: unit tests (build/tests/test_*) then end-to-end tests
 # (tests/e2e/*.sh), each under a timeout.  Exit status 77 = skipped.
-# Usage: tests/run.sh [NAME-SUBSTRING...]
+# Usage: tests/run.sh [NAME-SUBSTRING...]  (a test runs if its name holds any
+# of the substrings; none given: every test)
+# Each test's whole output goes to $BUILD/test-logs/NAME.log; for a failing
+# test the runner prints the log's path, every "seed" line in it and its last
+# lines.  The logs of passing tests are removed (VERBOSE=1 prints them all).
+# A test must leave nothing behind: an embfs* file or folder in /dev/shm, /tmp
+# or /var/tmp, or a fuse mount, that appeared while it ran fails it (listed,
+# not removed: the runner cannot know it is not another run's).
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$TOP/build}
 TIMEOUT=${TEST_TIMEOUT:-300}
+LOGS="$BUILD/test-logs"
+mkdir -p "$LOGS" || exit 1
 pass=0; failn=0; skipn=0; failed=""
+
+selected() {
+	[ $# -eq 1 ] && return 0
+	name=$1; shift
+	for f in "$@"; do
+		case "$name" in *"$f"*) return 0 ;; esac
+	done
+	return 1
+}
+
+# what a test may leave behind, one a line
+leftovers() {
+	ls -d /dev/shm/embfs* /tmp/embfs* /var/tmp/embfs* 2>/dev/null
+	awk '$3 ~ /^fuse/ { print "mount " $2 }' /proc/mounts
+}
+
 run() {
 	name=$1; shift
-	if [ -n "$FILTER" ]; then
-		case "$name" in *$FILTER*) ;; *) return ;; esac
-	fi
+	log="$LOGS/$name.log"
+	leftovers | sort >"$LOGS/.before"
 	start=$(date +%s.%N)
-	out=$(timeout -k 10 "$TIMEOUT" "$@" 2>&1); rc=$?
+	timeout -k 10 "$TIMEOUT" "$@" >"$log" 2>&1 </dev/null; rc=$?
+	left=$(leftovers | sort | comm -13 "$LOGS/.before" -)
+	if [ -n "$left" ]; then
+		echo "runner: the test left behind:" >>"$log"
+		echo "$left" | sed 's/^/  /' >>"$log"
+		[ $rc = 0 ] || [ $rc = 77 ] && rc=99
+	fi
 	t=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
 	case $rc in
 	0) pass=$((pass + 1)); printf 'PASS %-28s %6ss\n' "$name" "$t" ;;
-	77) skipn=$((skipn + 1)); printf 'SKIP %-28s %s\n' "$name" "$(echo "$out" | tail -1)" ;;
-	*) failn=$((failn + 1)); failed="$failed $name"; printf 'FAIL %-28s (status %d)\n' "$name" "$rc"
-	   echo "$out" | tail -30 | sed 's/^/     /' ;;
+	77) skipn=$((skipn + 1)); printf 'SKIP %-28s %s\n' "$name" "$(tail -1 "$log")" ;;
+	*) failn=$((failn + 1)); failed="$failed $name"
+	   case $rc in
+	   124) why="timed out after ${TIMEOUT}s" ;;
+	   99) why="left files or mounts behind" ;;
+	   *) why="status $rc" ;;
+	   esac
+	   printf 'FAIL %-28s (%s, %ss)\n' "$name" "$why" "$t"
+	   echo "     whole output: $log"
+	   grep -i 'seed' "$log" | sed 's/^/     /'
+	   echo "     last lines:"
+	   tail -30 "$log" | sed 's/^/     /' ;;
 	esac
-	[ -n "$VERBOSE" ] && echo "$out" | sed 's/^/     /'
+	[ -n "$VERBOSE" ] && sed 's/^/     /' "$log"
+	[ $rc = 0 ] || [ $rc = 77 ] || return 0
+	rm -f "$log"
 }
-FILTER=$1
+
 for t in "$BUILD"/tests/test_*; do
-	[ -x "$t" ] && run "$(basename "$t")" "$t"
+	[ -x "$t" ] || continue
+	n=$(basename "$t")
+	selected "$n" "$@" && run "$n" "$t"
 done
 for t in "$TOP"/tests/e2e/*.sh; do
-	[ -f "$t" ] && run "$(basename "$t" .sh)" sh "$t"
+	[ -f "$t" ] || continue
+	n=$(basename "$t" .sh)
+	selected "$n" "$@" && run "$n" sh "$t"
 done
-[ -n "$failed" ] && echo "failed:$failed"
+[ -n "$failed" ] && echo "failed:$failed (whole outputs in $LOGS)"
+rm -f "$LOGS/.before"
 echo "$pass passed, $failn failed, $skipn skipped"
 [ $failn -eq 0 ]
