@@ -155,6 +155,12 @@ void root_statfs(fuse_req_t req)
 		v.f_bfree += sp.free_bytes / 4096;
 	}
 	v.f_bavail = v.f_bfree;
+	/* the merge reserve is free but not for new rows (as ext4's reserved
+	 * blocks: in f_bfree, not in f_bavail) */
+	if (sp.attached) {
+		uint64_t r = sp.segs_reserved * sp.seg_size / 4096;
+		v.f_bavail = v.f_bavail > r ? v.f_bavail - r : 0;
+	}
 	v.f_files = INO_NTABLES;
 	v.f_ffree = v.f_files - s.tables;
 	v.f_favail = v.f_ffree;

@@ -329,6 +329,8 @@ static void put_spill(struct stats_out *o, const struct store_spill_stats *sp)
 	PUT("spill.segment_bytes", "spill_segment_bytes", GAUGE, "Size of one spill segment", sp->seg_size);
 	PUT("spill.segments", "spill_segments", GAUGE, "Spill segments", sp->segs);
 	PUT("spill.segments_free", "spill_segments_free", GAUGE, "Free spill segments", sp->segs_free);
+	PUT("spill.segments_reserved", "spill_segments_reserved", GAUGE,
+	    "Free spill segments kept for merges, not for new rows", sp->segs_reserved);
 	PUT("spill.segments_open", "spill_segments_open", GAUGE, "Spill segments being written", sp->segs_open);
 	PUT("spill.segments_sealed", "spill_segments_sealed", GAUGE, "Full spill segments", sp->segs_sealed);
 	PUT("spill.footprint_bytes", "spill_footprint_bytes", GAUGE, "Bytes written to spill segments not yet freed",

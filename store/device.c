@@ -331,13 +331,14 @@ uint64_t seg_claim(struct spill *sp, uint32_t keep)
 	return k;
 }
 
-/* Seal the open segment and open a free one.  The last free segment is kept
- * for compaction (which can always finish with it).  0, or -ENOSPC. */
+/* Seal the open segment and open a free one.  Stub spills leave the merge
+ * reserve and one more free segment, kept for compaction (which can always
+ * finish with it).  0, or -ENOSPC. */
 int seg_next(struct store *s, int compacting)
 {
 	struct spill *sp = s->sp;
 	struct emb_spill *pm = sp->pm;
-	uint64_t k = seg_claim(sp, compacting ? 0 : 1);
+	uint64_t k = seg_claim(sp, compacting ? 0 : 1 + atomic_load(&sp->reserve));
 	if (k == EMB_NONE)
 		return -ENOSPC;
 	if (sp->open_seg >= 0) {
@@ -691,6 +692,8 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->list_cap = c->run_list_cap;
 	sp->unlocked_arg = c->unlocked_arg;
 	sp->open_seg = -1;
+	sp->reserve_min = pm->nsegs / 8 > 2 ? (uint32_t)(pm->nsegs / 8) : 2;
+	atomic_store(&sp->reserve, sp->reserve_min);
 	sp->recount = s->recovered;
 	sp->pins = calloc(pm->nsegs, sizeof(*sp->pins));
 	sp->seg_busy = calloc(pm->nsegs, 1);
@@ -789,6 +792,7 @@ void device_stats_get(struct store *s, struct store_spill_stats *st)
 	st->size = pm->size;
 	st->seg_size = pm->seg_size;
 	st->segs = pm->nsegs;
+	st->segs_reserved = atomic_load_explicit(&sp->reserve, memory_order_relaxed);
 	pthread_mutex_lock(&s->commit_lock); /* the segment table changes under it */
 	st->recounting = sp->recount;
 	for (uint64_t k = 0; k < pm->nsegs; k++) {

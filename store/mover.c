@@ -458,6 +458,7 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 {
 	struct spill *sp = s->sp;
 	int64_t moved = 0;
+	runs_reserve(s);
 	if (sp->recount) {
 		pthread_mutex_lock(&s->commit_lock);
 		int ret = recount_locked(s);
@@ -469,6 +470,9 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 		uint64_t target = pass_target(s, need);
 		int all = !!(what & STORE_SPILL_ALL);
 		int64_t ev = sp->stubs_only ? 0 : evict_pass(s, all, target);
+		/* no room for the run: merges that give room back, then again */
+		if (ev == -ENOSPC && runs_make_room(s) > 0)
+			ev = evict_pass(s, all, target);
 		moved = ev;
 		if (ev >= 0 && (all || row_usage(s) > target)) {
 			moved = spill_pass(s, all, target);

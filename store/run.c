@@ -311,6 +311,7 @@ static int srun_load(struct store *s, struct srun *x)
 /* Insert x into its table's list by seq (newest first).  run_lock held. */
 static void list_insert(struct spill *sp, struct srun *x)
 {
+	atomic_fetch_add(&sp->runs_gen, 1);
 	struct srun **p = &sp->runs[x->r->table];
 	while (*p && (*p)->r->seq > x->r->seq)
 		p = &(*p)->next;
@@ -1378,6 +1379,9 @@ struct build {
 	uint32_t *arrays;
 	uint64_t nblocks, bloom_bits, meta_loc, meta_csum;
 	uint32_t list_cap;       /* segments to a list block of its meta */
+	uint32_t keep;           /* free segments its claims leave (seg_claim) */
+	int dry;                 /* count the segments it would take, write nothing */
+	uint64_t dry_segs;       /* build_finish of a dry build: that count */
 	int err;
 };
 
@@ -1405,6 +1409,7 @@ static int build_open(struct build *w, struct store *s, struct stable *st)
 	w->per_blk = (w->bs - (uint32_t)sizeof(struct emb_rblk)) / w->rec;
 	w->cap = CHUNK_BYTES / w->bs ? CHUNK_BYTES / w->bs : 1;
 	w->min_row = EMB_NONE;
+	w->keep = 1 + atomic_load(&sp->reserve); /* an eviction leaves the merge reserve */
 	if (posix_memalign((void **)&w->buf, BLK, (w->cap + 1) * (size_t)w->bs))
 		return -ENOMEM;
 	memset(w->buf, 0, (w->cap + 1) * (size_t)w->bs);
@@ -1416,11 +1421,11 @@ static int build_flush(struct build *w)
 {
 	struct spill *sp = w->sp;
 	uint64_t bps = sp->pm->seg_size / w->bs;
-	size_t done = 0;
+	size_t done = w->dry ? w->nbuf : 0;
 	while (!w->err && done < w->nbuf) {
 		uint64_t blk = w->first + done;
 		if (blk / bps >= w->segs.n) {
-			uint64_t k = seg_claim(sp, 1); /* the last stays for stub compaction */
+			uint64_t k = seg_claim(sp, w->keep);
 			if (k == EMB_NONE) {
 				w->err = -ENOSPC;
 				break;
@@ -1532,8 +1537,12 @@ static int build_finish(struct build *w)
 	w->list_cap = (uint32_t)cap;
 	if (nsegs > UINT32_MAX)
 		return w->err = -EFBIG;
+	if (w->dry) {
+		w->dry_segs = nsegs;
+		return 0;
+	}
 	while (w->segs.n < nsegs) { /* the list blocks name them all */
-		uint64_t k = seg_claim(sp, 1); /* the last stays for stub compaction */
+		uint64_t k = seg_claim(sp, w->keep);
 		if (k == EMB_NONE)
 			return w->err = -ENOSPC;
 		if ((w->err = u64vec_push(&w->segs, k)))
@@ -1623,6 +1632,7 @@ static void live_add(struct store *s, const struct emb_run *r, int sign)
  * exclusive. */
 static void list_retire(struct store *s, struct spill *sp, struct srun **v, size_t n)
 {
+	atomic_fetch_add(&sp->runs_gen, 1);
 	for (size_t i = 0; i < n; i++) {
 		live_add(s, v[i]->r, -1);
 		for (struct srun **p = &sp->runs[v[i]->r->table]; *p; p = &(*p)->next)
@@ -1829,6 +1839,12 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 		max = EVICT_MIN_ROWS;
 	if (max * rs > EVICT_MAX_BYTES)
 		max = EVICT_MAX_BYTES / rs;
+	/* a run fits in half the smallest merge reserve, so that two of them
+	 * can always be merged (its versions count: vmax = max) */
+	uint64_t bs = ((uint64_t)sizeof(struct emb_rblk) + 16 + rs + BLK - 1) & ~(uint64_t)(BLK - 1);
+	uint64_t cap = sp->reserve_min * sp->pm->seg_size / 2 / bs * ((bs - sizeof(struct emb_rblk)) / (16 + rs));
+	if (max > cap)
+		max = cap ? cap : 1;
 	struct evset es = { .max = max, .vmax = max };
 	es.e = malloc(max * sizeof(*es.e));
 	es.off = malloc(max * sizeof(*es.off));
@@ -1864,6 +1880,9 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 		goto out;
 	built = 1;
 	w.id = id;
+	/* it leaves the reserve as it will be with this run's rows counted
+	 * (runs_reserve grows by at most the run's size) */
+	w.keep += (uint32_t)(((uint64_t)es.nv / w.per_blk + 2) * w.bs / sp->pm->seg_size + 1);
 	for (size_t i = 0; i < n && !ret; i++)
 		ret = build_row(&w, es.e[i].row, &es.bat[es.e[i].v0], &es.data[es.e[i].v0], es.e[i].nv);
 	if (!ret)
@@ -2059,10 +2078,23 @@ static size_t mvers_keep(struct mvers *mv, uint32_t rs, const uint64_t *snaps, u
 	return nk;
 }
 
-/* Merge runs v[0..m) (adjacent in the table's list, newest first) into one.
+/* Run x holds no row in the row ranges of v[0..m). */
+static int runs_apart(const struct srun *x, struct srun *const *v, size_t m)
+{
+	for (size_t i = 0; i < m; i++)
+		if (x->r->min_row <= v[i]->r->max_row && v[i]->r->min_row <= x->r->max_row)
+			return 0;
+	return 1;
+}
+
+/* Merge runs v[0..m) (in the table's list order, newest first, any run
+ * between them holding none of their row ranges) into one, in v[0]'s place.
  * bottom: v[m - 1] is the table's oldest run.  Versions no live snapshot
- * needs are dropped.  Takes commit_lock to install. */
-static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_t m, int bottom)
+ * needs are dropped.  Takes commit_lock to install.  With plan, a dry run:
+ * the inputs are read and *plan set to the segments the output would take
+ * (0: nothing is left), nothing written. */
+static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_t m, int bottom, uint32_t keep,
+		      uint64_t *plan)
 {
 	struct spill *sp = s->sp;
 	uint32_t rs = st->t->row_size, tid = st->id;
@@ -2080,7 +2112,9 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 		free(it);
 		return ret;
 	}
-	w.id = next_id(sp);
+	w.id = plan ? 0 : next_id(sp);
+	w.keep = keep; /* a merge may take the reserve */
+	w.dry = plan != NULL;
 	uint32_t level = 0;
 	for (size_t i = 0; i < m && !ret; i++) {
 		if ((ret = srun_load(s, v[i])))
@@ -2131,20 +2165,24 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 		ret = 0;
 		w.nrecs = 0;
 	}
-	if (!ret) {
+	if (plan && !ret)
+		*plan = w.nrecs ? w.dry_segs : 0;
+	if (!ret && !plan) {
 		pthread_mutex_lock(&s->commit_lock);
-		/* the inputs must still be listed, next to each other */
+		/* the inputs must still be listed, in order, with nothing between
+		 * them that holds rows of theirs */
 		int listed = 1;
 		pthread_rwlock_rdlock(&sp->run_lock);
 		struct srun *p = sp->runs[tid];
 		while (p && p != v[0])
 			p = p->next;
-		for (size_t i = 0; i < m; i++) {
-			if (p != v[i]) {
+		for (size_t i = 0; i < m && listed; p = p->next) {
+			if (!p)
 				listed = 0;
-				break;
-			}
-			p = p->next;
+			else if (p == v[i])
+				i++;
+			else
+				listed = runs_apart(p, v, m);
 		}
 		pthread_rwlock_unlock(&sp->run_lock);
 		if (!listed || !table_same(s, st, tid, gen))
@@ -2160,7 +2198,7 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 		}
 		pthread_mutex_unlock(&s->commit_lock);
 	}
-	if (!ret) {
+	if (!ret && !plan) {
 		atomic_fetch_add(&sp->merges, 1);
 		atomic_fetch_add(&sp->merge_in_bytes, in_bytes);
 		atomic_fetch_add(&sp->merge_out_bytes, w.bytes);
@@ -2173,46 +2211,157 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 	return ret;
 }
 
-/* One merge a table needs, if any: MERGE_FANOUT adjacent runs of one level.
- * Returns 1 merged, 0 none needed, or -errno. */
-/* The device is too full for the merge it wants: merge the two adjacent
- * runs (of any table) with the fewest blocks that fit in the free segments
- * but one.  Their output is no larger than they are, and drops what newer
- * runs replaced and what no snapshot needs, so it frees segments for the
- * next such merge.  1 merged, 0 nothing fits, -errno. */
+/* Segments runs v[0..m) hold. */
+static uint64_t segs_of(struct srun **v, size_t m)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < m; i++)
+		n += v[i]->r->nsegs;
+	return n;
+}
+
+/* The device has no room for the merge it wants, or for a run a writer
+ * waits for: make the merge that gives back the most segments among
+ * those whose output fits in the free segments (the reserve included:
+ * evictions leave it, so a merge always has it; and the last one, which
+ * such a merge gives back with more, or lets go of when it fails).  The
+ * candidates, per table: its whole list (which drops every version newer
+ * runs replaced and no snapshot needs); each run with the next one holding
+ * rows of its range, if no run between them holds rows of either; each run
+ * alone (the versions of dropped snapshots).  A dry run of each reads its
+ * inputs and counts the segments its output takes, so that a merge whose
+ * inputs are larger than the room but mostly dead still fits.  A merge must
+ * give back at least two segments and an eighth of what it rewrites.  A
+ * search that found nothing is not repeated until the runs or the free
+ * count change.  1 merged, 0 none gives room back, -errno. */
 static int merge_fitting(struct store *s)
 {
 	struct spill *sp = s->sp;
 	uint32_t nfree = free_segs(sp);
-	uint64_t room = nfree > 1 ? (uint64_t)(nfree - 1) * sp->pm->seg_size : 0, best = UINT64_MAX;
+	uint64_t gen = atomic_load(&sp->runs_gen);
+	if (!nfree || (sp->fit_gen == gen + 1 && sp->fit_free == nfree))
+		return 0;
+	uint64_t room = nfree, best = 0;
 	uint32_t bid = EMB_NTABLES;
-	size_t bat = 0;
+	size_t bi = 0, bj = 0;
 	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
 		struct srun **v;
 		size_t n;
-		if (!sp->runs[id] || runs_get(sp, id, &v, &n))
+		struct stable *st = sp->runs[id] ? tab_get(s, id) : NULL;
+		if (!st || runs_get(sp, id, &v, &n))
 			continue;
-		for (size_t i = 0; i + 1 < n; i++) {
-			uint64_t b = (v[i]->r->nblocks + v[i + 1]->r->nblocks + 2) * v[i]->r->blk_size;
-			if (b <= room && b < best) {
-				best = b;
+		/* c == 0: the whole list; 1..n: run c - 1 and the next run j
+		 * that holds rows of its range; n + 1..2n: run c - n - 1 alone */
+		for (size_t c = 0; c <= 2 * n; c++) {
+			size_t i = !c ? n : c <= n ? c - 1 : c - n - 1;
+			struct srun *pair[2], **set = v;
+			size_t m = n, j = i + 1;
+			if (c > n) { /* run i alone: the versions no snapshot needs now */
+				set = v + i;
+				m = 1;
+				j = i;
+			} else if (i < n) {
+				while (j < n && runs_apart(v[j], v + i, 1))
+					j++;
+				int ok = j < n;
+				for (size_t k = i + 1; ok && k < j; k++)
+					ok = runs_apart(v[k], v + j, 1);
+				if (!ok)
+					continue;
+				pair[0] = v[i];
+				pair[1] = v[j];
+				set = pair;
+				m = 2;
+			} else {
+				j = n - 1;
+			}
+			uint64_t in = segs_of(set, m), out = 0;
+			if (in <= best)
+				continue;
+			int dr = merge_runs(s, st, set, m, j == n - 1, 0, &out);
+			if (dr)
+				continue;
+			/* a merge that gives back less than an eighth of what it
+			 * rewrites (a tail segment, say) is not worth its writes */
+			if (out <= room && out + 2 <= in && (in - out) * 8 >= in && in - out > best) {
+				best = in - out;
 				bid = id;
-				bat = i;
+				bi = i;
+				bj = j;
 			}
 		}
 		runs_put(v, n);
 	}
-	struct stable *st = bid < EMB_NTABLES ? tab_get(s, bid) : NULL;
+	if (!best) {
+		sp->fit_gen = gen + 1;
+		sp->fit_free = nfree;
+		return 0;
+	}
+	/* only this thread merges, and runs come only at the head of a list:
+	 * the list is as it was, or shorter (merge_runs checks) */
+	struct stable *st = tab_get(s, bid);
 	struct srun **v;
 	size_t n;
 	if (!st || runs_get(sp, bid, &v, &n))
 		return 0;
-	int ret = bat + 1 < n ? merge_runs(s, st, v + bat, 2, bat + 2 == n) : 0;
-	int merged = bat + 1 < n;
+	int ret = -ESTALE;
+	if (bi == n && bj + 1 == n)
+		ret = merge_runs(s, st, v, n, 1, 0, NULL);
+	else if (bi < n && bi == bj)
+		ret = merge_runs(s, st, v + bi, 1, bi + 1 == n, 0, NULL);
+	else if (bi < bj && bj < n) {
+		struct srun *pair[2] = { v[bi], v[bj] };
+		ret = merge_runs(s, st, pair, 2, bj + 1 == n, 0, NULL);
+	}
 	runs_put(v, n);
-	return ret ? ret : merged;
+	if (ret == -ESTALE || ret == -ENOSPC)
+		return 0;
+	return ret ? ret : 1;
 }
 
+void runs_reserve(struct store *s)
+{
+	struct spill *sp = s->sp;
+	uint64_t most = 0;
+	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
+		struct stable *st = sp->runs[id] ? tab_get(s, id) : NULL;
+		if (!st)
+			continue;
+		/* its rows in runs: no more than are live there, nor than it has */
+		uint64_t rs = st->t->row_size, rows = atomic_load(&st->run_live);
+		if (rows > ld64(&st->t->size) / rs + 1)
+			rows = ld64(&st->t->size) / rs + 1;
+		uint64_t bs = (sizeof(struct emb_rblk) + 16 + rs + BLK - 1) & ~(uint64_t)(BLK - 1);
+		uint64_t per = (bs - sizeof(struct emb_rblk)) / (16 + rs);
+		uint64_t bytes = (rows / per + 1) * bs * 33 / 32; /* its meta blocks: a few % */
+		if (bytes > most)
+			most = bytes;
+	}
+	uint64_t segs = (most + sp->pm->seg_size - 1) / sp->pm->seg_size + 1;
+	if (segs < sp->reserve_min)
+		segs = sp->reserve_min;
+	if (segs > sp->pm->nsegs / 2)
+		segs = sp->pm->nsegs / 2;
+	atomic_store(&sp->reserve, (uint32_t)segs);
+}
+
+int runs_make_room(struct store *s)
+{
+	int n = 0, ret = 0;
+	while (n < 16 && (ret = merge_fitting(s)) > 0) {
+		n++;
+		pthread_mutex_lock(&s->commit_lock);
+		runs_reap_locked(s);
+		pthread_mutex_unlock(&s->commit_lock);
+	}
+	return ret < 0 && !n ? ret : n;
+}
+
+/* One merge the runs need, if any: where the device is half full, all runs
+ * of the table with the most; else MERGE_FANOUT adjacent runs of one level;
+ * where that finds no room, the one that gives back the most room
+ * (merge_fitting, which a writer waiting for room also gets through
+ * runs_make_room).  1 merged, 0 none needed, or -errno. */
 int merge_some(struct store *s)
 {
 	struct spill *sp = s->sp;
@@ -2235,7 +2384,7 @@ int merge_some(struct store *s)
 		struct srun **v;
 		size_t n;
 		if (st && !runs_get(sp, best, &v, &n)) {
-			int ret = n > 1 ? merge_runs(s, st, v, n, 1) : 0;
+			int ret = n > 1 ? merge_runs(s, st, v, n, 1, 1, NULL) : 0;
 			runs_put(v, n);
 			if (ret == -ENOSPC)
 				return merge_fitting(s); /* no room for it: smaller ones */
@@ -2264,7 +2413,7 @@ int merge_some(struct store *s)
 		}
 		int ret = 0;
 		if (at < n)
-			ret = merge_runs(s, st, v + at, len, at + len == n);
+			ret = merge_runs(s, st, v + at, len, at + len == n, 1, NULL);
 		runs_put(v, n);
 		if (ret == -ENOSPC)
 			return merge_fitting(s);

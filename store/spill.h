@@ -142,6 +142,16 @@ struct spill {
 	struct emb_rundir *rd;
 	uint8_t *seg_busy;
 	_Atomic uint64_t run_next_id;
+	/* the merge reserve: free segments evictions and stub spills leave, so
+	 * that a merge (which writes its output before its inputs go) always
+	 * finds room.  reserve_min (set at attach): an eighth of the segments,
+	 * at least 2; reserve (the mover sets it each round, runs_reserve):
+	 * what merging all runs of the table with the most rows in runs would
+	 * write, at least reserve_min and at most half the segments */
+	uint32_t reserve_min;
+	_Atomic uint32_t reserve;
+	_Atomic uint64_t runs_gen;  /* bumped whenever a table's run list changes */
+	uint64_t fit_gen, fit_free; /* merge_fitting's last fruitless search (round_lock) */
 	/* the rows of the eviction between its gather and its commit (sorted),
 	 * of table ev_id: deletes and truncation treat them as in a run */
 	uint64_t *ev_rows;
@@ -250,6 +260,11 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
  * budget bytes of slots: rows evicted or -errno.  Takes commit_lock. */
 int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t budget, int all);
 int merge_some(struct store *s);
+/* Merges that give room back while the device is nearly full (round_lock
+ * held): how many were made, or -errno. */
+int runs_make_room(struct store *s);
+/* Set sp->reserve from the tables' rows in runs (round_lock held). */
+void runs_reserve(struct store *s);
 int runs_retire_locked(struct store *s, struct srun **v, size_t n);
 int runs_reap_locked(struct store *s);
 void runs_stats(struct store *s, struct store_spill_stats *st);

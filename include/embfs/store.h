@@ -388,6 +388,7 @@ struct store_spill_stats {
 	char path[256];
 	uint32_t qd;
 	uint64_t size, seg_size, segs, segs_free, segs_open, segs_sealed;
+	uint64_t segs_reserved;    /* free segments kept for merges (not for new rows) */
 	uint64_t footprint;        /* bytes written to segments not yet freed */
 	uint64_t free_bytes;       /* free segments and the open one's unwritten end */
 	uint64_t live_bytes, live_versions;
