@@ -808,10 +808,14 @@ static void test_full(void)
 	store_close(s);
 }
 
-/* The child writes rounds over rows [0, N) (each commit durable), spilling
- * and compacting in between, and reports each finished round. */
+/* The child writes rounds start, start + 1, ... over rows [0, N) (each
+ * commit durable), spilling and compacting in between, and reports each
+ * finished round.  With runs, a snapshot after each round and the one of two
+ * rounds before dropped: the children go on from the generation the killed
+ * one finished, so that at most three snapshots are ever live (one a kill
+ * left between its create and the report). */
 #define CN 30000u
-static void crash_child(int fd)
+static void crash_child(int fd, uint64_t start)
 {
 	struct store *s = open_pool();
 	uint32_t id;
@@ -819,7 +823,7 @@ static void crash_child(int fd)
 		_exit(2);
 	static uint8_t data[512][RS];
 	struct store_rowop ops[512];
-	for (uint64_t gen = 2;; gen++) {
+	for (uint64_t gen = start;; gen++) {
 		for (uint64_t r = 0; r < CN;) {
 			size_t k = 0;
 			for (; k < 512 && r < CN; k++, r++) {
@@ -829,7 +833,9 @@ static void crash_child(int fd)
 			if (store_rows_write(s, id, ops, k, 0))
 				_exit(3);
 			/* never ENOSPC: 8 MiB of live records on a 64 MiB device,
-			 * the rest stale, which compaction gives back */
+			 * 16-24 MiB more that the snapshots hold, the merge
+			 * reserve; the rest stale, which merges and compaction
+			 * give back */
 			int sr = r % 4096 < 512 ? store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL |
 									     STORE_SPILL_COMPACT) : 0;
 			if (sr < 0) {
@@ -851,7 +857,7 @@ static void crash_child(int fd)
 			struct store_snap sn;
 			snprintf(name, sizeof(name), "k%llu", (unsigned long long)gen);
 			int cr = store_snap_create(s, name, 1, &sn);
-			if (cr && cr != -EEXIST) { /* a name a killed child made */
+			if (cr && cr != -EEXIST) { /* the killed child made it */
 				fprintf(stderr, "snapshot %s: %s\n", name, strerror(-cr));
 				_exit(6);
 			}
@@ -874,6 +880,7 @@ static void test_crash(void)
 	write_all(s, id, CN, 1);
 	store_close(s);
 	srand((unsigned)mix(seed ^ 0x6b696c6c)); /* the kill points */
+	uint64_t start = 2;
 	for (int round = 0; round < 6; round++) {
 		int pfd[2];
 		CHECK(pipe(pfd) == 0);
@@ -881,7 +888,7 @@ static void test_crash(void)
 		CHECK(pid >= 0);
 		if (pid == 0) {
 			close(pfd[0]);
-			crash_child(pfd[1]);
+			crash_child(pfd[1], start);
 		}
 		close(pfd[1]);
 		uint8_t last = 0;
@@ -915,6 +922,7 @@ static void test_crash(void)
 			CHECK((uint8_t)(gen - last) <= 1);
 		}
 		store_close(s);
+		start += (uint8_t)(last - (uint8_t)start) + 1; /* after the last finished one */
 	}
 }
 
