@@ -11,7 +11,7 @@
 # not removed: the runner cannot know it is not another run's).
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$TOP/build}
-TIMEOUT=${TEST_TIMEOUT:-300}
+TIMEOUT=${TEST_TIMEOUT:-600} # a guard against hangs, not a speed check: the slowest tests take ~300 s on a loaded 2-core machine
 LOGS="$BUILD/test-logs"
 mkdir -p "$LOGS" || exit 1
 pass=0; failn=0; skipn=0; failed=""
