@@ -2323,6 +2323,7 @@ void runs_reserve(struct store *s)
 {
 	struct spill *sp = s->sp;
 	uint64_t most = 0;
+	pthread_rwlock_rdlock(&sp->run_lock); /* the lists change under it (a truncation's) */
 	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
 		struct stable *st = sp->runs[id] ? tab_get(s, id) : NULL;
 		if (!st)
@@ -2337,6 +2338,7 @@ void runs_reserve(struct store *s)
 		if (bytes > most)
 			most = bytes;
 	}
+	pthread_rwlock_unlock(&sp->run_lock);
 	uint64_t segs = (most + sp->pm->seg_size - 1) / sp->pm->seg_size + 1;
 	if (segs < sp->reserve_min)
 		segs = sp->reserve_min;
