@@ -2176,13 +2176,15 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 		struct srun *p = sp->runs[tid];
 		while (p && p != v[0])
 			p = p->next;
-		for (size_t i = 0; i < m && listed; p = p->next) {
+		for (size_t i = 0; i < m && listed;) {
 			if (!p)
 				listed = 0;
 			else if (p == v[i])
 				i++;
 			else
 				listed = runs_apart(p, v, m);
+			if (p)
+				p = p->next;
 		}
 		pthread_rwlock_unlock(&sp->run_lock);
 		if (!listed || !table_same(s, st, tid, gen))
