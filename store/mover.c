@@ -19,13 +19,14 @@ uint64_t row_usage(struct store *s)
 	return used;
 }
 
-/* How far a pass spills: to the low watermark, and lower if a writer waits
+/* How far a pass spills: to the low watermark, and lower if writers wait
  * for `need` bytes of slots (a class keeps up to 4 MiB of copy-on-write
- * headroom on top of what it promises). */
-
+ * headroom on top of what it promises, and slabs reach row_cap in whole
+ * slabs: one more CHUNK_BYTES of slack). */
 static uint64_t pass_target(struct store *s, uint64_t need)
 {
-	uint64_t lim = s->row_cap > COW_ROOM + need ? s->row_cap - COW_ROOM - need : 0;
+	uint64_t keep = COW_ROOM + need + (need ? CHUNK_BYTES : 0);
+	uint64_t lim = s->row_cap > keep ? s->row_cap - keep : 0;
 	return lim < s->sp->low_bytes ? lim : s->sp->low_bytes;
 }
 
@@ -459,6 +460,15 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 	struct spill *sp = s->sp;
 	int64_t moved = 0;
 	runs_reserve(s);
+	/* did the heap refuse a slab or the index reserve since the last round
+	 * a writer asked for?  (Rounds nobody asked for leave the answer to
+	 * the next one that is asked.) */
+	uint64_t refusals = atomic_load(&s->heap_refusals);
+	int heap_short = 0;
+	if (what & STORE_SPILL_MOVE) {
+		heap_short = refusals != sp->heap_seen;
+		sp->heap_seen = refusals;
+	}
 	if (sp->recount) {
 		pthread_mutex_lock(&s->commit_lock);
 		int ret = recount_locked(s);
@@ -490,9 +500,13 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 				break;
 			moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
 		}
-		/* a writer waits but nothing could move, or stubs found the heap
-		 * full: give a row slab back to the heap */
-		if ((moved == -ENOSPC || (moved == 0 && (what & STORE_SPILL_MOVE))) && !(what & STORE_SPILL_ALL)) {
+		/* stubs found the heap full, or the heap refused a writer
+		 * that now waits and nothing could move: give a row slab back
+		 * to the heap (row_cap shrinks with it).  Not when row_cap
+		 * refused the writer: rows already keep to their share, and a
+		 * smaller share would only refuse more writes (issue 25) */
+		if ((moved == -ENOSPC || (moved == 0 && (what & STORE_SPILL_MOVE) && heap_short)) &&
+		    !(what & STORE_SPILL_ALL)) {
 			pthread_mutex_lock(&s->commit_lock);
 			int r = shrink_rows(s);
 			pthread_mutex_unlock(&s->commit_lock);
@@ -583,26 +597,34 @@ void *mover_main(void *arg)
 	return NULL;
 }
 
+#define NEED_MAX (1ull << 60) /* the waiters' summed need saturates here */
+
+/* Room for a writer that found none: a round of the mover that moved
+ * versions out, or row usage (versions and promises) lower than when the
+ * writer asked (others' promises came back meanwhile), is worth another
+ * try.  Writers that wait together ask for the sum of their needs. */
 int spill_wait_room(struct store *s, uint64_t need)
 {
 	struct spill *sp = s->sp;
+	uint64_t before = row_usage(s);
 	atomic_fetch_add(&sp->waits, 1);
 	if (sp->manual) {
 		int64_t moved = mover_round(s, STORE_SPILL_MOVE, need);
-		if (moved <= 0)
+		int ret = moved > 0 || (moved == 0 && row_usage(s) < before) ? 0 : -ENOSPC;
+		if (ret)
 			atomic_fetch_add(&sp->full, 1);
-		return moved > 0 ? 0 : -ENOSPC;
+		return ret;
 	}
 	pthread_mutex_lock(&sp->mu);
 	uint64_t want = sp->passes + (sp->busy ? 2 : 1); /* a whole pass begun after this call */
 	sp->kicked = 1;
-	if (need > sp->need)
-		sp->need = need;
+	sp->need = need < NEED_MAX - sp->need ? sp->need + need : NEED_MAX;
 	pthread_cond_signal(&sp->cv);
 	while (sp->passes < want && !sp->stop)
 		pthread_cond_wait(&sp->done_cv, &sp->mu);
-	int ret = sp->last_freed && !sp->stop ? 0 : -ENOSPC;
-	pthread_mutex_unlock(&sp->mu);
+	int freed = sp->last_freed, stop = sp->stop;
+	pthread_mutex_unlock(&sp->mu); /* a leaf: row_usage takes space_lock */
+	int ret = !stop && (freed || row_usage(s) < before) ? 0 : -ENOSPC;
 	if (ret)
 		atomic_fetch_add(&sp->full, 1);
 	return ret;

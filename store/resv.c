@@ -75,6 +75,8 @@ static int resv_grow(struct store *s, uint64_t want)
 			step = 1;
 			continue;
 		}
+		if (ret == -ENOSPC && r->n < need)
+			atomic_fetch_add(&s->heap_refusals, 1); /* the spill mover may shrink rows */
 		if (ret)
 			return r->n >= need && ret == -ENOSPC ? 0 : ret;
 	}
@@ -135,13 +137,16 @@ static int resv_release_locked(struct store *s)
 }
 
 /* The block given back and the allocation that needs it happen under
- * space_lock, so a slab growing for a promise cannot take it in between. */
+ * space_lock, so a slab growing for a promise cannot take it in between.
+ * An allocation the heap still refuses is counted in heap_refusals. */
 int resv_run(struct store *s, int (*fn)(void *), void *arg)
 {
 	pthread_mutex_lock(&s->space_lock);
 	int ret = fn(arg);
 	while (ret == -ENOSPC && resv_release_locked(s) == 0)
 		ret = fn(arg);
+	if (ret == -ENOSPC)
+		atomic_fetch_add(&s->heap_refusals, 1); /* the spill mover may shrink rows */
 	pthread_mutex_unlock(&s->space_lock);
 	return ret;
 }

@@ -234,12 +234,16 @@ static int slab_grow_once(struct store *s, uint32_t cls);
 
 /* Allocate a new slab and link it at the head of the class, atomically; on
  * a full heap, first take back the index reserve kept beyond what the
- * promised rows need (resv.c).  space_lock held. */
+ * promised rows need (resv.c).  A refusal of the heap's (not row_cap's) is
+ * counted in heap_refusals.  space_lock held. */
 static int slab_grow(struct store *s, uint32_t cls)
 {
+	uint64_t hits = s->row_cap_hits;
 	int ret = slab_grow_once(s, cls);
 	if (ret == -ENOSPC && !pm_failed(s) && resv_squeeze(s, promised_rows(s)) > 0)
 		ret = slab_grow_once(s, cls);
+	if (ret == -ENOSPC && s->row_cap_hits == hits)
+		atomic_fetch_add(&s->heap_refusals, 1);
 	return ret;
 }
 

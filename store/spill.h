@@ -113,6 +113,7 @@ struct spill {
 	uint32_t ev_table;        /* run.c's eviction cursor (the mover's, round_lock) */
 	size_t ev_di;
 	int recount;              /* live counts are hints from before a crash */
+	uint64_t heap_seen;       /* s->heap_refusals as the last round saw it */
 
 	/* thread */
 	pthread_t thr;

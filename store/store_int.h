@@ -171,6 +171,10 @@ struct store {
 		size_t nby_addr, cap_by_addr;
 		uint64_t row_cap;        /* with a spill tier: slab bytes row versions may take (device.c sets it) */
 		uint64_t row_cap_hits;   /* slab growths refused by row_cap */
+		/* slab, index and index-reserve growths the heap itself refused (not
+		 * row_cap): what tells the spill mover that giving a row slab
+		 * back to the heap can help (mover.c); also read without the lock */
+		_Atomic uint64_t heap_refusals;
 	};
 	struct { /* slab.c: promises per table (by catalog slot), protected by
 		  * space_lock: rows, and of them those promised a link too */

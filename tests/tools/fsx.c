@@ -2,13 +2,17 @@
  * fsx: random file operations on a file in an embfs mount and, identically,
  * on a shadow file on tmpfs; stops at the first divergence.
  *
- * usage: fsx [-n OPS] [-s SEED] [-m NEAR] [-l MAXLEN] [-f FARPCT] [-c EVERY]
- *            [-K] [-C] [-q] FILE SHADOW
+ * usage: fsx [-n OPS] [-s SEED] [-m NEAR] [-l MAXLEN] [-f FARPCT] [-M MMAPPCT]
+ *            [-c EVERY] [-K] [-C] [-q] FILE SHADOW
  *   -n OPS     operations to run (1000)
  *   -s SEED    RNG seed (default: EMBFS_SEED, else from the clock); always printed
  *   -m NEAR    most ordinary offsets fall in [0, NEAR) (256 KiB)
- *   -l MAXLEN  longest write/read/punch (64 KiB)
+ *   -l MAXLEN  longest write/read/punch (64 KiB; at most 64 MiB)
  *   -f FARPCT  percent of writes/truncates that go to offsets near 1e12 (5)
+ *   -M MMAPPCT percent of ops that are mapped writes (store into a
+ *              MAP_SHARED mapping, msync MS_SYNC: the kernel writes the
+ *              pages back) or mapped reads, at near offsets (0: none, and
+ *              the ops of a seed are those of fsx without -M)
  *   -c EVERY   full compare every EVERY ops (100) and always at the end
  *   -K         keep: continue on the existing FILE and SHADOW (no O_TRUNC)
  *   -C         compare only: one full compare, no operations
@@ -34,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <time.h>
@@ -41,6 +46,7 @@
 #include <linux/falloc.h>
 
 #define CHUNK (1u << 20)
+#define MAXLEN_MAX (64u << 20)
 #define LOGN 24
 
 static const uint64_t far_base[] = { 1000000000000ull, 1001000000123ull, 4000000000017ull };
@@ -48,7 +54,8 @@ static const uint64_t far_base[] = { 1000000000000ull, 1001000000123ull, 4000000
 
 static const char *path, *spath;
 static int mfd = -1, sfd = -1;
-static uint64_t rng, near = 256 << 10, maxlen = 64 << 10, farpct = 5, rs = 256;
+static uint64_t rng, near = 256 << 10, maxlen = 64 << 10, farpct = 5, mmappct, rs = 256;
+static size_t bufsz = CHUNK; /* mbuf, sbuf, wbuf: max(CHUNK, maxlen) */
 static unsigned long opno;
 static int quiet;
 static char *mbuf, *sbuf, *wbuf;
@@ -135,7 +142,7 @@ static void same_bytes(uint64_t off, size_t n, const char *what)
 		(unsigned char)mbuf[i], j - i);
 }
 
-/* Read [off, off+n) from both (n <= CHUNK) and compare, lengths included. */
+/* Read [off, off+n) from both (n <= bufsz) and compare, lengths included. */
 static void cmp_range(uint64_t off, size_t n, const char *what)
 {
 	ssize_t a = pread(mfd, mbuf, n, (off_t)off);
@@ -505,6 +512,77 @@ static void op_seek(void)
 			h, z);
 }
 
+/* A page-aligned shared mapping of [off, off + len) of the file: the
+ * address of byte off, the mapping's start and length in *base, *mlen. */
+static char *map_range(uint64_t off, size_t len, int prot, void **base, size_t *mlen)
+{
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), a = off - off % pg;
+	*mlen = (size_t)(off + len - a);
+	*base = mmap(NULL, *mlen, prot, MAP_SHARED, mfd, (off_t)a);
+	return *base == MAP_FAILED ? NULL : (char *)*base + (off - a);
+}
+
+/* Stores into a shared mapping, written back by msync(MS_SYNC) (the file
+ * is first grown to cover the range, as xfstests' fsx does); the shadow
+ * gets the same bytes with pwrite. */
+static void op_mapwrite(void)
+{
+	uint64_t size = fsize(sfd, "shadow");
+	uint64_t off = near_off(size);
+	size_t len = pick_len();
+	logop("mapwrite off=%" PRIu64 " len=%zu (rows %" PRIu64 "..%" PRIu64 ") size=%" PRIu64, off, len,
+	      off / rs, (off + len - 1) / rs, size);
+	fill(wbuf, len);
+	if (off + len > size) {
+		int a = ftruncate(mfd, (off_t)(off + len));
+		int ea = errno;
+		if (ftruncate(sfd, (off_t)(off + len)) != 0)
+			die("ftruncate shadow");
+		if (a != 0)
+			diverge("mapwrite: ftruncate(%" PRIu64 "): %s", off + len, strerror(ea));
+	}
+	void *base;
+	size_t mlen;
+	char *p = map_range(off, len, PROT_READ | PROT_WRITE, &base, &mlen);
+	if (!p)
+		diverge("mapwrite: mmap(off=%" PRIu64 ", len=%zu): %s", off, len, strerror(errno));
+	memcpy(p, wbuf, len);
+	if (msync(base, mlen, MS_SYNC) != 0)
+		diverge("mapwrite: msync(off=%" PRIu64 ", len=%zu): %s", off, len, strerror(errno));
+	if (munmap(base, mlen) != 0)
+		die("munmap");
+	if (pwrite(sfd, wbuf, len, (off_t)off) != (ssize_t)len)
+		die("pwrite shadow");
+	check_size();
+}
+
+/* Loads from a shared mapping of a range inside the file, compared with
+ * the shadow's bytes. */
+static void op_mapread(void)
+{
+	uint64_t size = fsize(sfd, "shadow");
+	if (!size) {
+		logop("mapread (empty file)");
+		return;
+	}
+	uint64_t off = rnd(size < near ? size : near);
+	size_t len = pick_len();
+	if (off + len > size)
+		len = (size_t)(size - off);
+	logop("mapread off=%" PRIu64 " len=%zu size=%" PRIu64, off, len, size);
+	void *base;
+	size_t mlen;
+	char *p = map_range(off, len, PROT_READ, &base, &mlen);
+	if (!p)
+		diverge("mapread: mmap(off=%" PRIu64 ", len=%zu): %s", off, len, strerror(errno));
+	memcpy(mbuf, p, len);
+	if (munmap(base, mlen) != 0)
+		die("munmap");
+	if (pread(sfd, sbuf, len, (off_t)off) != (ssize_t)len)
+		die("pread shadow");
+	same_bytes(off, len, "mapread");
+}
+
 static int open_file(int keep)
 {
 	int fd = open(path, O_RDWR | O_CREAT | (keep ? 0 : O_TRUNC), 0644);
@@ -564,13 +642,14 @@ int main(int argc, char **argv)
 	uint64_t seed = env_seed && *env_seed ? num(env_seed)
 					      : (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
 
-	while ((c = getopt(argc, argv, "n:s:m:l:f:c:KCq")) != -1) {
+	while ((c = getopt(argc, argv, "n:s:m:l:f:M:c:KCq")) != -1) {
 		switch (c) {
 		case 'n': nops = (unsigned long)num(optarg); break;
 		case 's': seed = num(optarg); break;
 		case 'm': near = num(optarg); break;
 		case 'l': maxlen = num(optarg); break;
 		case 'f': farpct = num(optarg); break;
+		case 'M': mmappct = num(optarg); break;
 		case 'c': every = (unsigned long)num(optarg); break;
 		case 'K': keep = 1; break;
 		case 'C': cmponly = 1; break;
@@ -578,8 +657,10 @@ int main(int argc, char **argv)
 		default: goto usage;
 		}
 	}
-	if (argc - optind != 2 || !near || !maxlen || maxlen > CHUNK)
+	if (argc - optind != 2 || !near || !maxlen || maxlen > MAXLEN_MAX || mmappct > 100)
 		goto usage;
+	if (maxlen > bufsz)
+		bufsz = (size_t)maxlen;
 	path = argv[optind];
 	spath = argv[optind + 1];
 	rng = seed;
@@ -590,9 +671,9 @@ int main(int argc, char **argv)
 		       " or -s %" PRIu64 " with the same options)\n", seed, path, spath, seed, seed, seed);
 	fflush(stdout);
 
-	mbuf = malloc(CHUNK);
-	sbuf = malloc(CHUNK);
-	wbuf = malloc(CHUNK);
+	mbuf = malloc(bufsz);
+	sbuf = malloc(bufsz);
+	wbuf = malloc(bufsz);
 	if (!mbuf || !sbuf || !wbuf)
 		die("malloc");
 	mfd = open_file(keep || cmponly);
@@ -613,7 +694,9 @@ int main(int argc, char **argv)
 	full_compare("start");
 	for (opno = 1; !cmponly && opno <= nops; opno++) {
 		uint64_t k = rnd(100);
-		if (k < 40)
+		if (mmappct && rnd(100) < mmappct) /* no draw without -M: seeds replay as before */
+			k % 2 ? op_mapwrite() : op_mapread();
+		else if (k < 40)
 			op_write();
 		else if (k < 58)
 			op_read();
@@ -641,7 +724,7 @@ int main(int argc, char **argv)
 		printf("fsx: seed %" PRIu64 ": %lu ops, no divergence\n", seed, nops);
 	return 0;
 usage:
-	fprintf(stderr, "usage: fsx [-n OPS] [-s SEED] [-m NEAR] [-l MAXLEN] [-f FARPCT] [-c EVERY] "
-			"[-K] [-C] [-q] FILE SHADOW\n");
+	fprintf(stderr, "usage: fsx [-n OPS] [-s SEED] [-m NEAR] [-l MAXLEN] [-f FARPCT] [-M MMAPPCT] "
+			"[-c EVERY] [-K] [-C] [-q] FILE SHADOW\n");
 	return 2;
 }
