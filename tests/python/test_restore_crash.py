@@ -4,7 +4,8 @@ changes while they run.
 Each round puts the mount in the same "before" state (rows rewritten and
 punched since snapshot s, a table made since, one unlinked since), starts a
 rollback (or a one-table restore) in a thread, SIGKILLs the daemon after a
-random delay within the time one takes, mounts the pool again and checks
+random delay within the time one takes (every other round: around the
+time its reply comes), mounts the pool again and checks
 that the mount is exactly "before" or exactly "after" (every table as
 snapshot s holds it) -- never a mix -- and "after" when the request was
 acknowledged before the kill.  Delays draw from EMBFS_SEED (printed; set it
@@ -205,7 +206,8 @@ class TestRestoreCrash(unittest.TestCase):
         for r in range(ROUNDS):
             self.make_before()
             self.assertEqual(self.sel(digest(self.m), only), before, f"round {r} (seed {SEED}): not before")
-            delay = self.rng.uniform(0, took * 1.3)
+            # half the kills anywhere in the request, half around its reply
+            delay = self.rng.uniform(0, took * 1.3) if r % 2 == 0 else took * self.rng.uniform(0.8, 1.2)
             done = []
 
             def go():
