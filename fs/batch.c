@@ -104,10 +104,12 @@ struct pfjob {
 struct batch {
 	struct embfs *fs;
 	pthread_mutex_t lock; /* protects the queues and stop */
-	pthread_cond_t pf_wake, inval_wake;
+	pthread_cond_t pf_wake, inval_wake, inval_sent;
 	struct pfjob *head, *tail;
 	uint64_t *inval;      /* table inodes whose page cache must go */
 	size_t ninval, inval_cap;
+	uint64_t inval_seq;   /* invalidations queued so far (inval_queue calls) */
+	uint64_t inval_done;  /* every one queued up to this seq has been sent */
 	_Atomic int stop;     /* set under lock; the prefetch thread also polls it */
 	pthread_t pf_thread, inval_thread;
 	_Atomic uint64_t writes, reads, gathers, gather_rows, scatters, scatter_rows, prefetches, errors;
@@ -302,13 +304,15 @@ static void *pf_main(void *arg)
 	return NULL;
 }
 
-/* Drop the table's kernel page cache (and attributes) after a scatter. */
-static void inval_queue(struct batch *b, uint64_t ino)
+/* Have the table's kernel page cache (and attributes) dropped, after a
+ * scatter or a restore: its seq (batch_inval_wait), 0 if none was queued. */
+static uint64_t inval_queue(struct batch *b, uint64_t ino)
 {
+	uint64_t seq = 0;
 	pthread_mutex_lock(&b->lock);
 	for (size_t i = 0; i < b->ninval; i++)
 		if (b->inval[i] == ino)
-			goto out;
+			goto queued; /* not yet taken: it will be sent after this call */
 	if (b->ninval == b->inval_cap) {
 		size_t nc = b->inval_cap ? 2 * b->inval_cap : 16;
 		uint64_t *p = realloc(b->inval, nc * sizeof(*p));
@@ -319,8 +323,11 @@ static void inval_queue(struct batch *b, uint64_t ino)
 	}
 	b->inval[b->ninval++] = ino;
 	pthread_cond_signal(&b->inval_wake);
+queued:
+	seq = ++b->inval_seq;
 out:
 	pthread_mutex_unlock(&b->lock);
+	return seq;
 }
 
 static void *inval_main(void *arg)
@@ -334,6 +341,8 @@ static void *inval_main(void *arg)
 		if (!b->ninval)
 			break;
 		size_t n = b->ninval < INVAL_CHUNK ? b->ninval : INVAL_CHUNK;
+		/* taking the whole queue: once sent, every seq queued so far is */
+		uint64_t upto = n == b->ninval ? b->inval_seq : 0;
 		memcpy(todo, b->inval + b->ninval - n, n * sizeof(*todo));
 		b->ninval -= n;
 		pthread_mutex_unlock(&b->lock);
@@ -345,7 +354,13 @@ static void *inval_main(void *arg)
 			INC(b, invals, 1);
 		}
 		pthread_mutex_lock(&b->lock);
+		if (upto > b->inval_done) {
+			b->inval_done = upto;
+			pthread_cond_broadcast(&b->inval_sent);
+		}
 	}
+	b->inval_done = b->inval_seq; /* nothing more will be sent: no one waits */
+	pthread_cond_broadcast(&b->inval_sent);
 	pthread_mutex_unlock(&b->lock);
 	return NULL;
 }
@@ -359,6 +374,7 @@ int batch_init(struct embfs *fs)
 	pthread_mutex_init(&b->lock, NULL);
 	pthread_cond_init(&b->pf_wake, NULL);
 	pthread_cond_init(&b->inval_wake, NULL);
+	pthread_cond_init(&b->inval_sent, NULL);
 	int ret = -pthread_create(&b->pf_thread, NULL, pf_main, b);
 	if (ret)
 		goto out_free;
@@ -374,6 +390,7 @@ out_pf:
 	pthread_mutex_unlock(&b->lock);
 	pthread_join(b->pf_thread, NULL);
 out_free:
+	pthread_cond_destroy(&b->inval_sent);
 	pthread_cond_destroy(&b->inval_wake);
 	pthread_cond_destroy(&b->pf_wake);
 	pthread_mutex_destroy(&b->lock);
@@ -396,6 +413,7 @@ void batch_destroy(struct embfs *fs)
 	pthread_join(b->inval_thread, NULL);
 	fs->batch = NULL;
 	free(b->inval);
+	pthread_cond_destroy(&b->inval_sent);
 	pthread_cond_destroy(&b->inval_wake);
 	pthread_cond_destroy(&b->pf_wake);
 	pthread_mutex_destroy(&b->lock);
@@ -684,10 +702,26 @@ static int take(struct embfs *fs, fuse_req_t req, struct bfd *f, const char *dat
 	return 0;
 }
 
-void batch_inval(struct embfs *fs, uint64_t ino)
+uint64_t batch_inval(struct embfs *fs, uint64_t ino)
 {
-	if (fs->batch)
-		inval_queue(fs->batch, ino);
+	return fs->batch ? inval_queue(fs->batch, ino) : 0;
+}
+
+int batch_inval_wait(struct embfs *fs, uint64_t seq, unsigned secs)
+{
+	struct batch *b = fs->batch;
+	struct timespec until;
+	int ret = 0;
+	if (!b || !seq)
+		return 0;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += secs;
+	pthread_mutex_lock(&b->lock);
+	while (!ret && b->inval_done < seq)
+		if (pthread_cond_timedwait(&b->inval_sent, &b->lock, &until) == ETIMEDOUT)
+			ret = -ETIMEDOUT;
+	pthread_mutex_unlock(&b->lock);
+	return ret;
 }
 
 /* ---- FUSE entry points (ll.c dispatches .embfs/rows here) ------------ */

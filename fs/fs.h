@@ -193,8 +193,15 @@ void delta_open(fuse_req_t req, struct fuse_file_info *fi);
 void delta_write(fuse_req_t req, const char *data, size_t size, off_t off, struct fuse_file_info *fi);
 void delta_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
 void delta_release(fuse_req_t req, struct fuse_file_info *fi);
-/* batch.c: queue an invalidation of table inode ino's kernel page cache. */
-void batch_inval(struct embfs *fs, uint64_t ino);
+/* batch.c: queue an invalidation of table inode ino's kernel page cache
+ * and attributes (sent by the notifier thread); its seq, or 0 when none was
+ * queued (no memory: the attributes time out, the pages stay). */
+uint64_t batch_inval(struct embfs *fs, uint64_t ino);
+/* Wait until every invalidation queued up to seq has been sent (the kernel
+ * has dropped those pages), at most secs seconds (-ETIMEDOUT).  Not from
+ * the notifier thread; from a request thread it needs another to serve the
+ * reads and page write-backs the invalidation may wait for. */
+int batch_inval_wait(struct embfs *fs, uint64_t seq, unsigned secs);
 /* The kernel dropped n references to live table id (no reply). */
 void table_forget(struct embfs *fs, uint32_t id, uint64_t n);
 

@@ -1,7 +1,8 @@
 /*
  * .embfs/restore: put a live table back to its state in a snapshot, in
  * place.  Writing "SNAPSHOT TABLE" runs the restore; the write returns when
- * it is done (or with its errno).  "SNAPSHOT" alone rolls the whole mount
+ * it is done and the kernel has dropped what it cached of the tables (or
+ * with its errno).  "SNAPSHOT" alone rolls the whole mount
  * back: live tables the snapshot lacks are unlinked, its tables missing
  * from the live tree made again, and every one of its tables restored.
  * Reading gives the last restore's outcome as one line of text.
@@ -39,11 +40,13 @@
 #include "fs.h"
 
 #define CHUNK CHANGES_CHUNK
+#define INVAL_WAIT_S 5 /* longest wait for the kernel to drop cached pages */
 
 struct rcount {
 	uint64_t examined, rewritten, deleted;
 	uint64_t tables, created, unlinked; /* a rollback's */
 	int fast; /* candidates from store_rows_since, not a walk of both tables */
+	uint64_t inval; /* the last page-cache invalidation queued (batch_inval) */
 };
 
 /* A chunk's arrays (CHUNK each), and the snapshot's rows read into buf. */
@@ -176,18 +179,23 @@ static int restore(struct embfs *fs, const char *snap, const char *table, struct
 			   &c->fast);
 	free(w);
 	free(live);
-	if (ret < 0)
-		return ret;
-	/* the size and mode as the snapshot has them */
-	if (l.a.size > s.a.size)
-		ret = rows_truncate(fs, lid, s.a.size);
-	else
-		ret = store_table_extend(fs->st, lid, s.a.size);
+	/* the size and mode as the snapshot has them (a failed walk may have
+	 * written some chunks: the kernel's pages go all the same) */
+	if (ret >= 0) {
+		if (l.a.size > s.a.size)
+			ret = rows_truncate(fs, lid, s.a.size);
+		else
+			ret = store_table_extend(fs->st, lid, s.a.size);
+	}
 	if (!ret) {
 		struct store_attr set = s.a;
 		ret = store_table_setattr(fs->st, lid, &set, STORE_SET_MODE);
 	}
-	batch_inval(fs, INO_TABLE0 + lid); /* pages the kernel holds of the old rows */
+	/* pages and attributes the kernel holds of the old table: dropped
+	 * before the reply (restore_write) */
+	uint64_t q = batch_inval(fs, INO_TABLE0 + lid);
+	if (q > c->inval)
+		c->inval = q;
 	return ret;
 }
 
@@ -478,6 +486,11 @@ void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 	}
 	report(fs, ret, snap, table, &c, ms_since(&t0), why);
 	pthread_mutex_unlock(&fs->restore_lock);
+	/* a read after the reply must not get the old rows, size or mode from
+	 * the kernel's caches: wait for the notifier thread to drop them */
+	if (batch_inval_wait(fs, c.inval, INVAL_WAIT_S))
+		fprintf(stderr, "embfs: restore %s %s: the kernel's cached pages of its tables not dropped within "
+			"%d s; reads may see old rows until they are\n", snap, table, INVAL_WAIT_S);
 	if (ret) {
 		rows_pool_failed(fs, ret);
 		fuse_reply_err(req, -ret);

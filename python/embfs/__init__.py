@@ -298,7 +298,9 @@ class Mount:
         the daemon's report, a dict: rows_examined, rows_rewritten,
         rows_deleted, ms, walk ("since": the rows changed since the
         snapshot, found in the live index; "both": every row either side
-        stores, for a table with rows in spill runs)."""
+        stores, for a table with rows in spill runs).  All or nothing
+        across a crash, as rollback; readers see rows change while it
+        runs."""
         self._tpath(name)
         return self._restore_req(snapshot, name)
 
@@ -324,7 +326,14 @@ class Mount:
     def rollback(self, snapshot):
         """Roll the whole mount back to SNAPSHOT: live tables it does not
         have are unlinked, its tables missing from the mount made again, and
-        every one of its tables restored in place.  Not atomic (README
+        every one of its tables restored in place.  All or nothing across a
+        crash: a daemon killed at any point leaves, once the pool is mounted
+        again, the mount wholly as before the call or wholly rolled back
+        (a pending rollback is finished at mount), and rolled back whenever
+        the call returned.  Not atomic to other readers while it runs: they
+        see tables unlinked and made one at a time and rows change 4096 at
+        a time; changes meanwhile fail with EBUSY.  Once it returns, reads
+        (through the page cache too) see the snapshot's rows (README
         "Restore in place").  Returns the daemon's report (see restore;
         also tables, created, unlinked)."""
         return self._restore_req(snapshot, None)

@@ -34,8 +34,10 @@ def wait_for(cond, secs, what):
 
 
 class Pooled:
-    def __init__(self, size="256M", opts=None, tables=(), snapshots=True, base=None):
+    def __init__(self, size="256M", opts=None, tables=(), snapshots=True, base=None, env=None):
+        """env: variables added to the daemon's environment (LD_PRELOAD of a shim)."""
         self.size, self.opts, self.tables, self.base = size, opts, tables, base
+        self.env = dict(os.environ, **env) if env else None
         self.proc = None
 
     def __enter__(self):
@@ -58,8 +60,12 @@ class Pooled:
         cmd = [os.path.join(BUILD, "embfs"), "-f"]
         if self.opts:
             cmd += ["-o", self.opts]
-        self.log = open(os.path.join(self.dir, "daemon.log"), "w")
-        self.proc = subprocess.Popen(cmd + [self.pool, self.mnt], stdout=self.log, stderr=subprocess.STDOUT)
+        # appended: a daemon killed and mounted again keeps its log
+        self.log = open(os.path.join(self.dir, "daemon.log"), "a")
+        self.log.write(f"--- {' '.join(cmd)} {self.pool} (at {time.monotonic():.3f})\n")
+        self.log.flush()
+        self.proc = subprocess.Popen(cmd + [self.pool, self.mnt], stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.env)
 
         def up():
             if self.proc.poll() is not None:
@@ -67,10 +73,11 @@ class Pooled:
             return mounted(self.mnt)
         wait_for(up, 30, f"mount of {self.mnt}")
 
-    def daemon_log(self):
+    def daemon_log(self, n=2000):
+        """The last n characters of the daemons' log (every mount's, in order)."""
         try:
             with open(os.path.join(self.dir, "daemon.log")) as f:
-                return f.read()[-2000:]
+                return f.read()[-n:]
         except OSError:
             return ""
 
