@@ -213,6 +213,8 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 		spill_unlocked(s->sp);
 		ret = k.pos ? seg_write(s, k.pos, &base) : 0; /* the mover's alone (round_lock) */
 		pthread_mutex_lock(&s->commit_lock);
+		if (!ret && k.pos)
+			seg_grow(s, k.pos); /* written: the fill covers it, wherever its rows went */
 		*gone = tab_get(s, tid) != st || st->t->gen != gen;
 		if (!ret && !*gone && !(ret = chunk_land(s, st, &k, base, 1)))
 			*moved = k.n;
@@ -258,6 +260,8 @@ static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_
 		 * for this anyway (shrink_rows) */
 		uint64_t base = 0;
 		ret = k.pos ? seg_write(s, k.pos, &base) : 0;
+		if (!ret && k.pos)
+			seg_grow(s, k.pos);
 		if (!ret)
 			ret = chunk_land(s, st, &k, base, 0);
 	}

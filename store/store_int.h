@@ -36,8 +36,13 @@
  * Lock order (take them in this order, release in any; never call up into a
  * lock taken earlier in the list while holding a later one):
  *
+ *   sp->round_lock     one spill mover round at a time (spill.h): the open
+ *                      segment, the mover's cursors and buffers
  *   commit_lock        journal, index structure, PMem slab bitmaps, spill
- *                      segment table; held across a whole commit group
+ *                      segment table (state, fill, live; the mover writes
+ *                      to the device without it and takes what it wrote
+ *                      into the fill under it); held across a whole commit
+ *                      group
  *   snap_lock          the live snapshot set (commits hold it shared: a
  *                      direct group throughout, a write-back group a slice
  *                      at a time).  It prefers writers, so that mkdir is not
