@@ -43,7 +43,9 @@
  *                      to the device without it and takes what it wrote
  *                      into the fill under it); held across a whole commit
  *                      group
- *   snap_lock          the live snapshot set (commits hold it shared: a
+ *   snap_lock          the live snapshot set; its count n_live is also
+ *                      stored atomically, for store_space_links, which
+ *                      reads it unlocked.  Commits hold it shared (a
  *                      direct group throughout, a write-back group a slice
  *                      at a time).  It prefers writers, so that mkdir is not
  *                      starved by slices taken back to back: no thread may
@@ -197,7 +199,7 @@ struct store {
 		pthread_rwlock_t snap_lock;     /* commits hold it shared */
 		uint64_t live_batch[EMB_MAX_SNAPS]; /* batches of live (not dropping) snapshots, sorted */
 		uint32_t live_idx[EMB_MAX_SNAPS];   /* their record index, same order */
-		uint32_t n_live;
+		uint32_t n_live;                    /* also stored atomically: store_space_links reads it unlocked */
 		/* the table arrays of EMB_S_PENDING records, until they are made
 		 * durable; written under snap_lock exclusive */
 		struct emb_snap_table *pend_tables[EMB_MAX_SNAPS];
