@@ -407,6 +407,9 @@ int store_table_unlink(struct store *s, const char *name)
 	if (pm_writable(s))
 		return -EROFS; /* the pool failed (pm.c) */
 	volatile int ret = 0;
+	/* a catalog entry's flags change under commit_lock and cat_lock: the
+	 * store's own walks (reclaim, release) read them under commit_lock */
+	pthread_mutex_lock(&s->commit_lock);
 	pthread_rwlock_wrlock(&s->cat_lock);
 	struct stable *st = name_find(s, name);
 	if (!st) {
@@ -428,6 +431,7 @@ int store_table_unlink(struct store *s, const char *name)
 		name_remove(s, st);
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
+	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
 }
 
@@ -438,6 +442,7 @@ int store_table_rename(struct store *s, const char *oldname, const char *newname
 	volatile int ret = name_check(newname);
 	if (ret)
 		return ret;
+	pthread_mutex_lock(&s->commit_lock); /* the victim's flags (store_table_unlink) */
 	pthread_rwlock_wrlock(&s->cat_lock);
 	struct stable *st = name_find(s, oldname);
 	struct stable *victim = name_find(s, newname);
@@ -475,6 +480,7 @@ int store_table_rename(struct store *s, const char *oldname, const char *newname
 	name_insert(s, st);
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
+	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
 }
 
@@ -485,6 +491,9 @@ int catalog_free_locked(struct store *s, struct stable *st)
 	volatile int ret = index_destroy(s, st);
 	if (ret)
 		return ret;
+	/* the entry is cleared under cat_lock: stats and listings read it
+	 * (s->tab still names it) under cat_lock shared */
+	pthread_rwlock_wrlock(&s->cat_lock);
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(st->t, sizeof(*st->t));
@@ -495,12 +504,10 @@ int catalog_free_locked(struct store *s, struct stable *st)
 	} TX_END
 	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
-	if (ret)
-		return ret;
-	pthread_rwlock_wrlock(&s->cat_lock);
-	stable_free(s, st);
+	if (!ret)
+		stable_free(s, st);
 	pthread_rwlock_unlock(&s->cat_lock);
-	return 0;
+	return ret;
 }
 
 int store_table_next(struct store *s, uint32_t *cursor, struct store_attr *a)

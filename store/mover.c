@@ -384,10 +384,14 @@ static int64_t evict_pass(struct store *s, int all, uint64_t target)
 		uint64_t used = row_usage(s);
 		if (!all && used <= target)
 			break;
+		/* flags: under cat_lock (or commit_lock), as every catalog field */
+		pthread_rwlock_rdlock(&s->cat_lock);
 		struct stable *st = tab_get(s, sp->ev_table);
+		int zombie = st && (st->t->flags & EMB_T_ZOMBIE);
+		pthread_rwlock_unlock(&s->cat_lock);
 		int64_t n = 0;
 		size_t ndir = 0;
-		if (st && !(st->t->flags & EMB_T_ZOMBIE)) {
+		if (st && !zombie) {
 			n = evict_table(s, st, &sp->ev_di, all ? UINT64_MAX / 2 : used - target, all);
 			if (n < 0 && n != -ENOENT)
 				return moved ? moved : n;

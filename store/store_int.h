@@ -51,7 +51,12 @@
  *                      starved by slices taken back to back: no thread may
  *                      take it shared twice (a waiting writer would block
  *                      the second hold, and the first would never go)
- *   cat_lock           catalog entries, the name hash, s->tab
+ *   cat_lock           catalog entries, the name hash, s->tab.  An
+ *                      entry's flags change with commit_lock held too (the
+ *                      store's walks read them under commit_lock), its
+ *                      index fields (dir_off, nsegs, free_at) under
+ *                      commit_lock alone; its row count and size are
+ *                      read and written atomically (ld64, st64)
  *   st->seek_lock      a table's sorted-key caches
  *   st->lock           a table's index: readers shared, publish/split exclusive
  *   space_lock         DRAM slab state and promises; the index-room reserve
