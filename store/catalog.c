@@ -377,26 +377,35 @@ int store_table_setattr(struct store *s, uint32_t id, const struct store_attr *a
 		goto out;
 	}
 	struct emb_table *t = st->t;
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
-		pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, dir_off));
-		if (mask & STORE_SET_MODE)
-			t->mode = a->mode;
-		if (mask & STORE_SET_UID)
-			t->uid = a->uid;
-		if (mask & STORE_SET_GID)
-			t->gid = a->gid;
-		if (mask & STORE_SET_ATIME)
-			t->atime_ns = a->atime_ns;
-		if (mask & STORE_SET_MTIME)
-			t->mtime_ns = a->mtime_ns;
-		t->ctime_ns = (mask & STORE_SET_CTIME) ? a->ctime_ns : now_ns();
-		catalog_seal_tx(t);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	/* The transaction covers the checksummed fields it changes (up to
+	 * size), not size, nrows and the times: commits and extends change
+	 * those atomically without cat_lock, and a transaction's undo would
+	 * put back stale copies.  The times are set atomically too, after it. */
+	if (mask & (STORE_SET_MODE | STORE_SET_UID | STORE_SET_GID)) {
+		pthread_mutex_lock(&s->meta_lock);
+		TX_BEGIN(s->pop) {
+			pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, size));
+			if (mask & STORE_SET_MODE)
+				t->mode = a->mode;
+			if (mask & STORE_SET_UID)
+				t->uid = a->uid;
+			if (mask & STORE_SET_GID)
+				t->gid = a->gid;
+			catalog_seal_tx(t);
+		} TX_ONABORT {
+			ret = pm_tx_errno();
+		} TX_END
+		ret = pm_tx_end(s, ret);
+		pthread_mutex_unlock(&s->meta_lock);
+		if (ret)
+			goto out;
+	}
+	if (mask & STORE_SET_ATIME)
+		st64(&t->atime_ns, a->atime_ns);
+	if (mask & STORE_SET_MTIME)
+		st64(&t->mtime_ns, a->mtime_ns);
+	st64(&t->ctime_ns, (mask & STORE_SET_CTIME) ? a->ctime_ns : now_ns());
+	ret = pm_persist(s, &t->atime_ns, 3 * sizeof(t->atime_ns));
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
 	return ret;
@@ -407,6 +416,9 @@ int store_table_unlink(struct store *s, const char *name)
 	if (pm_writable(s))
 		return -EROFS; /* the pool failed (pm.c) */
 	volatile int ret = 0;
+	/* a catalog entry's flags change under commit_lock and cat_lock: the
+	 * store's own walks (reclaim, release) read them under commit_lock */
+	pthread_mutex_lock(&s->commit_lock);
 	pthread_rwlock_wrlock(&s->cat_lock);
 	struct stable *st = name_find(s, name);
 	if (!st) {
@@ -415,19 +427,24 @@ int store_table_unlink(struct store *s, const char *name)
 	}
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
-		pmemobj_tx_add_range_direct(st->t, offsetof(struct emb_table, dir_off));
+		/* not size, nrows and the times: extends change them atomically
+		 * without these locks (store_table_setattr) */
+		pmemobj_tx_add_range_direct(st->t, offsetof(struct emb_table, size));
 		st->t->flags |= EMB_T_ORPHAN;
-		st->t->ctime_ns = now_ns();
 		catalog_seal_tx(st->t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
 	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
-	if (!ret)
+	if (!ret) {
+		st64(&st->t->ctime_ns, now_ns());
+		pm_flush(s, &st->t->ctime_ns, 8);
 		name_remove(s, st);
+	}
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
+	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
 }
 
@@ -438,6 +455,7 @@ int store_table_rename(struct store *s, const char *oldname, const char *newname
 	volatile int ret = name_check(newname);
 	if (ret)
 		return ret;
+	pthread_mutex_lock(&s->commit_lock); /* the victim's flags (store_table_unlink) */
 	pthread_rwlock_wrlock(&s->cat_lock);
 	struct stable *st = name_find(s, oldname);
 	struct stable *victim = name_find(s, newname);
@@ -453,28 +471,37 @@ int store_table_rename(struct store *s, const char *oldname, const char *newname
 		name_remove(s, victim);
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
-		uint64_t now = now_ns();
+		/* not size, nrows and the times: extends change them atomically
+		 * without these locks (store_table_setattr) */
 		if (victim) {
-			pmemobj_tx_add_range_direct(victim->t, offsetof(struct emb_table, dir_off));
+			pmemobj_tx_add_range_direct(victim->t, offsetof(struct emb_table, size));
 			victim->t->flags |= EMB_T_ORPHAN;
-			victim->t->ctime_ns = now;
 			catalog_seal_tx(victim->t);
 		}
-		pmemobj_tx_add_range_direct(st->t, sizeof(*st->t));
-		st->t->ctime_ns = now;
+		pmemobj_tx_add_range_direct(st->t->name, sizeof(st->t->name));
 		memset(st->t->name, 0, sizeof(st->t->name));
 		strcpy(st->t->name, newname);
-		st->t->csum = catalog_entry_csum(st->t);
+		catalog_seal_tx(st->t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
 	} TX_END
 	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
+	if (!ret) {
+		uint64_t now = now_ns();
+		if (victim) {
+			st64(&victim->t->ctime_ns, now);
+			pm_flush(s, &victim->t->ctime_ns, 8);
+		}
+		st64(&st->t->ctime_ns, now);
+		pm_flush(s, &st->t->ctime_ns, 8);
+	}
 	if (ret && victim)
 		name_insert(s, victim);
 	name_insert(s, st);
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
+	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
 }
 
@@ -485,6 +512,9 @@ int catalog_free_locked(struct store *s, struct stable *st)
 	volatile int ret = index_destroy(s, st);
 	if (ret)
 		return ret;
+	/* the entry is cleared under cat_lock: stats and listings read it
+	 * (s->tab still names it) under cat_lock shared */
+	pthread_rwlock_wrlock(&s->cat_lock);
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_add_range_direct(st->t, sizeof(*st->t));
@@ -495,12 +525,10 @@ int catalog_free_locked(struct store *s, struct stable *st)
 	} TX_END
 	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
-	if (ret)
-		return ret;
-	pthread_rwlock_wrlock(&s->cat_lock);
-	stable_free(s, st);
+	if (!ret)
+		stable_free(s, st);
 	pthread_rwlock_unlock(&s->cat_lock);
-	return 0;
+	return ret;
 }
 
 int store_table_next(struct store *s, uint32_t *cursor, struct store_attr *a)

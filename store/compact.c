@@ -144,30 +144,39 @@ static int gather_live(struct store *s, uint64_t k, uint64_t *p, uint64_t end, u
 	return 0;
 }
 
-/* Write the piece's copies to the open segment and make them durable:
- * without commit_lock (the segment table's fills and the open segment
- * are the mover's alone: round_lock), so no commit waits for the device.
+/* Write the piece's copies to the open segment and make them durable on
+ * the device: without commit_lock (the open segment is the mover's alone:
+ * round_lock), so no commit waits for the device; point_piece takes them
+ * into the fill.  A piece that copies nothing because the open segment is
+ * full opens the next (the segment table changes under commit_lock).
  * *at: where the piece went. */
 static int write_piece(struct store *s, struct piece *pc, uint64_t *at)
 {
 	*at = 0;
-	if (!pc->nmv)
-		return pc->room ? 0 : seg_next(s, 1); /* not one more record fits the open segment */
-	int ret = seg_write(s, pc->pos, at);
-	if (!ret) /* the fill covers the copies before any stub points there */
-		ret = pm_barrier(s);
+	if (pc->nmv)
+		return seg_write(s, pc->pos, at);
+	if (pc->room)
+		return 0;
+	pthread_mutex_lock(&s->commit_lock); /* not one more record fits the open segment */
+	int ret = seg_next(s, 1);
+	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
 }
 
-/* Point each stub at its copy (one 8-byte store each), if it is still the
- * stub that pointed at the record (a stub freed while commit_lock was let
- * go has its row id poisoned; a slot reused since holds another key or
- * points elsewhere: nothing points into the segment being emptied but its
- * own old stubs).  commit_lock held. */
+/* Take the piece's copies (written at at) into the open segment's fill,
+ * durably, then point each stub at its copy (one 8-byte store each), if it
+ * is still the stub that pointed at the record (a stub freed while
+ * commit_lock was let go has its row id poisoned; a slot reused since holds
+ * another key or points elsewhere: nothing points into the segment being
+ * emptied but its own old stubs).  commit_lock held. */
 static int point_piece(struct store *s, struct piece *pc, uint64_t at)
 {
 	struct spill *sp = s->sp;
 	size_t moved = 0;
+	seg_grow(s, pc->pos);
+	int ret = pm_barrier(s); /* the fill covers the copies before any stub points there */
+	if (ret)
+		return ret;
 	for (size_t i = 0; i < pc->nmv; i++) {
 		struct stable *st = tab_get(s, pc->mv[i].table);
 		struct emb_stub *stub = STUB(s, pc->mv[i].stub);

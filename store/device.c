@@ -26,18 +26,20 @@
  * clean unmount, recounted from the stubs by the mover after a crash.
  *
  * Crash safety.  The mover gathers versions under commit_lock, then without
- * it: records -> device, fdatasync; segment fill; then under commit_lock
- * again, for the versions still where it found them (same chain, batch and
- * bytes), the chain change is journaled like a commit (EMB_J_RELINK: row,
- * old version, its stub): journal + stubs, barrier; slab bits + the 8-byte
+ * it: records -> device, fdatasync; then under commit_lock again the
+ * segment's fill grows, and for the versions still where it found them
+ * (same chain, batch and bytes) the chain change is journaled like a
+ * commit (EMB_J_RELINK: row, old version, its stub): fill + journal +
+ * stubs, barrier; slab bits + the 8-byte
  * ref (index value, or a link's ver or next), barrier; old slots freed,
  * journal cleared, barrier.  So no stub points at bytes that are not
  * durable, recovery keeps whichever of old and new is linked and frees the
  * other, and no commit waits for the device.  Compaction copies the live
  * records of a mostly-stale sealed segment to the open one (found under
  * commit_lock, written and fdatasync'ed without it), then under commit_lock
- * rewrites the loc of each stub that still points at the old record with
- * one 8-byte store, barrier, and frees the segment once no reader has it
+ * grows the fill, barrier, rewrites the loc of each stub that still points
+ * at the old record with one 8-byte store, barrier, and frees the segment
+ * once no reader has it
  * pinned; a crash in between leaves both copies valid and the old segment
  * still sealed.  Space a crash (or a version changed meanwhile) leaves
  * unreferenced is found by the recount and compacted away.
@@ -368,13 +370,16 @@ int seg_room(struct store *s, uint64_t need)
 	return seg_next(s, 0);
 }
 
-/* Append wbuf[0..len) at the open segment's end; returns its device offset. */
+/* Write wbuf[0..len) at the open segment's end, durably (fdatasync); *at:
+ * its device offset.  The mover (round_lock); commit_lock need not be held
+ * (no commit waits for the device): the caller then takes the bytes into the
+ * fill under it (seg_grow). */
 int seg_write(struct store *s, uint64_t len, uint64_t *at)
 {
 	struct spill *sp = s->sp;
-	struct emb_sseg *g = &sp->pm->seg[sp->open_seg];
+	const struct emb_sseg *g = &sp->pm->seg[sp->open_seg];
 	len = (len + BLK - 1) & ~(uint64_t)(BLK - 1);
-	*at = seg_base(sp, (uint64_t)sp->open_seg) + g->fill;
+	*at = seg_base(sp, (uint64_t)sp->open_seg) + g->fill; /* the mover's to change */
 	for (uint64_t done = 0; done < len;) {
 		ssize_t w = pwrite(sp->fd, sp->wbuf + done, len - done, (off_t)(*at + done));
 		if (w < 0 && errno == EINTR)
@@ -385,11 +390,20 @@ int seg_write(struct store *s, uint64_t len, uint64_t *at)
 	}
 	if (fdatasync(sp->fd))
 		return -errno;
-	g->fill += len;
-	pm_flush(s, &g->fill, 8);
 	atomic_fetch_add_explicit(&sp->spill_writes, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&sp->spill_write_bytes, len, memory_order_relaxed);
 	return 0;
+}
+
+/* The open segment's fill takes in the len bytes seg_write wrote there
+ * (flushed; durable at the caller's next barrier, which must come before
+ * anything points there).  The mover (round_lock), commit_lock held. */
+void seg_grow(struct store *s, uint64_t len)
+{
+	struct spill *sp = s->sp;
+	struct emb_sseg *g = &sp->pm->seg[sp->open_seg];
+	g->fill += (len + BLK - 1) & ~(uint64_t)(BLK - 1);
+	pm_flush(s, &g->fill, 8);
 }
 
 /* Where the next record of rsz bytes goes in wbuf: the same block unless it

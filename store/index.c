@@ -1136,7 +1136,7 @@ int index_walk(struct store *s, struct stable *st, int (*fn)(void *, uint64_t, u
  * (rm of a big table then freed nothing).  So the table is marked dying,
  * which no reader looks at again, and its segments go a few per small
  * transaction in directory order, free_at recording the progress; mount
- * finishes a destroy a crash interrupted (catalog_recover).
+ * finishes a destroy a crash interrupted (table_recover).
  */
 #define DESTROY_STEP 8
 int index_destroy(struct store *s, struct stable *st)
@@ -1153,7 +1153,10 @@ int index_destroy(struct store *s, struct stable *st)
 	pthread_rwlock_wrlock(&st->lock);
 	index_unload(st); /* readers find no rows from here on */
 	pthread_rwlock_unlock(&st->lock);
+	/* the catalog entry's flags change under cat_lock (store_int.h);
+	 * its index fields (free_at, nsegs, dir_off) under commit_lock */
 	if (!(t->flags & EMB_T_DYING)) {
+		pthread_rwlock_wrlock(&s->cat_lock);
 		pthread_mutex_lock(&s->meta_lock);
 		TX_BEGIN(s->pop) {
 			pmemobj_tx_add_range_direct(&t->flags, 4);
@@ -1166,6 +1169,7 @@ int index_destroy(struct store *s, struct stable *st)
 		} TX_END
 		ret = pm_tx_end(s, ret);
 		pthread_mutex_unlock(&s->meta_lock);
+		pthread_rwlock_unlock(&s->cat_lock);
 		if (ret)
 			return ret;
 	}
@@ -1192,6 +1196,7 @@ int index_destroy(struct store *s, struct stable *st)
 		if (ret)
 			return ret;
 	}
+	pthread_rwlock_wrlock(&s->cat_lock);
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		pmemobj_tx_free(pmemobj_oid(dir));
@@ -1206,6 +1211,7 @@ int index_destroy(struct store *s, struct stable *st)
 	} TX_END
 	ret = pm_tx_end(s, ret);
 	pthread_mutex_unlock(&s->meta_lock);
+	pthread_rwlock_unlock(&s->cat_lock);
 	if (!ret && counted) {
 		atomic_fetch_sub(&s->idx_segs, nsegs);
 		atomic_fetch_sub(&s->idx_large, large);

@@ -214,6 +214,8 @@ static int spill_chunk(struct store *s, struct stable *st, size_t *di, int all, 
 		spill_unlocked(s->sp);
 		ret = k.pos ? seg_write(s, k.pos, &base) : 0; /* the mover's alone (round_lock) */
 		pthread_mutex_lock(&s->commit_lock);
+		if (!ret && k.pos)
+			seg_grow(s, k.pos); /* written: the fill covers it, wherever its rows went */
 		*gone = tab_get(s, tid) != st || st->t->gen != gen;
 		if (!ret && !*gone && !(ret = chunk_land(s, st, &k, base, 1)))
 			*moved = k.n;
@@ -259,6 +261,8 @@ static int move_listed(struct store *s, struct stable *st, uint64_t *offs, size_
 		 * for this anyway (shrink_rows) */
 		uint64_t base = 0;
 		ret = k.pos ? seg_write(s, k.pos, &base) : 0;
+		if (!ret && k.pos)
+			seg_grow(s, k.pos);
 		if (!ret)
 			ret = chunk_land(s, st, &k, base, 0);
 	}
@@ -381,10 +385,14 @@ static int64_t evict_pass(struct store *s, int all, uint64_t target)
 		uint64_t used = row_usage(s);
 		if (!all && used <= target)
 			break;
+		/* flags: under cat_lock (or commit_lock), as every catalog field */
+		pthread_rwlock_rdlock(&s->cat_lock);
 		struct stable *st = tab_get(s, sp->ev_table);
+		int zombie = st && (st->t->flags & EMB_T_ZOMBIE);
+		pthread_rwlock_unlock(&s->cat_lock);
 		int64_t n = 0;
 		size_t ndir = 0;
-		if (st && !(st->t->flags & EMB_T_ZOMBIE)) {
+		if (st && !zombie) {
 			n = evict_table(s, st, &sp->ev_di, all ? UINT64_MAX / 2 : used - target, all);
 			if (n < 0 && n != -ENOENT)
 				return moved ? moved : n;

@@ -732,7 +732,13 @@ int store_space_reserve(struct store *s, uint32_t id, uint32_t row_size, int64_t
 
 int store_space_links(struct store *s, uint32_t id)
 {
-	/* the caller keeps snapshots from being taken: n_live is stable */
+	/* Without snap_lock (an atomic load).  The caller keeps snapshots from
+	 * being taken, not dropped (rmdir does not wait for writes): n_live
+	 * may fall meanwhile, never rise.  Read as 0, no snapshot is live and
+	 * none comes before the caller's rows are stamped.  Read before a drop
+	 * lowered it, links are promised for a snapshot that is going: room
+	 * held that no write-back will use, given back with the rows' promise
+	 * (at worst an ENOSPC the drop would have spared). */
 	if (!__atomic_load_n(&s->n_live, __ATOMIC_ACQUIRE))
 		return 0;
 	return slab_promise_links(s, id);

@@ -4,7 +4,9 @@
  * or dropped.  Commits ask it whether a snapshot still sees a version they
  * replace (snapset_needed) and charge what only one snapshot holds to it;
  * reclaim asks which snapshots hold a table.  Protected by snap_lock: the
- * rebuild holds it exclusive, readers shared.
+ * rebuild holds it exclusive, readers shared; the count alone (n_live) is
+ * also stored atomically, for one reader without the lock
+ * (store_space_links).
  */
 #include <stddef.h>
 
@@ -27,7 +29,8 @@ void snapset_rebuild(struct store *s)
 		s->live_batch[k] = r->batch;
 		s->live_idx[k] = i;
 	}
-	s->n_live = n;
+	/* atomic: store_space_links reads it without snap_lock */
+	__atomic_store_n(&s->n_live, n, __ATOMIC_RELEASE);
 }
 
 int snapset_needed(struct store *s, uint64_t b_old, uint64_t b_new)

@@ -3,9 +3,10 @@
  * mover.c, version.c): its shared state.  What the tier does and its crash
  * safety: device.c's header comment.
  *
- * Fields are grouped by owner; each group says its lock.  Lock order within
- * the tier: round_lock (one mover round at a time), then commit_lock, then a
- * table's lock; sp->mu, ring locks and ra_mu are leaves.
+ * Fields are grouped by owner; each group says its lock.  The tier's locks
+ * are in the store's lock order (store_int.h): round_lock (one mover round at
+ * a time) before commit_lock, then a table's lock; sp->mu, ring locks and
+ * ra_mu are leaves.
  */
 #ifndef EMBFS_SPILL_H
 #define EMBFS_SPILL_H
@@ -99,12 +100,14 @@ struct spill {
 	 * Taken before commit_lock. */
 	pthread_mutex_t round_lock;
 
-	/* mover state: the mover's alone (round_lock); the open segment and
-	 * the segment table's fills change with the device writes, which run
-	 * without commit_lock so that no commit waits for the device (a
+	/* mover state: the mover's alone (round_lock).  The device writes
+	 * run without commit_lock so that no commit waits for the device (a
 	 * chunk of stubs and a compaction piece are gathered under
 	 * commit_lock, written without it, and land under it again, for
-	 * what is still where it was) */
+	 * what is still where it was); the segment table (pm->seg[]: state,
+	 * fill, live) changes only under commit_lock, the open segment's
+	 * and the compacted one's by the mover alone, which may read those
+	 * two without commit_lock */
 	int64_t open_seg;
 	char *wbuf;               /* CHUNK_BYTES, aligned */
 	char *rbuf;               /* one segment, aligned (compaction) */
@@ -241,6 +244,7 @@ uint64_t seg_claim(struct spill *sp, uint32_t keep);
 int seg_next(struct store *s, int compacting);
 int seg_room(struct store *s, uint64_t need);
 int seg_write(struct store *s, uint64_t len, uint64_t *at);
+void seg_grow(struct store *s, uint64_t len);
 uint64_t place(uint64_t pos, uint32_t rsz);
 void put_rec(char *at, uint32_t table, uint64_t row, uint64_t batch, const void *data, uint32_t len);
 void iops_tick(struct spill *sp);

@@ -36,15 +36,27 @@
  * Lock order (take them in this order, release in any; never call up into a
  * lock taken earlier in the list while holding a later one):
  *
+ *   sp->round_lock     one spill mover round at a time (spill.h): the open
+ *                      segment, the mover's cursors and buffers
  *   commit_lock        journal, index structure, PMem slab bitmaps, spill
- *                      segment table; held across a whole commit group
- *   snap_lock          the live snapshot set (commits hold it shared: a
+ *                      segment table (state, fill, live; the mover writes
+ *                      to the device without it and takes what it wrote
+ *                      into the fill under it); held across a whole commit
+ *                      group
+ *   snap_lock          the live snapshot set; its count n_live is also
+ *                      stored atomically, for store_space_links, which
+ *                      reads it unlocked.  Commits hold it shared (a
  *                      direct group throughout, a write-back group a slice
  *                      at a time).  It prefers writers, so that mkdir is not
  *                      starved by slices taken back to back: no thread may
  *                      take it shared twice (a waiting writer would block
  *                      the second hold, and the first would never go)
- *   cat_lock           catalog entries, the name hash, s->tab
+ *   cat_lock           catalog entries, the name hash, s->tab.  An
+ *                      entry's flags change with commit_lock held too (the
+ *                      store's walks read them under commit_lock), its
+ *                      index fields (dir_off, nsegs, free_at) under
+ *                      commit_lock alone; its row count and size are
+ *                      read and written atomically (ld64, st64)
  *   st->seek_lock      a table's sorted-key caches
  *   st->lock           a table's index: readers shared, publish/split exclusive
  *   space_lock         DRAM slab state and promises; the index-room reserve
@@ -196,7 +208,7 @@ struct store {
 		pthread_rwlock_t snap_lock;     /* commits hold it shared */
 		uint64_t live_batch[EMB_MAX_SNAPS]; /* batches of live (not dropping) snapshots, sorted */
 		uint32_t live_idx[EMB_MAX_SNAPS];   /* their record index, same order */
-		uint32_t n_live;
+		uint32_t n_live;                    /* also stored atomically: store_space_links reads it unlocked */
 		/* the table arrays of EMB_S_PENDING records, until they are made
 		 * durable; written under snap_lock exclusive */
 		struct emb_snap_table *pend_tables[EMB_MAX_SNAPS];

@@ -122,6 +122,9 @@ static int release_locked(struct store *s, struct stable *st)
 {
 	volatile int ret = 0;
 	if (!(st->t->flags & EMB_T_ZOMBIE)) {
+		/* a catalog entry: cat_lock (stats and listings read the flags
+		 * under it shared) */
+		pthread_rwlock_wrlock(&s->cat_lock);
 		pthread_mutex_lock(&s->meta_lock);
 		TX_BEGIN(s->pop) {
 			pmemobj_tx_add_range_direct(&st->t->flags, 4);
@@ -132,10 +135,15 @@ static int release_locked(struct store *s, struct stable *st)
 		} TX_END
 		ret = pm_tx_end(s, ret);
 		pthread_mutex_unlock(&s->meta_lock);
+		pthread_rwlock_unlock(&s->cat_lock);
 		if (ret)
 			return ret;
 	}
-	if (s->n_live) /* rows only snapshots hold now count as theirs */
+	/* a snapshot may be taken meanwhile (snap_lock, not commit_lock) */
+	pthread_rwlock_rdlock(&s->snap_lock);
+	int snaps = s->n_live != 0;
+	pthread_rwlock_unlock(&s->snap_lock);
+	if (snaps) /* rows only snapshots hold now count as theirs */
 		return snap_reclaim_all(s);
 	ret = reclaim_table(s, st, 0);
 	if (ret == 0 && !(ret = runs_drop_table(s, st)))

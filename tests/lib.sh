@@ -89,7 +89,8 @@ mkpool() {
 }
 
 # mount_pool POOL MNT [embfs args...]: start the daemon in the foreground in
-# the background, wait until the mount is live (bounded), set $PID.
+# the background, wait until the mount is live (bounded: TEST_MOUNT_WAIT
+# seconds, 20 unless set; sanitizer builds start slower), set $PID.
 mount_pool() {
 	pool=$1; mnt=$2; shift 2
 	mkdir -p "$mnt"
@@ -97,7 +98,7 @@ mount_pool() {
 	PID=$!
 	DAEMONS="$DAEMONS $PID"
 	MOUNTS="$MOUNTS $mnt"
-	wait_until 20 mounted_by "$PID" "$mnt"
+	wait_until "${TEST_MOUNT_WAIT:-20}" mounted_by "$PID" "$mnt"
 	# first request through the mount proves the daemon serves
 	stat "$mnt/.embfs/stats" >/dev/null || fail "mount $mnt does not answer"
 }

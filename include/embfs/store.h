@@ -247,7 +247,8 @@ int store_space_reserve(struct store *s, uint32_t id, uint32_t row_size, int64_t
  * batch (where the batch is read: no snapshot may be taken in between).
  * While a snapshot is live, their write-back may keep the versions they
  * replace: a promise made before it was taken gets room for a link now.
- * 0, or -ENOSPC (the rows are not written). */
+ * A snapshot may be dropped meanwhile: its links stay promised until the
+ * rows' promise is given back.  0, or -ENOSPC (the rows are not written). */
 int store_space_links(struct store *s, uint32_t id);
 
 /* ---- batches and snapshots ------------------------------------------
