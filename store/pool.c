@@ -22,6 +22,7 @@
 #include <string.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -189,6 +190,17 @@ static int check_collect(int fd, pid_t pid, char *buf, size_t cap, size_t *got)
 }
 
 /* store_check(); *structural as check_here() says. */
+/* Does another process hold the pool's flock (an embfs serving it)? */
+static int in_use(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	int busy = flock(fd, LOCK_SH | LOCK_NB) && (errno == EWOULDBLOCK || errno == EAGAIN);
+	close(fd); /* drops the shared lock if it was taken */
+	return busy;
+}
+
 static int check_run(const char *path, int *structural, char *err, size_t n)
 {
 	uint64_t size;
@@ -200,6 +212,13 @@ static int check_run(const char *path, int *structural, char *err, size_t n)
 	if (!is_dev && size < PMEMOBJ_MIN_POOL)
 		return store_err(err, n, -EINVAL, "%s: not an embfs pool (%llu bytes, too small)", path,
 			    (unsigned long long)size);
+	/* a pool another embfs has open (libpmemobj holds an exclusive flock
+	 * on it) is refused before the child is made: a script retrying the
+	 * mount while the previous daemon writes its cache back costs that
+	 * daemon little CPU (pmemobj_open in the check says the same later,
+	 * should the holder appear in between) */
+	if (in_use(path))
+		return store_err(err, n, -EBUSY, "%s: pool is in use (another embfs has it open)", path);
 	/* a damaged pool can crash libpmemobj itself: check in a child */
 	int pfd[2];
 	if (pipe2(pfd, O_CLOEXEC))

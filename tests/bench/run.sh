@@ -44,6 +44,10 @@
 #             a pool file on the root disk and on /dev/shm (issue 17)
 #   durable   pool as a plain file on the root disk (msync, no PMem):
 #             writes with an fsync every SYNC_EVERY rows vs a file on disk
+#   umount    issue 29's plain unmount: UMOUNT_ROWS (200000) dirty rows,
+#             pool a plain file in DISK_DIR; fusermount3 -u -> remount vs
+#             the fsync write-back of the same rows, UMOUNT_RUNS (RUNS)
+#             pairs; target <= 1.5x
 #   spill     SSD spill tier: a 256 MiB pool on /dev/shm + 16 MiB row cache
 #             + spill file in DISK_DIR, a 1 GiB table of 512-byte rows filled
 #             sequentially (~95% of rows end up on the device); batched
@@ -126,6 +130,8 @@ DISK_DIR=${DISK_DIR:-/var/tmp}
 DISK_ROWS=${DISK_ROWS:-1000000}
 DISK_POOL_SIZE=${DISK_POOL_SIZE:-512M}
 SYNC_EVERY=${SYNC_EVERY:-4096}
+UMOUNT_ROWS=${UMOUNT_ROWS:-200000}     # section umount: dirty rows at the unmount
+UMOUNT_RUNS=${UMOUNT_RUNS:-$RUNS}      # its pairs (fsync, unmount)
 MR_ACCESSES=${MR_ACCESSES:-$((ROWS * 5))}
 MR_WARMUP=${MR_WARMUP:-$((ROWS + ROWS / 4))}
 MR_UNIFORM_ACCESSES=${MR_UNIFORM_ACCESSES:-$((ROWS + ROWS / 4))}
@@ -275,7 +281,7 @@ cleanup() {
 		if still_mounted "$DW"; then
 			echo "bench: a mount under $DW is still there; leaving $DW" >&2
 		else
-			rm -f "$DW/pool" "$DW/base.emb"
+			rm -f "$DW/pool" "$DW/base.emb" "$DW/pid" "$DW/err"
 			rmdir "$DW/mnt" 2>/dev/null
 			rmdir "$DW" 2>/dev/null
 		fi
@@ -1220,6 +1226,72 @@ section_durable() {
 	DW=""
 }
 
+# umount: issue 29 item 3.  A pool as a plain file in DISK_DIR (msync, as in
+# tests/e2e/life.sh), UMOUNT_ROWS dirty rows of 256 B in the row cache
+# (dirty_age_ms=0: no flusher).  UMOUNT_RUNS pairs, in turn: (a) fsync of the
+# table (the write-back through fsync), timed; (b) a plain fusermount3 -u,
+# then `embfs POOL MNT` every 20 ms until it mounts: the time from the
+# unmount's start to the remount's return.  Target: (b) <= 1.5 x (a).
+section_umount() {
+	say ""
+	ensure_w
+	say "umount: $UMOUNT_ROWS dirty rows (256 B) in the row cache, pool a plain file in $DISK_DIR (msync);" \
+		"$UMOUNT_RUNS runs each of fsync write-back and fusermount3 -u -> remount, interleaved"
+	room umount "$DISK_DIR" $((UMOUNT_ROWS * 256 * 3 / 1048576 + 600)) || return
+	DW=$(mktemp -d "$DISK_DIR/embfs-bench.XXXXXX") || fail "mktemp in $DISK_DIR"
+	mkdir "$DW/mnt"
+	head -c $((UMOUNT_ROWS * 256)) /dev/urandom >"$DW/base.emb" || fail "umount: rows"
+	fs_l="" rm_l="" ex_l="" tr_l=""
+	r=0
+	while [ $r -lt "$UMOUNT_RUNS" ]; do
+		r=$((r + 1))
+		for how in fsync umount; do
+			env -u PMEM_IS_PMEM_FORCE "$MKFS" -f -s 512M "$DW/pool" >/dev/null || fail "umount: mkfs"
+			mount_pool "$DW/pool" "$DW/mnt" "cache_size=512M,dirty_age_ms=0" 0
+			dd if="$DW/base.emb" of="$DW/mnt/t.emb" bs=1M status=none || fail "umount: writing rows"
+			d=$(stat_of "$DW/mnt" cache.dirty)
+			[ "$d" -ge $((UMOUNT_ROWS * 9 / 10)) ] || fail "umount: only $d dirty rows"
+			if [ $how = fsync ]; then
+				t=$(now)
+				$PY -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)' "$DW/mnt/t.emb" ||
+					fail "umount: fsync"
+				fs_l="$fs_l $(since "$t")"
+				umount_pool "$DPID" "$DW/mnt"
+				continue
+			fi
+			t=$(now)
+			fusermount3 -u "$DW/mnt" || fail "umount: fusermount3 -u"
+			tries=0
+			until env -u PMEM_IS_PMEM_FORCE "$EMBFS" -o "pidfile=$DW/pid" "$DW/pool" "$DW/mnt" 2>"$DW/err"; do
+				grep -q "in use" "$DW/err" || fail "umount: remount: $(cat "$DW/err")"
+				tries=$((tries + 1))
+				[ $tries -gt 3000 ] && fail "umount: no remount within 60 s"
+				sleep 0.02
+			done
+			rm_l="$rm_l $(since "$t")"
+			tr_l="$tr_l $tries"
+			# the first daemon (a child of this shell) has exited
+			wait_gone "$DPID" 10 || fail "umount: first daemon still running"
+			wait "$DPID"
+			forget "$DPID"
+			NPID=$(cat "$DW/pid")
+			DAEMONS="$DAEMONS $NPID:$DW/mnt"
+			cmp -s "$DW/base.emb" "$DW/mnt/t.emb" || fail "umount: rows differ after remount"
+			stop_one "$NPID" "$DW/mnt"
+		done
+	done
+	fm=$(med $fs_l)
+	um=$(med $rm_l)
+	rt=$(awk -v a="$um" -v b="$fm" 'BEGIN { printf "%.2f", a / b }')
+	say "  fsync write-back (s):$fs_l; median $fm"
+	say "  fusermount3 -u -> remount (s):$rm_l; median $um (failed remounts:$tr_l)"
+	result umount "$UMOUNT_ROWS dirty rows, unmount" - - - - \
+		"fusermount3 -u -> remount ${um} s vs fsync ${fm} s: ${rt}x (target <= 1.5x: $(awk -v r="$rt" 'BEGIN { print r <= 1.5 ? "met" : "MISSED" }'))"
+	rm -f "$DW/pool" "$DW/base.emb" "$DW/pid" "$DW/err"
+	rmdir "$DW/mnt" "$DW"
+	DW=""
+}
+
 # spill: rows that live on the SSD spill tier.  A pool of SPILL_POOL_SIZE on
 # /dev/shm, a row cache of SPILL_CACHE, a spill file in DISK_DIR (the root
 # disk), one table of SPILL_ROWS rows of SPILL_DIM f32 (1 GiB of 512-byte
@@ -1806,7 +1878,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" (or BENCH_SECTIONS) runs a subset (setup
 # first, teardown after the sections that use its mount)
-for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable spill capacity overhead spillsnap missrate restore dist}}; do
+for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable umount spill capacity overhead spillsnap missrate restore dist}}; do
 	section "$s_name"
 done
 
