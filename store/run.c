@@ -1393,6 +1393,19 @@ static void segs_release(struct spill *sp, const struct u64vec *segs)
 	pthread_mutex_unlock(&sp->mu);
 }
 
+/* The block size of a run of rs-byte rows: a header and at least one
+ * record (16 bytes of key + the row), in whole 4 KiB blocks. */
+static inline uint32_t run_blk_size(uint32_t rs)
+{
+	return (uint32_t)((sizeof(struct emb_rblk) + 16 + rs + BLK - 1) & ~(BLK - 1));
+}
+
+/* Records of rs-byte rows one such block holds. */
+static inline uint32_t run_blk_recs(uint32_t rs)
+{
+	return (run_blk_size(rs) - (uint32_t)sizeof(struct emb_rblk)) / (16 + rs);
+}
+
 static int build_open(struct build *w, struct store *s, struct stable *st)
 {
 	struct spill *sp = s->sp;
@@ -1403,10 +1416,8 @@ static int build_open(struct build *w, struct store *s, struct stable *st)
 	w->gen = st->t->gen;
 	w->rs = st->t->row_size;
 	w->rec = 16 + w->rs;
-	w->bs = (uint32_t)((sizeof(struct emb_rblk) + w->rec + BLK - 1) & ~(BLK - 1));
-	if (w->bs < BLK)
-		w->bs = BLK;
-	w->per_blk = (w->bs - (uint32_t)sizeof(struct emb_rblk)) / w->rec;
+	w->bs = run_blk_size(w->rs);
+	w->per_blk = run_blk_recs(w->rs);
 	w->cap = CHUNK_BYTES / w->bs ? CHUNK_BYTES / w->bs : 1;
 	w->min_row = EMB_NONE;
 	w->keep = 1 + atomic_load(&sp->reserve); /* an eviction leaves the merge reserve */
@@ -1841,8 +1852,7 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 		max = EVICT_MAX_BYTES / rs;
 	/* a run fits in half the smallest merge reserve, so that two of them
 	 * can always be merged (its versions count: vmax = max) */
-	uint64_t bs = ((uint64_t)sizeof(struct emb_rblk) + 16 + rs + BLK - 1) & ~(uint64_t)(BLK - 1);
-	uint64_t cap = sp->reserve_min * sp->pm->seg_size / 2 / bs * ((bs - sizeof(struct emb_rblk)) / (16 + rs));
+	uint64_t cap = sp->reserve_min * sp->pm->seg_size / 2 / run_blk_size(rs) * run_blk_recs(rs);
 	if (max > cap)
 		max = cap ? cap : 1;
 	struct evset es = { .max = max, .vmax = max };
@@ -2334,9 +2344,8 @@ void runs_reserve(struct store *s)
 		uint64_t rs = st->t->row_size, rows = atomic_load(&st->run_live);
 		if (rows > ld64(&st->t->size) / rs + 1)
 			rows = ld64(&st->t->size) / rs + 1;
-		uint64_t bs = (sizeof(struct emb_rblk) + 16 + rs + BLK - 1) & ~(uint64_t)(BLK - 1);
-		uint64_t per = (bs - sizeof(struct emb_rblk)) / (16 + rs);
-		uint64_t bytes = (rows / per + 1) * bs * 33 / 32; /* its meta blocks: a few % */
+		uint64_t bs = run_blk_size((uint32_t)rs);
+		uint64_t bytes = (rows / run_blk_recs((uint32_t)rs) + 1) * bs * 33 / 32; /* its meta blocks: a few % */
 		if (bytes > most)
 			most = bytes;
 	}
