@@ -37,13 +37,26 @@ int trim_locked(struct store *s, struct stable *st)
 	int ret = 0;
 	if (lim == EMB_NONE)
 		return 0;
-	uint64_t last;
-	ret = index_get(s, st, lim / rs, &last);
-	if (ret)
-		return ret;
-	if (lim % rs && !last && runs_may_hold(s, st->id, lim / rs))
-		last = runs_row_read(s, st, lim / rs, NULL) > 0; /* only a run holds it */
-	if (lim % rs && last) {
+	/* the row the new end cuts keeps its head, zeros after the end -- if it
+	 * exists: the pool's newest version decides (a tombstone says it does
+	 * not, whatever a run holds), and only when the pool has none, a run */
+	int last = 0;
+	if (lim % rs) {
+		struct emb_version *v;
+		int decided;
+		ret = chain_find(s, st, lim / rs, EMB_NONE, &v, &decided);
+		if (ret)
+			return ret;
+		last = v != NULL;
+		if (!decided && runs_may_hold(s, st->id, lim / rs)) {
+			ret = runs_row_read(s, st, lim / rs, NULL);
+			if (ret < 0)
+				return ret;
+			last = ret > 0; /* only a run holds it */
+			ret = 0;
+		}
+	}
+	if (last) {
 		static const char zeros[EMB_ROW_MAX];
 		struct store_rowop op = { lim / rs, (uint32_t)(lim % rs), (uint32_t)(rs - lim % rs), zeros, 0 };
 		ret = commit_locked(s, st, &op, 1, 0, 0);
