@@ -4,7 +4,7 @@ over W embfs mounts (embfs.dist), the dense part data-parallel (DDP).
 
     PYTHONPATH=python /usr/bin/python3 examples/dlrm_dist.py M0,M1,... --manifests DIR
         [--steps 40] [--every 10] [--batch 1024] [--tables 26] [--resume step-K]
-        [--kill-at STEP --kill-rank R]
+        [--kill-at STEP --kill-rank R] [--dense-opt adagrad|sgd]
 
 One process per mount (torch.multiprocessing, gloo over loopback); rank r
 uses mount r, which holds the rows embfs.dist.shard_of gives to r.  Step s
@@ -105,7 +105,10 @@ def rank_main(rank, world, mounts, a):
     m = embfs.Mount(mounts[rank])
     model = DistDLRM(m, a.seed, a.tables)
     ddp = torch.nn.parallel.DistributedDataParallel(Both(model.dense)) if world > 1 else Both(model.dense)
-    opt = torch.optim.Adagrad(model.dense.parameters(), lr=a.lr)
+    if a.dense_opt == "sgd":
+        opt = torch.optim.SGD(model.dense.parameters(), lr=a.lr)
+    else:
+        opt = torch.optim.Adagrad(model.dense.parameters(), lr=a.lr)
     sopt = et.RowWiseAdagrad(model.emb, lr=a.emb_lr)
     start = 0
     if a.resume:
@@ -176,6 +179,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--emb-lr", type=float, default=0.05)
+    ap.add_argument("--dense-opt", choices=("adagrad", "sgd"), default="adagrad",
+                    help="the dense part's optimizer (default adagrad)")
     ap.add_argument("--resume")
     ap.add_argument("--kill-at", type=int)
     ap.add_argument("--kill-rank", type=int, default=0)

@@ -2,7 +2,8 @@
 one pool and mount per rank.
 
 - examples/dlrm_dist.py on W = 1, 2 and 4 ranks: the union of the shards
-  equals the one-rank tables (same ids; rows to float rounding), and every
+  equals the one-rank tables (same ids; rows to float rounding, the dense
+  part trained with SGD so that rounding stays small), and every
   row lives on its owner;
 - a rank SIGKILLed after a global checkpoint, the job resumed from it: the
   shards end bit for bit as an uninterrupted run's;
@@ -104,32 +105,30 @@ class TestDist(unittest.TestCase):
                 np.testing.assert_array_equal(a[name][1], b[name][1], err_msg=name)
             else:
                 # W ranks sum a row's gradients (and DDP the dense part's) in
-                # another order than one rank, and row-wise Adagrad divides
-                # each row's gradient by the root of its own running sum: a
-                # row whose gradient nearly cancels is moved by rounding
-                # noise, up to a good part of the learning rate (0.05).  Over
-                # 8 steps most data seeds end within 1e-5 (seen 5e-7 to 1e-5);
-                # some have a few such rows (data seed 310: 0.7% of the
-                # elements above 1e-4, the largest 3.9e-3; the store gives
-                # the same numbers before and after layout 3).  A lost or
-                # misrouted gradient moves whole rows of a rank's share by
-                # about the learning rate: caught by both bounds.
+                # another order than one rank: rounding.  The runs compared
+                # so train the dense part with SGD (--dense-opt sgd), which
+                # keeps that rounding at its size: seen at most 3e-7 over
+                # data seeds 1, 78, 310, 329, 501.  Element-wise Adagrad on
+                # the dense part does not: a weight whose gradient nearly
+                # cancels steps by +-lr whichever way rounding tips it (data
+                # seed 329: dense weights 0.02 apart by step 8, rows 0.037).
+                # A lost or misrouted gradient moves a row by about the
+                # embedding learning rate (0.05).
                 d = np.abs(a[name][1].astype(np.float64) - b[name][1])
                 if not d.size:
                     continue
                 self.worst = max(getattr(self, "worst", 0.0), float(d.max()))
-                self.far = max(getattr(self, "far", 0.0), float((d > 1e-4).mean()))
-                self.assertLess(d.max(), 0.01, name)
-                self.assertLess((d > 1e-4).mean(), 0.02, name)
+                self.assertLess(d.max(), 1e-5, name)
 
     def test_worlds_agree(self):
         with Pools(1) as one, Pools(2) as two, Pools(4) as four:
-            run_example(one, self.man("w1"))
-            r2 = run_example(two, self.man("w2"))
-            r4 = run_example(four, self.man("w4"))
+            sgd = ("--dense-opt", "sgd")  # see assertSameTables
+            run_example(one, self.man("w1"), *sgd)
+            r2 = run_example(two, self.man("w2"), *sgd)
+            r4 = run_example(four, self.man("w4"), *sgd)
             print(r2.stdout.strip().splitlines()[-1], flush=True)
-            self.addCleanup(lambda: print(f"largest difference from W=1: {getattr(self, 'worst', 0.0):.3g}, "
-                                         f"share above 1e-4: {getattr(self, 'far', 0.0):.3g}", flush=True))
+            self.addCleanup(lambda: print(f"largest difference from W=1: {getattr(self, 'worst', 0.0):.3g}",
+                                          flush=True))
             ref = union(one)
             self.assertSameTables(ref, union(two), exact=False)
             self.assertSameTables(ref, union(four), exact=False)
