@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "store_int.h"
-#include "spill.h"
+#include "tier/spill.h"
 
 struct walk {
 	struct store *s;

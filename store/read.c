@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spill.h"
+#include "tier/spill.h"
 
 /* A spilled row whose record did not match its stub (moved meanwhile):
  * resolve it again and read it where it is now, a few times.  q->ret: 0,

@@ -39,7 +39,7 @@
  */
 #include <xxhash.h>
 
-#include "spill.h"
+#include "tier/spill.h"
 
 struct vkey {
 	uint64_t row, batch;

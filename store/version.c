@@ -5,7 +5,7 @@
  * A chain walk requires strictly decreasing batches and at most
  * EMB_MAX_SNAPS + 2 versions, so it always ends.
  */
-#include "spill.h"
+#include "tier/spill.h"
 
 /* Make ref (read from the field at at) the chain's current element. */
 static int chain_elem(struct chain *c, uint64_t ref, uint64_t at)

@@ -14,7 +14,7 @@
 #include <liburing.h>
 #include <sys/types.h>
 
-#include "store_int.h"
+#include "../store_int.h"
 
 #define BLK EMB_SPILL_BLOCK
 #define CHUNK_BYTES (1u << 20)     /* one device write */
