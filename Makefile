@@ -183,12 +183,23 @@ install-helpers: $(BUILD)/embfs $(BUILD)/embfs-umount
 	chmod 755 $(DESTDIR)$(HELPERDIR)/mount.fuse.embfs
 	ln -sf $(PREFIX)/bin/embfs-umount $(DESTDIR)$(HELPERDIR)/umount.fuse.embfs
 
+# the manual pages (man/): embfs(5), and embfs(8) and a page per program
+MANDIR ?= $(PREFIX)/share/man
+MAN5 := $(wildcard man/*.5)
+MAN8 := $(wildcard man/*.8)
+install: install-man
+install-man:
+	install -d $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	install -m 644 $(MAN5) $(DESTDIR)$(MANDIR)/man5/
+	install -m 644 $(MAN8) $(DESTDIR)$(MANDIR)/man8/
+
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/embfs $(DESTDIR)$(PREFIX)/bin/embfs-umount $(DESTDIR)$(PREFIX)/sbin/mkfs.embfs
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(MAN5))) $(addprefix $(DESTDIR)$(MANDIR)/man8/,$(notdir $(MAN8)))
 	rm -f $(DESTDIR)$(HELPERDIR)/mount.fuse.embfs $(DESTDIR)$(HELPERDIR)/umount.fuse.embfs
 	rm -rf $(DESTDIR)$(PYTHONDIR)/embfs
 
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all deps test tsan-check tsan-run demo bench install install-helpers uninstall clean example-train example-python example-torch example-dist
+.PHONY: all deps test tsan-check tsan-run demo bench install install-helpers install-man uninstall clean example-train example-python example-torch example-dist
