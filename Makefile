@@ -16,13 +16,13 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 STORE_LIBS = $(shell pkg-config --libs libpmemobj libpmem liburing libxxhash 2>/dev/null) -pthread
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null)
 
-STORE_SRC := $(wildcard store/*.c)
+STORE_SRC := $(wildcard store/*.c store/tier/*.c)
 CACHE_SRC := $(wildcard cache/*.c)
 FS_SRC := $(wildcard fs/*.c)
 STORE_OBJ := $(STORE_SRC:%.c=$(BUILD)/%.o)
 CACHE_OBJ := $(CACHE_SRC:%.c=$(BUILD)/%.o)
 FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
-HDRS := $(wildcard include/embfs/*.h store/*.h fs/*.h)
+HDRS := $(wildcard include/embfs/*.h store/*.h store/tier/*.h fs/*.h)
 
 PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs $(BUILD)/fsck.embfs $(BUILD)/embfsctl
 UNIT := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))

@@ -1,5 +1,6 @@
 /*
- * cache/: a DRAM cache of table rows, keyed by (table, row id).
+ * cache/: a DRAM cache of table rows, keyed by (table, row id).  One file,
+ * cache/cache.c.
  *
  * Contract:
  * - The cache knows nothing of the layer below.  Misses go to ops->fetch,
