@@ -168,7 +168,7 @@ install: $(PROGS)
 	install -m 755 $(BUILD)/mkfs.embfs $(DESTDIR)$(PREFIX)/sbin/mkfs.embfs
 	install -m 755 $(BUILD)/embfsctl $(DESTDIR)$(PREFIX)/bin/embfsctl
 	install -m 755 $(BUILD)/fsck.embfs $(DESTDIR)$(PREFIX)/sbin/fsck.embfs
-	install -m 644 python/embfs/__init__.py python/embfs/torch.py python/embfs/dist.py $(DESTDIR)$(PYTHONDIR)/embfs/
+	install -m 644 python/embfs/*.py $(DESTDIR)$(PYTHONDIR)/embfs/
 
 # mount(8) and umount(8) look for the helpers mount.TYPE and umount.TYPE in
 # /sbin (libmount: /sbin, /sbin/fs.d, /sbin/fs), whatever PREFIX is; the mount
