@@ -61,3 +61,13 @@ fusermount3 -u "$MNT"
 wait "$PID"
 PID=
 echo "clean unmount; the pool keeps the tables: $POOL (removed by this demo)"
+
+cat <<EOF
+
+Next:
+  the quick start, step by step:  README.md, "Quick start (five minutes)"
+  the daemon and its options:      man -l man/embfs.8   (make install puts the
+                                   pages where man(1) finds them)
+  the mounted tree, control files: man -l man/embfs.5
+  guides (Python and PyTorch, snapshots, spill tier, hosts, operations): docs/
+EOF

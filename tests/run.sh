@@ -77,4 +77,5 @@ done
 [ -n "$failed" ] && echo "failed:$failed (whole outputs in $LOGS)"
 rm -f "$LOGS/.before"
 echo "$pass passed, $failn failed, $skipn skipped"
+[ $failn -eq 0 ] && [ $# -eq 0 ] && echo "next: make demo shows a mount step by step; README.md has the quick start, man/ and docs/ the manual"
 [ $failn -eq 0 ]
