@@ -223,7 +223,9 @@ static int free_seg(struct store *s, uint64_t k)
 	struct emb_sseg *g = &sp->pm->seg[k];
 	g->fill = g->live = 0;
 	g->nlive = 0;
+	pthread_mutex_lock(&sp->mu); /* seg_claim reads states under it */
 	g->state = EMB_SEG_FREE;
+	pthread_mutex_unlock(&sp->mu);
 	int ret = pm_persist(s, g, sizeof(*g));
 	pthread_mutex_unlock(&s->commit_lock);
 	return ret;

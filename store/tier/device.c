@@ -364,19 +364,19 @@ int seg_next(struct store *s, int compacting)
 	uint64_t k = seg_claim(sp, compacting ? 0 : 1 + atomic_load(&sp->reserve));
 	if (k == EMB_NONE)
 		return -ENOSPC;
-	if (sp->open_seg >= 0) {
-		pm->seg[sp->open_seg].state = EMB_SEG_SEALED;
-		pm_flush(s, &pm->seg[sp->open_seg], 8);
-	}
 	struct emb_sseg *g = &pm->seg[k];
+	pthread_mutex_lock(&sp->mu); /* seg_claim and free_segs read states under it */
+	if (sp->open_seg >= 0)
+		pm->seg[sp->open_seg].state = EMB_SEG_SEALED;
 	g->fill = g->live = 0;
 	g->nlive = 0;
 	g->seq = ++pm->seq;
 	g->state = EMB_SEG_OPEN;
-	pm_flush(s, g, sizeof(*g));
-	pthread_mutex_lock(&sp->mu);
 	sp->seg_busy[k] = 0; /* OPEN now: no run takes it */
 	pthread_mutex_unlock(&sp->mu);
+	if (sp->open_seg >= 0)
+		pm_flush(s, &pm->seg[sp->open_seg], 8);
+	pm_flush(s, g, sizeof(*g));
 	sp->open_seg = (int64_t)k;
 	return pm_persist(s, &pm->seq, 8);
 }

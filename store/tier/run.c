@@ -482,7 +482,9 @@ static int run_free_tx(struct store *s, struct srun *x)
 		for (uint32_t i = 0; known && i < r->nsegs; i++) {
 			struct emb_sseg *g = &sp->pm->seg[x->seg[i]];
 			pmemobj_tx_add_range_direct(g, sizeof(*g));
+			pthread_mutex_lock(&sp->mu); /* seg_claim reads states under it */
 			*g = (struct emb_sseg){ .state = EMB_SEG_FREE };
+			pthread_mutex_unlock(&sp->mu);
 		}
 		pmemobj_tx_add_range_direct(r, sizeof(*r));
 		memset(r, 0, sizeof(*r));

@@ -301,7 +301,9 @@ int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t lev
 		for (size_t i = 0; i < w->segs.n; i++) {
 			struct emb_sseg *g = &sp->pm->seg[w->segs.v[i]];
 			pmemobj_tx_add_range_direct(g, sizeof(*g));
+			pthread_mutex_lock(&sp->mu); /* seg_claim reads states under it */
 			*g = (struct emb_sseg){ .state = EMB_SEG_RUN, .fill = sp->pm->seg_size, .seq = w->id };
+			pthread_mutex_unlock(&sp->mu);
 		}
 		pmemobj_tx_add_range_direct(&rd->run[slot], sizeof(r));
 		rd->run[slot] = r;
