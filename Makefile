@@ -22,7 +22,7 @@ FS_SRC := $(wildcard fs/*.c)
 STORE_OBJ := $(STORE_SRC:%.c=$(BUILD)/%.o)
 CACHE_OBJ := $(CACHE_SRC:%.c=$(BUILD)/%.o)
 FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
-HDRS := $(wildcard include/embfs/*.h store/*.h fs/*.h)
+HDRS := $(wildcard include/embfs/*.h cache/*.h store/*.h fs/*.h)
 
 PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs $(BUILD)/fsck.embfs $(BUILD)/embfsctl
 UNIT := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
