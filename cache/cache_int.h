@@ -286,7 +286,7 @@ enum { W_PROMISE = 1, W_COPY = 2 };
 
 /* What a write in `batch` to entry e needs: W_PROMISE, room promised below
  * for a write-back that will keep the version it replaces (or fill a hole);
- * W_COPY, its bytes copied aside first for a snapshot (see preserve()).  At
+ * W_COPY, its bytes copied aside first for a snapshot (see cache_preserve()).  At
  * most one promise per row and write.  Shard lock held. */
 static inline int write_needs(struct cache *c, struct centry *e, uint64_t batch)
 {
@@ -327,5 +327,31 @@ static inline void mark_dirty(struct cache *c, struct shard *sh, struct centry *
 	if (e->flags & F_NEW)
 		TS_ADD(t, new_dirty, 1);
 }
+
+/* ---- lent by writeback.c (the policy) ------------------------------------ */
+
+/* The credit ran out: reserve one unit below.  No lock held. */
+int cache_credit_reserve(struct cache *c, struct credit *cr, uint32_t table, uint32_t rs);
+/* The write is over: units it reserved and did not spend go to the caller's
+ * credit, or below.  No lock held. */
+void cache_credit_end(struct cache *c, struct credit *cr, uint32_t table, uint32_t rs);
+/* Add n promises of (table, rs) to g, and give them all back at the end.
+ * No shard lock held. */
+void cache_giveback_add(struct cache *c, struct giveback *g, uint32_t table, uint32_t rs, int n);
+void cache_giveback_end(struct cache *c, struct giveback *g);
+/* Copy aside the snapshot's version entry e holds before a write
+ * (write_needs() said W_COPY): 0 or -ENOMEM.  Shard lock held. */
+int cache_preserve(struct cache *c, struct shard *sh, struct centry *e);
+/* Write back the preserved copies alone.  flush_lock held. */
+int cache_drain_preserved(struct cache *c);
+/* An inserting thread found only dirty rows to evict in shard si: write
+ * some of them back. */
+int cache_make_clean(struct cache *c, uint32_t si);
+/* The flusher thread (when dirty_age_ms): started by cache_create(),
+ * stopped by cache_destroy(); 0 or -EAGAIN. */
+int cache_flusher_start(struct cache *c);
+void cache_flusher_stop(struct cache *c);
+/* Free the preserved copies not written back (at cache_destroy()). */
+void cache_preserved_free(struct cache *c);
 
 #endif
