@@ -1,7 +1,14 @@
 /*
- * DRAM row cache: sharded CLOCK, write-back, pinning.  See embfs/cache.h for
- * the contract, and cache_int.h for the structures, the lock order and how
- * promises are counted.
+ * cache/cache.c: the cache's front, the calls of embfs/cache.h that read and
+ * change rows.  cache_create() and cache_destroy(); reads of a row, of many
+ * rows and of a range (misses fetched through ops and cached, or not, for a
+ * range); writes of a row and of many rows (a hit written in place, a miss
+ * fetched, merged and inserted, or written through when its shard has no
+ * room); the batch path (rows grouped by shard, each shard locked once, the
+ * lookups pipelined with prefetches); drops, pins and statistics.  Entries
+ * come from the mechanism (rows.c), promises, snapshots' copies and room
+ * made by write-back from the policy (writeback.c); cache_int.h has what
+ * they share.  cache_flush() and cache_set_snapshot() are writeback.c's.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -12,197 +19,7 @@
 
 #include "cache_int.h"
 
-/* ---- arenas ----------------------------------------------------------- */
-
-static int class_of(struct shard *sh, uint32_t rs)
-{
-	for (uint32_t i = 0; i < sh->ncls; i++)
-		if (sh->ar[i].rs == rs)
-			return (int)i;
-	if (sh->ncls == MAX_CLASSES)
-		return -1;
-	struct arena *a = &sh->ar[sh->ncls];
-	a->rs = rs;
-	a->stride = rs < 8 ? 8 : rs;
-	a->per_chunk = CHUNK_BYTES / a->stride ? CHUNK_BYTES / a->stride : 1;
-	a->free = NIL;
-	return (int)sh->ncls++;
-}
-
-static uint32_t slot_alloc(struct arena *a)
-{
-	if (a->free != NIL) {
-		uint32_t i = a->free;
-		memcpy(&a->free, slot_ptr(a, i), 4);
-		return i;
-	}
-	if (a->hwm == a->nchunks * a->per_chunk) {
-		char **p = realloc(a->chunks, (a->nchunks + 1) * sizeof(*p));
-		if (!p)
-			return NIL;
-		a->chunks = p;
-		p[a->nchunks] = malloc((size_t)a->per_chunk * a->stride);
-		if (!p[a->nchunks])
-			return NIL;
-		a->nchunks++;
-	}
-	return a->hwm++;
-}
-
-static void slot_free(struct arena *a, uint32_t i)
-{
-	memcpy(slot_ptr(a, i), &a->free, 4);
-	a->free = i;
-}
-
-/* ---- hash table ------------------------------------------------------- */
-
-static void unlink_entry(struct shard *sh, uint32_t idx)
-{
-	struct centry *e = &sh->e[idx];
-	uint32_t *pp = &sh->bucket[hash(e->table, e_row(e)) & (sh->nbucket - 1)];
-	while (*pp != idx)
-		pp = &sh->e[*pp].hnext;
-	*pp = e->hnext;
-}
-
-/* Keep at most two entries per bucket on average. */
-static void maybe_grow_buckets(struct shard *sh)
-{
-	if (sh->nvalid <= 2 * sh->nbucket)
-		return;
-	uint32_t nb = sh->nbucket * 2;
-	uint32_t *b = malloc(nb * sizeof(*b));
-	if (!b)
-		return; /* longer chains, still correct */
-	memset(b, 0xff, nb * sizeof(*b));
-	for (uint32_t i = 0; i < sh->hwm; i++) {
-		struct centry *e = &sh->e[i];
-		if (!(e->flags & F_VALID))
-			continue;
-		uint32_t *head = &b[hash(e->table, e_row(e)) & (nb - 1)];
-		e->hnext = *head;
-		*head = i;
-	}
-	free(sh->bucket);
-	sh->bucket = b;
-	sh->nbucket = nb;
-}
-
-/* Returns the promises the entry held (to give back once unlocked). */
-static int remove_entry(struct cache *c, struct shard *sh, uint32_t idx)
-{
-	struct centry *e = &sh->e[idx];
-	struct tstat *t = tst(c, e->table);
-	uint32_t rs = sh->ar[e->cls].rs;
-	int held = !!(e->flags & F_PROM);
-	unlink_entry(sh, idx);
-	slot_free(&sh->ar[e->cls], e->data);
-	if (e->flags & F_DIRTY) {
-		sh->ndirty--;
-		TS_SUB(t, dirty, 1);
-		if ((e->flags & F_NEW) && !(e->flags & F_STORED))
-			TS_SUB(t, new_dirty, 1);
-	}
-	if (e->pins) {
-		sh->npinned--;
-		TS_SUB(t, pinned, 1);
-	}
-	TS_SUB(t, rows, 1);
-	TS_SUB(t, bytes, rs + CACHE_ROW_OVERHEAD);
-	sh->bytes -= rs + CACHE_ROW_OVERHEAD;
-	sh->nvalid--;
-	e->flags = 0;
-	e->pins = 0;
-	e->hnext = sh->free;
-	sh->free = idx;
-	return held;
-}
-
-/* CLOCK: evict one clean, unpinned row.  0 evicted, -EAGAIN only dirty rows
- * could go (write some back first), -ENOSPC nothing can go. */
-static int evict_one(struct cache *c, struct shard *sh)
-{
-	int saw_dirty = 0;
-	if (sh->hwm == 0)
-		return -ENOSPC;
-	for (uint64_t step = 0; step < 2ull * sh->hwm + 1; step++) {
-		uint32_t i = sh->hand;
-		sh->hand = sh->hand + 1 >= sh->hwm ? 0 : sh->hand + 1;
-		struct centry *e = &sh->e[i];
-		if (!(e->flags & F_VALID) || e->pins || (e->flags & F_BUSY))
-			continue;
-		if (e->flags & F_REF) {
-			e->flags &= (uint8_t)~F_REF;
-			continue;
-		}
-		if (e->flags & F_DIRTY) {
-			saw_dirty = 1;
-			continue;
-		}
-		TS_ADD(tst(c, e->table), evictions, 1);
-		sh->evictions++;
-		remove_entry(c, sh, i); /* clean: holds no promise */
-		return 0;
-	}
-	return saw_dirty ? -EAGAIN : -ENOSPC;
-}
-
-/* Insert a row (not present).  Returns the entry, or NIL with *err set:
- * -EAGAIN (write back dirty rows, then retry) or -ENOSPC/-ENOMEM (bypass). */
-static uint32_t insert(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs,
-		       uint64_t row, uint64_t h, int *err)
-{
-	int cls = class_of(sh, rs);
-	if (cls < 0) {
-		*err = -ENOSPC;
-		return NIL;
-	}
-	uint64_t need = rs + CACHE_ROW_OVERHEAD;
-	if (need > sh->budget) {
-		*err = -ENOSPC;
-		return NIL;
-	}
-	while (sh->bytes + need > sh->budget || (sh->free == NIL && sh->hwm == sh->cap)) {
-		int r = evict_one(c, sh);
-		if (r) {
-			*err = r;
-			return NIL;
-		}
-	}
-	uint32_t d = slot_alloc(&sh->ar[cls]);
-	if (d == NIL) {
-		*err = -ENOMEM;
-		return NIL;
-	}
-	uint32_t idx;
-	if (sh->free != NIL) {
-		idx = sh->free;
-		sh->free = sh->e[idx].hnext;
-	} else {
-		idx = sh->hwm++;
-	}
-	struct centry *e = &sh->e[idx];
-	memset(e, 0, sizeof(*e));
-	e->row_lo = (uint32_t)row;
-	e->row_hi = (uint32_t)(row >> 32);
-	e->table = (uint16_t)table;
-	e->cls = (uint8_t)cls;
-	e->data = d;
-	e->flags = F_VALID | F_REF;
-	uint32_t *head = &sh->bucket[h & (sh->nbucket - 1)];
-	e->hnext = *head;
-	*head = idx;
-	sh->nvalid++;
-	sh->bytes += need;
-	struct tstat *t = tst(c, table);
-	TS_ADD(t, rows, 1);
-	TS_ADD(t, bytes, need);
-	maybe_grow_buckets(sh);
-	return idx;
-}
-
-/* ---- public ----------------------------------------------------------- */
+/* ---- life cycle --------------------------------------------------------- */
 
 struct cache *cache_create(const struct cache_conf *conf, const struct cache_ops *ops, void *ctx)
 {
@@ -230,21 +47,8 @@ struct cache *cache_create(const struct cache_conf *conf, const struct cache_ops
 	c->ts = calloc(CACHE_MAX_TABLES, sizeof(*c->ts));
 	if (!c->ts)
 		goto fail;
-	for (uint32_t i = 0; i < c->nshards; i++) {
-		struct shard *sh = &c->sh[i];
-		pthread_mutex_init(&sh->lock, NULL);
-		sh->budget = bytes / c->nshards;
-		uint64_t cap = sh->budget / (MIN_ROW + CACHE_ROW_OVERHEAD) + 1;
-		sh->cap = cap > NIL - 1 ? NIL - 1 : (uint32_t)cap;
-		/* calloc of a large array maps zero pages: only entries used are resident */
-		sh->e = calloc(sh->cap, sizeof(*sh->e));
-		sh->nbucket = INIT_BUCKETS;
-		sh->bucket = malloc(sh->nbucket * sizeof(*sh->bucket));
-		if (!sh->e || !sh->bucket)
-			goto fail;
-		memset(sh->bucket, 0xff, sh->nbucket * sizeof(*sh->bucket));
-		sh->free = NIL;
-	}
+	if (cache_shards_init(c, bytes))
+		goto fail;
 	if (cache_flusher_start(c))
 		goto fail;
 	return c;
@@ -258,17 +62,7 @@ void cache_destroy(struct cache *c)
 	if (!c)
 		return;
 	cache_flusher_stop(c);
-	for (uint32_t i = 0; i < c->nshards; i++) {
-		struct shard *sh = &c->sh[i];
-		for (uint32_t k = 0; k < sh->ncls; k++) {
-			for (uint32_t j = 0; j < sh->ar[k].nchunks; j++)
-				free(sh->ar[k].chunks[j]);
-			free(sh->ar[k].chunks);
-		}
-		free(sh->e);
-		free(sh->bucket);
-		pthread_mutex_destroy(&sh->lock);
-	}
+	cache_shards_free(c);
 	if (c->ts)
 		for (uint32_t i = 0; i < CACHE_MAX_TABLES; i++)
 			free(atomic_load(&c->ts[i]));
@@ -281,6 +75,8 @@ void cache_destroy(struct cache *c)
 	pthread_cond_destroy(&c->wake);
 	free(c);
 }
+
+/* ---- one row ------------------------------------------------------------ */
 
 /* A missed row fetched from below (tmp): cached, unless it is a hole or
  * the fill raced a drop (cacheable 0), and its bytes [off, off + len) into
@@ -298,7 +94,7 @@ static int read_fill(struct cache *c, struct shard *sh, uint32_t si, uint32_t ta
 		tmp = e_data(sh, &sh->e[idx]);
 		cached = 1;
 	} else if (cacheable) {
-		idx = insert(c, sh, table, rs, row, h, &err);
+		idx = cache_entry_insert(c, sh, table, rs, row, h, &err);
 		if (idx != NIL) {
 			memcpy(e_data(sh, &sh->e[idx]), tmp, rs);
 			base_set(c, &sh->e[idx], sbatch);
@@ -434,7 +230,7 @@ static int write_base(struct cache *c, uint32_t table, uint32_t rs, uint64_t row
 
 /* Cache the written row (base) as a new dirty entry: 0 or -errno; W_AGAIN,
  * start over (it was cached or dropped meanwhile, or a promise was reserved
- * with the lock released); W_NOROOM, not cached, *err from insert(). */
+ * with the lock released); W_NOROOM, not cached, *err from cache_entry_insert(). */
 static int write_insert(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs, uint64_t row, uint64_t h,
 			const char *base, int stored, uint64_t sbatch, uint64_t gen, uint64_t batch, struct credit *cr,
 			int *err)
@@ -452,7 +248,7 @@ static int write_insert(struct cache *c, struct shard *sh, uint32_t table, uint3
 		int r = cache_credit_reserve(c, cr, table, rs);
 		return r ? r : W_AGAIN;
 	}
-	uint32_t idx = insert(c, sh, table, rs, row, h, err);
+	uint32_t idx = cache_entry_insert(c, sh, table, rs, row, h, err);
 	if (idx == NIL) {
 		if (w)
 			credit_put(cr); /* a write-through needs no promise */
@@ -715,7 +511,7 @@ static int fetch_misses(struct cache *c, uint32_t table, uint32_t rs, const uint
 		} else {
 			memcpy(dst, src, rs);
 			if (stored[i] && !raced) { /* holes are not cached, nor a fill that raced a drop */
-				idx = insert(c, sh, table, rs, ids[i], h, &err);
+				idx = cache_entry_insert(c, sh, table, rs, ids[i], h, &err);
 				if (idx != NIL) {
 					memcpy(e_data(sh, &sh->e[idx]), src, rs);
 					base_set(c, &sh->e[idx], sbatch[i]);
@@ -857,6 +653,8 @@ int cache_write_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_
 	return ret;
 }
 
+/* ---- drops --------------------------------------------------------------- */
+
 void cache_drop_rows(struct cache *c, uint32_t table, const uint64_t *rows, size_t n)
 {
 	if (table >= CACHE_MAX_TABLES)
@@ -874,7 +672,7 @@ void cache_drop_rows(struct cache *c, uint32_t table, const uint64_t *rows, size
 		uint32_t idx = lookup(sh, table, rows[k], h);
 		if (idx != NIL) {
 			rs = sh->ar[sh->e[idx].cls].rs;
-			give = remove_entry(c, sh, idx);
+			give = cache_entry_remove(c, sh, idx);
 		}
 		pthread_mutex_unlock(&sh->lock);
 		if (give && c->ops->reserve)
@@ -911,7 +709,7 @@ void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)
 				pthread_mutex_lock(&sh->lock);
 				continue;
 			}
-			if (remove_entry(c, sh, i)) {
+			if (cache_entry_remove(c, sh, i)) {
 				rs = ers;
 				n++;
 			}
@@ -924,6 +722,8 @@ void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)
 	pthread_mutex_unlock(&c->flush_lock);
 	cache_giveback_end(c, &g);
 }
+
+/* ---- pins and statistics ------------------------------------------------- */
 
 int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 {
@@ -942,7 +742,7 @@ int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 		uint32_t idx = lookup(sh, table, row, h);
 		int err = 0;
 		if (idx == NIL && tmp) {
-			idx = insert(c, sh, table, rs, row, h, &err);
+			idx = cache_entry_insert(c, sh, table, rs, row, h, &err);
 			if (idx != NIL) {
 				memcpy(e_data(sh, &sh->e[idx]), tmp, rs);
 				if (!stored)
@@ -953,13 +753,7 @@ int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 		}
 		if (idx != NIL) {
 			struct centry *e = &sh->e[idx];
-			int ret = 0;
-			if (e->pins == UINT8_MAX) {
-				ret = -EBUSY;
-			} else if (e->pins++ == 0) {
-				sh->npinned++;
-				TS_ADD(t, pinned, 1);
-			}
+			int ret = cache_entry_pin(c, sh, e);
 			pthread_mutex_unlock(&sh->lock);
 			free(tmp);
 			return ret;
@@ -995,10 +789,8 @@ void cache_unpin(struct cache *c, uint32_t table, uint64_t row)
 	struct shard *sh = shard_of(c, h, &si);
 	pthread_mutex_lock(&sh->lock);
 	uint32_t idx = lookup(sh, table, row, h);
-	if (idx != NIL && sh->e[idx].pins && --sh->e[idx].pins == 0) {
-		sh->npinned--;
-		TS_SUB(tst(c, table), pinned, 1);
-	}
+	if (idx != NIL)
+		cache_entry_unpin(c, sh, &sh->e[idx]);
 	pthread_mutex_unlock(&sh->lock);
 }
 

@@ -328,6 +328,24 @@ static inline void mark_dirty(struct cache *c, struct shard *sh, struct centry *
 		TS_ADD(t, new_dirty, 1);
 }
 
+/* ---- lent by rows.c (the mechanism); shard lock held ---------------------- */
+
+/* Insert a row (not present) and return its entry: valid and referenced,
+ * its bytes to fill, clean.  NIL with *err set: -EAGAIN (only dirty rows
+ * could make room: write some back, then retry) or -ENOSPC/-ENOMEM (bypass
+ * the cache). */
+uint32_t cache_entry_insert(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs, uint64_t row,
+			    uint64_t h, int *err);
+/* Remove entry idx; returns the promises it held (to give back unlocked). */
+int cache_entry_remove(struct cache *c, struct shard *sh, uint32_t idx);
+/* One pin more (0, or -EBUSY at UINT8_MAX pins), one pin fewer. */
+int cache_entry_pin(struct cache *c, struct shard *sh, struct centry *e);
+void cache_entry_unpin(struct cache *c, struct shard *sh, struct centry *e);
+/* Set up every shard (0 or -ENOMEM), and free them (also after a failed
+ * set-up).  No lock held. */
+int cache_shards_init(struct cache *c, uint64_t bytes);
+void cache_shards_free(struct cache *c);
+
 /* ---- lent by writeback.c (the policy) ------------------------------------ */
 
 /* The credit ran out: reserve one unit below.  No lock held. */
