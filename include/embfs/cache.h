@@ -1,6 +1,17 @@
 /*
  * cache/: a DRAM cache of table rows, keyed by (table, row id).
  *
+ * Files (cache/cache_int.h, private to them, has what they share):
+ *   cache.c      the front: cache_create/destroy, cache_read, cache_read_rows,
+ *                cache_read_range, cache_write, cache_write_rows, cache_drop,
+ *                cache_drop_rows, cache_pin/unpin, cache_stats_get
+ *   rows.c       the row cache mechanism: arenas, hash table, CLOCK eviction,
+ *                entries, pin counts; includes no store header (the Makefile
+ *                checks it)
+ *   writeback.c  the write-back policy: promises, write-back rounds, the
+ *                flusher, snapshots' preserved copies; cache_flush,
+ *                cache_set_snapshot
+ *
  * Contract:
  * - The cache knows nothing of the layer below.  Misses go to ops->fetch,
  *   dirty rows leave through ops->writeback (one call per table and batch:
