@@ -3,8 +3,8 @@
  * cache itself (struct cache), its shards, entries, arenas, per-table
  * counters and preserved copies; the inline helpers of the row lookup and
  * row write paths (hash, lookup, a write's needs, marking a row dirty), so
- * that the front calls no function per cached row; and the functions each
- * file lends the others.
+ * that a hit calls into no other file; and the functions each file lends
+ * the others.
  *
  *   cache.c      the front: create/destroy, reads and writes of rows and
  *                ranges, the batch path, drops, pins, statistics
@@ -14,6 +14,9 @@
  *   writeback.c  the write-back policy: promises (credit, give-back),
  *                write-back rounds, the flusher, preserved copies of
  *                snapshots' versions, cache_flush(), cache_set_snapshot()
+ *
+ * below.c, the ops over the store that the daemon hands cache_create(), is
+ * the fourth file of cache/; it uses none of this.
  *
  * Lock order: flush_lock, then one shard lock at a time; pres_lock, ts_lock
  * and wake_lock are leaves.  Nothing calls the layer below (ops) with a
