@@ -4,9 +4,10 @@
  * mounting, so that bad input is reported on the terminal with a non-zero
  * exit; mounts; goes to the background (go_background: the parent exits only
  * once the daemon answered the kernel, with the daemon's status if it
- * failed); then serves requests on a small worker pool (DESIGN.md §5: near
- * the core count).  `mount -t fuse.embfs POOL MNT` and fstab lines reach it
- * through mount.fuse.embfs (util/), which runs it by its installed path.
+ * failed); then serves requests on a small worker pool (near the core
+ * count: more workers than cores slow the batched path down).  `mount -t
+ * fuse.embfs POOL MNT` and fstab lines reach it through mount.fuse.embfs
+ * (util/), which runs it by its installed path.
  */
 #include <errno.h>
 #include <fcntl.h>
