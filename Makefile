@@ -16,13 +16,13 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 STORE_LIBS = $(shell pkg-config --libs libpmemobj libpmem liburing libxxhash 2>/dev/null) -pthread
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null)
 
-STORE_SRC := $(wildcard store/*.c)
+STORE_SRC := $(wildcard store/*.c store/tier/*.c)
 CACHE_SRC := $(wildcard cache/*.c)
 FS_SRC := $(wildcard fs/*.c)
 STORE_OBJ := $(STORE_SRC:%.c=$(BUILD)/%.o)
 CACHE_OBJ := $(CACHE_SRC:%.c=$(BUILD)/%.o)
 FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
-HDRS := $(wildcard include/embfs/*.h cache/*.h store/*.h fs/*.h)
+HDRS := $(wildcard include/embfs/*.h cache/*.h store/*.h store/tier/*.h fs/*.h)
 
 PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs $(BUILD)/fsck.embfs $(BUILD)/embfsctl
 UNIT := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
@@ -74,7 +74,7 @@ $(BUILD)/store/util.o: CFLAGS += -DEMBFS_LIB_VERSIONS='"libpmemobj $(shell pkg-c
 $(BUILD)/fs/main.o: CFLAGS += -DEMBFS_PMEMOBJ_VERSION='"$(shell pkg-config --modversion libpmemobj 2>/dev/null)"' \
 	-DEMBFS_URING_VERSION='"$(shell pkg-config --modversion liburing 2>/dev/null)"'
 
-# the clean unmount (README "Mount and unmount"); umount(8) runs it as umount.fuse.embfs
+# the clean unmount (docs/operations.md "Mount and unmount"); umount(8) runs it as umount.fuse.embfs
 all: $(BUILD)/embfs-umount
 $(BUILD)/embfs-umount: util/embfs-umount.c include/embfs/version.h
 	@mkdir -p $(dir $@)
@@ -146,14 +146,14 @@ tsan-check:
 tsan-run:
 	@$(TSAN_BEGIN) rc=0; for t in $(TSAN_TESTS); do $(TEST_ENV) sh tests/run.sh $$t || rc=1; done; $(TSAN_END) exit $$rc
 
-# README "Batched rows": train on a fresh pool, serve from the tables, unmount
+# docs/files.md "Batched rows": train on a fresh pool, serve from the tables, unmount
 example-train: deps all
 	@BUILD=$(abspath $(BUILD)) sh examples/run.sh c
 
 example-python: deps all
 	@BUILD=$(abspath $(BUILD)) sh examples/run.sh python
 
-# README "A DLRM-style model with embfs.torch": train, snapshot, roll back, resume bit-exactly
+# docs/python.md "A DLRM-style model with embfs.torch": train, snapshot, roll back, resume bit-exactly
 example-torch: deps all
 	@BUILD=$(abspath $(BUILD)) sh examples/run.sh torch
 
@@ -177,7 +177,7 @@ install: $(PROGS)
 	install -m 755 $(BUILD)/mkfs.embfs $(DESTDIR)$(PREFIX)/sbin/mkfs.embfs
 	install -m 755 $(BUILD)/embfsctl $(DESTDIR)$(PREFIX)/bin/embfsctl
 	install -m 755 $(BUILD)/fsck.embfs $(DESTDIR)$(PREFIX)/sbin/fsck.embfs
-	install -m 644 python/embfs/__init__.py python/embfs/torch.py python/embfs/dist.py $(DESTDIR)$(PYTHONDIR)/embfs/
+	install -m 644 python/embfs/*.py $(DESTDIR)$(PYTHONDIR)/embfs/
 
 # mount(8) and umount(8) look for the helpers mount.TYPE and umount.TYPE in
 # /sbin (libmount: /sbin, /sbin/fs.d, /sbin/fs), whatever PREFIX is; the mount
@@ -192,12 +192,23 @@ install-helpers: $(BUILD)/embfs $(BUILD)/embfs-umount
 	chmod 755 $(DESTDIR)$(HELPERDIR)/mount.fuse.embfs
 	ln -sf $(PREFIX)/bin/embfs-umount $(DESTDIR)$(HELPERDIR)/umount.fuse.embfs
 
+# the manual pages (man/): embfs(5), and embfs(8) and a page per program
+MANDIR ?= $(PREFIX)/share/man
+MAN5 := $(wildcard man/*.5)
+MAN8 := $(wildcard man/*.8)
+install: install-man
+install-man:
+	install -d $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	install -m 644 $(MAN5) $(DESTDIR)$(MANDIR)/man5/
+	install -m 644 $(MAN8) $(DESTDIR)$(MANDIR)/man8/
+
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/embfs $(DESTDIR)$(PREFIX)/bin/embfs-umount $(DESTDIR)$(PREFIX)/sbin/mkfs.embfs
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man5/,$(notdir $(MAN5))) $(addprefix $(DESTDIR)$(MANDIR)/man8/,$(notdir $(MAN8)))
 	rm -f $(DESTDIR)$(HELPERDIR)/mount.fuse.embfs $(DESTDIR)$(HELPERDIR)/umount.fuse.embfs
 	rm -rf $(DESTDIR)$(PYTHONDIR)/embfs
 
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all deps test tsan-check tsan-run demo bench install install-helpers uninstall clean example-train example-python example-torch example-dist
+.PHONY: all deps test tsan-check tsan-run demo bench install install-helpers install-man uninstall clean example-train example-python example-torch example-dist

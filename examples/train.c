@@ -1,6 +1,6 @@
 /*
  * train: a small click model whose embedding tables live on embfs (the C
- * twin of train.py; see README "Batched rows").
+ * twin of train.py; see docs/files.md "Batched rows").
  *
  *   build/examples/train MNT [BATCHES [EVERY]]       (defaults 1000, 100)
  *

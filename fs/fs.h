@@ -8,13 +8,22 @@
  *   root.c    the root directory: live tables by name, listing, statfs
  *   table.c   table files, live and in snapshots: open, read, write, seek,
  *             attributes, xattrs, punch
+ *   copy.c    copy_file_range between tables, inside the daemon
  *   snap.c    .snapshots and its directories: take, drop, list, sync
- *   ctl.c     .embfs, .embfs/stats, .embfs/metrics and .embfs/batch (stats.c
- *             renders stats and metrics)
+ *   dview.c   .snapshots/A/.delta/B/TABLE: deltas as sparse files
+ *   ctl.c     .embfs and its control files (stats.c renders stats and
+ *             metrics)
+ *   stats.c   .embfs/stats and .embfs/metrics: one walk, two renderings
+ *   restore.c .embfs/restore: a table or the whole mount back to a snapshot
+ *   delta.c   .embfs/delta: the rows changed between two snapshots
+ *   changes.c the rows that may differ between two views (restore, delta)
  *   batch.c   .embfs/rows: gather, scatter, prefetch of many rows
  *   pcache.c  the kernel's pages of tables against scatters
  *   attr.c    attributes of every inode, table views, directory listings
+ *   perm.c    who may do what: owners and modes of the directories
  *   rows.c    byte ranges <-> rows through the cache, and sync points
+ *   base.c    helpers every file may call (read views, readdir buffers,
+ *             control-file words, the restore gate), calling none of them
  *
  * Every file of fs/ may reply to the kernel (once per request); functions
  * that do not take a request return 0 or -errno.

@@ -10,7 +10,9 @@
  * Caching: table attributes and the kernel page cache are kept (keep_cache):
  * every change to a table's bytes arrives through the kernel, so its cache
  * is coherent, except for scatters, which pcache.c and batch.c handle.  The
- * kernel's writeback cache is not used (DESIGN.md §5).
+ * kernel's writeback cache is not used: a write it still held would be
+ * unknown to the daemon, so a snapshot taken after that write returned
+ * would miss it.
  */
 #include <errno.h>
 #include <fcntl.h>

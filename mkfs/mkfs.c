@@ -39,7 +39,7 @@ static void usage(FILE *f)
 	fputs("  -o PERMS     owner and mode of the root and of .snapshots, comma separated:\n"
 	      "               root_owner=USER[:GROUP], root_mode=MODE (default 0:0, 0755),\n"
 	      "               snap_owner=USER[:GROUP], snap_mode=MODE (default 0:0, 0555);\n"
-	      "               names or numbers, octal modes (see README \"Permissions\")\n",
+	      "               names or numbers, octal modes (see mkfs.embfs(8))\n",
 	      f);
 }
 

@@ -514,7 +514,7 @@ static void chunk_free(struct store *s, struct stable *st, struct group *g, size
 			snapset_charge(s, ver_batch(u[i].ov), u[i].batch,
 				       s->cls[g->cls].slot_size + (u[i].new_link ? EMB_SMALL_SLOT : 0));
 		if (s->sp)
-			spill_note_write(s, st->id, u[i].row);
+			spill_note_use(s, st->id, u[i].row);
 	}
 	if (g->stamped)
 		pthread_rwlock_unlock(&s->snap_lock);

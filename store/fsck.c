@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "store_int.h"
-#include "spill.h"
 
 struct walk {
 	struct store *s;
@@ -207,7 +206,7 @@ int store_fsck_run(struct store *s, const struct store_fsck_opts *o, struct stor
 		}
 	}
 	if (!ret && r->seg_live_off && repair && s->sp) {
-		ret = recount_locked(s);
+		ret = spill_recount_locked(s);
 		if (!ret) {
 			fx.segs = r->seg_live_off;
 			note(o, 1, "spill device: live counts of %llu segments recounted from the stubs",

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spill.h"
+#include "store_int.h"
 
 /* A spilled row whose record did not match its stub (moved meanwhile):
  * resolve it again and read it where it is now, a few times.  q->ret: 0,
@@ -21,7 +21,6 @@
 static void reread(struct store *s, struct stable *st, struct sreq *q, uint64_t b, uint8_t *stored,
 		   uint64_t *vbatch)
 {
-	struct spill *sp = s->sp;
 	uint32_t rs = st->t->row_size;
 	for (int tries = 0; q->ret == -ESTALE && tries < 4; tries++) {
 		struct emb_version *v;
@@ -43,15 +42,15 @@ static void reread(struct store *s, struct stable *st, struct sreq *q, uint64_t 
 				vbatch[q->idx] = v ? ver_batch(v) : 0;
 			pthread_rwlock_unlock(&st->lock);
 			if (q->ret == -EIO)
-				atomic_fetch_add(&sp->csum_errors, 1);
+				spill_csum_error(s);
 			return;
 		}
 		q->loc = ((struct emb_stub *)v)->loc;
 		q->batch = ver_batch(v);
-		pin(sp, q->loc, 1);
+		spill_pin(s, q->loc, 1);
 		pthread_rwlock_unlock(&st->lock);
-		device_read(sp, q, 1);
-		pin(sp, q->loc, -1);
+		spill_read(s, q, 1);
+		spill_pin(s, q->loc, -1);
 	}
 }
 
@@ -137,7 +136,7 @@ static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, 
 		if (!ver_stub(v)) {
 			memcpy(dst, ver_data(v), rs);
 			if (hot)
-				heat_ref(sp, st->id, row);
+				spill_note_use(s, st->id, row);
 			continue;
 		}
 		if (!sp) {
@@ -154,24 +153,23 @@ static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, 
 		uint64_t loc = ((struct emb_stub *)v)->loc;
 		q[nq++] = (struct sreq){ .loc = loc, .row = row, .batch = ver_batch(v), .len = rs,
 					 .table = st->id, .dst = dst, .idx = i };
-		pin(sp, loc, 1);
+		spill_pin(s, loc, 1);
 	}
 	pthread_rwlock_unlock(&st->lock);
 	free(heads);
 	if (keys != d->rows)
 		free(keys);
 	if (nq && !ret) {
-		device_read(sp, q, nq);
-		atomic_fetch_add_explicit(&sp->reads, nq, memory_order_relaxed);
+		spill_read(s, q, nq);
 	}
 	for (size_t k = 0; k < nq; k++) {
-		pin(sp, q[k].loc, -1);
+		spill_pin(s, q[k].loc, -1);
 		if (!ret) /* a header that does not match: moved (look again) or damaged */
 			reread(s, st, &q[k], b, stored, vbatch);
 		if (!ret && q[k].ret)
 			ret = q[k].ret == -ESTALE ? -EIO : q[k].ret;
 		if (!q[k].ret && hot)
-			heat_device_hit(sp, st->id, q[k].row);
+			spill_note_device_hit(s, st->id, q[k].row);
 	}
 	if (q != &one)
 		free(q);

@@ -11,21 +11,16 @@
  *   view.c      read views: live tables and snapshots, one path
  *   commit.c    group commit of row updates
  *   snap.c      snapshot records
- *   mover.c     the spill mover (spilling, promotion, its thread)
- *   compact.c   compaction of the spill device, recount
  *   reclaim.c   freeing what no snapshot needs
- *   read.c      the one read path (pool and device)
- *   run.c       sorted runs on the spill device: eviction, lookups, merges
- *   evict.c     the commit that takes evicted rows out of the index
+ *   read.c      the one read path (pool, and the tier for spilled rows)
+ *   evict.c     the commit that takes rows a run now holds out of the index
  *   version.c   version chains: walks, frees, relinks
- *   device.c    the spill device: segments, records, I/O
  *   catalog.c   tables: names, slots, attributes
  *   index.c     the row index
  *   vcheck.c    row versions and links: checksums, validated access
  *   slab.c      row-version slots
  *   resv.c      the index-room reserve
  *   journal.c   the intent journal
- *   heat.c      reference bits, promotion queue (spill)
  *   meta.c      metadata checksums
  *   dirs.c      directory times, owners and modes
  *   intent.c    a restore or rollback in progress (the superblock's record)
@@ -33,10 +28,14 @@
  *   pm.c        persistence, the pool's failure
  *   util.c      errors, clock
  *
+ * The spill tier is in tier/ (its files: tier/tier.h).  The core calls it
+ * through tier/tier.h only; its background jobs (tier/mover.c, eviction and
+ * compaction) call commit, index and chain functions of this header.
+ *
  * Lock order (take them in this order, release in any; never call up into a
  * lock taken earlier in the list while holding a later one):
  *
- *   sp->round_lock     one spill mover round at a time (spill.h): the open
+ *   sp->round_lock     one spill mover round at a time (tier/spill.h): the open
  *                      segment, the mover's cursors and buffers
  *   commit_lock        journal, index structure, PMem slab bitmaps, spill
  *                      segment table (state, fill, live; the mover writes
@@ -224,7 +223,7 @@ struct store {
 		uint64_t msync_seen;     /* the process's msync failures when the pool was opened */
 		char fail_why[160];      /* why, set once with failed */
 	};
-	struct spill *sp;                /* spill tier (spill.h), NULL when none is attached (device.c) */
+	struct spill *sp;                /* spill tier (tier/spill.h), NULL when none is attached (device.c) */
 };
 static inline void *S_PTR(const struct store *s, uint64_t off)
 {
@@ -645,6 +644,17 @@ void ref_free(struct store *s, struct stable *st, uint64_t ref);
  * commit_lock held. */
 int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
 int relink_replay(struct store *s, struct emb_journal *j);
+/* One version moved in its chain (version.c relink_apply): old replaced by
+ * new_ in the field at (a link's ver or next) that refers to it. */
+struct rl {
+	uint64_t row, old, new_, at;  /* at: 0 = the index, EMB_NONE = no field to change */
+	uint64_t loc;
+	uint32_t rsz;
+};
+
+/* version.c: replace version r[i].old by r[i].new_ (written, flushed) in
+ * their chains, journaled (EMB_J_RELINK).  commit_lock held. */
+int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t n);
 
 /* A walk of one row's version chain, newest first, each element validated. */
 struct chain {
@@ -687,42 +697,8 @@ int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
  * index, which goes through index_set_val). */
 void field_set(struct store *s, uint64_t at, uint64_t ref);
 
-/* ---- the spill tier (spill.h for its own files) ------------------------- */
-/* device.c: bytes a record of a row of len bytes takes on the device. */
-uint32_t spill_rec_size(uint32_t len);
-/* Read back the records of these stubs of st: how many fail.  commit_lock held. */
-int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n);
-/* device.c: free the tier's DRAM state (its thread stopped, runs unloaded). */
-void spill_detach(struct store *s);
-/* mover.c: stop the mover, unload the runs, detach the device. */
-void spill_close(struct store *s);
-/* The spill segment table, if any, is sound (mount). */
-int spill_table_check(struct store *s, char *err, size_t n);
-/* heat.c: a commit wrote row (its reference bit). */
-void spill_note_write(struct store *s, uint32_t table, uint64_t row);
-/* mover.c: a write found no room for `need` bytes of slots: let the mover
- * free some.  0 = try again (at most SPILL_MAX_WAITS times). */
-#define SPILL_MAX_WAITS 8
-int spill_wait_room(struct store *s, uint64_t need);
-
-/* run.c: sorted runs on the spill device (see there).  Does a run of table
- * id perhaps hold row (Bloom filters)?  How many runs, and their records
- * that are not tombstones (*live, may be NULL)? */
-int runs_may_hold(struct store *s, uint32_t id, uint64_t row);
-int runs_count(struct store *s, uint32_t id, uint64_t *live);
-/* Rows at or past `from` leave st's runs (tombstones in a new run, or whole
- * runs go).  commit_lock held. */
-int runs_trim(struct store *s, struct stable *st, uint64_t from);
-/* st's runs go (its table is freed).  commit_lock held. */
-int runs_drop_table(struct store *s, struct stable *st);
-/* Row's newest version in st's runs: 1 bytes (into buf unless NULL), 0 none
- * or a tombstone, or -errno. */
-int runs_row_read(struct store *s, struct stable *st, uint64_t row, void *buf);
-/* Ranges [lo, hi) of rows the runs of id may hold, as pairs, in lohi. */
-int runs_ranges(struct store *s, uint32_t id, struct u64vec *lohi);
-/* Check every run: header, arrays, segments, and every block read back
- * (checksums, rows in order, counts): *n runs, *bad wrong.  commit_lock held. */
-int runs_fsck(struct store *s, uint64_t *n, uint64_t *bad);
+/* ---- the spill tier: what the core store calls (tier/tier.h) ------------ */
+#include "tier/tier.h"
 
 /* ---- read.c: the one read path ------------------------------------------ */
 /* Rows as batch b sees them (EMB_NONE: the newest) into buf (NULL: a probe,

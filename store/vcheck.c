@@ -39,7 +39,7 @@
  */
 #include <xxhash.h>
 
-#include "spill.h"
+#include "store_int.h"
 
 struct vkey {
 	uint64_t row, batch;

@@ -5,7 +5,7 @@
  * A chain walk requires strictly decreasing batches and at most
  * EMB_MAX_SNAPS + 2 versions, so it always ends.
  */
-#include "spill.h"
+#include "store_int.h"
 
 /* Make ref (read from the field at at) the chain's current element. */
 static int chain_elem(struct chain *c, uint64_t ref, uint64_t at)
@@ -119,7 +119,7 @@ void ver_free(struct store *s, struct stable *st, uint64_t off)
 	struct emb_version *v = S_PTR(s, off);
 	uint64_t kind = ld64(&v->key) & EMB_VK_KIND;
 	if (kind == EMB_VK_STUB && st)
-		seg_live_add(s, STUB(s, off)->loc, spill_rec_size(st->t->row_size), -1);
+		spill_stub_freed(s, ((struct emb_stub *)S_PTR(s, off))->loc, st->t->row_size);
 	if (slab_free(s, off))
 		ver_poison(s, off);
 }
@@ -149,10 +149,9 @@ int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_versio
 		return -EIO;
 	struct sreq q = { .loc = ((const struct emb_stub *)v)->loc, .row = ver_row(v), .batch = ver_batch(v),
 			  .len = rs, .table = st->id, .dst = buf };
-	device_read(s->sp, &q, 1);
-	atomic_fetch_add_explicit(&s->sp->reads, 1, memory_order_relaxed);
+	spill_read(s, &q, 1);
 	if (q.ret == -ESTALE)
-		atomic_fetch_add(&s->sp->csum_errors, 1);
+		spill_csum_error(s);
 	return q.ret ? -EIO : 0;
 }
 

@@ -25,7 +25,7 @@
  * journal has a magic (its records are checksummed), slab and index segment
  * headers are checked against their geometry.  Row versions and index
  * buckets, which commits change by 8-byte stores, carry checksums verified
- * when read (store/ver.c, store/index.c).  Fields changed by plain 8-byte
+ * when read (store/vcheck.c, store/index.c).  Fields changed by plain 8-byte
  * stores are not covered: the superblock's clean, mount_count and batch, a
  * table's size, nrows and times, a snapshot's excl_bytes, the spill
  * segments' state and counts (range-checked), slab bitmaps.
@@ -191,7 +191,7 @@ struct emb_table {
  * is poisoned to all ones, which is no row's, so a damaged ref to it never
  * passes for a version.
  *
- * csum (store/version.c) is a 32-bit digest of the version's key -- row,
+ * csum (store/vcheck.c) is a 32-bit digest of the version's key -- row,
  * batch, the table's catalog slot, EMB_VK_TOMB -- followed, in a version
  * that holds its bytes (neither tombstone nor stub), by the row bytes.  A
  * link carries no checksum: its key names its row and kind, and what its
@@ -370,7 +370,7 @@ struct emb_snaps {
 };
 
 /*
- * Spill device (see store/spill.c).  Its first EMB_SPILL_HDR bytes are an
+ * Spill device (see store/tier/device.c).  Its first EMB_SPILL_HDR bytes are an
  * emb_spill_disk header naming the pool; segment k is the seg_size bytes at
  * EMB_SPILL_HDR + k * seg_size.  Segments are append-only: records are packed
  * into 4 KiB blocks (a record never straddles a block unless it is larger
@@ -385,7 +385,7 @@ struct emb_snaps {
 #define EMB_SEG_FREE 0u
 #define EMB_SEG_OPEN 1u
 #define EMB_SEG_SEALED 2u
-#define EMB_SEG_RUN 3u     /* holds blocks of a sorted run (store/run.c) */
+#define EMB_SEG_RUN 3u     /* holds blocks of a sorted run (store/tier/run.c) */
 struct emb_spill_disk {
 	char magic[8];
 	uint32_t version;
@@ -416,7 +416,7 @@ struct emb_spill {
 };
 
 /*
- * Sorted runs (store/run.c).  Rows of one table written out whole, in row-id
+ * Sorted runs (store/tier/run.c).  Rows of one table written out whole, in row-id
  * order, into blocks of blk_size bytes (4 KiB, or a multiple for big rows)
  * on whole segments (seg_size / blk_size blocks each).  A block starts with
  * emb_rblk and holds records (row, batch | EMB_RREC_TOMB, the row's bytes),

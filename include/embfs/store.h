@@ -339,7 +339,7 @@ struct store_stats {
 };
 void store_stats_get(struct store *s, struct store_stats *st);
 
-/* ---- spill tier (store/device.c, mover.c, run.c) ----------------------
+/* ---- spill tier (store/tier/: device.c, mover.c, run.c) ----------------------
  *
  * With a spill device attached row versions may take up to `high` percent
  * of the pool.  When they come near it a mover thread evicts cold rows (with
@@ -399,7 +399,7 @@ struct store_spill_stats {
 	uint64_t compacted_segs, compact_moved, compact_bytes, compact_seg_done, compact_seg_total;
 	uint64_t csum_errors, waits, full;
 	uint64_t slabs_returned;   /* row slabs given back to the heap for stubs and index */
-	/* sorted runs (store/run.c) */
+	/* sorted runs (store/tier/run.c) */
 	uint64_t runs, runs_dead, run_levels, run_rows, run_bytes;
 	uint64_t run_pool_bytes;   /* their records in the pool */
 	uint64_t run_meta_bytes;   /* segment lists, fences and filters (device, and DRAM once read) */

@@ -14,7 +14,7 @@
  * -P (batch mode): before each batch, one pread of its first row from FILE
  *   through the page cache, so the daemon takes the table as cached by the
  *   kernel and each scatter first records what its rows held (the cost of
- *   README "Batched rows", page cache; without -P scatters record nothing).
+ *   docs/files.md "Batched rows", page cache; without -P scatters record nothing).
  * -m pread: per batch B preads of one row at row * ROWSIZE of FILE; with -w
  *   each row is then written back with pwrite (read-modify-write).  Works on
  *   any file (the mount's table, or a sparse file on /dev/shm as baseline).

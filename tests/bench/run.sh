@@ -153,7 +153,7 @@ SS_PAIRS=${SS_PAIRS:-7}                  # spillsnap: pairs of training runs (wi
 SPILL_POOL_SIZE=${SPILL_POOL_SIZE:-256M} # section spill: pool on /dev/shm
 SPILL_CACHE=${SPILL_CACHE:-16M}         # its row cache
 SPILL_DIM=${SPILL_DIM:-128}             # f32: 512-byte rows
-SPILL_ROWS=${SPILL_ROWS:-1048576}       # 512 MiB of 512-byte rows (1 GiB no longer fits: README Spill tier)
+SPILL_ROWS=${SPILL_ROWS:-1048576}       # 512 MiB of 512-byte rows (1 GiB no longer fits: docs/spill.md)
 SPILL_SIZE=${SPILL_SIZE:-2G}            # the spill file in DISK_DIR
 SPILL_QD=${SPILL_QD:-32}
 SPILL_HIGH=${SPILL_HIGH:-25}
@@ -619,7 +619,7 @@ section_batch() {
 				"p50 per batch of $bsz; one FUSE round trip per row not in the page cache"
 		done
 	done
-	# what a scatter costs when the kernel may cache the table's pages (README
+	# what a scatter costs when the kernel may cache the table's pages (docs/files.md
 	# "Batched rows"): it first records what its rows held.  gatherbench -P
 	# preads one row of the table per batch (so most scatters record), runs
 	# interleaved with plain ones (the table not read: nothing recorded).

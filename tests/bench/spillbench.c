@@ -1,5 +1,5 @@
 /*
- * spillbench: reads of rows that live on the spill device (README "Spill
+ * spillbench: reads of rows that live on the spill device (docs/spill.md "Spill
  * tier"; run.sh sections spill and capacity), the sequential fill that puts
  * them there and the check that reads them all back.
  *

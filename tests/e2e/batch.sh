@@ -1,5 +1,5 @@
 #!/bin/sh
-# .embfs/rows (README "Batched rows"): gathers equal per-row preads (random
+# .embfs/rows (docs/files.md "Batched rows"): gathers equal per-row preads (random
 # ids with duplicates, holes, rows past EOF), scatters read back through
 # O_DIRECT pread, buffered pread (the page cache is invalidated) and gather,
 # and extend the file; 65536-id batches; requests written in pieces; every

@@ -1,5 +1,5 @@
 #!/bin/sh
-# life: the daemon's life cycle as a user meets it (README "Mount and
+# life: the daemon's life cycle as a user meets it (docs/operations.md "Mount and
 # unmount").
 #  - bad options: each refused before mounting, exit 1, one line naming the
 #    option (dirty_age_ms=-1 is not 4294967295, threads=0 is not "default");

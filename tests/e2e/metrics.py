@@ -2,11 +2,11 @@
 """The checks of tests/e2e/metrics.sh on a live mount (standard library only).
 
   metrics.py setup MNT             tables and snapshots with hard names, rows in them
-  metrics.py files MNT README [--all]
+  metrics.py files MNT DOC [--all]
         .embfs/stats and .embfs/metrics parse strictly (tests/tools/expfmt.py),
         show every table and snapshot under its exact name, agree with each
         other value by value, have a non-zero size in stat, and every key and
-        family is in README's key reference (--all: and every key there is on
+        family is in DOC's key reference (docs/operations.md) (--all: and every key there is on
         the mount: a mount with the row cache, .embfs/rows and a spill device)
   metrics.py ctl MNT EMBFSCTL VERSION_H
         embfsctl: each command, its JSON, its errors and exit codes
@@ -75,16 +75,16 @@ def readme_rows(readme):
         key = re.findall(r"`([^`]+)`", cols[0])
         metrics = re.findall(r"`([^`]+)`", cols[1])
         if len(key) != 1 or not metrics or len(cols) != 5 or not cols[4]:
-            fail(f"README key reference: bad row {line!r}")
+            fail(f"key reference: bad row {line!r}")
         fams = []
         for m in metrics:
             mm = re.fullmatch(r"([a-z_]+)(?:\{([a-z_,]+)\})?", m)
             if not mm:
-                fail(f"README key reference: bad metric {m!r}")
+                fail(f"key reference: bad metric {m!r}")
             fams.append((mm.group(1), (mm.group(2) or "").split(",") if mm.group(2) else []))
         rows.append((key[0], fams, cols[2]))
     if len(rows) < 100:
-        fail(f"README key reference has {len(rows)} rows")
+        fail(f"key reference has {len(rows)} rows")
     return rows
 
 
@@ -201,28 +201,28 @@ def files(mnt, readme, everything):
         hits = {lb["table"]: v for _, lb, v in fams["embfs_cache_hits_total"]["samples"]}
         if hits[label_str(TABLES[0])] < 1:
             fail(f"embfs_cache_hits_total: {hits}")
-    # the README's key reference against the mount
+    # the key reference against the mount
     ref_keys, ref_fams = set(), set()
     for key, mfams, typ in rows:
         ref_keys.add(key)
         for fam, _ in mfams:
             ref_fams.add(fam)
             if fam in fams and fams[fam]["type"] != typ.split(" ")[0]:
-                fail(f"README says {fam} is a {typ}, .embfs/metrics a {fams[fam]['type']}")
+                fail(f"the key reference says {fam} is a {typ}, .embfs/metrics a {fams[fam]['type']}")
     have_keys = set(st["keys"])
     for kind in ("table", "snapshot"):
         for fields in st[kind + "s"].values():
             have_keys |= {f"{kind}.NAME {k}=" for k in fields}
     missing = sorted(have_keys - ref_keys) + sorted(set(fams) - ref_fams)
     if missing:
-        fail(f"not in README's key reference: {missing}")
+        fail(f"not in the key reference: {missing}")
     if everything:
         absent = sorted(ref_keys - have_keys) + sorted(ref_fams - set(fams))
         if absent:
-            fail(f"in README's key reference but not on the mount: {absent}")
+            fail(f"in the key reference but not on the mount: {absent}")
     print(f"  stats: {len(st['keys'])} keys, {len(st['tables'])} tables, {len(st['snapshots'])} snapshots; "
           f"metrics: {len(fams)} families, {sum(len(f['samples']) for f in fams.values())} samples; "
-          f"all agree and are in README")
+          f"all agree and are in the key reference")
 
 
 def run(args, code=0, stdin=None):

@@ -3,7 +3,7 @@
 # (tests/tools/expfmt.py, itself checked against good and bad texts first),
 # with tables and snapshots whose names hold a quote, backslash, space, '=',
 # newline or bytes outside UTF-8; they show every name exactly, agree value
-# by value, stat gives them a size, and README's key reference lists every
+# by value, stat gives them a size, and the key reference in docs/operations.md lists every
 # key and family (and nothing the mount lacks); then embfsctl's commands,
 # JSON and errors (tests/e2e/metrics.py has the checks).
 . "$(dirname "$0")/../lib.sh"
@@ -21,7 +21,7 @@ mkdir "$T/spill"
 # stay dirty until a sync point (embfsctl flush is checked against that)
 mount_pool "$T/pool" "$M" -o spill="$T/spill",spill_size=64M,dirty_age_ms=600000
 python3 "$CHECK" setup "$M" || fail "tables and snapshots with hard names"
-python3 "$CHECK" files "$M" "$TOP/README.md" --all || fail "stats and metrics (row cache, spill device)"
+python3 "$CHECK" files "$M" "$TOP/docs/operations.md" --all || fail "stats and metrics (row cache, spill device)"
 python3 "$CHECK" ctl "$M" "$CTL" "$TOP/include/embfs/version.h" || fail "embfsctl"
 # what older readers of .embfs/stats rely on still holds
 [ "$(stat_field "$M" tables)" = 5 ] || fail "stats: tables is '$(stat_field "$M" tables)', want 5"
@@ -31,5 +31,5 @@ unmount_pool "$M"
 # without the row cache: no cache keys, the rest the same
 mount_pool "$T/pool" "$M" -o cache_size=0
 grep -q '^cache\.' "$M/.embfs/stats" && fail "cache keys without a row cache"
-python3 "$CHECK" files "$M" "$TOP/README.md" || fail "stats and metrics (no row cache)"
+python3 "$CHECK" files "$M" "$TOP/docs/operations.md" || fail "stats and metrics (no row cache)"
 unmount_pool "$M"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# README "Batched rows" and "mmap": stores through mmap(MAP_SHARED) + msync
+# docs/files.md "Batched rows" and "mmap": stores through mmap(MAP_SHARED) + msync
 # into even rows, scatters of odd rows of the same pages through
 # .embfs/rows, buffered preads and gathers, at once (batchtool mmap-mix): a page written
 # back from the mapping must not bring back the old bytes of a scattered

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Permissions of the mount root, .snapshots and the control files (README
+# Permissions of the mount root, .snapshots and the control files (docs/operations.md
 # "Permissions"): set with mkfs.embfs -o and with chmod/chown of the two
 # directories, kept in the pool across remounts, enforced for other users
 # (allow_other): a trainer in the pool's group creates tables, takes and

@@ -1,5 +1,5 @@
 #!/bin/sh
-# pip: the Python package installs with pip into a venv, offline (README
+# pip: the Python package installs with pip into a venv, offline (docs/python.md
 # "Python and PyTorch"), whichever python3 comes first in PATH.
 #  - a venv made by Debian's python3 with --system-site-packages (its numpy,
 #    setuptools and wheel), then pip install --no-index --no-build-isolation

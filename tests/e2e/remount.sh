@@ -1,6 +1,7 @@
 #!/bin/sh
 # remount: mount time must not grow with the number of stored rows
-# (DESIGN.md §3: mount after a crash must not scan every row).  One table on
+# (docs/design.md, durability: mount after a crash must not scan every
+# row).  One table on
 # a pool in /dev/shm grows to 10k, 100k and 400k rows (sequential 1 MiB dd
 # writes); at each size the pool is remounted after a clean unmount and after
 # a SIGKILL, three times each, timing mount_pool (daemon start to a mount

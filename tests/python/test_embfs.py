@@ -335,7 +335,7 @@ class TestSnapshots(MountCase):
 
 
     def test_copy_file_range_takes_geometry_and_mode(self):
-        # what cp -a of a snapshot's table relies on (README "Snapshots")
+        # what cp -a of a snapshot's table relies on (docs/snapshots.md)
         m = self.m
         t = m.create("geo.emb", 4, "f16")
         os.chmod(t.path, 0o640)

@@ -14,7 +14,7 @@ neither before nor after prints, per table and field, how it differs from
 each, which rows differ, and the daemons' log.
 
 Table bytes are read with O_DIRECT: the state compared is the daemon's, not
-pages the kernel may keep for a moment after a scatter (README "SCATTER and
+pages the kernel may keep for a moment after a scatter (docs/files.md "SCATTER and
 the kernel's page cache").  test_reads_after_restore checks that after a
 restore or rollback returns, reads through the page cache and stat see it.
 """

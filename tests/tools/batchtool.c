@@ -788,7 +788,7 @@ static void mix_gatherer(struct mix *m, uint64_t nrows)
 }
 
 /* Buffered preads of random ranges while the others run: they fill the
- * page cache the scatters make stale (and may see old rows: README), but a
+ * page cache the scatters make stale (and may see old rows: docs/files.md), but a
  * scattered row within one page is never torn (one across two pages may
  * show one page old, the other new, until the invalidation). */
 static void mix_reader(struct mix *m, uint64_t nrows, uint64_t seed)

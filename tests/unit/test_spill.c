@@ -1,5 +1,5 @@
 /*
- * Unit tests of the spill tier (store/spill.c), with a pool deliberately too
+ * Unit tests of the spill tier (store/tier/), with a pool deliberately too
  * small so that most rows live on the spill file:
  *  - rows spill and read back (one by one and batched), survive reopen;
  *  - every forced compaction is checked against the segment table before

@@ -1,7 +1,8 @@
 /*
- * Private to the spill tier's files (device.c, heat.c, read.c, compact.c,
- * mover.c, version.c): its shared state.  What the tier does and its crash
- * safety: device.c's header comment.
+ * Private to the spill tier's files (store/tier/): its shared state and
+ * the functions they share.  The core store sees the tier through tier.h
+ * only.  What the tier does and its crash safety: device.c's header
+ * comment.
  *
  * Fields are grouped by owner; each group says its lock.  The tier's locks
  * are in the store's lock order (store_int.h): round_lock (one mover round at
@@ -14,7 +15,7 @@
 #include <liburing.h>
 #include <sys/types.h>
 
-#include "store_int.h"
+#include "../store_int.h"
 
 #define BLK EMB_SPILL_BLOCK
 #define CHUNK_BYTES (1u << 20)     /* one device write */
@@ -176,45 +177,12 @@ struct spill {
 	_Atomic uint64_t ra_loads, ra_blocks, ra_ahead;
 };
 
-/* A row looked up in the runs (run.c runs_lookup). */
-enum { RQ_PENDING, RQ_DATA, RQ_HOLE, RQ_EIO };
-struct rq {
-	uint64_t row;
-	char *dst;           /* row bytes go here (NULL: a probe) */
-	size_t idx;          /* row index in the caller's request */
-	uint64_t batch;      /* of the version found */
-	int state;
-};
-
-/* A device read of one record (device.c). */
-struct sreq {
-	uint64_t loc;
-	uint64_t row, batch;
-	uint32_t len, table;
-	char *dst;
-	size_t idx;          /* row index in the caller's request */
-	uint64_t blk, boff;
-	uint32_t span;
-	char *to;            /* device_read_raw: read into here, not buf + boff (if set) */
-	int ret;
-};
 
 static inline struct emb_stub *STUB(struct store *s, uint64_t off)
 {
 	return S_PTR(s, off);
 }
 
-/* One version moved in its chain (version.c relink_apply): old replaced by
- * new_ in the field at (a link's ver or next) that refers to it. */
-struct rl {
-	uint64_t row, old, new_, at;  /* at: 0 = the index, EMB_NONE = no field to change */
-	uint64_t loc;
-	uint32_t rsz;
-};
-
-/* version.c: replace version r[i].old by r[i].new_ (written, flushed) in
- * their chains, journaled (EMB_J_RELINK).  commit_lock held. */
-int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t n);
 
 /* device.c: attach the device c names (check or format it) and set up the
  * tier's state; no thread, no recount (mover.c's store_spill_attach). */
@@ -259,8 +227,6 @@ int device_read_raw(struct spill *sp, struct sreq *q, size_t n, char *buf);
 /* run.c */
 int runs_load(struct store *s, char *err, size_t n);
 void runs_unload(struct spill *sp);
-/* Rows of q[0..n) still pending, as batch b sees them in st's runs. */
-int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint64_t b);
 /* Evict cold single-version rows of st, from index position *di, about
  * budget bytes of slots: rows evicted or -errno.  Takes commit_lock. */
 int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t budget, int all);
@@ -279,8 +245,7 @@ void heat_ref(struct spill *sp, uint32_t table, uint64_t row);
 void heat_device_hit(struct spill *sp, uint32_t table, uint64_t row);
 int heat_test_clear(struct spill *sp, uint32_t table, uint64_t row);
 
-/* compact.c: commit_lock held by recount_locked's caller */
-int recount_locked(struct store *s);
+/* compact.c (spill_recount_locked in tier.h) */
 int compact_seg(struct store *s, uint64_t k);
 uint64_t compact_pick(struct store *s, int forced, double *ratio);
 

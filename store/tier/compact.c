@@ -30,7 +30,7 @@ static int recount_row(void *arg, uint64_t key, uint64_t val)
 	return 0;
 }
 
-int recount_locked(struct store *s)
+int spill_recount_locked(struct store *s)
 {
 	struct emb_spill *pm = s->sp->pm;
 	for (uint64_t k = 0; k < pm->nsegs; k++) {

@@ -479,7 +479,7 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 	}
 	if (sp->recount) {
 		pthread_mutex_lock(&s->commit_lock);
-		int ret = recount_locked(s);
+		int ret = spill_recount_locked(s);
 		pthread_mutex_unlock(&s->commit_lock);
 		if (ret)
 			return ret;
@@ -697,7 +697,7 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 	}
 	if (sp->manual && sp->recount) { /* tests run the mover by hand: counts exact at once */
 		pthread_mutex_lock(&s->commit_lock);
-		ret = recount_locked(s);
+		ret = spill_recount_locked(s);
 		pthread_mutex_unlock(&s->commit_lock);
 		if (ret)
 			return ret;

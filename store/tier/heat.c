@@ -24,7 +24,7 @@ void heat_ref(struct spill *sp, uint32_t table, uint64_t row)
 		atomic_fetch_or_explicit(h, HEAT_REF, memory_order_relaxed);
 }
 
-void spill_note_write(struct store *s, uint32_t table, uint64_t row)
+void spill_note_use(struct store *s, uint32_t table, uint64_t row)
 {
 	if (s->sp)
 		heat_ref(s->sp, table, row);
@@ -49,6 +49,12 @@ void heat_device_hit(struct spill *sp, uint32_t table, uint64_t row)
 	} while (!atomic_compare_exchange_weak(h, &old, nv));
 	if ((old & HEAT_HITS) + 1 >= PROMOTE_AFTER)
 		queue_promote(sp, table, row);
+}
+
+void spill_note_device_hit(struct store *s, uint32_t table, uint64_t row)
+{
+	if (s->sp)
+		heat_device_hit(s->sp, table, row);
 }
 
 /* Reference bit set: clear it and say so (second chance). */

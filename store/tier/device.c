@@ -271,6 +271,27 @@ void pin(struct spill *sp, uint64_t loc, int d)
 		atomic_fetch_add_explicit(&sp->pins[k], (uint32_t)d, memory_order_acq_rel);
 }
 
+void spill_pin(struct store *s, uint64_t loc, int d)
+{
+	pin(s->sp, loc, d);
+}
+
+void spill_read(struct store *s, struct sreq *q, size_t n)
+{
+	device_read(s->sp, q, n);
+	atomic_fetch_add_explicit(&s->sp->reads, n, memory_order_relaxed);
+}
+
+void spill_stub_freed(struct store *s, uint64_t loc, uint32_t rs)
+{
+	seg_live_add(s, loc, spill_rec_size(rs), -1);
+}
+
+void spill_csum_error(struct store *s)
+{
+	atomic_fetch_add(&s->sp->csum_errors, 1);
+}
+
 int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size_t n)
 {
 	uint32_t rs = st->t->row_size;

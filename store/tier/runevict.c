@@ -1,0 +1,257 @@
+/*
+ * Eviction: cold rows of a table, whole chains, written into a new run and
+ * then taken out of the pool's index by a commit (store/evict.c).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "run_int.h"
+
+/* ---- eviction ----------------------------------------------------------- */
+
+/* An eviction's rows: each a chain of nv versions at v0.. in the flat
+ * arrays (slot, batch | EMB_RREC_TOMB, bytes in the arena or NULL). */
+struct ev {
+	uint64_t row;
+	uint32_t nv;
+	size_t v0;
+};
+
+struct evset {
+	struct ev *e;
+	size_t n, max;
+	uint64_t *off, *lnk, *bat;
+	const char **data;
+	char *arena;
+	size_t nv, vmax;
+};
+
+static int ev_cmp(const void *a, const void *b)
+{
+	const struct ev *x = a, *y = b;
+	return x->row < y->row ? -1 : x->row > y->row;
+}
+
+#define EVICT_MAX_CHAIN 64u /* longer chains (many snapshots) stay */
+
+/* Take row's chain (head at off) into es if it is sound, has no stub, and
+ * fits: 1 taken, 0 skipped, -1 es is full.  st->lock held. */
+static int ev_take(struct store *s, struct stable *st, struct evset *es, uint64_t row, uint64_t off)
+{
+	uint32_t rs = st->t->row_size;
+	uint64_t offs[EVICT_MAX_CHAIN], links[EVICT_MAX_CHAIN];
+	struct emb_version *vs[EVICT_MAX_CHAIN];
+	uint32_t nv = 0;
+	struct chain c;
+	if (chain_start(s, st, row, off, &c))
+		return 0;
+	while (c.v) {
+		if (nv == EVICT_MAX_CHAIN || ver_stub(c.v))
+			return 0;
+		offs[nv] = c.off;
+		links[nv] = c.link;
+		vs[nv++] = c.v;
+		if (chain_step(&c))
+			return 0; /* damaged: it stays */
+	}
+	if (!nv)
+		return 0;
+	if (es->n == es->max || es->nv + nv > es->vmax)
+		return -1;
+	es->e[es->n++] = (struct ev){ row, nv, es->nv };
+	for (uint32_t k = 0; k < nv; k++) {
+		size_t i = es->nv++;
+		es->off[i] = offs[k];
+		es->lnk[i] = links[k];
+		es->bat[i] = ver_batch(vs[k]) | (ver_tomb(vs[k]) ? EMB_RREC_TOMB : 0);
+		es->data[i] = NULL;
+		if (!ver_tomb(vs[k])) {
+			char *d = es->arena + i * (size_t)rs;
+			memcpy(d, ver_data(vs[k]), rs);
+			es->data[i] = d;
+		}
+	}
+	return 1;
+}
+
+struct gather {
+	struct store *s;
+	struct stable *st;
+	struct evset *es;
+	int all;
+};
+
+/* index_scan's callback: take one row's chain if it is cold; 1 when es is
+ * full (the segment is gathered again next time). */
+static int gather_one(void *arg, uint64_t row, uint64_t ref)
+{
+	struct gather *g = arg;
+	struct store *s = g->s;
+	struct stable *st = g->st;
+	struct chain c;
+	if (chain_start(s, st, row, ref, &c) || ver_stub(c.v))
+		return 0;
+	if (ver_tomb(c.v) && !c.next && !runs_may_hold(s, st->id, row))
+		return 0; /* reclaim drops it */
+	if (!g->all && heat_test_clear(s->sp, st->id, row))
+		return 0;
+	return ev_take(s, st, g->es, row, ref) < 0;
+}
+
+/* Gather cold rows of st (their whole chains) from index position *di on,
+ * until es is full.  commit_lock held. */
+static int evict_gather(struct store *s, struct stable *st, size_t *di, int all, struct evset *es)
+{
+	struct gather g = { s, st, es, all };
+	pthread_rwlock_rdlock(&st->lock);
+	index_scan(s, st, di, gather_one, &g);
+	pthread_rwlock_unlock(&st->lock);
+	return 0;
+}
+
+/* Mark the rows of e[0..n) (sorted) of table id in flight (n = 0: none). */
+static int ev_publish(struct spill *sp, uint32_t id, const struct ev *e, size_t n)
+{
+	uint64_t *v = n ? malloc(n * sizeof(*v)) : NULL;
+	if (n && !v)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		v[i] = e[i].row;
+	pthread_rwlock_wrlock(&sp->run_lock);
+	free(sp->ev_rows);
+	sp->ev_rows = v;
+	sp->ev_n = n;
+	sp->ev_id = id;
+	pthread_rwlock_unlock(&sp->run_lock);
+	return 0;
+}
+
+/* Is st still table tid of generation gen (it may have been freed while
+ * commit_lock was let go; st is not read unless it is still listed)?
+ * commit_lock held. */
+int run_table_same(struct store *s, struct stable *st, uint32_t tid, uint64_t gen)
+{
+	return tab_get(s, tid) == st && st->t->gen == gen;
+}
+
+#define EVICT_SLICE 4096u /* rows per hold of commit_lock when they leave the index */
+
+int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t budget, int all)
+{
+	struct spill *sp = s->sp;
+	uint32_t rs = st->t->row_size, tid = st->id;
+	size_t max = (size_t)(budget / slab_row_slot(rs));
+	if (max < EVICT_MIN_ROWS)
+		max = EVICT_MIN_ROWS;
+	if (max * rs > EVICT_MAX_BYTES)
+		max = EVICT_MAX_BYTES / rs;
+	/* a run fits in half the smallest merge reserve, so that two of them
+	 * can always be merged (its versions count: vmax = max) */
+	uint64_t cap = sp->reserve_min * sp->pm->seg_size / 2 / run_blk_size(rs) * run_blk_recs(rs);
+	if (max > cap)
+		max = cap ? cap : 1;
+	struct evset es = { .max = max, .vmax = max };
+	es.e = malloc(max * sizeof(*es.e));
+	es.off = malloc(max * sizeof(*es.off));
+	es.lnk = malloc(max * sizeof(*es.lnk));
+	es.bat = malloc(max * sizeof(*es.bat));
+	es.data = malloc(max * sizeof(*es.data));
+	es.arena = malloc(max * (size_t)rs);
+	uint64_t *plain = NULL;
+	struct evict_row *er = NULL;
+	struct run_build w;
+	int built = 0;
+	size_t n = 0;
+	int ret = es.e && es.off && es.lnk && es.bat && es.data && es.arena ? 0 : -ENOMEM;
+	uint64_t id = 0;
+	if (!ret) {
+		/* the rows are marked in flight before commit_lock goes: a delete
+		 * or a truncation meanwhile leaves a tombstone for them, and the
+		 * run's id orders it before any run made meanwhile */
+		pthread_mutex_lock(&s->commit_lock);
+		ret = evict_gather(s, st, di, all, &es);
+		n = es.n;
+		if (!ret && n) {
+			qsort(es.e, n, sizeof(*es.e), ev_cmp);
+			ret = ev_publish(sp, st->id, es.e, n);
+			id = run_next_id(sp);
+		}
+		pthread_mutex_unlock(&s->commit_lock);
+	}
+	if (ret || !n)
+		goto out;
+	spill_unlocked(sp);
+	if ((ret = run_build_open(&w, s, st)))
+		goto out;
+	built = 1;
+	w.id = id;
+	/* it leaves the reserve as it will be with this run's rows counted
+	 * (runs_reserve grows by at most the run's size) */
+	w.keep += (uint32_t)(((uint64_t)es.nv / w.per_blk + 2) * w.bs / sp->pm->seg_size + 1);
+	for (size_t i = 0; i < n && !ret; i++)
+		ret = run_build_row(&w, es.e[i].row, &es.bat[es.e[i].v0], &es.data[es.e[i].v0], es.e[i].nv);
+	if (!ret)
+		ret = run_build_finish(&w);
+	if (ret)
+		goto out;
+	plain = malloc(es.nv * sizeof(*plain));
+	er = malloc(n * sizeof(*er));
+	if (!plain || !er) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < es.nv; i++)
+		plain[i] = es.bat[i] & ~EMB_RREC_TOMB;
+	for (size_t i = 0; i < n; i++)
+		er[i] = (struct evict_row){ es.e[i].row, es.e[i].nv, &es.off[es.e[i].v0], &es.lnk[es.e[i].v0],
+					    &plain[es.e[i].v0], &es.data[es.e[i].v0] };
+	/* the run is installed, then its rows leave the index in slices of
+	 * EVICT_SLICE, commit_lock let go in between so that commits (and
+	 * their barriers) do not queue behind the whole eviction; a row
+	 * written meanwhile stays (commit_evict_locked compares its chain) */
+	pthread_mutex_lock(&s->commit_lock);
+	size_t evicted = 0;
+	if (!run_table_same(s, st, tid, w.gen)) {
+		ret = -ENOENT; /* the table went meanwhile */
+	} else {
+		ret = run_install(s, &w, w.id, 0, NULL, 0);
+		if (!ret) {
+			pthread_rwlock_wrlock(&st->lock);
+			st->mod++;
+			pthread_rwlock_unlock(&st->lock);
+		}
+		for (size_t at = 0; !ret && at < n;) {
+			size_t k = n - at < EVICT_SLICE ? n - at : EVICT_SLICE, done = 0;
+			ret = commit_evict_locked(s, st, er + at, k, &done);
+			evicted += done;
+			at += k;
+			if (!ret && at < n) {
+				pthread_mutex_unlock(&s->commit_lock);
+				spill_unlocked(sp);
+				pthread_mutex_lock(&s->commit_lock);
+				if (!run_table_same(s, st, tid, w.gen))
+					ret = -ENOENT;
+			}
+		}
+		atomic_fetch_add_explicit(&sp->run_evicted, evicted, memory_order_relaxed);
+		n = evicted;
+	}
+	ev_publish(sp, 0, NULL, 0);
+	pthread_mutex_unlock(&s->commit_lock);
+out:
+	if (sp->ev_n)
+		ev_publish(sp, 0, NULL, 0);
+	if (built)
+		run_build_free(&w, 1);
+	free(plain);
+	free(er);
+	free(es.e);
+	free(es.off);
+	free(es.lnk);
+	free(es.bat);
+	free(es.data);
+	free(es.arena);
+	return ret ? ret : (int64_t)n;
+}

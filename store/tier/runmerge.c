@@ -1,0 +1,564 @@
+/*
+ * Merges of a table's runs (by level, and the ones that give room back on
+ * a nearly full device: the merge reserve), and truncation, which writes
+ * tombstones for the rows past the new end into a run of their own.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "run_int.h"
+
+/* ---- merges -------------------------------------------------------------- */
+
+
+int rit_load(struct store *s, struct rit *it)
+{
+	struct spill *sp = s->sp;
+	struct srun *x = it->x;
+	uint32_t bs = x->r->blk_size;
+	uint64_t n = CHUNK_BYTES / bs ? CHUNK_BYTES / bs : 1;
+	if (it->blk + n > x->r->nblocks)
+		n = x->r->nblocks - it->blk;
+	/* blocks of one segment are adjacent on the device */
+	uint64_t cnt = x->bps - it->blk % x->bps < n ? x->bps - it->blk % x->bps : n;
+	struct sreq q = { .blk = run_blk_loc(sp, x, it->blk), .span = (uint32_t)(cnt * bs), .boff = 0 };
+	int ret = device_read_raw(sp, &q, 1, it->buf);
+	if (ret)
+		return ret;
+	it->blk0 = it->blk;
+	it->nblk = cnt;
+	for (uint64_t i = 0; i < cnt; i++) {
+		struct bref b = { it->blk + i, it->buf + i * bs, 0, NULL };
+		if (run_blk_ok(sp, x, &b))
+			return -EIO;
+	}
+	return 0;
+}
+
+/* Step to the next record (or the first). */
+void rit_next(struct store *s, struct rit *it)
+{
+	struct srun *x = it->x;
+	for (;;) {
+		if (it->blk >= x->r->nblocks) {
+			it->cur = NULL;
+			return;
+		}
+		if (it->blk < it->blk0 || it->blk >= it->blk0 + it->nblk) {
+			if ((it->err = rit_load(s, it))) {
+				it->cur = NULL;
+				return;
+			}
+		}
+		const char *b = it->buf + (it->blk - it->blk0) * x->r->blk_size;
+		const struct emb_rblk *h = (const struct emb_rblk *)b;
+		if (it->rec < h->nrec) {
+			it->cur = rec_at(x, b, it->rec++);
+			return;
+		}
+		it->blk++;
+		it->rec = 0;
+	}
+}
+
+/* The versions of one row a merge gathers from its inputs, in order. */
+struct mvers {
+	size_t n, cap;
+	uint64_t *batch;     /* | EMB_RREC_TOMB */
+	char *bytes;         /* row i at i * row size */
+	const char **data;   /* kept versions' bytes (NULL: tombstone) */
+	uint8_t *keep;
+};
+
+/* Room for one more version of rs bytes: 0 or -ENOMEM. */
+static int mvers_room(struct mvers *mv, uint32_t rs)
+{
+	if (mv->n < mv->cap)
+		return 0;
+	size_t cap = mv->cap ? 2 * mv->cap : 64;
+	uint64_t *b = realloc(mv->batch, cap * sizeof(*b));
+	if (b)
+		mv->batch = b;
+	char *d = b ? realloc(mv->bytes, cap * (size_t)rs) : NULL;
+	if (d)
+		mv->bytes = d;
+	const char **p = d ? realloc(mv->data, cap * sizeof(*p)) : NULL;
+	if (p)
+		mv->data = p;
+	uint8_t *k = p ? realloc(mv->keep, cap) : NULL;
+	if (!k)
+		return -ENOMEM;
+	mv->keep = k;
+	mv->cap = cap;
+	return 0;
+}
+
+static void mvers_free(struct mvers *mv)
+{
+	free(mv->batch);
+	free(mv->bytes);
+	free(mv->data);
+	free(mv->keep);
+}
+
+/* Keep of mv the newest version and the newest each of the live snapshots'
+ * batches snaps[0..ns) sees, and (bottom: no older run) drop the oldest
+ * kept ones while they are tombstones: their batches and bytes, compacted
+ * to the front of mv->batch and mv->data.  Returns how many are kept. */
+static size_t mvers_keep(struct mvers *mv, uint32_t rs, const uint64_t *snaps, uint32_t ns, int bottom)
+{
+	memset(mv->keep, 0, mv->n);
+	mv->keep[0] = 1;
+	for (uint32_t k = 0; k < ns; k++)
+		for (size_t j = 0; j < mv->n; j++)
+			if ((mv->batch[j] & ~EMB_RREC_TOMB) <= snaps[k]) {
+				mv->keep[j] = 1;
+				break;
+			}
+	size_t nk = 0;
+	for (size_t j = 0; j < mv->n; j++)
+		if (mv->keep[j]) {
+			mv->batch[nk] = mv->batch[j];
+			mv->data[nk] = mv->batch[j] & EMB_RREC_TOMB ? NULL : mv->bytes + j * (size_t)rs;
+			nk++;
+		}
+	while (bottom && nk && (mv->batch[nk - 1] & EMB_RREC_TOMB))
+		nk--;
+	return nk;
+}
+
+/* Run x holds no row in the row ranges of v[0..m). */
+static int runs_apart(const struct srun *x, struct srun *const *v, size_t m)
+{
+	for (size_t i = 0; i < m; i++)
+		if (x->r->min_row <= v[i]->r->max_row && v[i]->r->min_row <= x->r->max_row)
+			return 0;
+	return 1;
+}
+
+/* Merge runs v[0..m) (in the table's list order, newest first, any run
+ * between them holding none of their row ranges) into one, in v[0]'s place.
+ * bottom: v[m - 1] is the table's oldest run.  Versions no live snapshot
+ * needs are dropped.  Takes commit_lock to install.  With plan, a dry run:
+ * the inputs are read and *plan set to the segments the output would take
+ * (0: nothing is left), nothing written. */
+static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_t m, int bottom, uint32_t keep,
+		      uint64_t *plan)
+{
+	struct spill *sp = s->sp;
+	uint32_t rs = st->t->row_size, tid = st->id;
+	uint64_t gen = st->t->gen;
+	uint64_t snaps[EMB_MAX_SNAPS];
+	uint32_t ns;
+	pthread_rwlock_rdlock(&s->snap_lock);
+	ns = s->n_live;
+	memcpy(snaps, s->live_batch, ns * sizeof(snaps[0]));
+	pthread_rwlock_unlock(&s->snap_lock);
+	struct rit *it = calloc(m, sizeof(*it));
+	struct run_build w;
+	int ret = it ? run_build_open(&w, s, st) : -ENOMEM;
+	if (ret) {
+		free(it);
+		return ret;
+	}
+	w.id = plan ? 0 : run_next_id(sp);
+	w.keep = keep; /* a merge may take the reserve */
+	w.dry = plan != NULL;
+	uint32_t level = 0;
+	for (size_t i = 0; i < m && !ret; i++) {
+		if ((ret = srun_load(s, v[i])))
+			break; /* an unreadable run is not merged (its rows read as EIO) */
+		it[i].x = v[i];
+		it[i].blk0 = EMB_NONE;
+		if (posix_memalign((void **)&it[i].buf, BLK, CHUNK_BYTES + v[i]->r->blk_size))
+			ret = -ENOMEM;
+		else
+			rit_next(s, &it[i]);
+		if (!ret && it[i].err)
+			ret = it[i].err;
+		if (v[i]->r->level + 1 > level)
+			level = v[i]->r->level + 1;
+	}
+	struct mvers mv = { 0 };
+	uint64_t in_bytes = 0;
+	while (!ret) {
+		uint64_t row = EMB_NONE;
+		for (size_t i = 0; i < m; i++)
+			if (it[i].cur && rec_row(it[i].cur) < row)
+				row = rec_row(it[i].cur);
+		if (row == EMB_NONE)
+			break;
+		mv.n = 0;
+		for (size_t i = 0; i < m && !ret; i++) {
+			while (it[i].cur && rec_row(it[i].cur) == row) {
+				if ((ret = mvers_room(&mv, rs)))
+					break;
+				mv.batch[mv.n] = rec_batch(it[i].cur);
+				memcpy(mv.bytes + mv.n * (size_t)rs, it[i].cur + 16, rs);
+				mv.n++;
+				in_bytes += w.rec;
+				rit_next(s, &it[i]);
+				if (it[i].err)
+					ret = it[i].err;
+			}
+		}
+		if (ret)
+			break;
+		size_t nk = mvers_keep(&mv, rs, snaps, ns, bottom);
+		if (nk)
+			ret = run_build_row(&w, row, mv.batch, mv.data, (uint32_t)nk);
+	}
+	if (!ret)
+		ret = run_build_finish(&w);
+	if (ret == -ENODATA) { /* everything dropped: the inputs just go */
+		ret = 0;
+		w.nrecs = 0;
+	}
+	if (plan && !ret)
+		*plan = w.nrecs ? w.dry_segs : 0;
+	if (!ret && !plan) {
+		pthread_mutex_lock(&s->commit_lock);
+		/* the inputs must still be listed, in order, with nothing between
+		 * them that holds rows of theirs */
+		int listed = 1;
+		pthread_rwlock_rdlock(&sp->run_lock);
+		struct srun *p = sp->runs[tid];
+		while (p && p != v[0])
+			p = p->next;
+		for (size_t i = 0; i < m && listed;) {
+			if (!p)
+				listed = 0;
+			else if (p == v[i])
+				i++;
+			else
+				listed = runs_apart(p, v, m);
+			if (p)
+				p = p->next;
+		}
+		pthread_rwlock_unlock(&sp->run_lock);
+		if (!listed || !run_table_same(s, st, tid, gen))
+			ret = -ESTALE;
+		else if (w.nrecs)
+			ret = run_install(s, &w, v[0]->r->seq, level, v, m);
+		else
+			ret = runs_retire_locked(s, v, m);
+		if (!ret) {
+			pthread_rwlock_wrlock(&st->lock);
+			st->mod++;
+			pthread_rwlock_unlock(&st->lock);
+		}
+		pthread_mutex_unlock(&s->commit_lock);
+	}
+	if (!ret && !plan) {
+		atomic_fetch_add(&sp->merges, 1);
+		atomic_fetch_add(&sp->merge_in_bytes, in_bytes);
+		atomic_fetch_add(&sp->merge_out_bytes, w.bytes);
+	}
+	run_build_free(&w, 1);
+	for (size_t i = 0; i < m; i++)
+		free(it[i].buf);
+	free(it);
+	mvers_free(&mv);
+	return ret;
+}
+
+/* Segments runs v[0..m) hold. */
+static uint64_t segs_of(struct srun **v, size_t m)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < m; i++)
+		n += v[i]->r->nsegs;
+	return n;
+}
+
+/* The device has no room for the merge it wants, or for a run a writer
+ * waits for: make the merge that gives back the most segments among
+ * those whose output fits in the free segments (the reserve included:
+ * evictions leave it, so a merge always has it; and the last one, which
+ * such a merge gives back with more, or lets go of when it fails).  The
+ * candidates, per table: its whole list (which drops every version newer
+ * runs replaced and no snapshot needs); each run with the next one holding
+ * rows of its range, if no run between them holds rows of either; each run
+ * alone (the versions of dropped snapshots).  A dry run of each reads its
+ * inputs and counts the segments its output takes, so that a merge whose
+ * inputs are larger than the room but mostly dead still fits.  A merge must
+ * give back at least two segments and an eighth of what it rewrites.  A
+ * search that found nothing is not repeated until the runs or the free
+ * count change.  1 merged, 0 none gives room back, -errno. */
+static int merge_fitting(struct store *s)
+{
+	struct spill *sp = s->sp;
+	uint32_t nfree = free_segs(sp);
+	uint64_t gen = atomic_load(&sp->runs_gen);
+	if (!nfree || (sp->fit_gen == gen + 1 && sp->fit_free == nfree))
+		return 0;
+	uint64_t room = nfree, best = 0;
+	uint32_t bid = EMB_NTABLES;
+	size_t bi = 0, bj = 0;
+	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
+		struct srun **v;
+		size_t n;
+		struct stable *st = sp->runs[id] ? tab_get(s, id) : NULL;
+		if (!st || runs_get(sp, id, &v, &n))
+			continue;
+		/* c == 0: the whole list; 1..n: run c - 1 and the next run j
+		 * that holds rows of its range; n + 1..2n: run c - n - 1 alone */
+		for (size_t c = 0; c <= 2 * n; c++) {
+			size_t i = !c ? n : c <= n ? c - 1 : c - n - 1;
+			struct srun *pair[2], **set = v;
+			size_t m = n, j = i + 1;
+			if (c > n) { /* run i alone: the versions no snapshot needs now */
+				set = v + i;
+				m = 1;
+				j = i;
+			} else if (i < n) {
+				while (j < n && runs_apart(v[j], v + i, 1))
+					j++;
+				int ok = j < n;
+				for (size_t k = i + 1; ok && k < j; k++)
+					ok = runs_apart(v[k], v + j, 1);
+				if (!ok)
+					continue;
+				pair[0] = v[i];
+				pair[1] = v[j];
+				set = pair;
+				m = 2;
+			} else {
+				j = n - 1;
+			}
+			uint64_t in = segs_of(set, m), out = 0;
+			if (in <= best)
+				continue;
+			int dr = merge_runs(s, st, set, m, j == n - 1, 0, &out);
+			if (dr)
+				continue;
+			/* a merge that gives back less than an eighth of what it
+			 * rewrites (a tail segment, say) is not worth its writes */
+			if (out <= room && out + 2 <= in && (in - out) * 8 >= in && in - out > best) {
+				best = in - out;
+				bid = id;
+				bi = i;
+				bj = j;
+			}
+		}
+		runs_put(v, n);
+	}
+	if (!best) {
+		sp->fit_gen = gen + 1;
+		sp->fit_free = nfree;
+		return 0;
+	}
+	/* only this thread merges, and runs come only at the head of a list:
+	 * the list is as it was, or shorter (merge_runs checks) */
+	struct stable *st = tab_get(s, bid);
+	struct srun **v;
+	size_t n;
+	if (!st || runs_get(sp, bid, &v, &n))
+		return 0;
+	int ret = -ESTALE;
+	if (bi == n && bj + 1 == n)
+		ret = merge_runs(s, st, v, n, 1, 0, NULL);
+	else if (bi < n && bi == bj)
+		ret = merge_runs(s, st, v + bi, 1, bi + 1 == n, 0, NULL);
+	else if (bi < bj && bj < n) {
+		struct srun *pair[2] = { v[bi], v[bj] };
+		ret = merge_runs(s, st, pair, 2, bj + 1 == n, 0, NULL);
+	}
+	runs_put(v, n);
+	if (ret == -ESTALE || ret == -ENOSPC)
+		return 0;
+	return ret ? ret : 1;
+}
+
+void runs_reserve(struct store *s)
+{
+	struct spill *sp = s->sp;
+	uint64_t most = 0;
+	pthread_rwlock_rdlock(&sp->run_lock); /* the lists change under it (a truncation's) */
+	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
+		struct stable *st = sp->runs[id] ? tab_get(s, id) : NULL;
+		if (!st)
+			continue;
+		/* its rows in runs: no more than are live there, nor than it has */
+		uint64_t rs = st->t->row_size, rows = atomic_load(&st->run_live);
+		if (rows > ld64(&st->t->size) / rs + 1)
+			rows = ld64(&st->t->size) / rs + 1;
+		uint64_t bs = run_blk_size((uint32_t)rs);
+		uint64_t bytes = (rows / run_blk_recs((uint32_t)rs) + 1) * bs * 33 / 32; /* its meta blocks: a few % */
+		if (bytes > most)
+			most = bytes;
+	}
+	pthread_rwlock_unlock(&sp->run_lock);
+	uint64_t segs = (most + sp->pm->seg_size - 1) / sp->pm->seg_size + 1;
+	if (segs < sp->reserve_min)
+		segs = sp->reserve_min;
+	if (segs > sp->pm->nsegs / 2)
+		segs = sp->pm->nsegs / 2;
+	atomic_store(&sp->reserve, (uint32_t)segs);
+}
+
+int runs_make_room(struct store *s)
+{
+	int n = 0, ret = 0;
+	while (n < 16 && (ret = merge_fitting(s)) > 0) {
+		n++;
+		pthread_mutex_lock(&s->commit_lock);
+		runs_reap_locked(s);
+		pthread_mutex_unlock(&s->commit_lock);
+	}
+	return ret < 0 && !n ? ret : n;
+}
+
+/* One merge the runs need, if any: where the device is half full, all runs
+ * of the table with the most; else MERGE_FANOUT adjacent runs of one level;
+ * where that finds no room, the one that gives back the most room
+ * (merge_fitting, which a writer waiting for room also gets through
+ * runs_make_room).  1 merged, 0 none needed, or -errno. */
+int merge_some(struct store *s)
+{
+	struct spill *sp = s->sp;
+	/* the device is half full: merge all runs of the table with the most,
+	 * which drops every copy newer runs replaced (while the output still
+	 * finds room) */
+	if (free_segs(sp) * 2 < sp->pm->nsegs) {
+		uint32_t best = EMB_NTABLES;
+		size_t most = 1;
+		for (uint32_t id = 0; id < EMB_NTABLES; id++) {
+			if (!sp->runs[id])
+				continue;
+			size_t k = (size_t)runs_count(s, id, NULL);
+			if (k > most) {
+				most = k;
+				best = id;
+			}
+		}
+		struct stable *st = best < EMB_NTABLES ? tab_get(s, best) : NULL;
+		struct srun **v;
+		size_t n;
+		if (st && !runs_get(sp, best, &v, &n)) {
+			int ret = n > 1 ? merge_runs(s, st, v, n, 1, 1, NULL) : 0;
+			runs_put(v, n);
+			if (ret == -ENOSPC)
+				return merge_fitting(s); /* no room for it: smaller ones */
+			if (n > 1)
+				return ret ? ret : 1;
+		}
+	}
+	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
+		if (!sp->runs[id])
+			continue;
+		struct stable *st = tab_get(s, id);
+		struct srun **v;
+		size_t n;
+		if (!st || runs_get(sp, id, &v, &n))
+			continue;
+		size_t at = n, len = 0;
+		for (size_t i = 0; i < n && at == n; i++) {
+			size_t j = i;
+			while (j < n && v[j]->r->level == v[i]->r->level)
+				j++;
+			if (j - i >= MERGE_FANOUT) {
+				at = i;
+				len = j - i;
+			}
+			i = j - 1;
+		}
+		int ret = 0;
+		if (at < n)
+			ret = merge_runs(s, st, v + at, len, at + len == n, 1, NULL);
+		runs_put(v, n);
+		if (ret == -ENOSPC)
+			return merge_fitting(s);
+		if (at < n)
+			return ret ? ret : 1;
+	}
+	return 0;
+}
+
+/* ---- truncation ---------------------------------------------------------- */
+
+int runs_trim(struct store *s, struct stable *st, uint64_t from)
+{
+	struct spill *sp = s->sp;
+	struct srun **v;
+	size_t n;
+	if (!sp || (!sp->runs[st->id] && !(sp->ev_n && sp->ev_id == st->id)))
+		return 0;
+	int ret = runs_get(sp, st->id, &v, &n);
+	if (ret)
+		return ret;
+	int held = snapset_refs(s, st) > 0;
+	struct u64vec rows = { 0 };
+	/* rows an eviction has in flight (their run comes before this one) */
+	pthread_rwlock_rdlock(&sp->run_lock);
+	for (size_t i = 0; sp->ev_id == st->id && i < sp->ev_n && !ret; i++)
+		if (sp->ev_rows[i] >= from)
+			ret = u64vec_push(&rows, sp->ev_rows[i]);
+	pthread_rwlock_unlock(&sp->run_lock);
+	/* runs wholly past the end go, unless a snapshot holds the table */
+	struct srun *gone[64];
+	size_t ng = 0;
+	for (size_t i = 0; i < n && !held && ng < 64; i++)
+		if (v[i]->r->min_row >= from)
+			gone[ng++] = v[i];
+	if (ng && !ret)
+		ret = runs_retire_locked(s, gone, ng);
+	/* rows past the end in the others get tombstones, in a run of their own */
+	for (size_t i = 0; i < n && !ret; i++) {
+		struct srun *x = v[i];
+		int went = 0;
+		for (size_t k = 0; k < ng; k++)
+			went |= gone[k] == x;
+		if (went || x->r->max_row < from)
+			continue;
+		if ((ret = srun_load(s, x)))
+			break;
+		struct rit it = { .x = x, .blk0 = EMB_NONE };
+		/* start at the last block whose fence is below `from` */
+		if (from > x->r->min_row) {
+			size_t lo = u64_lower_bound(x->fence, x->r->nblocks, from);
+			it.blk = lo ? lo - 1 : 0;
+		}
+		if (posix_memalign((void **)&it.buf, BLK, CHUNK_BYTES + x->r->blk_size)) {
+			ret = -ENOMEM;
+			break;
+		}
+		for (rit_next(s, &it); it.cur && !ret; rit_next(s, &it)) {
+			uint64_t r = rec_row(it.cur);
+			if (r >= from && (!rows.n || rows.v[rows.n - 1] != r))
+				ret = u64vec_push(&rows, r);
+		}
+		if (!ret && it.err)
+			ret = it.err;
+		free(it.buf);
+	}
+	runs_put(v, n);
+	if (!ret && rows.n) {
+		u64_sort(rows.v, rows.n);
+		struct run_build w;
+		ret = run_build_open(&w, s, st);
+		if (!ret) {
+			w.id = run_next_id(sp);
+			uint64_t tb = ld64(&s->sb->batch) | EMB_RREC_TOMB;
+			const char *none = NULL;
+			for (size_t i = 0; i < rows.n && !ret; i++)
+				if (!i || rows.v[i] != rows.v[i - 1])
+					ret = run_build_row(&w, rows.v[i], &tb, &none, 1);
+			if (!ret)
+				ret = run_build_finish(&w);
+			if (!ret)
+				ret = run_install(s, &w, w.id, 0, NULL, 0);
+			run_build_free(&w, 1);
+		}
+	}
+	free(rows.v);
+	if (!ret) {
+		pthread_rwlock_wrlock(&st->lock);
+		st->mod++;
+		pthread_rwlock_unlock(&st->lock);
+		ret = runs_reap_locked(s);
+	}
+	return ret;
+}

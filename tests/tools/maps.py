@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""maps.py ROOT: the tree's maps tell the truth.
+
+- Every path of the tree that a comment, a doc page or a man page names
+  (store/..., fs/..., docs/..., include/... ending in .c .h .py .sh .md or a
+  man section) exists.
+- The file maps list every file: store/store_int.h every store/*.c,
+  store/tier/tier.h and store/tier/run.c every file of store/tier/, fs/fs.h
+  every fs/*.c, the cache's headers every cache/*.c.
+- No file of the core store (store/*) includes a tier header but
+  tier/tier.h.
+- No file cites DESIGN.md (the design card is not in the tree: docs/design.md
+  is).
+Prints each problem and exits 1 if there is one."""
+import os
+import re
+import sys
+
+root = sys.argv[1]
+bad = []
+TOPS = "store|fs|cache|mkfs|util|embfsctl|tests|examples|python|docs|man|include"
+PATH = re.compile(r"(?<![\w/.$-])((?:%s)/[\w./-]*?\.(?:c|h|py|sh|md|[58]))(?![\w/])" % TOPS)
+SCAN = (".c", ".h", ".py", ".sh", ".md", ".5", ".8")
+
+
+def files():
+    for d, dirs, fs in os.walk(root):
+        rel = os.path.relpath(d, root)
+        dirs[:] = [x for x in dirs if not x.startswith(".") and not x.startswith("build") and x != "__pycache__"]
+        for f in fs:
+            if f.endswith(SCAN) or f == "Makefile":
+                yield os.path.normpath(os.path.join(rel, f))
+
+
+for f in sorted(files()):
+    text = open(os.path.join(root, f), errors="replace").read()
+    for n, line in enumerate(text.splitlines(), 1):
+        for m in PATH.finditer(line):
+            p = m.group(1)
+            if "*" in p or "%" in p or "X" == os.path.basename(p)[:1]:
+                continue  # a pattern, not a file
+            if not os.path.exists(os.path.join(root, p)):
+                bad.append(f"{f}:{n}: names {p}, which does not exist")
+        if "DESIGN.md" in line and f != "tests/tools/maps.py":
+            bad.append(f"{f}:{n}: cites DESIGN.md, which is not in the tree (docs/design.md is)")
+
+
+def listed(maps, folder, ext=".c"):
+    text = "".join(open(os.path.join(root, m)).read() for m in maps if os.path.exists(os.path.join(root, m)))
+    for f in sorted(os.listdir(os.path.join(root, folder))):
+        if f.endswith(ext) and not re.search(r"(?<![\w/])(?:%s/)?%s\b" % (re.escape(folder), re.escape(f)), text):
+            bad.append(f"{folder}/{f} is missing from the file map ({', '.join(maps)})")
+
+
+listed(["store/store_int.h"], "store")
+listed(["store/tier/tier.h", "store/tier/run.c"], "store/tier")
+listed(["fs/fs.h"], "fs")
+cache_h = [os.path.join("cache", f) for f in os.listdir(os.path.join(root, "cache")) if f.endswith(".h")]
+listed(cache_h + ["include/embfs/cache.h"], "cache")
+
+# the core store sees the tier through tier/tier.h only
+for f in sorted(os.listdir(os.path.join(root, "store"))):
+    if f.endswith((".c", ".h")):
+        for n, line in enumerate(open(os.path.join(root, "store", f)), 1):
+            if re.match(r'\s*#\s*include\s+"tier/(?!tier\.h")', line):
+                bad.append(f"store/{f}:{n}: the core store includes a private header of the tier: {line.strip()}")
+
+for b in bad:
+    print(b, file=sys.stderr)
+sys.exit(1 if bad else 0)
