@@ -22,7 +22,7 @@ FS_SRC := $(wildcard fs/*.c)
 STORE_OBJ := $(STORE_SRC:%.c=$(BUILD)/%.o)
 CACHE_OBJ := $(CACHE_SRC:%.c=$(BUILD)/%.o)
 FS_OBJ := $(FS_SRC:%.c=$(BUILD)/%.o)
-HDRS := $(wildcard include/embfs/*.h store/*.h store/tier/*.h fs/*.h)
+HDRS := $(wildcard include/embfs/*.h cache/*.h store/*.h store/tier/*.h fs/*.h)
 
 PROGS := $(BUILD)/embfs $(BUILD)/mkfs.embfs $(BUILD)/fsck.embfs $(BUILD)/embfsctl
 UNIT := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/*.c))
@@ -40,8 +40,17 @@ $(BUILD)/%.o: %.c $(HDRS)
 $(BUILD)/libstore.a: $(STORE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/libcache.a: $(CACHE_OBJ)
+$(BUILD)/libcache.a: $(CACHE_OBJ) | $(BUILD)/cache/rows.layer
 	rm -f $@ && ar rcs $@ $^
+
+# cache/rows.c, the cache's mechanism, includes no store header, directly or
+# through another: only cache/ and embfs/cache.h (checked on every build of
+# the cache library)
+$(BUILD)/cache/rows.layer: cache/rows.c $(HDRS)
+	@deps=$$($(CC) $(CFLAGS) -MM cache/rows.c | sed 's/^[^:]*://; s/\\//g'); \
+	for d in $$deps; do case $$d in cache/*|include/embfs/cache.h) ;; \
+	*) echo "cache/rows.c includes $$d: the cache's mechanism includes no store header" >&2; exit 1 ;; \
+	esac; done; mkdir -p $(dir $@) && touch $@
 
 $(BUILD)/embfs: $(FS_OBJ) $(BUILD)/libcache.a $(BUILD)/libstore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(STORE_LIBS)

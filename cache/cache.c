@@ -1,24 +1,14 @@
 /*
- * DRAM row cache: sharded CLOCK, write-back, pinning.  See cache.h for the
- * contract.  Lock order: flush_lock, then one shard lock at a time.  Nothing
- * calls the layer below (ops) with a shard lock held: promises a write needs
- * come from the writer's credit or are reserved after unlocking (then the
- * write starts over), and promises given back are gathered under the lock and
- * given back after it (struct giveback).
- *
- * Promises.  Writing back a row version takes a new slot below; it frees the
- * one it replaces unless that is a hole or a live snapshot keeps it, i.e.
- * unless the replaced version's batch X has a snapshot S with X <= S < Y, Y
- * the new version's batch (store/commit.c plan()).  Each pending write-back
- * that will take a slot without freeing one holds one promise: a dirty entry
- * with F_PROM (its next write-back), a staged row (staged.prom: the one in
- * flight), a preserved copy (the version after it keeps it; once the copy is
- * stored, its promise moves to the entry: stored_below()).  Writes come
- * after every snapshot that exists (their batch is above snap_floor), so a
- * clean row turning dirty needs one iff it is a hole below (F_NEW) or its
- * stored version is of a batch <= the newest snapshot's: a clean entry keeps
- * X_HELD when that held when it was filled, and otherwise the snap_seq of
- * then (a snapshot taken later has a batch >= X).
+ * cache/cache.c: the cache's front, the calls of embfs/cache.h that read and
+ * change rows.  cache_create() and cache_destroy(); reads of a row, of many
+ * rows and of a range (misses fetched through ops and cached, or not, for a
+ * range); writes of a row and of many rows (a hit written in place, a miss
+ * fetched, merged and inserted, or written through when its shard has no
+ * room); the batch path (rows grouped by shard, each shard locked once, the
+ * lookups pipelined with prefetches); drops, pins and statistics.  Entries
+ * come from the mechanism (rows.c), promises, snapshots' copies and room
+ * made by write-back from the policy (writeback.c); cache_int.h has what
+ * they share.  cache_flush() and cache_set_snapshot() are writeback.c's.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -27,984 +17,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "embfs/cache.h"
+#include "cache_int.h"
 
-#define NSHARDS CACHE_MAX_SHARDS
-#define NIL UINT32_MAX
-#define MAX_CLASSES 16
-#define CHUNK_BYTES (64u << 10)
-#define WB_BATCH 16384 /* rows per write-back round */
-#define MIN_ROW 64     /* sizes the entry arrays: smaller rows are capped by count */
-
-enum {
-	F_VALID = 1,
-	F_DIRTY = 2,
-	F_REF = 4,   /* CLOCK reference bit */
-	F_BUSY = 8,  /* being written back (flush_lock holder) */
-	F_REDIRTY = 16, /* written again while busy */
-	F_NEW = 32,  /* not stored below (a hole there) when it became dirty */
-	F_STORED = 64, /* ... but a preserved older version of it is now: not counted as new */
-	F_PROM = 128,  /* dirty; holds a promise for its next write-back (see the top) */
-};
-
-enum {
-	X_HELD = 1, /* clean; its stored version is of a batch <= the newest snapshot's */
-};
-
-/* 28 bytes: with 2–4 bytes of bucket, at most CACHE_ROW_OVERHEAD per row. */
-struct centry {
-	uint32_t row_lo, row_hi;
-	uint32_t data;     /* slot in the class arena */
-	uint32_t hnext;    /* hash chain, or free list */
-	uint32_t batch;    /* dirty: low 32 bits of the batch id of its latest write;
-			      clean: low 32 bits of snap_seq when it was filled (see base_set) */
-	uint16_t table;
-	uint8_t flags;
-	uint8_t pins;
-	uint8_t cls;
-	uint8_t round;     /* flusher round in which it became dirty */
-	uint8_t xflags;    /* X_* */
-	uint8_t pad;
-};
-_Static_assert(sizeof(struct centry) == 28, "cache entry");
-
-#define INIT_BUCKETS 16u /* hash buckets of an empty shard */
-
-/* Row bytes of one size: 64 KiB chunks, a free list threaded through slots. */
-struct arena {
-	uint32_t rs, stride, per_chunk;
-	char **chunks;
-	uint32_t nchunks, hwm, free;
-};
-
-struct shard {
-	pthread_mutex_t lock;
-	uint32_t *bucket;   /* protected by lock, as is everything below */
-	uint32_t nbucket;
-	struct centry *e;
-	uint32_t cap, hwm, free;
-	uint32_t hand;
-	uint32_t nvalid, ndirty, npinned;
-	uint64_t bytes, budget;
-	struct arena ar[MAX_CLASSES];
-	uint32_t ncls;
-	uint64_t hits, misses, evictions, writebacks, bypasses;
-} __attribute__((aligned(64)));
-
-struct tstat {
-	_Atomic uint64_t hits, misses, evictions, writebacks, bypasses, scan_misses;
-	_Atomic uint64_t rows, dirty, new_dirty, pinned, bytes;
-	_Atomic uint64_t gen; /* bumped by drops and write-throughs: stale fills are discarded */
-};
-
-/* A snapshot's version of a row, copied out when the row was written again
- * before being written back (see cache_write). */
-struct pres {
-	struct pres *next;
-	uint64_t row, batch;
-	uint32_t table, rs;
-	char data[];
-};
-
-struct cache {
-	struct shard sh[NSHARDS];
-	uint32_t nshards, shard_shift;
-	const struct cache_ops *ops;
-	void *ctx;
-	uint64_t budget;
-	struct timespec t0;
-	pthread_mutex_t flush_lock;
-	_Atomic(struct tstat *) *ts;
-	pthread_mutex_t ts_lock;
-	uint32_t dirty_age_ms;
-	_Atomic uint64_t snap_floor; /* batch of the newest snapshot */
-	_Atomic uint64_t snap_seq;   /* cache_set_snapshot() calls so far */
-	_Atomic uint64_t last_batch; /* newest batch seen: rebuilds 64-bit ids */
-	_Atomic uint64_t scan_misses; /* cache_read_range()'s misses (not in any shard's) */
-	_Atomic uint8_t round;       /* flusher round */
-	pthread_mutex_t pres_lock;
-	struct pres *pres;           /* protected by pres_lock */
-	uint64_t npres;
-	int stop;               /* protected by wake_lock */
-	pthread_mutex_t wake_lock;
-	pthread_cond_t wake;
-	pthread_t flusher;
-	int has_flusher;
-};
-
-/* The 64-bit batch id whose low 32 bits are b, nearest below the newest. */
-static uint64_t full_batch(struct cache *c, uint32_t b)
-{
-	uint64_t ref = atomic_load_explicit(&c->last_batch, memory_order_relaxed);
-	uint64_t x = (ref & ~0xffffffffull) | b;
-	return x > ref && x >= (1ull << 32) ? x - (1ull << 32) : x;
-}
-
-static uint64_t hash(uint32_t table, uint64_t row)
-{
-	uint64_t h = row * 0x9E3779B97F4A7C15ull ^ ((uint64_t)table + 1) * 0xC2B2AE3D27D4EB4Full;
-	h ^= h >> 31;
-	h *= 0xD6E8FEB86659FD93ull;
-	h ^= h >> 32;
-	return h;
-}
-
-static inline uint64_t e_row(const struct centry *e)
-{
-	return (uint64_t)e->row_hi << 32 | e->row_lo;
-}
-
-static struct tstat *tst(struct cache *c, uint32_t table)
-{
-	struct tstat *t = atomic_load_explicit(&c->ts[table], memory_order_acquire);
-	if (t)
-		return t;
-	pthread_mutex_lock(&c->ts_lock);
-	t = atomic_load(&c->ts[table]);
-	if (!t) {
-		t = calloc(1, sizeof(*t));
-		if (!t)
-			abort(); /* a few hundred bytes per table: nothing to recover */
-		atomic_store_explicit(&c->ts[table], t, memory_order_release);
-	}
-	pthread_mutex_unlock(&c->ts_lock);
-	return t;
-}
-
-#define TS_ADD(t, f, v) atomic_fetch_add_explicit(&(t)->f, (uint64_t)(v), memory_order_relaxed)
-#define TS_SUB(t, f, v) atomic_fetch_sub_explicit(&(t)->f, (uint64_t)(v), memory_order_relaxed)
-
-/* ---- promises ----------------------------------------------------------- */
-
-/* The units of room one write may spend: the caller's credit, then units the
- * write reserved itself (spare). */
-struct credit {
-	int64_t *caller; /* may be NULL */
-	int64_t spare;
-};
-
-static int credit_take(struct credit *cr)
-{
-	if (cr->spare > 0) {
-		cr->spare--;
-		return 1;
-	}
-	if (cr->caller && *cr->caller > 0) {
-		(*cr->caller)--;
-		return 1;
-	}
-	return 0;
-}
-
-/* A unit taken but not spent. */
-static void credit_put(struct credit *cr)
-{
-	cr->spare++;
-}
-
-/* The credit ran out: reserve one unit below.  No lock held. */
-static int credit_reserve(struct cache *c, struct credit *cr, uint32_t table, uint32_t rs)
-{
-	int r = c->ops->reserve(c->ctx, table, rs, 1);
-	if (!r)
-		cr->spare++;
-	return r;
-}
-
-/* The write is over: units it reserved and did not spend go to the caller's
- * credit (the caller gives back what is left), or below.  No lock held. */
-static void credit_end(struct cache *c, struct credit *cr, uint32_t table, uint32_t rs)
-{
-	if (!cr->spare)
-		return;
-	if (cr->caller)
-		*cr->caller += cr->spare;
-	else
-		c->ops->reserve(c->ctx, table, rs, (int)-cr->spare);
-	cr->spare = 0;
-}
-
-/* Promises to give back below, gathered while shard locks are held and given
- * back after them, in runs of one (table, row size). */
-struct giveback {
-	uint32_t table, rs;
-	int n;
-};
-
-/* Add n promises of (table, rs) to g.  No shard lock held: a run of another
- * table or size is given back now. */
-static void giveback_add(struct cache *c, struct giveback *g, uint32_t table, uint32_t rs, int n)
-{
-	if (g->n && (g->table != table || g->rs != rs)) {
-		c->ops->reserve(c->ctx, g->table, g->rs, -g->n);
-		g->n = 0;
-	}
-	if (n) {
-		g->table = table;
-		g->rs = rs;
-		g->n += n;
-	}
-}
-
-static void giveback_end(struct cache *c, struct giveback *g)
-{
-	if (g->n)
-		c->ops->reserve(c->ctx, g->table, g->rs, -g->n);
-	g->n = 0;
-}
-
-/* Does a live snapshot hold a stored version of batch b?  (Conservative: a
- * dropped snapshot's batch still counts; b == 0, unknown, counts when any
- * snapshot was taken.)  snap_seq first: cache_set_snapshot() raises the floor
- * before it counts, so a seq that saw a snapshot also sees its floor. */
-static int below_snapshot(struct cache *c, uint64_t b, uint64_t *seq)
-{
-	*seq = atomic_load(&c->snap_seq);
-	return *seq && b <= atomic_load(&c->snap_floor);
-}
-
-/* A clean entry whose stored version is of batch b (just filled or written
- * back).  Shard lock held. */
-static void base_set(struct cache *c, struct centry *e, uint64_t b)
-{
-	uint64_t seq;
-	e->xflags = below_snapshot(c, b, &seq) ? X_HELD : 0;
-	e->batch = (uint32_t)seq;
-}
-
-enum { W_PROMISE = 1, W_COPY = 2 };
-
-/* What a write in `batch` to entry e needs: W_PROMISE, room promised below
- * for a write-back that will keep the version it replaces (or fill a hole);
- * W_COPY, its bytes copied aside first for a snapshot (see preserve()).  At
- * most one promise per row and write.  Shard lock held. */
-static int write_needs(struct cache *c, struct centry *e, uint64_t batch)
-{
-	int prom = c->ops->reserve != NULL;
-	if (!(e->flags & F_DIRTY)) {
-		/* its stored version is replaced by its next write-back */
-		int need = (e->flags & F_NEW) || (e->xflags & X_HELD) ||
-			   e->batch != (uint32_t)atomic_load(&c->snap_seq);
-		return prom && need ? W_PROMISE : 0;
-	}
-	uint64_t floor = atomic_load(&c->snap_floor);
-	if (batch <= floor || full_batch(c, e->batch) > floor)
-		return 0; /* its pending version is no snapshot's */
-	if ((e->flags & F_BUSY) && !(e->flags & F_REDIRTY))
-		/* the write-back in flight takes exactly these bytes; the next
-		 * one keeps them for the snapshot */
-		return prom && !(e->flags & F_PROM) ? W_PROMISE : 0;
-	return W_COPY | (prom ? W_PROMISE : 0);
-}
-
-/* ---- arenas ----------------------------------------------------------- */
-
-static int class_of(struct shard *sh, uint32_t rs)
-{
-	for (uint32_t i = 0; i < sh->ncls; i++)
-		if (sh->ar[i].rs == rs)
-			return (int)i;
-	if (sh->ncls == MAX_CLASSES)
-		return -1;
-	struct arena *a = &sh->ar[sh->ncls];
-	a->rs = rs;
-	a->stride = rs < 8 ? 8 : rs;
-	a->per_chunk = CHUNK_BYTES / a->stride ? CHUNK_BYTES / a->stride : 1;
-	a->free = NIL;
-	return (int)sh->ncls++;
-}
-
-static inline char *slot_ptr(struct arena *a, uint32_t i)
-{
-	return a->chunks[i / a->per_chunk] + (size_t)(i % a->per_chunk) * a->stride;
-}
-
-static uint32_t slot_alloc(struct arena *a)
-{
-	if (a->free != NIL) {
-		uint32_t i = a->free;
-		memcpy(&a->free, slot_ptr(a, i), 4);
-		return i;
-	}
-	if (a->hwm == a->nchunks * a->per_chunk) {
-		char **p = realloc(a->chunks, (a->nchunks + 1) * sizeof(*p));
-		if (!p)
-			return NIL;
-		a->chunks = p;
-		p[a->nchunks] = malloc((size_t)a->per_chunk * a->stride);
-		if (!p[a->nchunks])
-			return NIL;
-		a->nchunks++;
-	}
-	return a->hwm++;
-}
-
-static void slot_free(struct arena *a, uint32_t i)
-{
-	memcpy(slot_ptr(a, i), &a->free, 4);
-	a->free = i;
-}
-
-static inline char *e_data(struct shard *sh, struct centry *e)
-{
-	return slot_ptr(&sh->ar[e->cls], e->data);
-}
-
-/* ---- hash table ------------------------------------------------------- */
-
-static uint32_t lookup(struct shard *sh, uint32_t table, uint64_t row, uint64_t h)
-{
-	for (uint32_t i = sh->bucket[h & (sh->nbucket - 1)]; i != NIL; i = sh->e[i].hnext) {
-		struct centry *e = &sh->e[i];
-		if (e->row_lo == (uint32_t)row && e->row_hi == (uint32_t)(row >> 32) && e->table == table)
-			return i;
-	}
-	return NIL;
-}
-
-static void unlink_entry(struct shard *sh, uint32_t idx)
-{
-	struct centry *e = &sh->e[idx];
-	uint32_t *pp = &sh->bucket[hash(e->table, e_row(e)) & (sh->nbucket - 1)];
-	while (*pp != idx)
-		pp = &sh->e[*pp].hnext;
-	*pp = e->hnext;
-}
-
-/* Keep at most two entries per bucket on average. */
-static void maybe_grow_buckets(struct shard *sh)
-{
-	if (sh->nvalid <= 2 * sh->nbucket)
-		return;
-	uint32_t nb = sh->nbucket * 2;
-	uint32_t *b = malloc(nb * sizeof(*b));
-	if (!b)
-		return; /* longer chains, still correct */
-	memset(b, 0xff, nb * sizeof(*b));
-	for (uint32_t i = 0; i < sh->hwm; i++) {
-		struct centry *e = &sh->e[i];
-		if (!(e->flags & F_VALID))
-			continue;
-		uint32_t *head = &b[hash(e->table, e_row(e)) & (nb - 1)];
-		e->hnext = *head;
-		*head = i;
-	}
-	free(sh->bucket);
-	sh->bucket = b;
-	sh->nbucket = nb;
-}
-
-/* Returns the promises the entry held (to give back once unlocked). */
-static int remove_entry(struct cache *c, struct shard *sh, uint32_t idx)
-{
-	struct centry *e = &sh->e[idx];
-	struct tstat *t = tst(c, e->table);
-	uint32_t rs = sh->ar[e->cls].rs;
-	int held = !!(e->flags & F_PROM);
-	unlink_entry(sh, idx);
-	slot_free(&sh->ar[e->cls], e->data);
-	if (e->flags & F_DIRTY) {
-		sh->ndirty--;
-		TS_SUB(t, dirty, 1);
-		if ((e->flags & F_NEW) && !(e->flags & F_STORED))
-			TS_SUB(t, new_dirty, 1);
-	}
-	if (e->pins) {
-		sh->npinned--;
-		TS_SUB(t, pinned, 1);
-	}
-	TS_SUB(t, rows, 1);
-	TS_SUB(t, bytes, rs + CACHE_ROW_OVERHEAD);
-	sh->bytes -= rs + CACHE_ROW_OVERHEAD;
-	sh->nvalid--;
-	e->flags = 0;
-	e->pins = 0;
-	e->hnext = sh->free;
-	sh->free = idx;
-	return held;
-}
-
-/* CLOCK: evict one clean, unpinned row.  0 evicted, -EAGAIN only dirty rows
- * could go (write some back first), -ENOSPC nothing can go. */
-static int evict_one(struct cache *c, struct shard *sh)
-{
-	int saw_dirty = 0;
-	if (sh->hwm == 0)
-		return -ENOSPC;
-	for (uint64_t step = 0; step < 2ull * sh->hwm + 1; step++) {
-		uint32_t i = sh->hand;
-		sh->hand = sh->hand + 1 >= sh->hwm ? 0 : sh->hand + 1;
-		struct centry *e = &sh->e[i];
-		if (!(e->flags & F_VALID) || e->pins || (e->flags & F_BUSY))
-			continue;
-		if (e->flags & F_REF) {
-			e->flags &= (uint8_t)~F_REF;
-			continue;
-		}
-		if (e->flags & F_DIRTY) {
-			saw_dirty = 1;
-			continue;
-		}
-		TS_ADD(tst(c, e->table), evictions, 1);
-		sh->evictions++;
-		remove_entry(c, sh, i); /* clean: holds no promise */
-		return 0;
-	}
-	return saw_dirty ? -EAGAIN : -ENOSPC;
-}
-
-/* The entry holds a row (stored below, or written here), not a hole that
- * cache_pin() loaded: a clean entry is new only then.  Shard lock held. */
-static inline int e_stored(const struct centry *e)
-{
-	return (e->flags & (F_NEW | F_DIRTY)) != F_NEW;
-}
-
-/* Insert a row (not present).  Returns the entry, or NIL with *err set:
- * -EAGAIN (write back dirty rows, then retry) or -ENOSPC/-ENOMEM (bypass). */
-static uint32_t insert(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs,
-		       uint64_t row, uint64_t h, int *err)
-{
-	int cls = class_of(sh, rs);
-	if (cls < 0) {
-		*err = -ENOSPC;
-		return NIL;
-	}
-	uint64_t need = rs + CACHE_ROW_OVERHEAD;
-	if (need > sh->budget) {
-		*err = -ENOSPC;
-		return NIL;
-	}
-	while (sh->bytes + need > sh->budget || (sh->free == NIL && sh->hwm == sh->cap)) {
-		int r = evict_one(c, sh);
-		if (r) {
-			*err = r;
-			return NIL;
-		}
-	}
-	uint32_t d = slot_alloc(&sh->ar[cls]);
-	if (d == NIL) {
-		*err = -ENOMEM;
-		return NIL;
-	}
-	uint32_t idx;
-	if (sh->free != NIL) {
-		idx = sh->free;
-		sh->free = sh->e[idx].hnext;
-	} else {
-		idx = sh->hwm++;
-	}
-	struct centry *e = &sh->e[idx];
-	memset(e, 0, sizeof(*e));
-	e->row_lo = (uint32_t)row;
-	e->row_hi = (uint32_t)(row >> 32);
-	e->table = (uint16_t)table;
-	e->cls = (uint8_t)cls;
-	e->data = d;
-	e->flags = F_VALID | F_REF;
-	uint32_t *head = &sh->bucket[h & (sh->nbucket - 1)];
-	e->hnext = *head;
-	*head = idx;
-	sh->nvalid++;
-	sh->bytes += need;
-	struct tstat *t = tst(c, table);
-	TS_ADD(t, rows, 1);
-	TS_ADD(t, bytes, need);
-	maybe_grow_buckets(sh);
-	return idx;
-}
-
-/* The entry was written in `batch`; w: what write_needs() said (its promise
- * taken, its copy made). */
-static void mark_dirty(struct cache *c, struct shard *sh, struct centry *e, uint64_t batch, int w)
-{
-	if (w == W_PROMISE)
-		e->flags |= F_PROM; /* with W_COPY the copy holds it */
-	e->batch = (uint32_t)batch;
-	e->xflags = 0;
-	if (e->flags & F_BUSY)
-		e->flags |= F_REDIRTY;
-	if (e->flags & F_DIRTY)
-		return;
-	struct tstat *t = tst(c, e->table);
-	e->flags |= F_DIRTY;
-	e->round = atomic_load_explicit(&c->round, memory_order_relaxed);
-	sh->ndirty++;
-	TS_ADD(t, dirty, 1);
-	if (e->flags & F_NEW)
-		TS_ADD(t, new_dirty, 1);
-}
-
-/* ---- write-back ------------------------------------------------------- */
-
-struct staged {
-	uint32_t shard, idx;
-	uint32_t table, rs;
-	uint64_t row;
-	uint64_t batch;
-	size_t off;  /* of the row bytes in stage.buf */
-	int prom;    /* the entry's promise, taken along (F_PROM) */
-};
-
-struct stage {
-	struct staged *v;
-	size_t n, cap;
-	char *buf;
-	size_t used, bufcap;
-};
-
-/* Stage entry e (busy from now on; its promise goes with it).  Shard lock held. */
-static int stage_add(struct stage *s, uint32_t shard, uint32_t idx, struct centry *e, const char *data,
-		     uint32_t rs, uint64_t batch)
-{
-	if (s->n == s->cap) {
-		size_t nc = s->cap ? 2 * s->cap : 256;
-		struct staged *p = realloc(s->v, nc * sizeof(*p));
-		if (!p)
-			return -ENOMEM;
-		s->v = p;
-		s->cap = nc;
-	}
-	if (s->used + rs > s->bufcap) {
-		size_t nc = s->bufcap ? 2 * s->bufcap : 1 << 20;
-		while (nc < s->used + rs)
-			nc *= 2;
-		char *p = realloc(s->buf, nc);
-		if (!p)
-			return -ENOMEM;
-		s->buf = p;
-		s->bufcap = nc;
-	}
-	memcpy(s->buf + s->used, data, rs);
-	s->v[s->n++] = (struct staged){ shard, idx, e->table, rs, e_row(e), batch, s->used,
-					!!(e->flags & F_PROM) };
-	e->flags = (uint8_t)((e->flags & ~F_PROM) | F_BUSY);
-	s->used += rs;
-	return 0;
-}
-
-/* One version to write back: a staged dirty row or a preserved copy. */
-struct wbitem {
-	uint32_t table;
-	uint32_t rank;     /* 0 for a row's oldest pending version, 1 for the next... */
-	uint64_t row, batch;
-	const char *data;
-	size_t staged;     /* index into the stage, or SIZE_MAX */
-	struct pres *p;    /* or the preserved copy */
-	int done;
-};
-
-static int cmp_item_row(const void *a, const void *b)
-{
-	const struct wbitem *x = a, *y = b;
-	if (x->table != y->table)
-		return x->table < y->table ? -1 : 1;
-	if (x->row != y->row)
-		return x->row < y->row ? -1 : 1;
-	return x->batch < y->batch ? -1 : x->batch > y->batch;
-}
-
-static int cmp_item_rank(const void *a, const void *b)
-{
-	const struct wbitem *x = a, *y = b;
-	if (x->rank != y->rank)
-		return x->rank < y->rank ? -1 : 1;
-	return x->table < y->table ? -1 : x->table > y->table;
-}
-
-/* A preserved copy to write back at the next round. */
-static void pres_push(struct cache *c, struct pres *p)
-{
-	pthread_mutex_lock(&c->pres_lock);
-	p->next = c->pres;
-	c->pres = p;
-	c->npres++;
-	pthread_mutex_unlock(&c->pres_lock);
-}
-
-/* Every preserved copy made so far (*np of them), for a write-back round. */
-static struct pres *pres_take(struct cache *c, size_t *np)
-{
-	pthread_mutex_lock(&c->pres_lock);
-	struct pres *list = c->pres;
-	*np = c->npres;
-	c->pres = NULL;
-	c->npres = 0;
-	pthread_mutex_unlock(&c->pres_lock);
-	return list;
-}
-
-/* A preserved version of (table, row) reached the store.  If the row's
- * entry still counts as new (a hole below), it no longer is one for the
- * counters.  The copy's promise was for the version after it, which keeps
- * it: that is now the row's next version over its stored one, so the
- * promise moves to the entry (F_PROM), and the one the entry held, spent on
- * the copy's own write-back, is given back.  Returns the promises to give
- * back (shard lock not held). */
-static int stored_below(struct cache *c, uint32_t table, uint64_t row)
-{
-	uint64_t h = hash(table, row);
-	struct shard *sh = &c->sh[c->shard_shift == 64 ? 0 : (uint32_t)(h >> c->shard_shift)];
-	int give = 1;
-	pthread_mutex_lock(&sh->lock);
-	uint32_t idx = lookup(sh, table, row, h);
-	if (idx != NIL && (sh->e[idx].flags & F_DIRTY)) { /* always: drops drain copies first */
-		struct centry *e = &sh->e[idx];
-		if ((e->flags & F_NEW) && !(e->flags & F_STORED)) {
-			e->flags |= F_STORED;
-			TS_SUB(tst(c, table), new_dirty, 1);
-		}
-		give = !!(e->flags & F_PROM);
-		e->flags |= F_PROM;
-	}
-	pthread_mutex_unlock(&sh->lock);
-	return give;
-}
-
-/* The versions of a round in write-back order: ranked per row in batch
- * order (0 for a row's oldest pending version), then by rank and table. */
-static void items_order(struct wbitem *it, size_t n, const struct stage *s, struct pres *plist)
-{
-	size_t k = 0;
-	for (size_t i = 0; i < s->n; i++)
-		it[k++] = (struct wbitem){ s->v[i].table, 0, s->v[i].row, s->v[i].batch,
-					   s->buf + s->v[i].off, i, NULL, 0 };
-	for (struct pres *p = plist; p; p = p->next)
-		it[k++] = (struct wbitem){ p->table, 0, p->row, p->batch, p->data, SIZE_MAX, p, 0 };
-	qsort(it, n, sizeof(*it), cmp_item_row);
-	for (size_t i = 1; i < n; i++)
-		if (it[i].table == it[i - 1].table && it[i].row == it[i - 1].row)
-			it[i].rank = it[i - 1].rank + 1;
-	qsort(it, n, sizeof(*it), cmp_item_rank);
-}
-
-/* Hand the ordered versions below, one ops->writeback per rank and table,
- * marking those that got there (done).  A table whose write-back fails
- * keeps the rest of its rows for the next round (a later rank must not
- * land before an earlier one), but the other tables go on: one failing
- * table never holds up the others.  The first error, or 0. */
-static int writeback_items(struct cache *c, struct wbitem *it, size_t n, struct cache_wb *wb)
-{
-	uint32_t *failed = NULL;
-	size_t nfailed = 0;
-	int stop = 0; /* no memory to remember a failed table: hold the rest back */
-	int ret = 0;
-	for (size_t i = 0; i < n;) {
-		size_t j = i;
-		while (j < n && it[j].rank == it[i].rank && it[j].table == it[i].table) {
-			wb[j - i] = (struct cache_wb){ it[j].row, it[j].data, it[j].batch };
-			j++;
-		}
-		int skip = stop;
-		for (size_t f = 0; f < nfailed && !skip; f++)
-			skip = failed[f] == it[i].table;
-		int r = skip ? -EAGAIN : c->ops->writeback(c->ctx, it[i].table, wb, j - i);
-		if (r && !skip) {
-			uint32_t *p = realloc(failed, (nfailed + 1) * sizeof(*failed));
-			if (p) {
-				failed = p;
-				failed[nfailed++] = it[i].table;
-			} else {
-				stop = 1;
-			}
-			if (!ret)
-				ret = r;
-		}
-		for (size_t m = i; m < j; m++)
-			it[m].done = r == 0;
-		i = j;
-	}
-	free(failed);
-	return ret;
-}
-
-/* After the write-back: staged rows' outcome into ok[]; preserved copies
- * that got below are freed (their promises settled, see stored_below(),
- * into g), the others wait for the next round, oldest first. */
-static void items_settle(struct cache *c, struct wbitem *it, size_t n, int *ok, struct giveback *g)
-{
-	for (size_t i = 0; i < n; i++) {
-		struct pres *p = it[i].p;
-		if (it[i].staged != SIZE_MAX) {
-			ok[it[i].staged] = it[i].done;
-		} else if (it[i].done) {
-			int give = stored_below(c, p->table, p->row);
-			if (give && c->ops->reserve)
-				giveback_add(c, g, p->table, p->rs, give);
-			free(p);
-		} else {
-			pres_push(c, p);
-		}
-	}
-}
-
-/* Staged row v after its write-back (ok: it got below): no longer busy;
- * clean unless written meanwhile.  The promises to give back. */
-static int staged_settle(struct cache *c, const struct staged *v, int ok)
-{
-	struct shard *sh = &c->sh[v->shard];
-	int give = 0;
-	pthread_mutex_lock(&sh->lock);
-	struct centry *e = &sh->e[v->idx];
-	struct tstat *t = tst(c, e->table);
-	e->flags &= (uint8_t)~F_BUSY;
-	if (ok) {
-		sh->writebacks++;
-		TS_ADD(t, writebacks, 1);
-		give = v->prom; /* the slot it promised is taken now */
-		if (e->flags & F_NEW) {
-			if (!(e->flags & F_STORED))
-				TS_SUB(t, new_dirty, 1);
-			e->flags &= (uint8_t)~(F_NEW | F_STORED);
-		}
-		if (e->flags & F_REDIRTY) {
-			/* written meanwhile: its F_PROM is for the write-back
-			 * over the version just stored */
-			e->flags &= (uint8_t)~F_REDIRTY;
-		} else {
-			give += !!(e->flags & F_PROM);
-			e->flags &= (uint8_t)~(F_DIRTY | F_PROM);
-			sh->ndirty--;
-			TS_SUB(t, dirty, 1);
-			base_set(c, e, v->batch);
-		}
-	} else {
-		/* still dirty over the same stored version: the promise
-		 * comes back (one is enough) */
-		e->flags &= (uint8_t)~F_REDIRTY;
-		if (v->prom && (e->flags & F_PROM))
-			give = 1;
-		else if (v->prom)
-			e->flags |= F_PROM;
-	}
-	pthread_mutex_unlock(&sh->lock);
-	return give;
-}
-
-/*
- * Write back the staged rows and every preserved copy made so far, then
- * settle their flags.  A row may have several pending versions (preserved
- * copies for snapshots, then its current bytes): they reach the store in
- * batch order, one commit per rank, so a snapshot's version is never written
- * after a newer one.  Copies preserved after this call are newer than the
- * staged bytes of their row (or the row was not staged), so they can wait
- * for the next round.  Promises of what reached the layer below are given
- * back.  flush_lock held; no shard lock held.
- */
-static int stage_commit(struct cache *c, struct stage *s)
-{
-	size_t np;
-	struct pres *plist = pres_take(c, &np);
-	size_t n = s->n + np;
-	if (n == 0)
-		return 0;
-	int ret;
-	struct giveback g = { 0 };
-	struct wbitem *it = malloc(n * sizeof(*it));
-	struct cache_wb *wb = malloc(n * sizeof(*wb));
-	int *ok = calloc(s->n ? s->n : 1, sizeof(*ok));
-	if (it && wb && ok) {
-		items_order(it, n, s, plist);
-		ret = writeback_items(c, it, n, wb);
-		items_settle(c, it, n, ok, &g);
-	} else {
-		ret = -ENOMEM;
-		for (struct pres *p = plist, *nx; p; p = nx) {
-			nx = p->next;
-			pres_push(c, p);
-		}
-	}
-	for (size_t i = 0; i < s->n; i++) {
-		int give = staged_settle(c, &s->v[i], ok && ok[i]);
-		if (give && c->ops->reserve)
-			giveback_add(c, &g, s->v[i].table, s->v[i].rs, give);
-	}
-	giveback_end(c, &g);
-	free(it);
-	free(wb);
-	free(ok);
-	s->n = 0;
-	s->used = 0;
-	return ret;
-}
-
-static void stage_free(struct stage *s)
-{
-	free(s->v);
-	free(s->buf);
-}
-
-/* Which dirty rows a write-back round takes. */
-struct pick {
-	int64_t table;     /* -1: any */
-	int use_age;       /* only rows dirty since before the current flusher round */
-	size_t limit;      /* stop after this many rows (0: no limit) */
-};
-
-static int picks(struct cache *c, struct shard *sh, struct centry *e, const struct pick *p)
-{
-	if (!(e->flags & F_VALID) || !(e->flags & F_DIRTY) || (e->flags & F_BUSY))
-		return 0;
-	if (p->table >= 0 && e->table != (uint32_t)p->table)
-		return 0;
-	(void)c;
-	(void)sh;
-	if (p->use_age && e->round == atomic_load_explicit(&c->round, memory_order_relaxed))
-		return 0;
-	return 1;
-}
-
-/* Write back the preserved copies alone.  flush_lock held. */
-static int drain_preserved(struct cache *c)
-{
-	struct stage none = { 0 };
-	return stage_commit(c, &none);
-}
-
-/* Write back the dirty rows `p` picks from the shards [s0, s1).  flush_lock held. */
-static int writeback_rounds(struct cache *c, uint32_t s0, uint32_t s1, const struct pick *p)
-{
-	struct stage st = { 0 };
-	int ret = 0;
-	size_t taken = 0;
-	for (uint32_t si = s0; si < s1; si++) {
-		struct shard *sh = &c->sh[si];
-		pthread_mutex_lock(&sh->lock);
-		for (uint32_t i = 0; i < sh->hwm; i++) {
-			struct centry *e = &sh->e[i];
-			if (!picks(c, sh, e, p))
-				continue;
-			if (stage_add(&st, si, i, e, e_data(sh, e), sh->ar[e->cls].rs,
-				      full_batch(c, e->batch))) {
-				ret = -ENOMEM;
-				break;
-			}
-			taken++;
-			if (st.n >= WB_BATCH || (p->limit && taken >= p->limit)) {
-				pthread_mutex_unlock(&sh->lock);
-				int r = stage_commit(c, &st);
-				if (r && !ret)
-					ret = r;
-				if (p->limit && taken >= p->limit)
-					goto out;
-				pthread_mutex_lock(&sh->lock);
-			}
-		}
-		pthread_mutex_unlock(&sh->lock);
-	}
-out:;
-	int r = stage_commit(c, &st);
-	if (r && !ret)
-		ret = r;
-	stage_free(&st);
-	return ret;
-}
-
-static uint64_t oldest_dirty(struct cache *c);
-
-/* Nothing of table is dirty or preserved: a flush of it has nothing to do
- * (an lseek or setxattr of a clean table then scans no shard).  Called with
- * flush_lock held: write-backs in flight are done. */
-static int table_clean(struct cache *c, int64_t table)
-{
-	if (table < 0 || table >= CACHE_MAX_TABLES || atomic_load(&tst(c, (uint32_t)table)->dirty))
-		return 0;
-	pthread_mutex_lock(&c->pres_lock);
-	uint64_t np = c->npres;
-	pthread_mutex_unlock(&c->pres_lock);
-	return np == 0;
-}
-
-int cache_flush(struct cache *c, int64_t table)
-{
-	struct pick p = { table, 0, 0 };
-	pthread_mutex_lock(&c->flush_lock);
-	int ret = table_clean(c, table) ? 0 : writeback_rounds(c, 0, c->nshards, &p);
-	uint64_t low = table < 0 && !ret ? oldest_dirty(c) : 0;
-	pthread_mutex_unlock(&c->flush_lock);
-	if (low && c->ops->durable_below)
-		c->ops->durable_below(c->ctx, low);
-	return ret;
-}
-
-void cache_set_snapshot(struct cache *c, uint64_t batch)
-{
-	uint64_t cur = atomic_load(&c->snap_floor);
-	while (cur < batch && !atomic_compare_exchange_weak(&c->snap_floor, &cur, batch))
-		;
-	atomic_fetch_add(&c->snap_seq, 1); /* after the floor: see below_snapshot() */
-}
-
-/* An inserting thread found only dirty rows to evict in its shard. */
-static int make_clean(struct cache *c, uint32_t si)
-{
-	struct pick p = { -1, 0, 256 };
-	pthread_mutex_lock(&c->flush_lock);
-	int ret = writeback_rounds(c, si, si + 1, &p);
-	pthread_mutex_unlock(&c->flush_lock);
-	return ret;
-}
-
-/* Lowest batch id among dirty rows and preserved versions (UINT64_MAX when
- * none): every write of an earlier batch is in the layer below. */
-static uint64_t oldest_dirty(struct cache *c)
-{
-	uint64_t low = UINT64_MAX;
-	pthread_mutex_lock(&c->pres_lock);
-	for (struct pres *p = c->pres; p; p = p->next)
-		if (p->batch < low)
-			low = p->batch;
-	pthread_mutex_unlock(&c->pres_lock);
-	for (uint32_t si = 0; si < c->nshards; si++) {
-		struct shard *sh = &c->sh[si];
-		pthread_mutex_lock(&sh->lock);
-		if (sh->ndirty)
-			for (uint32_t i = 0; i < sh->hwm; i++) {
-				struct centry *e = &sh->e[i];
-				if ((e->flags & (F_VALID | F_DIRTY)) == (F_VALID | F_DIRTY) &&
-				    full_batch(c, e->batch) < low)
-					low = full_batch(c, e->batch);
-			}
-		pthread_mutex_unlock(&sh->lock);
-	}
-	return low;
-}
-
-static void *flusher_main(void *arg)
-{
-	struct cache *c = arg;
-	uint32_t period = c->dirty_age_ms / 2 ? c->dirty_age_ms / 2 : 1;
-	pthread_mutex_lock(&c->wake_lock);
-	while (!c->stop) {
-		struct timespec t;
-		clock_gettime(CLOCK_REALTIME, &t);
-		t.tv_sec += period / 1000;
-		t.tv_nsec += (long)(period % 1000) * 1000000L;
-		if (t.tv_nsec >= 1000000000L) {
-			t.tv_sec++;
-			t.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&c->wake, &c->wake_lock, &t);
-		if (c->stop)
-			break;
-		pthread_mutex_unlock(&c->wake_lock);
-		/* rows dirtied before this round began go now: none waits past
-		 * two rounds, i.e. dirty_age_ms */
-		struct pick p = { -1, 1, 0 };
-		pthread_mutex_lock(&c->flush_lock);
-		int r = writeback_rounds(c, 0, c->nshards, &p);
-		atomic_fetch_add(&c->round, 1);
-		uint64_t low = r ? 0 : oldest_dirty(c);
-		pthread_mutex_unlock(&c->flush_lock);
-		if (low && c->ops->durable_below)
-			c->ops->durable_below(c->ctx, low);
-		pthread_mutex_lock(&c->wake_lock);
-	}
-	pthread_mutex_unlock(&c->wake_lock);
-	return NULL;
-}
-
-/* ---- public ----------------------------------------------------------- */
+/* ---- life cycle --------------------------------------------------------- */
 
 struct cache *cache_create(const struct cache_conf *conf, const struct cache_ops *ops, void *ctx)
 {
@@ -1032,26 +47,10 @@ struct cache *cache_create(const struct cache_conf *conf, const struct cache_ops
 	c->ts = calloc(CACHE_MAX_TABLES, sizeof(*c->ts));
 	if (!c->ts)
 		goto fail;
-	for (uint32_t i = 0; i < c->nshards; i++) {
-		struct shard *sh = &c->sh[i];
-		pthread_mutex_init(&sh->lock, NULL);
-		sh->budget = bytes / c->nshards;
-		uint64_t cap = sh->budget / (MIN_ROW + CACHE_ROW_OVERHEAD) + 1;
-		sh->cap = cap > NIL - 1 ? NIL - 1 : (uint32_t)cap;
-		/* calloc of a large array maps zero pages: only entries used are resident */
-		sh->e = calloc(sh->cap, sizeof(*sh->e));
-		sh->nbucket = INIT_BUCKETS;
-		sh->bucket = malloc(sh->nbucket * sizeof(*sh->bucket));
-		if (!sh->e || !sh->bucket)
-			goto fail;
-		memset(sh->bucket, 0xff, sh->nbucket * sizeof(*sh->bucket));
-		sh->free = NIL;
-	}
-	if (dirty_age_ms) {
-		if (pthread_create(&c->flusher, NULL, flusher_main, c))
-			goto fail;
-		c->has_flusher = 1;
-	}
+	if (cache_shards_init(c, bytes))
+		goto fail;
+	if (cache_flusher_start(c))
+		goto fail;
 	return c;
 fail:
 	cache_destroy(c);
@@ -1062,24 +61,8 @@ void cache_destroy(struct cache *c)
 {
 	if (!c)
 		return;
-	if (c->has_flusher) {
-		pthread_mutex_lock(&c->wake_lock);
-		c->stop = 1;
-		pthread_cond_signal(&c->wake);
-		pthread_mutex_unlock(&c->wake_lock);
-		pthread_join(c->flusher, NULL);
-	}
-	for (uint32_t i = 0; i < c->nshards; i++) {
-		struct shard *sh = &c->sh[i];
-		for (uint32_t k = 0; k < sh->ncls; k++) {
-			for (uint32_t j = 0; j < sh->ar[k].nchunks; j++)
-				free(sh->ar[k].chunks[j]);
-			free(sh->ar[k].chunks);
-		}
-		free(sh->e);
-		free(sh->bucket);
-		pthread_mutex_destroy(&sh->lock);
-	}
+	cache_flusher_stop(c);
+	cache_shards_free(c);
 	if (c->ts)
 		for (uint32_t i = 0; i < CACHE_MAX_TABLES; i++)
 			free(atomic_load(&c->ts[i]));
@@ -1087,20 +70,13 @@ void cache_destroy(struct cache *c)
 	pthread_mutex_destroy(&c->flush_lock);
 	pthread_mutex_destroy(&c->ts_lock);
 	pthread_mutex_destroy(&c->wake_lock);
-	for (struct pres *p = c->pres, *nx; p; p = nx) {
-		nx = p->next;
-		free(p);
-	}
+	cache_preserved_free(c);
 	pthread_mutex_destroy(&c->pres_lock);
 	pthread_cond_destroy(&c->wake);
 	free(c);
 }
 
-static inline struct shard *shard_of(struct cache *c, uint64_t h, uint32_t *si)
-{
-	*si = c->shard_shift == 64 ? 0 : (uint32_t)(h >> c->shard_shift);
-	return &c->sh[*si];
-}
+/* ---- one row ------------------------------------------------------------ */
 
 /* A missed row fetched from below (tmp): cached, unless it is a hole or
  * the fill raced a drop (cacheable 0), and its bytes [off, off + len) into
@@ -1118,7 +94,7 @@ static int read_fill(struct cache *c, struct shard *sh, uint32_t si, uint32_t ta
 		tmp = e_data(sh, &sh->e[idx]);
 		cached = 1;
 	} else if (cacheable) {
-		idx = insert(c, sh, table, rs, row, h, &err);
+		idx = cache_entry_insert(c, sh, table, rs, row, h, &err);
 		if (idx != NIL) {
 			memcpy(e_data(sh, &sh->e[idx]), tmp, rs);
 			base_set(c, &sh->e[idx], sbatch);
@@ -1133,7 +109,7 @@ static int read_fill(struct cache *c, struct shard *sh, uint32_t si, uint32_t ta
 	if (cacheable && idx == NIL) {
 		TS_ADD(t, bypasses, 1);
 		if (err == -EAGAIN)
-			make_clean(c, si); /* next miss finds room */
+			cache_make_clean(c, si); /* next miss finds room */
 	}
 	return cached;
 }
@@ -1183,24 +159,6 @@ int cache_read(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint3
 	return ret < 0 ? ret : 0;
 }
 
-/* The entry holds a snapshot's version (write_needs() said W_COPY): copy its
- * bytes out first, so the snapshot gets them at write-back; the copy holds
- * the write's promise.  Shard lock held. */
-static int preserve(struct cache *c, struct shard *sh, struct centry *e)
-{
-	uint32_t rs = sh->ar[e->cls].rs;
-	struct pres *p = malloc(sizeof(*p) + rs);
-	if (!p)
-		return -ENOMEM;
-	p->row = e_row(e);
-	p->batch = full_batch(c, e->batch);
-	p->table = e->table;
-	p->rs = rs;
-	memcpy(p->data, e_data(sh, e), rs);
-	pres_push(c, p);
-	return 0;
-}
-
 /* Write bytes [off, off+len) of cached entry e in `batch`; w from
  * write_needs(), its promise taken.  0, or -ENOMEM with nothing changed.
  * Shard lock held. */
@@ -1208,7 +166,7 @@ static int apply_write(struct cache *c, struct shard *sh, struct centry *e, int 
 		       const void *data, uint32_t off, uint32_t len)
 {
 	if (w & W_COPY) {
-		int r = preserve(c, sh, e);
+		int r = cache_preserve(c, sh, e);
 		if (r)
 			return r;
 	}
@@ -1236,7 +194,7 @@ static int write_hit(struct cache *c, struct shard *sh, uint32_t table, uint32_t
 	int w = write_needs(c, e, batch);
 	if ((w & W_PROMISE) && !credit_take(cr)) {
 		pthread_mutex_unlock(&sh->lock);
-		int r = credit_reserve(c, cr, table, rs);
+		int r = cache_credit_reserve(c, cr, table, rs);
 		return r ? r : W_AGAIN;
 	}
 	int r = apply_write(c, sh, e, w, batch, data, off, len);
@@ -1272,7 +230,7 @@ static int write_base(struct cache *c, uint32_t table, uint32_t rs, uint64_t row
 
 /* Cache the written row (base) as a new dirty entry: 0 or -errno; W_AGAIN,
  * start over (it was cached or dropped meanwhile, or a promise was reserved
- * with the lock released); W_NOROOM, not cached, *err from insert(). */
+ * with the lock released); W_NOROOM, not cached, *err from cache_entry_insert(). */
 static int write_insert(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs, uint64_t row, uint64_t h,
 			const char *base, int stored, uint64_t sbatch, uint64_t gen, uint64_t batch, struct credit *cr,
 			int *err)
@@ -1287,10 +245,10 @@ static int write_insert(struct cache *c, struct shard *sh, uint32_t table, uint3
 	int w = c->ops->reserve && (!stored || below_snapshot(c, sbatch, &seq)) ? W_PROMISE : 0;
 	if (w && !credit_take(cr)) {
 		pthread_mutex_unlock(&sh->lock);
-		int r = credit_reserve(c, cr, table, rs);
+		int r = cache_credit_reserve(c, cr, table, rs);
 		return r ? r : W_AGAIN;
 	}
-	uint32_t idx = insert(c, sh, table, rs, row, h, err);
+	uint32_t idx = cache_entry_insert(c, sh, table, rs, row, h, err);
 	if (idx == NIL) {
 		if (w)
 			credit_put(cr); /* a write-through needs no promise */
@@ -1349,7 +307,7 @@ static int write_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row,
 		int err = 0;
 		r = write_insert(c, sh, table, rs, row, h, base, stored, sbatch, gen, batch, cr, &err);
 		if (r == W_NOROOM && err == -EAGAIN && cleans++ < 4) {
-			r = make_clean(c, si);
+			r = cache_make_clean(c, si);
 			r = r ? r : W_AGAIN;
 		} else if (r == W_NOROOM) {
 			r = write_through(c, sh, table, row, base, batch);
@@ -1369,7 +327,7 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 	if (batch > atomic_load_explicit(&c->last_batch, memory_order_relaxed))
 		atomic_store(&c->last_batch, batch);
 	int ret = write_one(c, table, rs, row, off, len, data, batch, &cr);
-	credit_end(c, &cr, table, rs);
+	cache_credit_end(c, &cr, table, rs);
 	return ret;
 }
 
@@ -1553,7 +511,7 @@ static int fetch_misses(struct cache *c, uint32_t table, uint32_t rs, const uint
 		} else {
 			memcpy(dst, src, rs);
 			if (stored[i] && !raced) { /* holes are not cached, nor a fill that raced a drop */
-				idx = insert(c, sh, table, rs, ids[i], h, &err);
+				idx = cache_entry_insert(c, sh, table, rs, ids[i], h, &err);
 				if (idx != NIL) {
 					memcpy(e_data(sh, &sh->e[idx]), src, rs);
 					base_set(c, &sh->e[idx], sbatch[i]);
@@ -1567,7 +525,7 @@ static int fetch_misses(struct cache *c, uint32_t table, uint32_t rs, const uint
 		TS_ADD(t, misses, 1);
 		if (err == -EAGAIN) {
 			TS_ADD(t, bypasses, 1);
-			make_clean(c, si);
+			cache_make_clean(c, si);
 		}
 	}
 out:
@@ -1683,17 +641,19 @@ int cache_write_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_
 	if (rowgroup_make(c, table, rows, n, &g)) {
 		for (size_t i = 0; i < n && !ret; i++)
 			ret = write_one(c, table, rs, rows[i], 0, rs, src + i * rs, batch, &cr);
-		credit_end(c, &cr, table, rs);
+		cache_credit_end(c, &cr, table, rs);
 		return ret;
 	}
 	ret = walk_rows(c, table, rs, rows, &g, NULL, src, batch, &cr);
 	/* a row's occurrences all hit or all miss: misses keep their order */
 	for (size_t i = 0; i < g.nmiss && !ret; i++)
 		ret = write_one(c, table, rs, rows[g.miss[i]], 0, rs, src + (size_t)g.miss[i] * rs, batch, &cr);
-	credit_end(c, &cr, table, rs);
+	cache_credit_end(c, &cr, table, rs);
 	rowgroup_free(&g);
 	return ret;
 }
+
+/* ---- drops --------------------------------------------------------------- */
 
 void cache_drop_rows(struct cache *c, uint32_t table, const uint64_t *rows, size_t n)
 {
@@ -1701,7 +661,7 @@ void cache_drop_rows(struct cache *c, uint32_t table, const uint64_t *rows, size
 		return;
 	struct giveback g = { 0 };
 	pthread_mutex_lock(&c->flush_lock); /* no row is busy now */
-	drain_preserved(c); /* snapshots' versions are never dropped */
+	cache_drain_preserved(c); /* snapshots' versions are never dropped */
 	atomic_fetch_add(&tst(c, table)->gen, 1);
 	for (size_t k = 0; k < n; k++) {
 		uint64_t h = hash(table, rows[k]);
@@ -1712,14 +672,14 @@ void cache_drop_rows(struct cache *c, uint32_t table, const uint64_t *rows, size
 		uint32_t idx = lookup(sh, table, rows[k], h);
 		if (idx != NIL) {
 			rs = sh->ar[sh->e[idx].cls].rs;
-			give = remove_entry(c, sh, idx);
+			give = cache_entry_remove(c, sh, idx);
 		}
 		pthread_mutex_unlock(&sh->lock);
 		if (give && c->ops->reserve)
-			giveback_add(c, &g, table, rs, 1);
+			cache_giveback_add(c, &g, table, rs, 1);
 	}
 	pthread_mutex_unlock(&c->flush_lock);
-	giveback_end(c, &g);
+	cache_giveback_end(c, &g);
 }
 
 void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)
@@ -1728,7 +688,7 @@ void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)
 		return;
 	struct giveback g = { 0 };
 	pthread_mutex_lock(&c->flush_lock); /* no row is busy now */
-	drain_preserved(c); /* snapshots' versions are never dropped */
+	cache_drain_preserved(c); /* snapshots' versions are never dropped */
 	atomic_fetch_add(&tst(c, table)->gen, 1);
 	for (uint32_t si = 0; si < c->nshards; si++) {
 		struct shard *sh = &c->sh[si];
@@ -1744,12 +704,12 @@ void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)
 			uint32_t ers = sh->ar[e->cls].rs;
 			if ((e->flags & F_PROM) && n && ers != rs) { /* two sizes: give back, look again */
 				pthread_mutex_unlock(&sh->lock);
-				giveback_add(c, &g, table, rs, n);
+				cache_giveback_add(c, &g, table, rs, n);
 				n = 0;
 				pthread_mutex_lock(&sh->lock);
 				continue;
 			}
-			if (remove_entry(c, sh, i)) {
+			if (cache_entry_remove(c, sh, i)) {
 				rs = ers;
 				n++;
 			}
@@ -1757,11 +717,13 @@ void cache_drop(struct cache *c, uint32_t table, uint64_t from, uint64_t to)
 		}
 		pthread_mutex_unlock(&sh->lock);
 		if (n && c->ops->reserve)
-			giveback_add(c, &g, table, rs, n);
+			cache_giveback_add(c, &g, table, rs, n);
 	}
 	pthread_mutex_unlock(&c->flush_lock);
-	giveback_end(c, &g);
+	cache_giveback_end(c, &g);
 }
+
+/* ---- pins and statistics ------------------------------------------------- */
 
 int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 {
@@ -1780,7 +742,7 @@ int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 		uint32_t idx = lookup(sh, table, row, h);
 		int err = 0;
 		if (idx == NIL && tmp) {
-			idx = insert(c, sh, table, rs, row, h, &err);
+			idx = cache_entry_insert(c, sh, table, rs, row, h, &err);
 			if (idx != NIL) {
 				memcpy(e_data(sh, &sh->e[idx]), tmp, rs);
 				if (!stored)
@@ -1791,13 +753,7 @@ int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 		}
 		if (idx != NIL) {
 			struct centry *e = &sh->e[idx];
-			int ret = 0;
-			if (e->pins == UINT8_MAX) {
-				ret = -EBUSY;
-			} else if (e->pins++ == 0) {
-				sh->npinned++;
-				TS_ADD(t, pinned, 1);
-			}
+			int ret = cache_entry_pin(c, sh, e);
 			pthread_mutex_unlock(&sh->lock);
 			free(tmp);
 			return ret;
@@ -1806,7 +762,7 @@ int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 		if (tmp) {
 			free(tmp);
 			tmp = NULL;
-			if (err == -EAGAIN && attempt < 4 && make_clean(c, si) == 0)
+			if (err == -EAGAIN && attempt < 4 && cache_make_clean(c, si) == 0)
 				continue;
 			return -ENOSPC;
 		}
@@ -1833,10 +789,8 @@ void cache_unpin(struct cache *c, uint32_t table, uint64_t row)
 	struct shard *sh = shard_of(c, h, &si);
 	pthread_mutex_lock(&sh->lock);
 	uint32_t idx = lookup(sh, table, row, h);
-	if (idx != NIL && sh->e[idx].pins && --sh->e[idx].pins == 0) {
-		sh->npinned--;
-		TS_SUB(tst(c, table), pinned, 1);
-	}
+	if (idx != NIL)
+		cache_entry_unpin(c, sh, &sh->e[idx]);
 	pthread_mutex_unlock(&sh->lock);
 }
 

@@ -21,8 +21,7 @@
  *   pcache.c  the kernel's pages of tables against scatters
  *   attr.c    attributes of every inode, table views, directory listings
  *   perm.c    who may do what: owners and modes of the directories
- *   rows.c    byte ranges <-> rows through the cache, sync points, and the
- *             cache's callbacks into the store
+ *   rows.c    byte ranges <-> rows through the cache, and sync points
  *   base.c    helpers every file may call (read views, readdir buffers,
  *             control-file words, the restore gate), calling none of them
  *
@@ -83,7 +82,8 @@ struct embfs {
 	pthread_mutex_t dv_lock;    /* dview.c: the deltas' answers kept */
 	struct dres *dv[32];        /* protected by dv_lock */
 	uint64_t dv_tick;           /* protected by dv_lock */
-	_Atomic int failure_logged; /* the pool's failure (store_health) was logged */
+	struct cache_below below;   /* the cache's ops' context (cache/below.c), which
+				       logs the pool's failure once (rows_pool_failed) */
 	struct batch *batch;        /* batch.c: .embfs/rows threads and counters */
 	struct pcache *pc;          /* pcache.c: stale kernel pages after scatters */
 	/* Writes into the cache hold it shared from reading the batch id until
@@ -369,7 +369,7 @@ void fs_dir_add_list(struct fs_dirbuf *b, const struct fs_dirent *list, size_t n
 void fs_dir_reply(struct fs_dirbuf *b);
 
 /* rows.c: byte ranges of a table <-> rows, through the cache when there is
- * one; the sync points; the cache's callbacks (embfs_cache_ops). */
+ * one; the sync points. */
 /* Whole rows ids[0..n) of the table v names into buf (row i at buf + i * rs):
  * a live table's through the row cache when there is one, a snapshot's (or
  * without a cache) from the store.  present (may be NULL): present[i] = 1 if
@@ -418,6 +418,5 @@ void rows_after_change(struct embfs *fs, uint32_t id, uint64_t from, uint64_t to
  * copies go (no write-back). */
 void rows_dropped(struct embfs *fs, uint32_t id, const uint64_t *rows, size_t n);
 uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows);
-extern const struct cache_ops embfs_cache_ops;
 
 #endif

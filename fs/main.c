@@ -529,7 +529,7 @@ static int start_daemon(struct embfs *fs, int pidfd)
 	}
 	if (fs->cache_bytes) {
 		struct cache_conf cc = { fs->cache_bytes, fs->conf.dirty_age_ms, 0 };
-		fs->cache = cache_create(&cc, &embfs_cache_ops, fs);
+		fs->cache = cache_create(&cc, &cache_store_ops, &fs->below);
 		if (!fs->cache) {
 			fprintf(stderr, "embfs: cannot allocate a %llu-byte cache (cache_size=)\n",
 				(unsigned long long)fs->cache_bytes);
@@ -631,6 +631,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "embfs: %s\n", err);
 		goto out_session;
 	}
+	fs.below.st = fs.st;
+	fs.below.pool = fs.conf.pool;
 	if (attach_spill(&fs))
 		goto out_store;
 	pidfd = pidfile_open(&fs);

@@ -6,8 +6,8 @@
  * without one, and for a snapshot's table, rows come from the store through
  * the table's view, and a write is one store commit.
  *
- * Also the sync points (fsync, snapshot durability) and the callbacks the
- * cache reaches the store through (embfs_cache_ops, at the bottom).
+ * Also the sync points (fsync, snapshot durability).  The cache reaches the
+ * store through cache/below.c (cache_store_ops).
  *
  * Room for rows a write leaves dirty in the cache is promised before the
  * write (rows_reserve) and handed to the cache as the write's credit, an
@@ -21,15 +21,6 @@
 #include "fs.h"
 
 /* ---- reads -------------------------------------------------------------- */
-
-/* Rows of live table id straight from the store: as store_rows_read(). */
-static int store_get(struct embfs *fs, uint32_t id, const uint64_t *rows, size_t n, void *buf, uint8_t *stored,
-		     uint64_t *vbatch)
-{
-	struct store_view v;
-	int ret = store_view_live(fs->st, id, &v);
-	return ret ? ret : store_rows_read(fs->st, &v, rows, n, buf, stored, vbatch);
-}
 
 /* Reads of at least this many bytes of consecutive rows are scans (the
  * kernel's read-ahead of a sequential reader, cat, cp, a dense gather): the
@@ -372,12 +363,7 @@ int rows_truncate(struct embfs *fs, uint32_t id, uint64_t size)
 
 int rows_pool_failed(struct embfs *fs, int ret)
 {
-	char why[200];
-	if ((ret != -EIO && ret != -EROFS) || !store_health(fs->st, why, sizeof(why)))
-		return 0;
-	if (!atomic_exchange(&fs->failure_logged, 1))
-		fprintf(stderr, "embfs: %s: %s\n", fs->conf.pool, why);
-	return 1;
+	return cache_below_failed(&fs->below, ret);
 }
 
 int rows_sync(struct embfs *fs, int64_t id)
@@ -426,78 +412,3 @@ uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows)
 	cache_stats_get(fs->cache, id, &cs);
 	return store_rows + cs.new_dirty;
 }
-
-/* ---- the cache's callbacks ---------------------------------------------- */
-
-static int cb_fetch(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t *batch)
-{
-	struct embfs *fs = ctx;
-	uint8_t stored = 0;
-	int ret = store_get(fs, table, &row, 1, buf, &stored, batch); /* buf NULL: a probe */
-	return ret ? ret : stored;
-}
-
-static int cb_fetch_rows(void *ctx, uint32_t table, const uint64_t *rows, size_t n, void *buf,
-			 uint8_t *stored, uint64_t *batch)
-{
-	struct embfs *fs = ctx;
-	return store_get(fs, table, rows, n, buf, stored, batch);
-}
-
-static int cb_fetch_range(void *ctx, uint32_t table, uint64_t first, size_t n, void *buf, const uint8_t *skip,
-			  uint8_t *stored)
-{
-	struct embfs *fs = ctx;
-	struct store_view v;
-	int ret = store_view_live(fs->st, table, &v);
-	return ret ? ret : store_rows_read_range(fs->st, &v, first, n, buf, skip, stored);
-}
-
-static int cb_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n)
-{
-	struct embfs *fs = ctx;
-	struct store_attr a;
-	int ret = store_table_getattr(fs->st, table, &a);
-	if (ret)
-		return ret;
-	struct store_rowop *ops = malloc(n * sizeof(*ops));
-	if (!ops)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		ops[i] = (struct store_rowop){ rows[i].row, 0, a.row_size, rows[i].data, rows[i].batch };
-	ret = store_rows_writeback(fs->st, table, ops, n);
-	free(ops);
-	if (ret && !rows_pool_failed(fs, ret)) /* a failed pool is logged once, not each round */
-		fprintf(stderr, "embfs: writing back %zu rows of table %u: %s\n", n, table, strerror(-ret));
-	return ret;
-}
-
-/* Writes pass their own promise as credit; this pays for the rest (a caller
- * without credit) and takes promises back. */
-static int cb_reserve(void *ctx, uint32_t table, uint32_t row_size, int delta)
-{
-	struct embfs *fs = ctx;
-	(void)table;
-	return store_space_reserve(fs->st, table, row_size, delta);
-}
-
-/* Snapshots whose batch is below every row still only in DRAM are whole in
- * the pool: from now on they survive a crash. */
-static void cb_durable_below(void *ctx, uint64_t batch)
-{
-	struct embfs *fs = ctx;
-	uint32_t cur = 0;
-	struct store_snap sn;
-	while (store_snap_next(fs->st, &cur, &sn) == 1)
-		if (!sn.durable && sn.batch < batch)
-			store_snap_set_durable(fs->st, sn.idx, sn.gen); /* -ENOENT: dropped meanwhile */
-}
-
-const struct cache_ops embfs_cache_ops = {
-	.fetch = cb_fetch,
-	.fetch_rows = cb_fetch_rows,
-	.fetch_range = cb_fetch_range,
-	.writeback = cb_writeback,
-	.reserve = cb_reserve,
-	.durable_below = cb_durable_below,
-};

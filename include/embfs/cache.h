@@ -1,11 +1,25 @@
 /*
- * cache/: a DRAM cache of table rows, keyed by (table, row id).  One file,
- * cache/cache.c.
+ * cache/: a DRAM cache of table rows, keyed by (table, row id).
+ *
+ * Files (cache/cache_int.h, private to them, has what they share):
+ *   cache.c      the front: cache_create/destroy, cache_read, cache_read_rows,
+ *                cache_read_range, cache_write, cache_write_rows, cache_drop,
+ *                cache_drop_rows, cache_pin/unpin, cache_stats_get
+ *   rows.c       the row cache mechanism: arenas, hash table, CLOCK eviction,
+ *                entries, pin counts; includes no store header (the Makefile
+ *                checks it)
+ *   writeback.c  the write-back policy: promises, write-back rounds, the
+ *                flusher, snapshots' preserved copies; cache_flush,
+ *                cache_set_snapshot
+ *   below.c      cache_store_ops, the ops over the store (embfs/store.h) that
+ *                the daemon passes to cache_create(); the only file of cache/
+ *                that calls the store
  *
  * Contract:
- * - The cache knows nothing of the layer below.  Misses go to ops->fetch,
- *   dirty rows leave through ops->writeback (one call per table and batch:
- *   the layer below makes the whole batch durable at once — group commit).
+ * - The cache proper (cache.c, rows.c, writeback.c) knows nothing of the
+ *   layer below.  Misses go to ops->fetch, dirty rows leave through
+ *   ops->writeback (one call per table and batch: the layer below makes the
+ *   whole batch durable at once — group commit).
  * - Replacement is CLOCK (one reference bit per row), per shard.  64 shards
  *   (by default), chosen by a hash of (table, row); each has its own mutex, so lookups take
  *   no global lock.  The byte budget (row bytes + CACHE_ROW_OVERHEAD per row)
@@ -97,6 +111,19 @@ struct cache_conf {
 	uint32_t shards;       /* power of two <= CACHE_MAX_SHARDS; 0 = CACHE_MAX_SHARDS */
 };
 #define CACHE_MAX_SHARDS 64u
+
+/* cache/below.c: the ops over the store, with a struct cache_below as ctx
+ * (st and pool set, the rest zero; valid until cache_destroy()). */
+struct store;
+struct cache_below {
+	struct store *st;
+	const char *pool;           /* named when the pool's failure is logged */
+	_Atomic int failure_logged; /* ... which happens once */
+};
+extern const struct cache_ops cache_store_ops;
+/* After a call of the store failed with ret: when the pool itself has failed
+ * (store_health()), log why, once per struct cache_below; 1 if it has. */
+int cache_below_failed(struct cache_below *b, int ret);
 
 /* ops and ctx must stay valid until cache_destroy(). */
 struct cache *cache_create(const struct cache_conf *conf, const struct cache_ops *ops, void *ctx);
