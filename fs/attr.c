@@ -29,7 +29,7 @@ static void table_stat(struct embfs *fs, const struct store_view *v, const struc
 	st->st_gid = a->gid;
 	st->st_size = (off_t)a->size;
 	st->st_blksize = 65536;
-	uint64_t rows = v->snap ? a->nrows : rows_count(fs, v->id, a->nrows);
+	uint64_t rows = v->snap ? a->nrows : front_count(&fs->fr, v->id, a->nrows);
 	st->st_blocks = (blkcnt_t)((rows * a->row_size + 511) / 512);
 	ns_to_ts(a->atime_ns, &st->st_atim);
 	ns_to_ts(a->mtime_ns, &st->st_mtim);
@@ -40,7 +40,7 @@ static void table_stat(struct embfs *fs, const struct store_view *v, const struc
 static void dir_times(struct embfs *fs, enum store_dir which, struct stat *st)
 {
 	struct store_dir_times t;
-	if (store_dir_times(fs->st, which, &t))
+	if (front_dir_times(&fs->fr, which, &t))
 		return;
 	ns_to_ts(t.atime_ns, &st->st_atim);
 	ns_to_ts(t.mtime_ns, &st->st_mtim);
@@ -91,7 +91,7 @@ int fs_stat(struct embfs *fs, fuse_ino_t ino, struct stat *st, uint64_t *gen)
 	case FS_NONE:
 		return -ENOENT;
 	case FS_SNAPDIR:
-		ret = store_snap_get(fs->st, k.idx, &sn);
+		ret = front_snap_get(&fs->fr, k.idx, &sn);
 		if (ret)
 			return ret;
 		st->st_mode = S_IFDIR;
@@ -160,9 +160,9 @@ void fs_dir_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_se
 			d.uid = attr->st_uid;
 		if (to_set & FUSE_SET_ATTR_GID)
 			d.gid = attr->st_gid;
-		ret = store_dir_perm_set(fs->st, which, &d);
+		ret = front_dir_perm_set(&fs->fr, which, &d);
 		if (ret)
-			rows_pool_failed(fs, ret);
+			front_pool_failed(&fs->fr, ret);
 	}
 	if (!ret)
 		ret = fs_stat(fs, ino, &st, NULL);

@@ -15,12 +15,12 @@ int fs_view(struct embfs *fs, uint64_t ino, struct store_view *v, struct store_a
 	struct fs_ino k = fs_ino(ino);
 	int ret;
 	if (k.kind == FS_TABLE)
-		ret = store_view_live(fs->st, k.id, v);
+		ret = front_view_live(&fs->fr, k.id, v);
 	else if (k.kind == FS_SNAPTABLE)
-		ret = store_view_snap(fs->st, k.idx, k.id, v);
+		ret = front_view_snap(&fs->fr, k.idx, k.id, v);
 	else
 		return -ENOENT;
-	return ret || !a ? ret : store_view_getattr(fs->st, v, a);
+	return ret || !a ? ret : front_view_getattr(&fs->fr, v, a);
 }
 
 int fs_dir_begin(fuse_req_t req, struct fs_dirbuf *b, size_t size, off_t off)

@@ -50,7 +50,7 @@ struct btarget {
 	uint32_t row_size;
 	uint32_t mode, uid, gid;
 	int writable;      /* SCATTER allowed: a live table */
-	int cached;        /* rows live in fs->cache under id: PREFETCH can pin them */
+	int cached;        /* rows live in fs->fr.cache under id: PREFETCH can pin them */
 	struct store_view view;
 };
 
@@ -143,13 +143,13 @@ static int resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
 	if (a.orphan)
 		return -ESTALE;
 	if (v.snap) {
-		int ret = rows_sync_snap(fs, v.snap - 1);
+		int ret = front_sync_snap(&fs->fr, v.snap - 1);
 		if (ret)
 			return ret;
 	}
 	*t = (struct btarget){ .ino = ino, .id = a.id, .gen = v.snap ? v.snap_gen : a.gen, .row_size = a.row_size,
 			       .mode = v.snap ? a.mode & ~0222u : a.mode, .uid = a.uid, .gid = a.gid,
-			       .writable = !v.snap, .cached = fs->cache && !v.snap, .view = v };
+			       .writable = !v.snap, .cached = fs->fr.cache && !v.snap, .view = v };
 	return 0;
 }
 
@@ -242,7 +242,7 @@ static void bfd_put(struct bfd *f)
 static void pf_run(struct batch *b, struct pfjob *j)
 {
 	struct bfd *f = j->f;
-	struct cache *c = b->fs->cache;
+	struct cache *c = b->fs->fr.cache;
 	size_t i = 0;
 	/* load the rows with batched reads first (rows on the spill device:
 	 * one submission per 4096), then pin them, cached by now */
@@ -425,7 +425,7 @@ void batch_destroy(struct embfs *fs)
 /* Forget the request in flight (and the room it reserved) and the response. */
 static void reset(struct embfs *fs, struct bfd *f)
 {
-	rows_unreserve(fs, f->t.id, f->t.row_size, f->promised);
+	front_unreserve(&fs->fr, f->t.id, f->t.row_size, f->promised);
 	f->promised = 0;
 	f->state = S_IDLE;
 	f->err = 0;
@@ -497,15 +497,15 @@ static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
 	}
 	if (f->hdr_ok && !f->ids_ok && f->got >= HDR + 8ull * f->h.count) {
 		uint64_t *ids = (uint64_t *)(f->req + HDR);
-		uint64_t max = store_max_row(f->t.row_size); /* a row the pool can hold, within off_t */
+		uint64_t max = front_max_row(f->t.row_size); /* a row the pool can hold, within off_t */
 		for (uint32_t i = 0; i < f->h.count; i++) {
 			ids[i] = le64toh(ids[i]);
 			if (ids[i] > max)
 				return -EINVAL;
 		}
 		f->ids_ok = 1;
-		if (f->h.op == EMBFS_BATCH_SCATTER && fs->cache) {
-			int ret = rows_reserve(fs, f->t.id, f->t.row_size, f->h.count);
+		if (f->h.op == EMBFS_BATCH_SCATTER && fs->fr.cache) {
+			int ret = front_reserve(&fs->fr, f->t.id, f->t.row_size, f->h.count);
 			if (ret)
 				return ret;
 			f->promised = f->h.count;
@@ -533,7 +533,7 @@ static int scatter(struct embfs *fs, struct bfd *f)
 		restore_gate_leave(fs);
 		return ret;
 	}
-	ret = rows_scatter(fs, t->id, rs, ids, rows, n, f->promised);
+	ret = front_scatter(&fs->fr, t->id, rs, ids, rows, n, f->promised);
 	restore_gate_leave(fs);
 	f->promised = 0;
 	if (!ret)
@@ -638,9 +638,9 @@ static int gather(struct embfs *fs, struct bfd *f)
 		pf_del(&f->pf, e);
 	}
 	pthread_mutex_unlock(&f->pf_lock);
-	ret = rows_get(fs, &t->view, rs, ids, n, f->resp, want ? f->present : NULL);
+	ret = front_rows_get(&fs->fr, &t->view, rs, ids, n, f->resp, want ? f->present : NULL);
 	for (uint32_t i = 0; i < nun; i++)
-		cache_unpin(fs->cache, t->id, f->unpin[i]);
+		cache_unpin(fs->fr.cache, t->id, f->unpin[i]);
 	if (nun) {
 		INC(b, pf_consumed, nun);
 		DEC(b, pf_held, nun);
@@ -802,7 +802,7 @@ void batch_release(fuse_req_t req, struct fuse_file_info *fi)
 	for (uint32_t i = 0; i < f->pf.cap; i++) {
 		struct pfent *e = &f->pf.e[i];
 		if (e->state == PF_PINNED) {
-			cache_unpin(fs->cache, e->table, e->row);
+			cache_unpin(fs->fr.cache, e->table, e->row);
 			n++;
 		}
 		e->state = 0;

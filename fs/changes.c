@@ -26,8 +26,8 @@ static int next_run(struct embfs *fs, const struct store_view *a, const struct s
 		    uint64_t *lo, uint64_t *hi)
 {
 	uint64_t da = UINT64_MAX, db = UINT64_MAX, h;
-	int ra = store_row_next(fs->st, a, r, &da);
-	int rb = store_row_next(fs->st, b, r, &db);
+	int ra = front_row_next(&fs->fr, a, r, &da);
+	int rb = front_row_next(&fs->fr, b, r, &db);
 	if (ra < 0 || rb < 0)
 		return ra < 0 ? ra : rb;
 	if (!ra && !rb)
@@ -35,7 +35,7 @@ static int next_run(struct embfs *fs, const struct store_view *a, const struct s
 	da = ra ? da : UINT64_MAX;
 	db = rb ? db : UINT64_MAX;
 	*lo = da <= db ? da : db;
-	int ret = store_row_hole(fs->st, da <= db ? a : b, *lo, &h);
+	int ret = front_row_hole(&fs->fr, da <= db ? a : b, *lo, &h);
 	if (ret < 0)
 		return ret;
 	*hi = h - *lo > CHANGES_CHUNK ? *lo + CHANGES_CHUNK : h;
@@ -79,7 +79,7 @@ int changes_walk(struct embfs *fs, const struct store_view *a, const struct stor
 {
 	uint64_t *ids = NULL;
 	size_t n = 0;
-	int ret = fast_ok ? store_rows_since(fs->st, lid, ba, &ids, &n) : -EAGAIN;
+	int ret = fast_ok ? front_rows_since(&fs->fr, lid, ba, &ids, &n) : -EAGAIN;
 	*fast = ret != -EAGAIN;
 	if (*fast) {
 		for (size_t i = 0; !ret && i < n; i += CHANGES_CHUNK)

@@ -36,12 +36,12 @@ static int copy_run(struct embfs *fs, const struct tview *src, uint32_t id, uint
 		uint32_t m = k - done < CHUNK_ROWS ? (uint32_t)(k - done) : CHUNK_ROWS;
 		for (uint32_t i = 0; i < m; i++)
 			ids[i] = rin + done + i;
-		ret = rows_get(fs, &src->v, rs, ids, m, buf, NULL);
+		ret = front_rows_get(&fs->fr, &src->v, rs, ids, m, buf, NULL);
 		if (!ret) {
 			uint64_t off = (rout + done) * rs;
 			struct pc_io io;
 			pc_io_begin(fs, id, &io);
-			ret = rows_write(fs, id, rs, off, (size_t)m * rs, buf);
+			ret = front_write(&fs->fr, id, rs, off, (size_t)m * rs, buf);
 			if (!ret)
 				pc_io_done(fs, id, rs, off, (size_t)m * rs, buf, &io);
 		}
@@ -65,7 +65,7 @@ static int copy_rows(struct embfs *fs, const struct tview *src, uint32_t id, uin
 	uint64_t r = rin, end = rin + n, budget = MAX_BYTES / rs ? MAX_BYTES / rs : 1, copied = 0;
 	while (!ret && r < end && copied < budget) {
 		uint64_t data, hole;
-		ret = store_row_next(fs->st, &src->v, r, &data);
+		ret = front_row_next(&fs->fr, &src->v, r, &data);
 		if (ret < 0)
 			break;
 		if (ret == 0 || data > end)
@@ -73,13 +73,13 @@ static int copy_rows(struct embfs *fs, const struct tview *src, uint32_t id, uin
 		uint64_t plo = rout + (r - rin), phi = rout + (data - rin);
 		phi = phi < dst_end ? phi : dst_end;
 		if (plo < phi)
-			ret = rows_punch(fs, id, plo * rs, (phi - plo) * rs);
+			ret = front_punch(&fs->fr, id, plo * rs, (phi - plo) * rs);
 		if (ret < 0)
 			break;
 		r = data;
 		if (r == end)
 			break;
-		ret = store_row_hole(fs->st, &src->v, data, &hole);
+		ret = front_row_hole(&fs->fr, &src->v, data, &hole);
 		if (ret < 0)
 			break;
 		hole = hole < end ? hole : end;
@@ -106,11 +106,11 @@ static int copy_bytes(struct embfs *fs, const struct tview *src, uint32_t id, ui
 	int ret = buf ? 0 : -ENOMEM;
 	for (uint64_t done = 0; !ret && done < len;) {
 		size_t k = len - done < cap ? (size_t)(len - done) : cap;
-		ret = rows_read(fs, &src->v, src->a.row_size, in + done, k, buf);
+		ret = front_read(&fs->fr, &src->v, src->a.row_size, in + done, k, buf);
 		if (!ret) {
 			struct pc_io io;
 			pc_io_begin(fs, id, &io);
-			ret = rows_write(fs, id, rs_out, out + done, k, buf);
+			ret = front_write(&fs->fr, id, rs_out, out + done, k, buf);
 			if (!ret)
 				pc_io_done(fs, id, rs_out, out + done, k, buf, &io);
 		}
@@ -130,27 +130,27 @@ static int64_t copy_range(struct embfs *fs, fuse_ino_t ino_in, uint64_t in, uint
 	if (ret)
 		return ret == -ENOENT ? -EOPNOTSUPP : ret;
 	/* the store answers the seeks: it must hold every row written */
-	ret = src.v.snap ? rows_sync_snap(fs, src.v.snap - 1) : rows_before_change(fs, src.v.id);
+	ret = src.v.snap ? front_sync_snap(&fs->fr, src.v.snap - 1) : front_before_change(&fs->fr, src.v.id);
 	if (ret)
 		return ret;
-	if ((ret = store_table_getattr(fs->st, id, &da)))
+	if ((ret = front_table_getattr(&fs->fr, id, &da)))
 		return ret;
 	if (in >= src.a.size)
 		return 0;
 	if (len > src.a.size - in)
 		len = src.a.size - in;
-	if (out + len < out || out + len > store_max_size(da.row_size))
+	if (out + len < out || out + len > front_max_size(da.row_size))
 		return -EFBIG;
-	int dst_empty = da.size == 0 && rows_count(fs, id, da.nrows) == 0;
+	int dst_empty = da.size == 0 && front_count(&fs->fr, id, da.nrows) == 0;
 	uint64_t dst_end = dst_empty ? 0 : (da.size + da.row_size - 1) / da.row_size;
 	if (dst_empty && (da.dim != src.a.dim || da.dtype != src.a.dtype)) {
-		if ((ret = rows_before_change(fs, id)))
+		if ((ret = front_before_change(&fs->fr, id)))
 			return ret;
-		ret = store_table_set_geometry(fs->st, id, src.a.dim, src.a.dtype);
-		rows_after_change(fs, id, 0, UINT64_MAX);
+		ret = front_table_set_geometry(&fs->fr, id, src.a.dim, src.a.dtype);
+		front_after_change(&fs->fr, id, 0, UINT64_MAX);
 		if (ret)
 			return ret;
-		if ((ret = store_table_getattr(fs->st, id, &da)))
+		if ((ret = front_table_getattr(&fs->fr, id, &da)))
 			return ret;
 		atomic_fetch_add_explicit(&fs->n_copy_geometry, 1, memory_order_relaxed);
 	}
@@ -161,7 +161,7 @@ static int64_t copy_range(struct embfs *fs, fuse_ino_t ino_in, uint64_t in, uint
 		ret = copy_rows(fs, &src, id, rs, in / rs, out / rs, len / rs, dst_end, &covered);
 		whole = covered * rs;
 		if (!ret && whole)
-			ret = store_table_extend(fs->st, id, out + whole); /* trailing holes count */
+			ret = front_table_extend(&fs->fr, id, out + whole); /* trailing holes count */
 		if (!ret && covered < len / rs)
 			len = whole; /* the budget ran out: a short copy, the caller goes on */
 	}
@@ -171,11 +171,11 @@ static int64_t copy_range(struct embfs *fs, fuse_ino_t ino_in, uint64_t in, uint
 		uint64_t row = (in + whole) / rs;
 		uint8_t present = 0;
 		char *b = malloc(rs);
-		ret = b ? rows_get(fs, &src.v, rs, &row, 1, b, &present) : -ENOMEM;
+		ret = b ? front_rows_get(&fs->fr, &src.v, rs, &row, 1, b, &present) : -ENOMEM;
 		if (!ret && present)
 			ret = copy_bytes(fs, &src, id, da.row_size, in + whole, out + whole, len - whole);
 		else if (!ret)
-			ret = store_table_extend(fs->st, id, out + len);
+			ret = front_table_extend(&fs->fr, id, out + len);
 		free(b);
 	} else if (!ret && whole < len) {
 		if (len - whole > MAX_BYTES)
@@ -203,7 +203,7 @@ void table_copy_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, uint32_t 
 	else
 		ret = copy_range(fs, ino_in, (uint64_t)off_in, id, (uint64_t)off_out, len);
 	if (ret < 0) {
-		rows_pool_failed(fs, (int)ret);
+		front_pool_failed(&fs->fr, (int)ret);
 		fuse_reply_err(req, (int)-ret);
 	} else {
 		fuse_reply_write(req, (size_t)ret);

@@ -113,7 +113,7 @@ void ctl_batch_read(fuse_req_t req, size_t size, off_t off)
 {
 	struct embfs *fs = fs_of(req);
 	char buf[32];
-	int n = snprintf(buf, sizeof(buf), "%llu\n", (unsigned long long)store_batch_get(fs->st));
+	int n = snprintf(buf, sizeof(buf), "%llu\n", (unsigned long long)front_batch_get(&fs->fr));
 	if (off < 0 || off >= n)
 		fuse_reply_buf(req, NULL, 0);
 	else
@@ -140,7 +140,7 @@ void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off)
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	int ret = store_batch_set(fs->st, b);
+	int ret = front_batch_set(&fs->fr, b);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else

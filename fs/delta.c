@@ -53,18 +53,18 @@ static int push(struct u64list *l, uint64_t x)
 /* Does row r hold the same bytes in both views? 1, 0 or -errno. */
 static int same_bytes(struct dwork *w, uint64_t r)
 {
-	int ret = store_rows_read(w->fs->st, &w->a->v, &r, 1, w->ra, NULL, NULL);
+	int ret = front_rows_read(&w->fs->fr, &w->a->v, &r, 1, w->ra, NULL, NULL);
 	if (!ret)
-		ret = store_rows_read(w->fs->st, &w->b->v, &r, 1, w->rb, NULL, NULL);
+		ret = front_rows_read(&w->fs->fr, &w->b->v, &r, 1, w->rb, NULL, NULL);
 	return ret ? ret : !memcmp(w->ra, w->rb, w->a->a.row_size);
 }
 
 static int judge(void *arg, const uint64_t *ids, uint32_t n)
 {
 	struct dwork *w = arg;
-	int ret = store_rows_read(w->fs->st, &w->a->v, ids, n, NULL, w->sa, w->va);
+	int ret = front_rows_read(&w->fs->fr, &w->a->v, ids, n, NULL, w->sa, w->va);
 	if (!ret)
-		ret = store_rows_read(w->fs->st, &w->b->v, ids, n, NULL, w->sb, w->vb);
+		ret = front_rows_read(&w->fs->fr, &w->b->v, ids, n, NULL, w->sb, w->vb);
 	for (uint32_t i = 0; !ret && i < n; i++) {
 		if (w->sa[i] && !w->sb[i]) {
 			ret = push(&w->del, ids[i]);
@@ -87,17 +87,17 @@ static int side(struct embfs *fs, const char *snap, const char *name, struct tvi
 {
 	int ret;
 	if (!strcmp(snap, "-")) {
-		if ((ret = store_table_lookup(fs->st, name, id)) || (ret = rows_before_change(fs, *id)) ||
-		    (ret = store_view_live(fs->st, *id, &d->v)))
+		if ((ret = front_table_lookup(&fs->fr, name, id)) || (ret = front_before_change(&fs->fr, *id)) ||
+		    (ret = front_view_live(&fs->fr, *id, &d->v)))
 			return ret;
 		sn->batch = UINT64_MAX;
 	} else {
-		if ((ret = store_snap_lookup(fs->st, snap, sn)) ||
-		    (ret = store_snap_table_lookup(fs->st, sn->idx, name, id)) ||
-		    (ret = rows_sync_snap(fs, sn->idx)) || (ret = store_view_snap(fs->st, sn->idx, *id, &d->v)))
+		if ((ret = front_snap_lookup(&fs->fr, snap, sn)) ||
+		    (ret = front_snap_table_lookup(&fs->fr, sn->idx, name, id)) ||
+		    (ret = front_sync_snap(&fs->fr, sn->idx)) || (ret = front_view_snap(&fs->fr, sn->idx, *id, &d->v)))
 			return ret;
 	}
-	return store_view_getattr(fs->st, &d->v, &d->a);
+	return front_view_getattr(&fs->fr, &d->v, &d->a);
 }
 
 void delta_ids_free(struct delta_ids *d)
@@ -131,9 +131,9 @@ int delta_ids(struct embfs *fs, const char *an, const char *bn, const char *tabl
 		lid = idb;
 	} else {
 		struct store_attr la;
-		fast_ok = idb == ida && b->a.gen == a.a.gen && !store_table_lookup(fs->st, table, &lid) &&
-			  lid == ida && !store_table_getattr(fs->st, lid, &la) && la.gen == a.a.gen &&
-			  !rows_before_change(fs, lid);
+		fast_ok = idb == ida && b->a.gen == a.a.gen && !front_table_lookup(&fs->fr, table, &lid) &&
+			  lid == ida && !front_table_getattr(&fs->fr, lid, &la) && la.gen == a.a.gen &&
+			  !front_before_change(&fs->fr, lid);
 	}
 	struct dwork *d = calloc(1, sizeof(*d));
 	char *rows = malloc(2 * (size_t)a.a.row_size);

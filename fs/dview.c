@@ -53,7 +53,7 @@ static int names(struct embfs *fs, struct fs_ino k, char *an, char *bn, char *tn
 		 uint64_t *b_gen)
 {
 	struct store_snap sa, sb;
-	int ret = store_snap_get(fs->st, k.idx, &sa);
+	int ret = front_snap_get(&fs->fr, k.idx, &sa);
 	if (ret)
 		return ret;
 	memcpy(an, sa.name, EMB_NAME_MAX + 1);
@@ -62,7 +62,7 @@ static int names(struct embfs *fs, struct fs_ino k, char *an, char *bn, char *tn
 	if (k.b == DELTA_LIVE) {
 		strcpy(bn, "-");
 	} else {
-		if ((ret = store_snap_get(fs->st, k.b, &sb)))
+		if ((ret = front_snap_get(&fs->fr, k.b, &sb)))
 			return ret;
 		if (sb.batch <= sa.batch)
 			return -ENOENT; /* B is not later than A */
@@ -73,19 +73,19 @@ static int names(struct embfs *fs, struct fs_ino k, char *an, char *bn, char *tn
 		return 0;
 	struct store_attr a;
 	if (k.b == DELTA_LIVE) {
-		if ((ret = store_table_getattr(fs->st, k.id, &a)))
+		if ((ret = front_table_getattr(&fs->fr, k.id, &a)))
 			return ret;
 		if (a.orphan)
 			return -ENOENT;
 		*b_gen = a.gen;
 	} else {
 		struct store_view v;
-		if ((ret = store_view_snap(fs->st, k.b, k.id, &v)) || (ret = store_view_getattr(fs->st, &v, &a)))
+		if ((ret = front_view_snap(&fs->fr, k.b, k.id, &v)) || (ret = front_view_getattr(&fs->fr, &v, &a)))
 			return ret;
 	}
 	memcpy(tn, a.name, EMB_NAME_MAX + 1);
 	uint32_t ida;
-	return store_snap_table_lookup(fs->st, k.idx, tn, &ida);
+	return front_snap_table_lookup(&fs->fr, k.idx, tn, &ida);
 }
 
 static void dres_put(struct embfs *fs, struct dres *r)
@@ -175,7 +175,7 @@ static void dir_stat(struct embfs *fs, uint32_t a, struct stat *st, uint64_t *ge
 	struct store_snap sn;
 	st->st_mode = S_IFDIR | 0555;
 	st->st_nlink = 2;
-	if (!store_snap_get(fs->st, a, &sn)) {
+	if (!front_snap_get(&fs->fr, a, &sn)) {
 		st->st_mtim.tv_sec = (time_t)(sn.created_ns / 1000000000u);
 		st->st_mtim.tv_nsec = (long)(sn.created_ns % 1000000000u);
 		*gen = sn.gen;
@@ -191,7 +191,7 @@ int dview_stat(struct embfs *fs, struct fs_ino k, struct stat *st, uint64_t *gen
 	int ret;
 	switch (k.kind) {
 	case FS_DDIR:
-		ret = store_snap_get(fs->st, k.idx, &(struct store_snap){ 0 });
+		ret = front_snap_get(&fs->fr, k.idx, &(struct store_snap){ 0 });
 		if (!ret)
 			dir_stat(fs, k.idx, st, gen);
 		return ret;
@@ -262,7 +262,7 @@ void dview_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			reply_entry(req, fs_ino_delta(FS_DPAIR, k.idx, DELTA_LIVE, 0));
 			return;
 		}
-		if (!(ret = store_snap_lookup(fs->st, name, &sn))) {
+		if (!(ret = front_snap_lookup(&fs->fr, name, &sn))) {
 			reply_entry(req, fs_ino_delta(FS_DPAIR, k.idx, sn.idx, 0));
 			return;
 		}
@@ -275,8 +275,8 @@ void dview_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		/* fall through */
 	case FS_DDEL:
 	case FS_DCHGD:
-		ret = k.b == DELTA_LIVE ? store_table_lookup(fs->st, name, &id)
-					: store_snap_table_lookup(fs->st, k.b, name, &id);
+		ret = k.b == DELTA_LIVE ? front_table_lookup(&fs->fr, name, &id)
+					: front_snap_table_lookup(&fs->fr, k.b, name, &id);
 		if (!ret) {
 			enum fs_kind f = k.kind == FS_DPAIR ? FS_DVIEW : k.kind == FS_DDEL ? FS_DLIST : FS_DCHG;
 			reply_entry(req, fs_ino_delta(f, k.idx, k.b, id));
@@ -298,7 +298,7 @@ void dview_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 	struct fs_dirbuf b;
 	struct store_snap sa, sn;
 	struct store_attr a;
-	if (store_snap_get(fs->st, k.idx, &sa)) {
+	if (front_snap_get(&fs->fr, k.idx, &sa)) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
@@ -317,15 +317,15 @@ void dview_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 	}
 	uint32_t cur = off > 16 ? (uint32_t)(off - 16) : 0, x;
 	if (k.kind == FS_DDIR) {
-		while (!b.full && store_snap_next(fs->st, &cur, &sn) == 1)
+		while (!b.full && front_snap_next(&fs->fr, &cur, &sn) == 1)
 			if (sn.batch > sa.batch)
 				fs_dir_add(&b, sn.name, fs_ino_delta(FS_DPAIR, k.idx, sn.idx, 0), S_IFDIR,
 					   16 + (off_t)cur);
 	} else {
 		enum fs_kind f = k.kind == FS_DPAIR ? FS_DVIEW : k.kind == FS_DDEL ? FS_DLIST : FS_DCHG;
-		while (!b.full && (k.b == DELTA_LIVE ? store_table_next(fs->st, &cur, &a)
-						     : store_snap_table_next(fs->st, k.b, &cur, &a)) == 1)
-			if (!store_snap_table_lookup(fs->st, k.idx, a.name, &x))
+		while (!b.full && (k.b == DELTA_LIVE ? front_table_next(&fs->fr, &cur, &a)
+						     : front_snap_table_next(&fs->fr, k.b, &cur, &a)) == 1)
+			if (!front_snap_table_lookup(&fs->fr, k.idx, a.name, &x))
 				fs_dir_add(&b, a.name, fs_ino_delta(f, k.idx, k.b, a.id), S_IFREG, 16 + (off_t)cur);
 	}
 	fs_dir_reply(&b);
@@ -395,7 +395,7 @@ static int view_read(struct embfs *fs, const struct dres *r, uint64_t off, size_
 			ret = -ENOMEM;
 			break;
 		}
-		ret = store_rows_read(fs->st, &d->b.v, d->ch + i, n, rows, present, NULL);
+		ret = front_rows_read(&fs->fr, &d->b.v, d->ch + i, n, rows, present, NULL);
 		for (size_t j = 0; !ret && j < n; j++) {
 			uint64_t ro = d->ch[i + j] * rs, lo = ro > off ? ro : off, hi = ro + rs < end ? ro + rs : end;
 			if (present[j])

@@ -21,7 +21,6 @@
  *   pcache.c  the kernel's pages of tables against scatters
  *   attr.c    attributes of every inode, table views, directory listings
  *   perm.c    who may do what: owners and modes of the directories
- *   rows.c    byte ranges <-> rows through the cache, and sync points
  *   base.c    helpers every file may call (read views, readdir buffers,
  *             control-file words, the restore gate), calling none of them
  *
@@ -37,8 +36,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "embfs/cache.h"
-#include "embfs/store.h"
+#include "embfs/front.h"
 #include "ino.h"
 
 #define FS_TIMEOUT 1.0 /* attribute and entry timeout, seconds */
@@ -61,8 +59,7 @@ struct embfs_conf {
 };
 
 struct embfs {
-	struct store *st;
-	struct cache *cache;        /* NULL with -o cache_size=0: rows go straight to the store */
+	struct front fr;            /* the cache layer: fs/'s one door below (embfs/front.h) */
 	uint64_t cache_bytes;
 	struct fuse_session *se;
 	struct embfs_conf conf;
@@ -82,15 +79,8 @@ struct embfs {
 	pthread_mutex_t dv_lock;    /* dview.c: the deltas' answers kept */
 	struct dres *dv[32];        /* protected by dv_lock */
 	uint64_t dv_tick;           /* protected by dv_lock */
-	struct cache_below below;   /* the cache's ops' context (cache/below.c), which
-				       logs the pool's failure once (rows_pool_failed) */
 	struct batch *batch;        /* batch.c: .embfs/rows threads and counters */
 	struct pcache *pc;          /* pcache.c: stale kernel pages after scatters */
-	/* Writes into the cache hold it shared from reading the batch id until
-	 * their rows are in the cache; taking a snapshot holds it exclusive while
-	 * it advances the batch id and tells the cache, so no write straddles a
-	 * snapshot (rows.c, snap.c). */
-	pthread_rwlock_t snap_rw;
 	int ready_fd; /* main.c: the waiting parent's pipe until daemon_ready(), else -1 */
 	/* main.c: the kernel's read-ahead for this mount (read_ahead=), set
 	 * once INIT is answered (fs_read_ahead); what it is then, KiB (0:
@@ -271,7 +261,7 @@ void batch_stats(struct embfs *fs, struct stats_out *o);
 /* pcache.c: keeps pages the kernel caches of a table from bringing back rows
  * a scatter changed behind its back (README "Batched rows").  pc_init at
  * INIT, pc_destroy at DESTROY after batch_destroy; without pc_init every
- * call does nothing (rows_write for pc_writepage). */
+ * call does nothing (front_write for pc_writepage). */
 int pc_init(struct embfs *fs);
 void pc_destroy(struct embfs *fs);
 /* What a READ or WRITE of a table saw of capturing scatters when it arrived. */
@@ -368,55 +358,5 @@ struct fs_dirent {
 void fs_dir_add_list(struct fs_dirbuf *b, const struct fs_dirent *list, size_t n);
 void fs_dir_reply(struct fs_dirbuf *b);
 
-/* rows.c: byte ranges of a table <-> rows, through the cache when there is
- * one; the sync points. */
-/* Whole rows ids[0..n) of the table v names into buf (row i at buf + i * rs):
- * a live table's through the row cache when there is one, a snapshot's (or
- * without a cache) from the store.  present (may be NULL): present[i] = 1 if
- * row i is stored (or written and still in the cache), 0 for a hole. */
-int rows_get(struct embfs *fs, const struct store_view *v, uint32_t rs, const uint64_t *ids, size_t n,
-	     char *buf, uint8_t *present);
-/* Bytes [off, off + len) of the table v names (rows of rs bytes). */
-int rows_read(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t off, size_t len, char *buf);
-/* data to bytes [off, off + len) of live table id: refused whole (ENOSPC)
- * or taken whole; into the cache, or one store commit without one. */
-int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data);
-/* Byte ranges [r[i].lo, r[i].hi) (increasing) of data, whose first byte is
- * at off: as rows_write() of each, but one commit without a cache. */
-struct rows_range {
-	uint64_t lo, hi;
-};
-int rows_write_ranges(struct embfs *fs, uint32_t id, uint32_t rs, const struct rows_range *r, size_t n,
-		      uint64_t off, const char *data);
-/* Whole rows (row i at rows + i * rs) to ids[0..n) of live table id, the
- * last of duplicates winning, the size raised to cover them.  credit: rows
- * of room promised for them (rows_reserve), spent or given back here. */
-int rows_scatter(struct embfs *fs, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows, uint32_t n,
-		 int64_t credit);
-/* Punch bytes [off, off + len) of live table id (whole rows deleted, the
- * covered part of other stored rows zeroed); truncate it to size. */
-int rows_punch(struct embfs *fs, uint32_t id, uint64_t off, uint64_t len);
-int rows_truncate(struct embfs *fs, uint32_t id, uint64_t size);
-/* Promise room for n rows of rs a write is about to leave dirty in the
- * cache: its credit for cache_write()/cache_write_rows().  rows_unreserve
- * gives back what is left of a credit (no cache lock held). */
-int rows_reserve(struct embfs *fs, uint32_t id, uint32_t rs, int64_t n);
-void rows_unreserve(struct embfs *fs, uint32_t id, uint32_t rs, int64_t credit);
-/* After a store call failed with ret: when the pool itself has failed (a
- * write-back of its file failed), log why, once; 1 if it has. */
-int rows_pool_failed(struct embfs *fs, int ret);
-/* Make the store see every cached write of table id (id < 0: all). */
-int rows_sync(struct embfs *fs, int64_t id);
-/* Make snapshot idx durable now (every cached row written back first). */
-int rows_sync_snap(struct embfs *fs, uint32_t idx);
-/* Before/after a change made in the store directly (geometry, release):
- * cached rows of id are written back before, rows [from, to) dropped after. */
-int rows_before_change(struct embfs *fs, uint32_t id);
-void rows_after_change(struct embfs *fs, uint32_t id, uint64_t from, uint64_t to);
-/* Stored rows including written rows not yet in the store. */
-/* Rows rows[0..n) of table id changed in the store behind the cache: its
- * copies go (no write-back). */
-void rows_dropped(struct embfs *fs, uint32_t id, const uint64_t *rows, size_t n);
-uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows);
 
 #endif

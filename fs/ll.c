@@ -49,7 +49,7 @@ static void op_destroy(void *userdata)
 	batch_destroy(fs);
 	pc_destroy(fs);
 	dview_forget_all(fs);
-	int ret = rows_sync(fs, -1);
+	int ret = front_sync_table(&fs->fr, -1);
 	if (ret)
 		fprintf(stderr, "embfs: writing back cached rows at unmount: %s\n", strerror(-ret));
 }
@@ -381,7 +381,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	(void)datasync;
 	(void)fi;
 	atomic_fetch_add_explicit(&fs->n_fsync, 1, memory_order_relaxed);
-	fuse_reply_err(req, -rows_sync(fs, k.kind == FS_TABLE ? (int64_t)k.id : -1));
+	fuse_reply_err(req, -front_sync_table(&fs->fr, k.kind == FS_TABLE ? (int64_t)k.id : -1));
 }
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -395,7 +395,7 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 	/* fsync of a directory (the mount's root) writes back every table:
 	 * the kernel delivers syncfs(2) to virtiofs only, so this is the
 	 * whole-pool sync point */
-	fuse_reply_err(req, -rows_sync(fs_of(req), -1));
+	fuse_reply_err(req, -front_sync_table(&fs_of(req)->fr, -1));
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)

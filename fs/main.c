@@ -245,13 +245,13 @@ static int check_conf(struct embfs *fs)
 	struct embfs_conf *c = &fs->conf;
 	fs->def_dim = c->dim;
 	fs->def_dtype = EMB_DT_F32;
-	if (c->dtype && store_dtype_parse(c->dtype, &fs->def_dtype)) {
+	if (c->dtype && front_dtype_parse(c->dtype, &fs->def_dtype)) {
 		fprintf(stderr, "embfs: dtype=%s: unknown dtype (f32 f16 bf16 f64 i8 u8 i16 i32)\n", c->dtype);
 		return -1;
 	}
-	if (store_geometry_check(fs->def_dim, fs->def_dtype)) {
-		uint32_t esz = store_dtype_size(fs->def_dtype);
-		const char *dt = store_dtype_name(fs->def_dtype);
+	if (front_geometry_check(fs->def_dim, fs->def_dtype)) {
+		uint32_t esz = front_dtype_size(fs->def_dtype);
+		const char *dt = front_dtype_name(fs->def_dtype);
 		fprintf(stderr, "embfs: dim=%u dtype=%s: a row would be %llu bytes, more than %u (dim at most %u for %s)\n",
 			fs->def_dim, dt, (unsigned long long)fs->def_dim * esz, EMB_ROW_MAX, EMB_ROW_MAX / esz, dt);
 		return -1;
@@ -318,13 +318,13 @@ static int attach_spill(struct embfs *fs)
 		fprintf(stderr, "embfs: spill_size=%s: want a size such as 64G\n", fs->conf.spill_size);
 		return -1;
 	}
-	if (store_spill_attach(fs->st, &sc, err, sizeof(err))) {
+	if (front_spill_attach(&fs->fr, &sc, err, sizeof(err))) {
 		fprintf(stderr, "embfs: %s\n", err);
 		return -1;
 	}
 	if (fs->conf.spill) {
 		struct store_spill_stats ss;
-		store_spill_stats_get(fs->st, &ss);
+		front_spill_stats_get(&fs->fr, &ss);
 		fprintf(stderr, "embfs: spill tier %s: %llu MiB in %llu segments, row versions keep to %llu MiB of the pool\n",
 			ss.path, (unsigned long long)(ss.size >> 20), (unsigned long long)ss.segs,
 			(unsigned long long)(ss.pmem_high >> 20));
@@ -523,22 +523,21 @@ void fs_read_ahead(struct embfs *fs)
  * pid into pidfd (if >= 0).  0, or -1 (said on stderr). */
 static int start_daemon(struct embfs *fs, int pidfd)
 {
-	if (fs->conf.spill && store_spill_start(fs->st) != 0) {
+	if (fs->conf.spill && front_spill_start(&fs->fr) != 0) {
 		fprintf(stderr, "embfs: cannot start the spill mover\n");
 		return -1;
 	}
 	if (fs->cache_bytes) {
 		struct cache_conf cc = { fs->cache_bytes, fs->conf.dirty_age_ms, 0 };
-		fs->cache = cache_create(&cc, &cache_store_ops, &fs->below);
-		if (!fs->cache) {
+		if (front_cache_start(&fs->fr, &cc)) {
 			fprintf(stderr, "embfs: cannot allocate a %llu-byte cache (cache_size=)\n",
 				(unsigned long long)fs->cache_bytes);
 			return -1;
 		}
 		uint32_t cur = 0;
 		struct store_snap sn;
-		while (store_snap_next(fs->st, &cur, &sn) == 1)
-			cache_set_snapshot(fs->cache, sn.batch);
+		while (front_snap_next(&fs->fr, &cur, &sn) == 1)
+			cache_set_snapshot(fs->fr.cache, sn.batch);
 	}
 	/* a restore a crash interrupted is finished before anything is served;
 	 * if it fails again its tables refuse changes (restore.c) */
@@ -578,13 +577,12 @@ static int serve(struct embfs *fs, const struct fuse_cmdline_opts *cl)
  * session that never started) and close the pool. */
 static void close_pool(struct embfs *fs)
 {
-	if (fs->cache) {
-		int r = cache_flush(fs->cache, -1);
+	if (fs->fr.cache) {
+		int r = cache_flush(fs->fr.cache, -1);
 		if (r)
 			fprintf(stderr, "embfs: writing back cached rows: %s\n", strerror(-r));
-		cache_destroy(fs->cache);
 	}
-	store_close(fs->st);
+	front_close(&fs->fr); /* destroys the cache, closes the pool */
 }
 
 static void free_conf(struct embfs_conf *c)
@@ -609,7 +607,6 @@ int main(int argc, char **argv)
 	memset(&fs, 0, sizeof(fs));
 	memset(&cl, 0, sizeof(cl));
 	fs.ready_fd = -1;
-	pthread_rwlock_init(&fs.snap_rw, NULL);
 	pthread_mutex_init(&fs.restore_lock, NULL);
 	pthread_rwlockattr_t ga;
 	pthread_rwlockattr_init(&ga);
@@ -627,12 +624,10 @@ int main(int argc, char **argv)
 	fs.nlookup = calloc(INO_NTABLES, sizeof(*fs.nlookup));
 	if (!fs.nlookup || new_session(&fs, &args))
 		goto out_args;
-	if (store_open(fs.conf.pool, &fs.st, err, sizeof(err))) {
+	if (front_open(&fs.fr, fs.conf.pool, err, sizeof(err))) {
 		fprintf(stderr, "embfs: %s\n", err);
 		goto out_session;
 	}
-	fs.below.st = fs.st;
-	fs.below.pool = fs.conf.pool;
 	if (attach_spill(&fs))
 		goto out_store;
 	pidfd = pidfile_open(&fs);

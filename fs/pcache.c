@@ -347,7 +347,7 @@ void pc_io_done(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t
 
 /* The byte ranges of a write-back to apply. */
 struct runs {
-	struct rows_range *v;
+	struct front_range *v;
 	size_t n, cap;
 };
 
@@ -357,13 +357,13 @@ static int runs_push(struct runs *r, uint64_t lo, uint64_t hi)
 		return 0;
 	if (r->n == r->cap) {
 		size_t nc = r->cap ? 2 * r->cap : 16;
-		struct rows_range *v = realloc(r->v, nc * sizeof(*v));
+		struct front_range *v = realloc(r->v, nc * sizeof(*v));
 		if (!v)
 			return -ENOMEM;
 		r->v = v;
 		r->cap = nc;
 	}
-	r->v[r->n++] = (struct rows_range){ lo, hi };
+	r->v[r->n++] = (struct front_range){ lo, hi };
 	return 0;
 }
 
@@ -371,7 +371,7 @@ int pc_writepage(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_
 {
 	struct pcache *pc = fs->pc;
 	if (!pc || id >= CACHE_MAX_TABLES || !len)
-		return rows_write(fs, id, rs, off, len, data);
+		return front_write(&fs->fr, id, rs, off, len, data);
 	struct pc_tab *t = &pc->tab[id];
 	INC(pc, n_writepages, 1);
 	pthread_mutex_lock(&pc->lock);
@@ -397,11 +397,11 @@ int pc_writepage(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_
 	}
 	pthread_mutex_unlock(&pc->lock);
 	if (!ret && !skipped) {
-		ret = rows_write(fs, id, rs, off, len, data);
+		ret = front_write(&fs->fr, id, rs, off, len, data);
 	} else if (!ret) {
 		ret = runs_push(&keep, from, end);
 		if (!ret && keep.n)
-			ret = rows_write_ranges(fs, id, rs, keep.v, keep.n, off, data);
+			ret = front_write_ranges(&fs->fr, id, rs, keep.v, keep.n, off, data);
 		INC(pc, n_skipped, skipped);
 	}
 	free(keep.v);
@@ -422,16 +422,16 @@ static int capture(struct embfs *fs, struct pc_tab *t, uint32_t id, uint32_t rs,
 {
 	struct pcache *pc = fs->pc;
 	struct store_view v;
-	int ret = store_view_live(fs->st, id, &v);
+	int ret = front_view_live(&fs->fr, id, &v);
 	if (ret)
 		return ret;
-	ret = rows_get(fs, &v, rs, rows, n, buf, NULL);
+	ret = front_rows_get(&fs->fr, &v, rs, rows, n, buf, NULL);
 	uint8_t *ok = NULL;
 	if (ret < 0) {
 		if (!(ok = calloc(n, 1)))
 			return -ENOMEM;
 		for (size_t i = 0; i < n; i++)
-			ok[i] = rows_get(fs, &v, rs, &rows[i], 1, buf + i * rs, NULL) == 0;
+			ok[i] = front_rows_get(&fs->fr, &v, rs, &rows[i], 1, buf + i * rs, NULL) == 0;
 	}
 	ret = 0;
 	struct piece p;

@@ -28,7 +28,7 @@
 static void dir_perm(struct embfs *fs, enum store_dir which, uint32_t def, struct fs_perm *p)
 {
 	struct store_dir_perm d;
-	int ret = store_dir_perm(fs->st, which, &d);
+	int ret = front_dir_perm(&fs->fr, which, &d);
 	if (ret == 1)
 		*p = (struct fs_perm){ d.uid, d.gid, d.mode, 1 };
 	else

@@ -68,9 +68,9 @@ static int restore_chunk(struct embfs *fs, const struct tview *l, const struct t
 	struct store_rowop *ops = w->ops;
 	char *buf = w->buf;
 	uint32_t nput = 0, nops = 0;
-	int ret = store_rows_read(fs->st, &l->v, ids, n, NULL, sl, vl);
+	int ret = front_rows_read(&fs->fr, &l->v, ids, n, NULL, sl, vl);
 	if (!ret)
-		ret = store_rows_read(fs->st, &s->v, ids, n, NULL, ss, NULL);
+		ret = front_rows_read(&fs->fr, &s->v, ids, n, NULL, ss, NULL);
 	if (ret)
 		return ret;
 	c->examined += n;
@@ -92,9 +92,9 @@ static int restore_chunk(struct embfs *fs, const struct tview *l, const struct t
 		/* a live row changed since but now holding the snapshot's bytes
 		 * (changed back, or restored before) is left as it is */
 		uint32_t rs = s->a.row_size;
-		ret = store_rows_read(fs->st, &s->v, put, nput, buf, NULL, NULL);
+		ret = front_rows_read(&fs->fr, &s->v, put, nput, buf, NULL, NULL);
 		if (!ret)
-			ret = store_rows_read(fs->st, &l->v, put, nput, w->live, NULL, NULL);
+			ret = front_rows_read(&fs->fr, &l->v, put, nput, w->live, NULL, NULL);
 		if (ret)
 			return ret;
 		for (uint32_t i = 0; i < nput; i++) {
@@ -107,10 +107,10 @@ static int restore_chunk(struct embfs *fs, const struct tview *l, const struct t
 	}
 	if (!nops)
 		return 0;
-	ret = store_rows_write(fs->st, l->v.id, ops, nops, 0);
+	ret = front_rows_write(&fs->fr, l->v.id, ops, nops, 0);
 	for (uint32_t i = 0; i < nops; i++)
 		put[i] = ops[i].row;
-	rows_dropped(fs, l->v.id, put, nops); /* cached copies of the old rows */
+	front_dropped(&fs->fr, l->v.id, put, nops); /* cached copies of the old rows */
 	return ret;
 }
 
@@ -134,34 +134,34 @@ static int restore(struct embfs *fs, const char *snap, const char *table, struct
 	struct store_snap sn;
 	struct tview l, s;
 	uint32_t sid, lid;
-	int ret = store_snap_lookup(fs->st, snap, &sn);
+	int ret = front_snap_lookup(&fs->fr, snap, &sn);
 	if (ret) {
 		snprintf(why, n, "no snapshot %s", snap);
 		return ret;
 	}
-	if ((ret = store_snap_table_lookup(fs->st, sn.idx, table, &sid))) {
+	if ((ret = front_snap_table_lookup(&fs->fr, sn.idx, table, &sid))) {
 		snprintf(why, n, "snapshot %s has no table %s", snap, table);
 		return ret;
 	}
-	if ((ret = store_table_lookup(fs->st, table, &lid))) {
+	if ((ret = front_table_lookup(&fs->fr, table, &lid))) {
 		snprintf(why, n, "no live table %s (create it first: it takes the snapshot's geometry)", table);
 		return ret;
 	}
-	if ((ret = rows_sync_snap(fs, sn.idx)) || (ret = store_view_snap(fs->st, sn.idx, sid, &s.v)) ||
-	    (ret = store_view_getattr(fs->st, &s.v, &s.a)))
+	if ((ret = front_sync_snap(&fs->fr, sn.idx)) || (ret = front_view_snap(&fs->fr, sn.idx, sid, &s.v)) ||
+	    (ret = front_view_getattr(&fs->fr, &s.v, &s.a)))
 		return ret;
 	/* the store must hold every row written: its seeks and batch ids decide */
-	if ((ret = rows_before_change(fs, lid)) || (ret = store_view_live(fs->st, lid, &l.v)) ||
-	    (ret = store_view_getattr(fs->st, &l.v, &l.a)))
+	if ((ret = front_before_change(&fs->fr, lid)) || (ret = front_view_live(&fs->fr, lid, &l.v)) ||
+	    (ret = front_view_getattr(&fs->fr, &l.v, &l.a)))
 		return ret;
 	if (l.a.dim != s.a.dim || l.a.dtype != s.a.dtype) {
 		/* another geometry: emptied, then it takes the snapshot's */
-		if ((ret = rows_truncate(fs, lid, 0)) || (ret = store_table_set_geometry(fs->st, lid, s.a.dim, s.a.dtype))) {
+		if ((ret = front_truncate(&fs->fr, lid, 0)) || (ret = front_table_set_geometry(&fs->fr, lid, s.a.dim, s.a.dtype))) {
 			snprintf(why, n, "%s: cannot take the snapshot's geometry", table);
 			return ret;
 		}
-		rows_after_change(fs, lid, 0, UINT64_MAX);
-		if ((ret = store_view_live(fs->st, lid, &l.v)) || (ret = store_view_getattr(fs->st, &l.v, &l.a)))
+		front_after_change(&fs->fr, lid, 0, UINT64_MAX);
+		if ((ret = front_view_live(&fs->fr, lid, &l.v)) || (ret = front_view_getattr(&fs->fr, &l.v, &l.a)))
 			return ret;
 	}
 	struct rwork *w = malloc(sizeof(*w) + (size_t)CHUNK * s.a.row_size);
@@ -183,13 +183,13 @@ static int restore(struct embfs *fs, const char *snap, const char *table, struct
 	 * written some chunks: the kernel's pages go all the same) */
 	if (ret >= 0) {
 		if (l.a.size > s.a.size)
-			ret = rows_truncate(fs, lid, s.a.size);
+			ret = front_truncate(&fs->fr, lid, s.a.size);
 		else
-			ret = store_table_extend(fs->st, lid, s.a.size);
+			ret = front_table_extend(&fs->fr, lid, s.a.size);
 	}
 	if (!ret) {
 		struct store_attr set = s.a;
-		ret = store_table_setattr(fs->st, lid, &set, STORE_SET_MODE);
+		ret = front_table_setattr(&fs->fr, lid, &set, STORE_SET_MODE);
 	}
 	/* pages and attributes the kernel holds of the old table: dropped
 	 * before the reply (restore_write) */
@@ -208,7 +208,7 @@ static int names_of(struct embfs *fs, int live, uint32_t idx, char (**out)[EMB_N
 	uint32_t cur = 0;
 	struct store_attr a;
 	int ret;
-	while ((ret = live ? store_table_next(fs->st, &cur, &a) : store_snap_table_next(fs->st, idx, &cur, &a)) == 1) {
+	while ((ret = live ? front_table_next(&fs->fr, &cur, &a) : front_snap_table_next(&fs->fr, idx, &cur, &a)) == 1) {
 		if (k == cap) {
 			size_t ncap = cap ? 2 * cap : 16;
 			char(*p)[EMB_NAME_MAX + 1] = realloc(v, ncap * sizeof(*v));
@@ -235,17 +235,17 @@ static int names_of(struct embfs *fs, int live, uint32_t idx, char (**out)[EMB_N
 static int unlink_table(struct embfs *fs, const char *name)
 {
 	uint32_t id;
-	int ret = store_table_lookup(fs->st, name, &id);
+	int ret = front_table_lookup(&fs->fr, name, &id);
 	if (!ret)
-		ret = store_table_unlink(fs->st, name);
+		ret = front_table_unlink(&fs->fr, name);
 	if (ret)
 		return ret;
-	store_dir_touch(fs->st, STORE_DIR_ROOT);
+	front_dir_touch(&fs->fr, STORE_DIR_ROOT);
 	if (atomic_load(&fs->nlookup[id]) == 0) {
-		if (store_table_snaps(fs->st, id) > 0)
-			rows_before_change(fs, id);
-		rows_after_change(fs, id, 0, UINT64_MAX);
-		ret = store_table_release(fs->st, id);
+		if (front_table_snaps(&fs->fr, id) > 0)
+			front_before_change(&fs->fr, id);
+		front_after_change(&fs->fr, id, 0, UINT64_MAX);
+		ret = front_table_release(&fs->fr, id);
 	}
 	return ret;
 }
@@ -254,8 +254,8 @@ static int unlink_table(struct embfs *fs, const char *name)
 static int snap_attr(struct embfs *fs, uint32_t idx, uint32_t id, struct store_attr *a)
 {
 	struct store_view v;
-	int ret = store_view_snap(fs->st, idx, id, &v);
-	return ret ? ret : store_view_getattr(fs->st, &v, a);
+	int ret = front_view_snap(&fs->fr, idx, id, &v);
+	return ret ? ret : front_view_getattr(&fs->fr, &v, a);
 }
 
 /* Every table back to snapshot snap: live tables it does not have are
@@ -266,7 +266,7 @@ static int rollback(struct embfs *fs, const char *snap, struct rcount *c, char *
 	struct store_snap sn;
 	char(*live)[EMB_NAME_MAX + 1] = NULL, (*his)[EMB_NAME_MAX + 1] = NULL;
 	size_t nl = 0, nh = 0;
-	int ret = store_snap_lookup(fs->st, snap, &sn);
+	int ret = front_snap_lookup(&fs->fr, snap, &sn);
 	if (ret) {
 		snprintf(why, n, "no snapshot %s", snap);
 		return ret;
@@ -275,7 +275,7 @@ static int rollback(struct embfs *fs, const char *snap, struct rcount *c, char *
 		goto out;
 	for (size_t i = 0; !ret && i < nl; i++) {
 		uint32_t x;
-		if (store_snap_table_lookup(fs->st, sn.idx, live[i], &x) != -ENOENT)
+		if (front_snap_table_lookup(&fs->fr, sn.idx, live[i], &x) != -ENOENT)
 			continue;
 		if ((ret = unlink_table(fs, live[i])))
 			snprintf(why, n, "unlinking %s (made after the snapshot)", live[i]);
@@ -285,15 +285,15 @@ static int rollback(struct embfs *fs, const char *snap, struct rcount *c, char *
 	for (size_t i = 0; !ret && i < nh; i++) {
 		uint32_t lid, sid;
 		struct store_attr a;
-		if (store_table_lookup(fs->st, his[i], &lid) == -ENOENT) {
-			if ((ret = store_snap_table_lookup(fs->st, sn.idx, his[i], &sid)) ||
+		if (front_table_lookup(&fs->fr, his[i], &lid) == -ENOENT) {
+			if ((ret = front_snap_table_lookup(&fs->fr, sn.idx, his[i], &sid)) ||
 			    (ret = snap_attr(fs, sn.idx, sid, &a)) ||
-			    (ret = store_table_create(fs->st, his[i], a.mode, a.uid, a.gid, a.dim, a.dtype, &lid))) {
+			    (ret = front_table_create(&fs->fr, his[i], a.mode, a.uid, a.gid, a.dim, a.dtype, &lid))) {
 				snprintf(why, n, "making %s again", his[i]);
 				break;
 			}
 			pc_table_reset(fs, lid);
-			store_dir_touch(fs->st, STORE_DIR_ROOT);
+			front_dir_touch(&fs->fr, STORE_DIR_ROOT);
 			c->created++;
 		}
 		ret = restore(fs, snap, his[i], c, why, n);
@@ -324,10 +324,10 @@ static int table_by_gen(struct embfs *fs, uint64_t gen, uint32_t *id, char *name
 	uint32_t cur = 0;
 	struct store_attr a;
 	int ret;
-	while ((ret = store_table_next(fs->st, &cur, &a)) == 1) {
+	while ((ret = front_table_next(&fs->fr, &cur, &a)) == 1) {
 		if (a.gen == gen) {
 			memcpy(name, a.name, EMB_NAME_MAX + 1);
-			return store_table_lookup(fs->st, name, id);
+			return front_table_lookup(&fs->fr, name, id);
 		}
 	}
 	return ret < 0 ? ret : -ENOENT;
@@ -342,7 +342,7 @@ static int plan(struct embfs *fs, const char *snap, const char *table, struct st
 	struct store_snap sn;
 	uint32_t sid, lid;
 	struct store_attr a;
-	int ret = store_snap_lookup(fs->st, snap, &sn);
+	int ret = front_snap_lookup(&fs->fr, snap, &sn);
 	if (ret) {
 		snprintf(why, n, "no snapshot %s", snap);
 		return ret;
@@ -350,21 +350,21 @@ static int plan(struct embfs *fs, const char *snap, const char *table, struct st
 	*in = (struct store_intent){ STORE_INTENT_ROLLBACK, sn.idx, sn.gen, 0 };
 	*gate = GATE_ALL;
 	if (table) {
-		if ((ret = store_snap_table_lookup(fs->st, sn.idx, table, &sid))) {
+		if ((ret = front_snap_table_lookup(&fs->fr, sn.idx, table, &sid))) {
 			snprintf(why, n, "snapshot %s has no table %s", snap, table);
 			return ret;
 		}
-		if ((ret = store_table_lookup(fs->st, table, &lid))) {
+		if ((ret = front_table_lookup(&fs->fr, table, &lid))) {
 			snprintf(why, n, "no live table %s (create it first: it takes the snapshot's geometry)", table);
 			return ret;
 		}
-		if ((ret = store_table_getattr(fs->st, lid, &a)))
+		if ((ret = front_table_getattr(&fs->fr, lid, &a)))
 			return ret;
 		in->kind = STORE_INTENT_RESTORE;
 		in->table_gen = a.gen;
 		*gate = lid;
 	}
-	if ((ret = rows_sync_snap(fs, sn.idx)))
+	if ((ret = front_sync_snap(&fs->fr, sn.idx)))
 		snprintf(why, n, "cannot make snapshot %s durable", snap);
 	return ret;
 }
@@ -376,17 +376,17 @@ static int run(struct embfs *fs, const struct store_intent *in, struct rcount *c
 	       char *why, size_t n)
 {
 	struct store_snap sn;
-	int ret = store_snap_get(fs->st, in->snap_idx, &sn);
+	int ret = front_snap_get(&fs->fr, in->snap_idx, &sn);
 	if (ret || sn.gen != in->snap_gen) {
 		snprintf(why, n, "the snapshot of the pending restore is gone");
-		return store_intent_clear(fs->st);
+		return front_intent_clear(&fs->fr);
 	}
 	memcpy(snap, sn.name, EMB_NAME_MAX + 1);
 	if (in->kind == STORE_INTENT_RESTORE) {
 		uint32_t lid;
 		if ((ret = table_by_gen(fs, in->table_gen, &lid, table)) == -ENOENT) {
 			snprintf(why, n, "the table of the pending restore is gone");
-			return store_intent_clear(fs->st);
+			return front_intent_clear(&fs->fr);
 		}
 		if (!ret)
 			ret = restore(fs, snap, table, c, why, n);
@@ -395,9 +395,9 @@ static int run(struct embfs *fs, const struct store_intent *in, struct rcount *c
 		ret = rollback(fs, snap, c, why, n);
 	}
 	if (!ret)
-		ret = store_sync(fs->st);
+		ret = front_sync(&fs->fr);
 	if (!ret)
-		ret = store_intent_clear(fs->st);
+		ret = front_intent_clear(&fs->fr);
 	return ret;
 }
 
@@ -435,7 +435,7 @@ static int may_restore(fuse_req_t req, const char *table)
 		perm_get(fs, FS_ROOT, &p);
 		return perm_may(req, &p, 3);
 	}
-	if (store_table_lookup(fs->st, table, &id) || store_table_getattr(fs->st, id, &a))
+	if (front_table_lookup(&fs->fr, table, &id) || front_table_getattr(&fs->fr, id, &a))
 		return 0;
 	p = (struct fs_perm){ a.uid, a.gid, a.mode, 1 };
 	return perm_may(req, &p, 2);
@@ -466,7 +466,7 @@ void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 	snprintf(snap, sizeof(snap), "%s", w[0]);
 	snprintf(table, sizeof(table), "%s", all ? "(all tables)" : w[1]);
 	ret = plan(fs, w[0], all ? NULL : w[1], &in, &gate, why, sizeof(why));
-	int pending = ret ? 0 : store_intent_get(fs->st, &was);
+	int pending = ret ? 0 : front_intent_get(&fs->fr, &was);
 	if (pending < 0) {
 		ret = pending;
 		snprintf(why, sizeof(why), "the pool's record of a pending restore is damaged");
@@ -478,10 +478,10 @@ void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 	if (!ret) {
 		gate_close(fs, gate);
 		if (!pending)
-			ret = store_intent_set(fs->st, &in);
+			ret = front_intent_set(&fs->fr, &in);
 		if (!ret)
 			ret = run(fs, &in, &c, snap, table, why, sizeof(why));
-		if (!ret || !store_intent_get(fs->st, &was))
+		if (!ret || !front_intent_get(&fs->fr, &was))
 			gate_open(fs); /* else it stays pending: its tables keep refusing changes */
 	}
 	report(fs, ret, snap, table, &c, ms_since(&t0), why);
@@ -492,7 +492,7 @@ void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
 		fprintf(stderr, "embfs: restore %s %s: the kernel's cached pages of its tables not dropped within "
 			"%d s; reads may see old rows until they are\n", snap, table, INVAL_WAIT_S);
 	if (ret) {
-		rows_pool_failed(fs, ret);
+		front_pool_failed(&fs->fr, ret);
 		fuse_reply_err(req, -ret);
 	} else {
 		fuse_reply_write(req, size);
@@ -506,7 +506,7 @@ int restore_recover(struct embfs *fs)
 	struct rcount c = { 0 };
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	int ret = store_intent_get(fs->st, &in);
+	int ret = front_intent_get(&fs->fr, &in);
 	if (ret <= 0)
 		return ret;
 	pthread_mutex_lock(&fs->restore_lock);

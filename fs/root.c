@@ -46,7 +46,7 @@ void root_lookup(fuse_req_t req, const char *name)
 		if (!ret)
 			fuse_reply_entry(req, &e);
 	} else {
-		ret = store_table_lookup(fs->st, name, &id);
+		ret = front_table_lookup(&fs->fr, name, &id);
 		if (!ret)
 			ret = reply_table(req, id, NULL);
 	}
@@ -67,11 +67,11 @@ void root_create(fuse_req_t req, const char *name, mode_t mode, struct fuse_file
 	else if (!S_ISREG(mode))
 		ret = -EPERM;
 	else /* a set-group-ID root gives new tables its group */
-		ret = store_table_create(fs->st, name, mode & 07777, ctx->uid,
+		ret = front_table_create(&fs->fr, name, mode & 07777, ctx->uid,
 					 dir.mode & S_ISGID ? dir.gid : ctx->gid, fs->def_dim, fs->def_dtype, &id);
 	if (!ret) {
 		pc_table_reset(fs, id);
-		store_dir_touch(fs->st, STORE_DIR_ROOT);
+		front_dir_touch(&fs->fr, STORE_DIR_ROOT);
 		ret = reply_table(req, id, fi);
 	}
 	if (ret)
@@ -85,9 +85,9 @@ void root_unlink(fuse_req_t req, const char *name)
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	int ret = store_table_unlink(fs->st, name);
+	int ret = front_table_unlink(&fs->fr, name);
 	if (!ret)
-		store_dir_touch(fs->st, STORE_DIR_ROOT);
+		front_dir_touch(&fs->fr, STORE_DIR_ROOT);
 	fuse_reply_err(req, -ret);
 }
 
@@ -105,12 +105,12 @@ void root_rename(fuse_req_t req, const char *name, const char *newname, unsigned
 		ret = -EPERM;
 	else if (flags & RENAME_EXCHANGE)
 		ret = -EINVAL;
-	else if ((flags & RENAME_NOREPLACE) && store_table_lookup(fs->st, newname, &id) == 0)
+	else if ((flags & RENAME_NOREPLACE) && front_table_lookup(&fs->fr, newname, &id) == 0)
 		ret = -EEXIST;
 	else
-		ret = store_table_rename(fs->st, name, newname);
+		ret = front_table_rename(&fs->fr, name, newname);
 	if (!ret)
-		store_dir_touch(fs->st, STORE_DIR_ROOT);
+		front_dir_touch(&fs->fr, STORE_DIR_ROOT);
 	fuse_reply_err(req, -ret);
 }
 
@@ -130,7 +130,7 @@ void root_readdir(fuse_req_t req, size_t size, off_t off)
 		return;
 	fs_dir_add_list(&b, fixed, sizeof(fixed) / sizeof(fixed[0]));
 	uint32_t cur = off > 16 ? (uint32_t)(off - 16) : 0;
-	while (!b.full && store_table_next(fs->st, &cur, &a) == 1)
+	while (!b.full && front_table_next(&fs->fr, &cur, &a) == 1)
 		fs_dir_add(&b, a.name, fs_ino_table(a.id), S_IFREG, 16 + (off_t)cur);
 	fs_dir_reply(&b);
 }
@@ -140,7 +140,7 @@ void root_statfs(fuse_req_t req)
 	struct embfs *fs = fs_of(req);
 	struct store_stats s;
 	struct statvfs v;
-	store_stats_get(fs->st, &s);
+	front_stats_get(&fs->fr, &s);
 	memset(&v, 0, sizeof(v));
 	v.f_bsize = 4096;
 	v.f_frsize = 4096;
@@ -149,7 +149,7 @@ void root_statfs(fuse_req_t req)
 	/* with a spill tier its segments count too: free ones (and the open
 	 * one's unwritten end) are free room */
 	struct store_spill_stats sp;
-	store_spill_stats_get(fs->st, &sp);
+	front_spill_stats_get(&fs->fr, &sp);
 	if (sp.attached) {
 		v.f_blocks += sp.segs * sp.seg_size / 4096;
 		v.f_bfree += sp.free_bytes / 4096;

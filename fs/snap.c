@@ -14,7 +14,7 @@
  * absent.  Without a cache every write is committed before it returns, so a
  * snapshot is durable when mkdir returns.  The first open of a table in a
  * snapshot that is not durable yet writes the cache back first
- * (rows_sync_snap).
+ * (front_sync_snap).
  */
 #include <errno.h>
 #include <string.h>
@@ -30,13 +30,13 @@ void snap_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	uint32_t id;
 	int ret;
 	if (k.kind == FS_SNAPS) {
-		ret = store_snap_lookup(fs->st, name, &sn);
+		ret = front_snap_lookup(&fs->fr, name, &sn);
 		if (!ret)
 			fs_reply_entry(req, fs_ino_snapdir(sn.idx));
 	} else {
-		ret = store_snap_get(fs->st, k.idx, &sn);
+		ret = front_snap_get(&fs->fr, k.idx, &sn);
 		if (!ret)
-			ret = store_snap_table_lookup(fs->st, k.idx, name, &id);
+			ret = front_snap_table_lookup(&fs->fr, k.idx, name, &id);
 		if (!ret)
 			fs_reply_entry(req, fs_ino_snaptable(k.idx, id));
 	}
@@ -58,10 +58,10 @@ void snap_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 	fs_dir_add(&b, "..", k.kind == FS_SNAPS ? INO_ROOT : INO_SNAPS, S_IFDIR, 2);
 	uint32_t cur = off > 16 ? (uint32_t)(off - 16) : 0;
 	if (k.kind == FS_SNAPS) {
-		while (!b.full && store_snap_next(fs->st, &cur, &sn) == 1)
+		while (!b.full && front_snap_next(&fs->fr, &cur, &sn) == 1)
 			fs_dir_add(&b, sn.name, fs_ino_snapdir(sn.idx), S_IFDIR, 16 + (off_t)cur);
 	} else {
-		while (!b.full && store_snap_table_next(fs->st, k.idx, &cur, &a) == 1)
+		while (!b.full && front_snap_table_next(&fs->fr, k.idx, &cur, &a) == 1)
 			fs_dir_add(&b, a.name, fs_ino_snaptable(k.idx, a.id), S_IFREG, 16 + (off_t)cur);
 	}
 	fs_dir_reply(&b);
@@ -71,30 +71,12 @@ void snap_mkdir(fuse_req_t req, const char *name)
 {
 	struct embfs *fs = fs_of(req);
 	struct store_snap sn;
-	/* no write into the cache may read the old batch id and land after the
-	 * cache learns of the snapshot: it would overwrite a row the snapshot
-	 * needs without keeping a copy */
-	pthread_rwlock_wrlock(&fs->snap_rw);
-	int ret = store_snap_create(fs->st, name, fs->cache == NULL, &sn);
-	if (!ret && fs->cache) {
-		cache_set_snapshot(fs->cache, sn.batch);
-		/* its tables' row counts (st_blocks) take in the rows still only
-		 * in the cache: no write lands meanwhile (snap_rw) */
-		uint32_t cur = 0;
-		struct store_attr a;
-		while (store_snap_table_next(fs->st, sn.idx, &cur, &a) == 1) {
-			uint64_t n = rows_count(fs, a.id, a.nrows);
-			if (n != a.nrows)
-				store_snap_table_count(fs->st, sn.idx, a.id, n);
-		}
-	}
-	pthread_rwlock_unlock(&fs->snap_rw);
+	int ret = front_snap_take(&fs->fr, name, &sn);
 	if (ret) {
-		rows_pool_failed(fs, ret);
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	store_dir_touch(fs->st, STORE_DIR_SNAPS);
+	front_dir_touch(&fs->fr, STORE_DIR_SNAPS);
 	atomic_fetch_add_explicit(&fs->n_snaps, 1, memory_order_relaxed);
 	fs_reply_entry(req, fs_ino_snapdir(sn.idx));
 }
@@ -102,13 +84,9 @@ void snap_mkdir(fuse_req_t req, const char *name)
 void snap_rmdir(fuse_req_t req, const char *name)
 {
 	struct embfs *fs = fs_of(req);
-	/* the drop frees versions nothing else holds: their bytes must all be in
-	 * the pool, so write the cache's preserved versions back first */
-	int ret = fs->cache ? cache_flush(fs->cache, -1) : 0;
+	int ret = front_snap_remove(&fs->fr, name);
 	if (!ret)
-		ret = store_snap_drop(fs->st, name);
-	if (!ret)
-		store_dir_touch(fs->st, STORE_DIR_SNAPS);
+		front_dir_touch(&fs->fr, STORE_DIR_SNAPS);
 	fuse_reply_err(req, -ret);
 }
 
@@ -118,14 +96,14 @@ void snap_fsyncdir(fuse_req_t req, fuse_ino_t ino)
 {
 	struct embfs *fs = fs_of(req);
 	struct fs_ino k = fs_ino(ino);
-	int ret = rows_sync(fs, -1);
+	int ret = front_sync_table(&fs->fr, -1);
 	if (!ret && k.kind == FS_SNAPDIR)
-		ret = rows_sync_snap(fs, k.idx);
+		ret = front_sync_snap(&fs->fr, k.idx);
 	if (!ret && k.kind == FS_SNAPS) {
 		uint32_t cur = 0;
 		struct store_snap sn;
-		while (!ret && store_snap_next(fs->st, &cur, &sn) == 1)
-			ret = store_snap_set_durable(fs->st, sn.idx, sn.gen);
+		while (!ret && front_snap_next(&fs->fr, &cur, &sn) == 1)
+			ret = front_snap_set_durable(&fs->fr, sn.idx, sn.gen);
 	}
 	fuse_reply_err(req, -ret);
 }

@@ -289,11 +289,11 @@ static int collect(struct embfs *fs, struct store_snap **sn, size_t *nsn, struct
 	if (!*sn)
 		return -1;
 	uint32_t sc = 0;
-	while (*nsn < EMB_MAX_SNAPS && store_snap_next(fs->st, &sc, &(*sn)[*nsn]) == 1)
+	while (*nsn < EMB_MAX_SNAPS && front_snap_next(&fs->fr, &sc, &(*sn)[*nsn]) == 1)
 		(*nsn)++;
 	uint32_t cur = 0;
 	struct store_attr a;
-	while (store_table_next(fs->st, &cur, &a) == 1) {
+	while (front_table_next(&fs->fr, &cur, &a) == 1) {
 		if (*nt == cap) {
 			cap = cap ? cap * 2 : 16;
 			struct tline *n = realloc(*t, cap * sizeof(**t));
@@ -304,13 +304,13 @@ static int collect(struct embfs *fs, struct store_snap **sn, size_t *nsn, struct
 		struct tline *l = &(*t)[(*nt)++];
 		memset(l, 0, sizeof(*l));
 		memcpy(l->name, a.name, sizeof(l->name));
-		l->rows = rows_count(fs, a.id, a.nrows);
+		l->rows = front_count(&fs->fr, a.id, a.nrows);
 		l->size = a.size;
 		l->dim = a.dim;
 		l->row_size = a.row_size;
-		l->dtype = store_dtype_name(a.dtype);
-		if (fs->cache)
-			cache_stats_get(fs->cache, a.id, &l->cs);
+		l->dtype = front_dtype_name(a.dtype);
+		if (fs->fr.cache)
+			cache_stats_get(fs->fr.cache, a.id, &l->cs);
 	}
 	return 0;
 }
@@ -434,10 +434,10 @@ static int render(struct embfs *fs, struct stats_out *o)
 	struct store_stats s;
 	struct cache_stats cs;
 	FILE *f = o->f;
-	store_stats_get(fs->st, &s);
-	if (fs->cache) {
+	front_stats_get(&fs->fr, &s);
+	if (fs->fr.cache) {
 		/* rows written but not yet written back count as stored */
-		cache_stats_get(fs->cache, -1, &cs);
+		cache_stats_get(fs->fr.cache, -1, &cs);
 		s.rows += cs.new_dirty;
 	}
 	const char *media = s.is_pmem ? "pmem" : "file-msync";
@@ -461,7 +461,7 @@ static int render(struct embfs *fs, struct stats_out *o)
 	PUT("pool.checksum_errors", "pool_checksum_errors_total", COUNTER,
 	    "Damaged versions or index buckets met (each gave EIO)", s.checksum_errors);
 	char why[200], state[240];
-	int failed = store_health(fs->st, why, sizeof(why)) != 0;
+	int failed = front_health(&fs->fr, why, sizeof(why)) != 0;
 	if (failed)
 		snprintf(state, sizeof(state), "failed (%s)", why);
 	put_string(o, "pool.state", failed ? state : "ok");
@@ -502,27 +502,27 @@ static int render(struct embfs *fs, struct stats_out *o)
 	struct store_intent in;
 	PUT("restore.pending", "restore_pending", GAUGE,
 	    "1 while a restore or rollback is recorded and not finished (store/intent.c)",
-	    (uint64_t)(store_intent_get(fs->st, &in) != 0));
+	    (uint64_t)(front_intent_get(&fs->fr, &in) != 0));
 	PUT("restore.recovered", "restore_recovered_total", COUNTER,
 	    "Restores a crash interrupted, finished at mount", atomic_load(&fs->n_restore_recovered));
 	batch_stats(fs, o);
 	pc_stats(fs, o);
-	if (fs->cache)
+	if (fs->fr.cache)
 		put_cache(o, &cs);
 	struct store_spill_stats sp;
-	store_spill_stats_get(fs->st, &sp);
+	front_spill_stats_get(&fs->fr, &sp);
 	PUT("pmem.row_bytes", "pmem_row_bytes", GAUGE, "Pool bytes of row versions", sp.pmem_row_bytes);
 	PUT("pmem.versions", "pmem_versions", GAUGE, "Row versions in the pool", sp.pmem_versions);
 	if (sp.attached)
 		put_spill(o, &sp);
-	PUT("batch", "batch_id", GAUGE, "The current batch id", store_batch_get(fs->st));
+	PUT("batch", "batch_id", GAUGE, "The current batch id", front_batch_get(&fs->fr));
 	PUT("snapshots", "snapshots", GAUGE, "Live snapshots", s.snapshots);
 	struct store_snap *sn;
 	struct tline *t;
 	size_t nsn, nt;
 	int ret = collect(fs, &sn, &nsn, &t, &nt);
 	if (!ret)
-		put_lines(o, sn, nsn, t, nt, fs->cache != NULL);
+		put_lines(o, sn, nsn, t, nt, fs->fr.cache != NULL);
 	free(sn);
 	free(t);
 	return ret;

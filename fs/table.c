@@ -42,11 +42,11 @@ void table_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
 			ret = -EROFS;
 		else
-			ret = rows_sync_snap(fs, k.idx); /* its rows must be in the pool */
+			ret = front_sync_snap(&fs->fr, k.idx); /* its rows must be in the pool */
 	} else if (fi->flags & O_TRUNC) {
 		/* libfuse negotiates atomic_o_trunc: the kernel sends no SETATTR
 		 * for open(O_TRUNC) and relies on us to truncate here */
-		ret = rows_truncate(fs, k.id, 0);
+		ret = front_truncate(&fs->fr, k.id, 0);
 	}
 	if (ret) {
 		fuse_reply_err(req, -ret);
@@ -114,7 +114,7 @@ void table_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ret = rows_read(fs, &v, a.row_size, o, len, buf);
+	ret = front_read(&fs->fr, &v, a.row_size, o, len, buf);
 	if (!ret)
 		pc_io_done(fs, v.id, a.row_size, o, len, buf, &io);
 	if (!v.snap) {
@@ -135,7 +135,7 @@ static int seek_from(struct embfs *fs, const struct store_view *v, const struct 
 		     int hole, uint64_t *pos)
 {
 	uint64_t rs = a->row_size, r;
-	int ret = hole ? store_row_hole(fs->st, v, o / rs, &r) : store_row_next(fs->st, v, o / rs, &r);
+	int ret = hole ? front_row_hole(&fs->fr, v, o / rs, &r) : front_row_next(&fs->fr, v, o / rs, &r);
 	if (ret < 0)
 		return ret;
 	if (!hole && ret == 0)
@@ -156,9 +156,9 @@ void table_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence)
 	}
 	int ret = fs_view(fs, ino, &v, NULL);
 	if (!ret && !v.snap)
-		ret = rows_before_change(fs, v.id); /* the store answers: it must hold every row written */
+		ret = front_before_change(&fs->fr, v.id); /* the store answers: it must hold every row written */
 	if (!ret)
-		ret = store_view_getattr(fs->st, &v, &a);
+		ret = front_view_getattr(&fs->fr, &v, &a);
 	if (!ret && (off < 0 || (uint64_t)off >= a.size))
 		ret = -ENXIO;
 	if (!ret)
@@ -185,7 +185,7 @@ static int xa_value(const struct store_attr *a, const char *name, char *out, siz
 	if (!strcmp(name, XA_DIM))
 		return snprintf(out, n, "%u", a->dim);
 	if (!strcmp(name, XA_DTYPE))
-		return snprintf(out, n, "%s", store_dtype_name(a->dtype));
+		return snprintf(out, n, "%s", front_dtype_name(a->dtype));
 	if (!strcmp(name, XA_ROWSZ))
 		return snprintf(out, n, "%u", a->row_size);
 	return -ENODATA;
@@ -228,13 +228,13 @@ void table_write(fuse_req_t req, uint32_t id, const char *data, size_t size, off
 {
 	struct embfs *fs = fs_of(req);
 	struct store_attr a;
-	int ret = store_table_getattr(fs->st, id, &a);
+	int ret = front_table_getattr(&fs->fr, id, &a);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
 	uint64_t o = (uint64_t)off;
-	if (off < 0 || o + size < o || o + size > store_max_size(a.row_size)) {
+	if (off < 0 || o + size < o || o + size > front_max_size(a.row_size)) {
 		fuse_reply_err(req, EFBIG);
 		return;
 	}
@@ -244,14 +244,14 @@ void table_write(fuse_req_t req, uint32_t id, const char *data, size_t size, off
 	} else {
 		struct pc_io io;
 		pc_io_begin(fs, id, &io);
-		ret = rows_write(fs, id, a.row_size, o, size, data);
+		ret = front_write(&fs->fr, id, a.row_size, o, size, data);
 		if (!ret)
 			pc_io_done(fs, id, a.row_size, o, size, data, &io);
 	}
 	atomic_fetch_add_explicit(&fs->n_write, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&fs->n_write_bytes, size, memory_order_relaxed);
 	if (ret) {
-		rows_pool_failed(fs, ret);
+		front_pool_failed(&fs->fr, ret);
 		fuse_reply_err(req, -ret);
 	} else {
 		fuse_reply_write(req, size);
@@ -308,11 +308,11 @@ void table_setattr(fuse_req_t req, uint32_t id, struct stat *attr, int to_set)
 			fuse_reply_err(req, EINVAL);
 			return;
 		}
-		ret = rows_truncate(fs, id, (uint64_t)attr->st_size);
+		ret = front_truncate(&fs->fr, id, (uint64_t)attr->st_size);
 	}
 	unsigned mask = setattr_mask(attr, to_set, &a);
 	if (!ret && mask)
-		ret = store_table_setattr(fs->st, id, &a, mask);
+		ret = front_table_setattr(&fs->fr, id, &a, mask);
 	if (!ret)
 		ret = fs_stat(fs, fs_ino_table(id), &st, NULL);
 	if (ret)
@@ -340,7 +340,7 @@ static int xa_geometry(const char *name, const char *v, const struct store_attr 
 	*dim = a->dim;
 	*dtype = a->dtype;
 	if (strcmp(name, XA_DIM))
-		return store_dtype_parse(v, dtype) ? -EINVAL : 0;
+		return front_dtype_parse(v, dtype) ? -EINVAL : 0;
 	char *end;
 	errno = 0;
 	unsigned long d = strtoul(v, &end, 10);
@@ -365,7 +365,7 @@ void table_setxattr(fuse_req_t req, uint32_t id, const char *name, const char *v
 	if (!ret)
 		ret = xa_text(value, size, v, sizeof(v));
 	if (!ret)
-		ret = store_table_getattr(fs->st, id, &a);
+		ret = front_table_getattr(&fs->fr, id, &a);
 	if (!ret && !strcmp(name, XA_ROWSZ)) {
 		/* read-only; setting the value it has (cp -a copying the xattrs) is fine */
 		char cur[16];
@@ -377,11 +377,11 @@ void table_setxattr(fuse_req_t req, uint32_t id, const char *name, const char *v
 	if (!ret && dim == a.dim && dtype == a.dtype)
 		ret = 1; /* what it is already: nothing to change, also with rows */
 	if (!ret)
-		ret = rows_before_change(fs, id);
+		ret = front_before_change(&fs->fr, id);
 	if (!ret)
-		ret = store_table_set_geometry(fs->st, id, dim, dtype);
+		ret = front_table_set_geometry(&fs->fr, id, dim, dtype);
 	if (!ret)
-		rows_after_change(fs, id, 0, UINT64_MAX);
+		front_after_change(&fs->fr, id, 0, UINT64_MAX);
 	fuse_reply_err(req, ret > 0 ? 0 : -ret);
 }
 
@@ -393,22 +393,22 @@ void table_fallocate(fuse_req_t req, uint32_t id, int mode, off_t off, off_t len
 	else if (off < 0 || len <= 0)
 		ret = -EINVAL;
 	else
-		ret = rows_punch(fs_of(req), id, (uint64_t)off, (uint64_t)len);
+		ret = front_punch(&fs_of(req)->fr, id, (uint64_t)off, (uint64_t)len);
 	fuse_reply_err(req, -ret);
 }
 
 void table_forget(struct embfs *fs, uint32_t id, uint64_t n)
 {
 	struct store_attr a;
-	if (atomic_fetch_sub(&fs->nlookup[id], n) != n || store_table_getattr(fs->st, id, &a) || !a.orphan)
+	if (atomic_fetch_sub(&fs->nlookup[id], n) != n || front_table_getattr(&fs->fr, id, &a) || !a.orphan)
 		return;
 	/* the last reference to an unlinked table: rows written before a
 	 * snapshot belong to it even when the table is gone from the live
 	 * tree: write them back, do not drop them */
-	if (store_table_snaps(fs->st, id) > 0)
-		rows_before_change(fs, id);
-	rows_after_change(fs, id, 0, UINT64_MAX);
-	int ret = store_table_release(fs->st, id);
+	if (front_table_snaps(&fs->fr, id) > 0)
+		front_before_change(&fs->fr, id);
+	front_after_change(&fs->fr, id, 0, UINT64_MAX);
+	int ret = front_table_release(&fs->fr, id);
 	if (ret)
 		fprintf(stderr, "embfs: freeing unlinked table %u: %s\n", id, strerror(-ret));
 }

@@ -12,11 +12,13 @@
  *                flusher, snapshots' preserved copies; cache_flush,
  *                cache_set_snapshot
  *   below.c      cache_store_ops, the ops over the store (embfs/store.h) that
- *                the daemon passes to cache_create(); the only file of cache/
- *                that calls the store
+ *                front.c passes to cache_create()
+ *   front.c, io.c  the cache layer as fs/ sees it (embfs/front.h): table
+ *                byte ranges <-> rows through the row cache, snapshots, sync
+ *                points, and the calls passed to the store
  *
  * Contract:
- * - The cache proper (cache.c, rows.c, writeback.c) knows nothing of the
+ * - The row cache proper (cache.c, rows.c, writeback.c) knows nothing of the
  *   layer below.  Misses go to ops->fetch, dirty rows leave through
  *   ops->writeback (one call per table and batch: the layer below makes the
  *   whole batch durable at once — group commit).

@@ -26,4 +26,10 @@ cp "$TOP/store/view.c" "$T/src/store/view.c"
 printf '/* a file of fs/ */\n' >"$T/src/$UNLISTED.c"
 python3 "$CHECK" "$T/src" 2>"$T/err" && fail "maps.py passes $UNLISTED.c, which fs/fs.h does not list"
 grep -q "$UNLISTED.c is missing from the file map" "$T/err" || { cat "$T/err" >&2; fail "maps.py does not name the unlisted file"; }
+rm "$T/src/$UNLISTED.c"
+
+# fs/ calling the store past the cache layer
+printf 'static int x(void) { return store_sync(0); }\n' >>"$T/src/fs/base.c"
+python3 "$CHECK" "$T/src" 2>"$T/err" && fail "maps.py passes a store_ call in fs/base.c"
+grep -q "fs/base.c:.*fs/ reaches past the cache layer" "$T/err" || { cat "$T/err" >&2; fail "maps.py does not name the call past the cache layer"; }
 say "paths named exist, file maps are complete; a missing path or an unlisted file is caught"

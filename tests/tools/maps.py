@@ -9,6 +9,8 @@
   every fs/*.c, the cache's headers every cache/*.c.
 - No file of the core store (store/*) includes a tier header but
   tier/tier.h.
+- fs/ calls no store_* function and includes no store header: it reaches
+  the store through the cache layer (embfs/front.h).
 - No file cites DESIGN.md (the design card is not in the tree: docs/design.md
   is).
 Prints each problem and exits 1 if there is one."""
@@ -56,7 +58,15 @@ listed(["store/store_int.h"], "store")
 listed(["store/tier/tier.h", "store/tier/run.c"], "store/tier")
 listed(["fs/fs.h"], "fs")
 cache_h = [os.path.join("cache", f) for f in os.listdir(os.path.join(root, "cache")) if f.endswith(".h")]
-listed(cache_h + ["include/embfs/cache.h"], "cache")
+listed(cache_h + ["include/embfs/cache.h", "include/embfs/front.h"], "cache")
+
+# fs/ calls the cache layer only: no store_* call, no store header
+for f in sorted(os.listdir(os.path.join(root, "fs"))):
+    if f.endswith((".c", ".h")):
+        for n, line in enumerate(open(os.path.join(root, "fs", f)), 1):
+            code = line.split("/*")[0].split("//")[0]
+            if re.search(r"\bstore_\w+\s*\(", code) or re.match(r'\s*#\s*include\s+"(embfs/store\.h|.*store_int\.h)"', line):
+                bad.append(f"fs/{f}:{n}: fs/ reaches past the cache layer: {line.strip()}")
 
 # the core store sees the tier through tier/tier.h only
 for f in sorted(os.listdir(os.path.join(root, "store"))):

@@ -466,7 +466,7 @@ static void test_preserve(void)
 	cache_destroy(c);
 }
 
-/* As fs/rows.c does: promise n rows below, write with that credit, give
+/* As cache/io.c does: promise n rows below, write with that credit, give
  * back what is left.  Returns cache_write()'s result; *spent: units used. */
 static int wr_credit(struct cache *c, uint64_t row, uint32_t off, uint32_t len, uint64_t batch,
 		     int64_t n, int64_t *spent)

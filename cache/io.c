@@ -10,7 +10,7 @@
  * store through cache/below.c (cache_store_ops).
  *
  * Room for rows a write leaves dirty in the cache is promised before the
- * write (rows_reserve) and handed to the cache as the write's credit, an
+ * write (front_reserve) and handed to the cache as the write's credit, an
  * argument all the way down; what the write did not spend is given back.
  */
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs.h"
+#include "embfs/front.h"
 
 /* ---- reads -------------------------------------------------------------- */
 
@@ -31,15 +31,15 @@
 #define SCAN_BYTES (128u << 10)
 
 /* Whole rows [first, first + n) as a scan. */
-static int rows_scan(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t first, size_t n,
+static int rows_scan(struct front *f, const struct store_view *v, uint32_t rs, uint64_t first, size_t n,
 		     char *buf, uint8_t *present)
 {
-	int ret = fs->cache && !v->snap ? cache_read_range(fs->cache, v->id, rs, first, n, buf, present)
-					: store_rows_read_range(fs->st, v, first, n, buf, NULL, present);
+	int ret = f->cache && !v->snap ? cache_read_range(f->cache, v->id, rs, first, n, buf, present)
+					: store_rows_read_range(f->st, v, first, n, buf, NULL, present);
 	return ret < 0 ? ret : 0;
 }
 
-int rows_get(struct embfs *fs, const struct store_view *v, uint32_t rs, const uint64_t *ids, size_t n,
+int front_rows_get(struct front *f, const struct store_view *v, uint32_t rs, const uint64_t *ids, size_t n,
 	     char *buf, uint8_t *present)
 {
 	if (n && (uint64_t)n * rs >= SCAN_BYTES && ids[n - 1] - ids[0] == n - 1) {
@@ -47,27 +47,27 @@ int rows_get(struct embfs *fs, const struct store_view *v, uint32_t rs, const ui
 		while (i < n && ids[i] == ids[i - 1] + 1)
 			i++;
 		if (i == n)
-			return rows_scan(fs, v, rs, ids[0], n, buf, present);
+			return rows_scan(f, v, rs, ids[0], n, buf, present);
 	}
-	int ret = fs->cache && !v->snap ? cache_read_rows(fs->cache, v->id, rs, ids, n, buf, present)
-					: store_rows_read(fs->st, v, ids, n, buf, present, NULL);
+	int ret = f->cache && !v->snap ? cache_read_rows(f->cache, v->id, rs, ids, n, buf, present)
+					: store_rows_read(f->st, v, ids, n, buf, present, NULL);
 	return ret < 0 ? ret : 0;
 }
 
 /* Whole rows [first, first + n) into buf. */
-static int rows_run(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t first, size_t n,
+static int rows_run(struct front *f, const struct store_view *v, uint32_t rs, uint64_t first, size_t n,
 		    char *buf)
 {
 	uint64_t sids[64], *ids = n <= 64 ? sids : NULL;
 	if (!n)
 		return 0;
 	if ((uint64_t)n * rs >= SCAN_BYTES)
-		return rows_scan(fs, v, rs, first, n, buf, NULL);
+		return rows_scan(f, v, rs, first, n, buf, NULL);
 	if (!ids && !(ids = malloc(n * sizeof(*ids))))
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
 		ids[i] = first + i;
-	int ret = rows_get(fs, v, rs, ids, n, buf, NULL);
+	int ret = front_rows_get(f, v, rs, ids, n, buf, NULL);
 	if (ids != sids)
 		free(ids);
 	return ret;
@@ -76,7 +76,7 @@ static int rows_run(struct embfs *fs, const struct store_view *v, uint32_t rs, u
 /* Through the cache: runs of whole rows in one call (its misses reach the
  * store in one call: one device submission for spilled rows), the pieces of
  * rows at either end one by one. */
-static int read_cached(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t off, size_t len,
+static int read_cached(struct front *f, const struct store_view *v, uint32_t rs, uint64_t off, size_t len,
 		       char *buf)
 {
 	int ret = 0;
@@ -84,13 +84,13 @@ static int read_cached(struct embfs *fs, const struct store_view *v, uint32_t rs
 		uint64_t pos = off + done;
 		if (pos % rs == 0 && len - done >= 2 * (size_t)rs) {
 			size_t n = (len - done) / rs;
-			ret = rows_run(fs, v, rs, pos / rs, n, buf + done);
+			ret = rows_run(f, v, rs, pos / rs, n, buf + done);
 			done += n * rs;
 			continue;
 		}
 		uint32_t in = (uint32_t)(pos % rs);
 		size_t take = rs - in < len - done ? rs - in : len - done;
-		ret = cache_read(fs->cache, v->id, rs, pos / rs, in, (uint32_t)take, buf + done);
+		ret = cache_read(f->cache, v->id, rs, pos / rs, in, (uint32_t)take, buf + done);
 		done += take;
 	}
 	return ret < 0 ? ret : 0;
@@ -98,7 +98,7 @@ static int read_cached(struct embfs *fs, const struct store_view *v, uint32_t rs
 
 /* From the store: every row the range touches in one call (spilled rows:
  * one device submission), straight into buf when the range is whole rows. */
-static int read_stored(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t off, size_t len,
+static int read_stored(struct front *f, const struct store_view *v, uint32_t rs, uint64_t off, size_t len,
 		       char *buf)
 {
 	uint64_t r0 = off / rs, nr = (off + len - 1) / rs - r0 + 1;
@@ -106,7 +106,7 @@ static int read_stored(struct embfs *fs, const struct store_view *v, uint32_t rs
 	char *rows = whole ? buf : malloc(nr * rs);
 	if (!rows)
 		return -ENOMEM;
-	int ret = rows_run(fs, v, rs, r0, nr, rows);
+	int ret = rows_run(f, v, rs, r0, nr, rows);
 	if (!ret && !whole)
 		memcpy(buf, rows + (off - r0 * rs), len);
 	if (!whole)
@@ -114,13 +114,13 @@ static int read_stored(struct embfs *fs, const struct store_view *v, uint32_t rs
 	return ret;
 }
 
-int rows_read(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_t off, size_t len, char *buf)
+int front_read(struct front *f, const struct store_view *v, uint32_t rs, uint64_t off, size_t len, char *buf)
 {
 	if (!len)
 		return 0;
-	if (fs->cache && !v->snap)
-		return read_cached(fs, v, rs, off, len, buf);
-	return read_stored(fs, v, rs, off, len, buf);
+	if (f->cache && !v->snap)
+		return read_cached(f, v, rs, off, len, buf);
+	return read_stored(f, v, rs, off, len, buf);
 }
 
 /* ---- writes ------------------------------------------------------------- */
@@ -130,31 +130,31 @@ int rows_read(struct embfs *fs, const struct store_view *v, uint32_t rs, uint64_
  * take: when no promise can be made, write the cache back (the rows then
  * take what they really need, the rest of the promise comes back, and with
  * a spill tier the mover can move them out) and ask again. */
-int rows_reserve(struct embfs *fs, uint32_t id, uint32_t rs, int64_t n)
+int front_reserve(struct front *f, uint32_t id, uint32_t rs, int64_t n)
 {
-	int ret = store_space_reserve(fs->st, id, rs, n);
-	if (ret == -ENOSPC && fs->cache && cache_flush(fs->cache, -1) == 0)
-		ret = store_space_reserve(fs->st, id, rs, n);
+	int ret = store_space_reserve(f->st, id, rs, n);
+	if (ret == -ENOSPC && f->cache && cache_flush(f->cache, -1) == 0)
+		ret = store_space_reserve(f->st, id, rs, n);
 	return ret;
 }
 
-void rows_unreserve(struct embfs *fs, uint32_t id, uint32_t rs, int64_t credit)
+void front_unreserve(struct front *f, uint32_t id, uint32_t rs, int64_t credit)
 {
 	if (credit > 0)
-		store_space_reserve(fs->st, id, rs, -credit);
+		store_space_reserve(f->st, id, rs, -credit);
 }
 
 /* Around writes into the cache: the batch id to stamp them with, read with
  * snap_rw held shared so that no write straddles a snapshot (snap.c). */
-static uint64_t batch_begin(struct embfs *fs)
+static uint64_t batch_begin(struct front *f)
 {
-	pthread_rwlock_rdlock(&fs->snap_rw);
-	return store_batch_get(fs->st);
+	pthread_rwlock_rdlock(&f->snap_rw);
+	return store_batch_get(f->st);
 }
 
-static void batch_end(struct embfs *fs)
+static void batch_end(struct front *f)
 {
-	pthread_rwlock_unlock(&fs->snap_rw);
+	pthread_rwlock_unlock(&f->snap_rw);
 }
 
 /* Rows a byte range touches. */
@@ -165,28 +165,28 @@ static uint64_t range_rows(uint32_t rs, uint64_t lo, uint64_t hi)
 
 /* One range into the cache: room for every row it touches is promised
  * before any changes, so the write is refused whole (ENOSPC) or taken whole. */
-static int write_cached(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
+static int write_cached(struct front *f, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
 {
 	int64_t credit = (int64_t)range_rows(rs, off, off + len);
-	int ret = rows_reserve(fs, id, rs, credit);
+	int ret = front_reserve(f, id, rs, credit);
 	if (ret)
 		return ret;
-	uint64_t batch = batch_begin(fs);
-	ret = store_space_links(fs->st, id); /* a snapshot since the promise */
+	uint64_t batch = batch_begin(f);
+	ret = store_space_links(f->st, id); /* a snapshot since the promise */
 	for (size_t done = 0; done < len && !ret;) {
 		uint64_t pos = off + done;
 		uint32_t in = (uint32_t)(pos % rs);
 		size_t take = rs - in < len - done ? rs - in : len - done;
-		ret = cache_write(fs->cache, id, rs, pos / rs, in, (uint32_t)take, data + done, batch, &credit);
+		ret = cache_write(f->cache, id, rs, pos / rs, in, (uint32_t)take, data + done, batch, &credit);
 		done += take;
 	}
-	batch_end(fs);
-	rows_unreserve(fs, id, rs, credit);
-	return ret ? ret : store_table_extend(fs->st, id, off + len);
+	batch_end(f);
+	front_unreserve(f, id, rs, credit);
+	return ret ? ret : store_table_extend(f->st, id, off + len);
 }
 
 /* The ranges as one store commit, the size raised to the end of the last. */
-static int write_stored(struct embfs *fs, uint32_t id, uint32_t rs, const struct rows_range *r, size_t nr,
+static int write_stored(struct front *f, uint32_t id, uint32_t rs, const struct front_range *r, size_t nr,
 			uint64_t off, const char *data)
 {
 	size_t nops = 0, k = 0;
@@ -203,26 +203,26 @@ static int write_stored(struct embfs *fs, uint32_t id, uint32_t rs, const struct
 			pos += take;
 		}
 	}
-	int ret = store_rows_write(fs->st, id, ops, k, nr ? r[nr - 1].hi : 0);
+	int ret = store_rows_write(f->st, id, ops, k, nr ? r[nr - 1].hi : 0);
 	free(ops);
 	return ret;
 }
 
-int rows_write_ranges(struct embfs *fs, uint32_t id, uint32_t rs, const struct rows_range *r, size_t n,
+int front_write_ranges(struct front *f, uint32_t id, uint32_t rs, const struct front_range *r, size_t n,
 		      uint64_t off, const char *data)
 {
 	int ret = 0;
-	if (!fs->cache)
-		return write_stored(fs, id, rs, r, n, off, data);
+	if (!f->cache)
+		return write_stored(f, id, rs, r, n, off, data);
 	for (size_t i = 0; i < n && !ret; i++)
-		ret = write_cached(fs, id, rs, r[i].lo, r[i].hi - r[i].lo, data + (r[i].lo - off));
+		ret = write_cached(f, id, rs, r[i].lo, r[i].hi - r[i].lo, data + (r[i].lo - off));
 	return ret;
 }
 
-int rows_write(struct embfs *fs, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
+int front_write(struct front *f, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
 {
-	struct rows_range r = { off, off + len };
-	return rows_write_ranges(fs, id, rs, &r, 1, off, data);
+	struct front_range r = { off, off + len };
+	return front_write_ranges(f, id, rs, &r, 1, off, data);
 }
 
 struct idpos {
@@ -239,7 +239,7 @@ static int cmp_idpos(const void *a, const void *b)
 }
 
 /* A scatter without a cache: one group commit, the last of duplicates winning. */
-static int scatter_stored(struct embfs *fs, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows,
+static int scatter_stored(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows,
 			  uint32_t n, uint64_t end)
 {
 	struct idpos *v = malloc(n * sizeof(*v));
@@ -256,40 +256,40 @@ static int scatter_stored(struct embfs *fs, uint32_t id, uint32_t rs, const uint
 			ops[k++] = (struct store_rowop){ .row = v[i].row, .off = 0, .len = rs,
 							 .data = rows + (size_t)v[i].pos * rs };
 		}
-		ret = store_rows_write(fs->st, id, ops, k, end);
+		ret = store_rows_write(f->st, id, ops, k, end);
 	}
 	free(v);
 	free(ops);
 	return ret;
 }
 
-int rows_scatter(struct embfs *fs, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows, uint32_t n,
+int front_scatter(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows, uint32_t n,
 		 int64_t credit)
 {
 	uint64_t end = 0;
 	for (uint32_t i = 0; i < n; i++)
 		end = (ids[i] + 1) * rs > end ? (ids[i] + 1) * rs : end;
-	if (!fs->cache) {
-		rows_unreserve(fs, id, rs, credit);
-		return scatter_stored(fs, id, rs, ids, rows, n, end);
+	if (!f->cache) {
+		front_unreserve(f, id, rs, credit);
+		return scatter_stored(f, id, rs, ids, rows, n, end);
 	}
 	/* as a write: the batch id when it starts stamps its rows */
-	uint64_t batch = batch_begin(fs);
-	int ret = store_space_links(fs->st, id); /* a snapshot since the promise */
+	uint64_t batch = batch_begin(f);
+	int ret = store_space_links(f->st, id); /* a snapshot since the promise */
 	if (!ret)
-		ret = cache_write_rows(fs->cache, id, rs, ids, n, rows, batch, &credit);
-	batch_end(fs);
-	rows_unreserve(fs, id, rs, credit);
+		ret = cache_write_rows(f->cache, id, rs, ids, n, rows, batch, &credit);
+	batch_end(f);
+	front_unreserve(f, id, rs, credit);
 	/* after an error some rows may be written: the size covers them all
 	 * (rows not written read as holes, as in any sparse file) */
-	int r = store_table_extend(fs->st, id, end);
+	int r = store_table_extend(f->st, id, end);
 	return ret ? ret : r;
 }
 
 /* Punch a hole: whole rows are deleted, partly covered stored rows get the
  * covered bytes zeroed.  Stored rows are found through the seek index, so a
  * huge sparse range costs what it holds, not its length. */
-static int punch(struct embfs *fs, uint32_t id, const struct store_attr *a, uint64_t off, uint64_t end)
+static int punch(struct front *f, uint32_t id, const struct store_attr *a, uint64_t off, uint64_t end)
 {
 	static const char zeros[EMB_ROW_MAX];
 	uint32_t rs = a->row_size;
@@ -299,8 +299,8 @@ static int punch(struct embfs *fs, uint32_t id, const struct store_attr *a, uint
 		return -ENOMEM;
 	uint64_t r = off / rs, found;
 	struct store_view v;
-	int ret = store_view_live(fs->st, id, &v);
-	while (!ret && (ret = store_row_next(fs->st, &v, r, &found)) == 1) {
+	int ret = store_view_live(f->st, id, &v);
+	while (!ret && (ret = store_row_next(f->st, &v, r, &found)) == 1) {
 		uint64_t rstart = found * rs;
 		if (rstart >= end) {
 			ret = 0;
@@ -309,7 +309,7 @@ static int punch(struct embfs *fs, uint32_t id, const struct store_attr *a, uint
 		uint64_t lo = rstart > off ? rstart : off;
 		uint64_t hi = rstart + rs < end ? rstart + rs : end;
 		if (n == cap) {
-			ret = store_rows_write(fs->st, id, ops, n, 0);
+			ret = store_rows_write(f->st, id, ops, n, 0);
 			n = 0;
 			if (ret)
 				break;
@@ -322,93 +322,93 @@ static int punch(struct embfs *fs, uint32_t id, const struct store_attr *a, uint
 		r = found + 1;
 	}
 	if (ret >= 0 && n)
-		ret = store_rows_write(fs->st, id, ops, n, 0);
+		ret = store_rows_write(f->st, id, ops, n, 0);
 	free(ops);
 	return ret < 0 ? ret : 0;
 }
 
-int rows_punch(struct embfs *fs, uint32_t id, uint64_t off, uint64_t len)
+int front_punch(struct front *f, uint32_t id, uint64_t off, uint64_t len)
 {
 	struct store_attr a;
 	uint64_t end = off + len < off ? UINT64_MAX : off + len;
-	int ret = store_table_getattr(fs->st, id, &a);
+	int ret = store_table_getattr(f->st, id, &a);
 	if (!ret)
-		ret = rows_before_change(fs, id);
+		ret = front_before_change(f, id);
 	if (ret)
 		return ret;
 	uint64_t size_end = end > a.size ? a.size : end;
 	if (off < size_end)
-		ret = punch(fs, id, &a, off, size_end);
+		ret = punch(f, id, &a, off, size_end);
 	if (!ret) {
 		uint64_t last = end / a.row_size + 1;
-		rows_after_change(fs, id, off / a.row_size, last < end / a.row_size ? UINT64_MAX : last);
+		front_after_change(f, id, off / a.row_size, last < end / a.row_size ? UINT64_MAX : last);
 	}
 	return ret;
 }
 
-int rows_truncate(struct embfs *fs, uint32_t id, uint64_t size)
+int front_truncate(struct front *f, uint32_t id, uint64_t size)
 {
 	struct store_attr a;
-	int ret = store_table_getattr(fs->st, id, &a);
+	int ret = store_table_getattr(f->st, id, &a);
 	if (!ret)
-		ret = rows_before_change(fs, id);
+		ret = front_before_change(f, id);
 	if (!ret)
-		ret = store_table_truncate(fs->st, id, size);
+		ret = store_table_truncate(f->st, id, size);
 	if (!ret)
-		rows_after_change(fs, id, size / a.row_size, UINT64_MAX);
+		front_after_change(f, id, size / a.row_size, UINT64_MAX);
 	return ret;
 }
 
 /* ---- sync points -------------------------------------------------------- */
 
-int rows_pool_failed(struct embfs *fs, int ret)
+int front_pool_failed(struct front *f, int ret)
 {
-	return cache_below_failed(&fs->below, ret);
+	return cache_below_failed(&f->below, ret);
 }
 
-int rows_sync(struct embfs *fs, int64_t id)
+int front_sync_table(struct front *f, int64_t id)
 {
-	int ret = fs->cache ? cache_flush(fs->cache, id) : 0;
-	int r = store_sync(fs->st);
+	int ret = f->cache ? cache_flush(f->cache, id) : 0;
+	int r = store_sync(f->st);
 	ret = ret ? ret : r;
-	rows_pool_failed(fs, ret);
+	front_pool_failed(f, ret);
 	return ret;
 }
 
-int rows_sync_snap(struct embfs *fs, uint32_t idx)
+int front_sync_snap(struct front *f, uint32_t idx)
 {
 	struct store_snap sn;
-	int ret = store_snap_get(fs->st, idx, &sn);
+	int ret = store_snap_get(f->st, idx, &sn);
 	if (ret || sn.durable)
 		return ret;
-	ret = rows_sync(fs, -1);
+	ret = front_sync_table(f, -1);
 	if (!ret)
-		ret = store_snap_set_durable(fs->st, idx, sn.gen);
+		ret = store_snap_set_durable(f->st, idx, sn.gen);
 	return ret;
 }
 
-int rows_before_change(struct embfs *fs, uint32_t id)
+int front_before_change(struct front *f, uint32_t id)
 {
-	return fs->cache ? cache_flush(fs->cache, id) : 0;
+	return f->cache ? cache_flush(f->cache, id) : 0;
 }
 
-void rows_after_change(struct embfs *fs, uint32_t id, uint64_t from, uint64_t to)
+void front_after_change(struct front *f, uint32_t id, uint64_t from, uint64_t to)
 {
-	if (fs->cache)
-		cache_drop(fs->cache, id, from, to);
+	if (f->cache)
+		cache_drop(f->cache, id, from, to);
 }
 
-void rows_dropped(struct embfs *fs, uint32_t id, const uint64_t *rows, size_t n)
+void front_dropped(struct front *f, uint32_t id, const uint64_t *rows, size_t n)
 {
-	if (fs->cache)
-		cache_drop_rows(fs->cache, id, rows, n);
+	if (f->cache)
+		cache_drop_rows(f->cache, id, rows, n);
 }
 
-uint64_t rows_count(struct embfs *fs, uint32_t id, uint64_t store_rows)
+uint64_t front_count(struct front *f, uint32_t id, uint64_t store_rows)
 {
 	struct cache_stats cs;
-	if (!fs->cache)
+	if (!f->cache)
 		return store_rows;
-	cache_stats_get(fs->cache, id, &cs);
+	cache_stats_get(f->cache, id, &cs);
 	return store_rows + cs.new_dirty;
 }
