@@ -83,6 +83,7 @@
 #include <libpmemobj.h>
 
 #include "embfs/store.h"
+#include "store_test.h"
 
 #define EMB_NTABLES (EMB_CAT_PER_CHUNK * EMB_CAT_CHUNKS)
 #define EMB_NONE UINT64_MAX
@@ -224,6 +225,7 @@ struct store {
 		char fail_why[160];      /* why, set once with failed */
 	};
 	struct spill *sp;                /* spill tier (tier/spill.h), NULL when none is attached (device.c) */
+	struct store_test_spill test_spill; /* tier/mover.c: tests' hooks (store_test.h), read at attach */
 };
 static inline void *S_PTR(const struct store *s, uint64_t off)
 {
