@@ -150,7 +150,7 @@ struct store {
 		uint64_t map_len;
 		int is_pmem;
 		int recovered;           /* mount found an unclean shutdown */
-		int no_verify;           /* EMBFS_VERIFY=0: reads skip the bytes' digest (bench only) */
+		int no_verify;           /* EMBFS_VERIFY=0 in a test build: reads skip the bytes' digest (pool.c) */
 		struct emb_super *sb;
 		struct emb_journal *jr;
 		/* libpmemobj allocation classes of index objects: runs of one
