@@ -221,7 +221,9 @@ struct store {
 	};
 	struct { /* pm.c: the pool's failure (an msync failed) */
 		_Atomic int failed;      /* errno; the pool is read-only from then on */
-		uint64_t msync_seen;     /* the process's msync failures when the pool was opened */
+		_Atomic uint64_t msync_failures; /* failed msyncs of the pool's mapping (atomic) */
+		_Atomic int msync_errno;         /* ... and the errno of the last one (atomic) */
+		struct store *pm_next;   /* the open pools msync covers; protected by pm.c's pools_lock */
 		char fail_why[160];      /* why, set once with failed */
 	};
 	struct spill *sp;                /* spill tier (tier/spill.h), NULL when none is attached (device.c) */
@@ -341,8 +343,15 @@ int pm_barrier(struct store *s) __attribute__((warn_unused_result));
  * next msync, which covers the whole mapping. */
 void pm_soon(struct store *s, const void *addr, size_t len);
 int pm_persist(struct store *s, const void *addr, size_t len) __attribute__((warn_unused_result));
-/* At open: msync failures before now are not this pool's. */
+/* Around libpmemobj's open, create, check or close of a pool (the mapping
+ * not known yet, or no more): the calling thread's failed msyncs are the
+ * pool's (hidden from libpmemobj, which would abort; see pm.c). */
+void pm_enter(void);
+void pm_leave(void);
+/* Once s->base and s->map_len are set: failed msyncs of that mapping, from
+ * any thread, are s's (pm_failed).  pm_close closes s->pop and ends that. */
 void pm_open(struct store *s);
+void pm_close(struct store *s);
 /* -EIO once the pool has failed (an msync failed), else 0. */
 int pm_failed(struct store *s);
 /* Before a change: 0, or -EROFS once the pool has failed. */
