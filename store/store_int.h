@@ -16,7 +16,8 @@
  *   evict.c     the commit that takes rows a run now holds out of the index
  *   version.c   version chains: walks, frees, relinks
  *   catalog.c   tables: names, slots, attributes
- *   index.c     the row index
+ *   index.c     the row index: lookups, claims, entries, walks (index_int.h)
+ *   indexdir.c  ... its structure: directory and segments, growth, destroy
  *   vcheck.c    row versions and links: checksums, validated access
  *   slab.c      row-version slots
  *   resv.c      the index-room reserve
