@@ -74,6 +74,17 @@ $(BUILD)/store/util.o: CFLAGS += -DEMBFS_LIB_VERSIONS='"libpmemobj $(shell pkg-c
 $(BUILD)/fs/main.o: CFLAGS += -DEMBFS_PMEMOBJ_VERSION='"$(shell pkg-config --modversion libpmemobj 2>/dev/null)"' \
 	-DEMBFS_URING_VERSION='"$(shell pkg-config --modversion liburing 2>/dev/null)"'
 
+# The bench's daemon: embfs with the store's test switches compiled in
+# (EMBFS_TEST_HOOKS: EMBFS_VERIFY=0 turns off the row digest on reads, for
+# make bench's section verify).  Its pool.o comes before libstore.a, whose
+# own pool.o the link then never takes.  The shipped embfs has no such switch.
+all: $(BUILD)/bench/embfs-test
+$(BUILD)/bench/pool-test.o: store/pool.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -DEMBFS_TEST_HOOKS -c -o $@ $<
+$(BUILD)/bench/embfs-test: $(FS_OBJ) $(BUILD)/bench/pool-test.o $(BUILD)/libcache.a $(BUILD)/libstore.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(STORE_LIBS)
+
 # the clean unmount (docs/operations.md "Mount and unmount"); umount(8) runs it as umount.fuse.embfs
 all: $(BUILD)/embfs-umount
 $(BUILD)/embfs-umount: util/embfs-umount.c include/embfs/version.h

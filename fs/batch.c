@@ -726,8 +726,9 @@ int batch_inval_wait(struct embfs *fs, uint64_t seq, unsigned secs)
 
 /* ---- FUSE entry points (ll.c dispatches .embfs/rows here) ------------ */
 
-void batch_open(fuse_req_t req, struct fuse_file_info *fi)
+void batch_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	(void)ino;
 	struct embfs *fs = fuse_req_userdata(req);
 	struct bfd *f = fs->batch ? calloc(1, sizeof(*f)) : NULL;
 	if (!f) {
@@ -744,8 +745,10 @@ void batch_open(fuse_req_t req, struct fuse_file_info *fi)
 		bfd_put(f); /* no release will come */
 }
 
-void batch_write(fuse_req_t req, const char *data, size_t size, off_t off, struct fuse_file_info *fi)
+void batch_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+		 struct fuse_file_info *fi)
 {
+	(void)ino;
 	struct embfs *fs = fuse_req_userdata(req);
 	struct bfd *f = FH(fi);
 	INC(fs->batch, writes, 1);
@@ -758,8 +761,9 @@ void batch_write(fuse_req_t req, const char *data, size_t size, off_t off, struc
 		fuse_reply_write(req, size);
 }
 
-void batch_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
+void batch_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	(void)ino;
 	struct embfs *fs = fuse_req_userdata(req);
 	struct bfd *f = FH(fi);
 	INC(fs->batch, reads, 1);
@@ -788,8 +792,9 @@ void batch_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *f
 	pthread_mutex_unlock(&f->lock);
 }
 
-void batch_release(fuse_req_t req, struct fuse_file_info *fi)
+void batch_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	(void)ino;
 	struct embfs *fs = fuse_req_userdata(req);
 	struct batch *b = fs->batch;
 	struct bfd *f = FH(fi);
@@ -844,3 +849,11 @@ void batch_stats(struct embfs *fs, struct stats_out *o)
 	P("prefetch.pins_held", "prefetch_pinned_rows", GAUGE, "Rows pinned by prefetches now", pf_held);
 #undef P
 }
+
+/* FS_ROWS: .embfs/rows */
+const struct fs_kind_ops batch_kind = {
+	.open = batch_open,
+	.read = batch_read,
+	.write = batch_write,
+	.release = batch_release,
+};

@@ -23,8 +23,9 @@
 
 #include "fs.h"
 
-void ctl_lookup(fuse_req_t req, const char *name)
+void ctl_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	(void)parent;
 	struct fuse_entry_param e;
 	fuse_ino_t ino = !strcmp(name, "stats") ? INO_STATS
 		       : !strcmp(name, "metrics") ? INO_METRICS
@@ -40,8 +41,9 @@ void ctl_lookup(fuse_req_t req, const char *name)
 		fuse_reply_entry(req, &e);
 }
 
-void ctl_readdir(fuse_req_t req, size_t size, off_t off)
+void ctl_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 {
+	(void)ino;
 	static const struct fs_dirent list[] = {
 		{ ".", INO_CTL, S_IFDIR },
 		{ "..", INO_ROOT, S_IFDIR },
@@ -88,8 +90,9 @@ void ctl_stats_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_open(req, fi);
 }
 
-void ctl_stats_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
+void ctl_stats_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	(void)ino;
 	struct stats_text *t = (void *)(uintptr_t)fi->fh;
 	if ((size_t)off >= t->len)
 		fuse_reply_buf(req, NULL, 0);
@@ -97,20 +100,24 @@ void ctl_stats_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_inf
 		fuse_reply_buf(req, t->data + off, size < t->len - (size_t)off ? size : t->len - (size_t)off);
 }
 
-void ctl_stats_release(fuse_req_t req, struct fuse_file_info *fi)
+void ctl_stats_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	(void)ino;
 	free((void *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
-void ctl_batch_open(fuse_req_t req, struct fuse_file_info *fi)
+void ctl_batch_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	(void)ino;
 	fi->direct_io = 1;
 	fuse_reply_open(req, fi);
 }
 
-void ctl_batch_read(fuse_req_t req, size_t size, off_t off)
+void ctl_batch_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	(void)ino;
+	(void)fi;
 	struct embfs *fs = fs_of(req);
 	char buf[32];
 	int n = snprintf(buf, sizeof(buf), "%llu\n", (unsigned long long)front_batch_get(&fs->fr));
@@ -120,8 +127,11 @@ void ctl_batch_read(fuse_req_t req, size_t size, off_t off)
 		fuse_reply_buf(req, buf + off, (size_t)n - (size_t)off < size ? (size_t)n - (size_t)off : size);
 }
 
-void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off)
+void ctl_batch_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+		     struct fuse_file_info *fi)
 {
+	(void)ino;
+	(void)fi;
 	struct embfs *fs = fs_of(req);
 	char buf[32];
 	size_t whole = size;
@@ -147,8 +157,9 @@ void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off)
 		fuse_reply_write(req, whole);
 }
 
-void ctl_pid_open(fuse_req_t req, struct fuse_file_info *fi)
+void ctl_pid_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	(void)ino;
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 		fuse_reply_err(req, EACCES);
 		return;
@@ -157,8 +168,10 @@ void ctl_pid_open(fuse_req_t req, struct fuse_file_info *fi)
 	fuse_reply_open(req, fi);
 }
 
-void ctl_pid_read(fuse_req_t req, size_t size, off_t off)
+void ctl_pid_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	(void)ino;
+	(void)fi;
 	char buf[32];
 	int n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
 	if (off < 0 || off >= n)
@@ -166,3 +179,29 @@ void ctl_pid_read(fuse_req_t req, size_t size, off_t off)
 	else
 		fuse_reply_buf(req, buf + off, (size_t)n - (size_t)off < size ? (size_t)n - (size_t)off : size);
 }
+
+/* FS_CTL: .embfs */
+const struct fs_kind_ops ctl_kind = {
+	.lookup = ctl_lookup,
+	.readdir = ctl_readdir,
+};
+
+/* FS_STATS, FS_METRICS */
+const struct fs_kind_ops ctl_stats_kind = {
+	.open = ctl_stats_open,
+	.read = ctl_stats_read,
+	.release = ctl_stats_release,
+};
+
+/* FS_BATCHID: .embfs/batch */
+const struct fs_kind_ops ctl_batchid_kind = {
+	.open = ctl_batch_open,
+	.read = ctl_batch_read,
+	.write = ctl_batch_write,
+};
+
+/* FS_PID: .embfs/pid */
+const struct fs_kind_ops ctl_pid_kind = {
+	.open = ctl_pid_open,
+	.read = ctl_pid_read,
+};

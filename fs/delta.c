@@ -187,8 +187,9 @@ static int delta(struct embfs *fs, char (*w)[EMB_NAME_MAX + 1], struct dfd *f)
 	return ret;
 }
 
-void delta_open(fuse_req_t req, struct fuse_file_info *fi)
+void delta_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	(void)ino;
 	struct dfd *f = calloc(1, sizeof(*f));
 	if (!f) {
 		fuse_reply_err(req, ENOMEM);
@@ -204,8 +205,10 @@ void delta_open(fuse_req_t req, struct fuse_file_info *fi)
 	}
 }
 
-void delta_write(fuse_req_t req, const char *data, size_t size, off_t off, struct fuse_file_info *fi)
+void delta_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+		 struct fuse_file_info *fi)
 {
+	(void)ino;
 	struct dfd *f = (struct dfd *)(uintptr_t)fi->fh;
 	char w[3][EMB_NAME_MAX + 1];
 	int ret = ctl_words(data, size, off, w, 3);
@@ -223,8 +226,9 @@ void delta_write(fuse_req_t req, const char *data, size_t size, off_t off, struc
 		fuse_reply_write(req, size);
 }
 
-void delta_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi)
+void delta_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	(void)ino;
 	struct dfd *f = (struct dfd *)(uintptr_t)fi->fh;
 	pthread_mutex_lock(&f->lock);
 	if (!f->resp)
@@ -236,11 +240,20 @@ void delta_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *f
 	pthread_mutex_unlock(&f->lock);
 }
 
-void delta_release(fuse_req_t req, struct fuse_file_info *fi)
+void delta_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	(void)ino;
 	struct dfd *f = (struct dfd *)(uintptr_t)fi->fh;
 	free(f->resp);
 	pthread_mutex_destroy(&f->lock);
 	free(f);
 	fuse_reply_err(req, 0);
 }
+
+/* FS_DELTA: .embfs/delta */
+const struct fs_kind_ops delta_kind = {
+	.open = delta_open,
+	.read = delta_read,
+	.write = delta_write,
+	.release = delta_release,
+};

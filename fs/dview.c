@@ -353,8 +353,9 @@ void dview_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		dres_put(fs, r);
 }
 
-void dview_release(fuse_req_t req, struct fuse_file_info *fi)
+void dview_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	(void)ino;
 	dres_put(fs_of(req), (struct dres *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
@@ -480,3 +481,17 @@ void dview_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct f
 	}
 	fuse_reply_lseek(req, (off_t)(pos < fsize ? pos : fsize));
 }
+
+/* FS_DDIR, FS_DPAIR, FS_DDEL, FS_DCHGD: .delta and the directories under it */
+const struct fs_kind_ops dview_dir_kind = {
+	.lookup = dview_lookup,
+	.readdir = dview_readdir,
+};
+
+/* FS_DVIEW, FS_DLIST, FS_DCHG: a delta's files */
+const struct fs_kind_ops dview_file_kind = {
+	.open = dview_open,
+	.read = dview_read,
+	.lseek = dview_lseek,
+	.release = dview_release,
+};

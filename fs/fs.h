@@ -4,7 +4,8 @@
  *
  *   main.c    the daemon: options, pool, mount, worker loop
  *   ll.c      the FUSE op table: decodes each inode (ino.h) and hands the
- *             request to the file that owns that kind of inode
+ *             request to the file that owns that kind of inode, through
+ *             the kind's ops table (struct fs_kind_ops, defined by its owner)
  *   root.c    the root directory: live tables by name, listing, statfs
  *   table.c   table files, live and in snapshots: open, read, write, seek,
  *             attributes, xattrs, punch
@@ -99,6 +100,39 @@ static inline struct embfs *fs_of(fuse_req_t req)
 /* ll.c */
 extern const struct fuse_lowlevel_ops embfs_ops;
 
+/* What one kind of inode (ino.h's enum fs_kind) does: one table per kind,
+ * defined next to the code that owns the kind; ll.c picks the table by the
+ * kind of the request's inode.  A NULL op is one the kind does not have:
+ * ll.c answers it with that op's errno (lookup, readdir: ENOTDIR; open,
+ * read: EISDIR; write: EROFS inside .snapshots, else EBADF; lseek: EINVAL;
+ * release: 0).  The ops that change the namespace, attributes or xattrs
+ * concern one kind each: ll.c checks the kind and calls its owner. */
+struct fs_kind_ops {
+	void (*lookup)(fuse_req_t req, fuse_ino_t parent, const char *name);
+	void (*readdir)(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
+	void (*open)(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+	void (*read)(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+	void (*write)(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+		      struct fuse_file_info *fi);
+	void (*lseek)(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi);
+	void (*release)(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+	int gated; /* a write waits out a restore of its table (ll.c's gate, by the inode's id) */
+};
+extern const struct fs_kind_ops root_kind;      /* root.c: FS_ROOT */
+extern const struct fs_kind_ops table_kind;     /* table.c: FS_TABLE */
+extern const struct fs_kind_ops snaptable_kind; /* table.c: FS_SNAPTABLE */
+extern const struct fs_kind_ops snaps_kind;     /* snap.c: FS_SNAPS */
+extern const struct fs_kind_ops snapdir_kind;   /* snap.c: FS_SNAPDIR */
+extern const struct fs_kind_ops dview_dir_kind; /* dview.c: FS_DDIR, FS_DPAIR, FS_DDEL, FS_DCHGD */
+extern const struct fs_kind_ops dview_file_kind; /* dview.c: FS_DVIEW, FS_DLIST, FS_DCHG */
+extern const struct fs_kind_ops ctl_kind;       /* ctl.c: FS_CTL */
+extern const struct fs_kind_ops ctl_stats_kind; /* ctl.c: FS_STATS, FS_METRICS */
+extern const struct fs_kind_ops ctl_batchid_kind; /* ctl.c: FS_BATCHID */
+extern const struct fs_kind_ops ctl_pid_kind;   /* ctl.c: FS_PID */
+extern const struct fs_kind_ops restore_kind;   /* restore.c: FS_RESTORE */
+extern const struct fs_kind_ops delta_kind;     /* delta.c: FS_DELTA */
+extern const struct fs_kind_ops batch_kind;     /* batch.c: FS_ROWS */
+
 /* main.c: the kernel's INIT was answered; a daemon that went to the
  * background tells the waiting parent it mounted (once; then a no-op). */
 void daemon_ready(struct embfs *fs);
@@ -107,19 +141,19 @@ void daemon_ready(struct embfs *fs);
 void fs_read_ahead(struct embfs *fs);
 
 /* root.c: the root directory (parent is the root; names checked for length). */
-void root_lookup(fuse_req_t req, const char *name);
+void root_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
 void root_create(fuse_req_t req, const char *name, mode_t mode, struct fuse_file_info *fi);
 void root_unlink(fuse_req_t req, const char *name);
 void root_rmdir(fuse_req_t req, const char *name);
 void root_rename(fuse_req_t req, const char *name, const char *newname, unsigned int flags);
-void root_readdir(fuse_req_t req, size_t size, off_t off);
+void root_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
 void root_statfs(fuse_req_t req);
 
 /* table.c: table files.  ino is a table file (fs_ino_is_table); the ops that
  * change a table take live tables only (ll.c answers EROFS for the rest). */
 void table_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void table_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
-void table_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence);
+void table_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void table_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi);
 void table_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
 void table_listxattr(fuse_req_t req, size_t size);
 void table_removexattr(fuse_req_t req, const char *name);
@@ -169,7 +203,7 @@ void dview_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
 void dview_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void dview_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void dview_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi);
-void dview_release(fuse_req_t req, struct fuse_file_info *fi);
+void dview_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void dview_forget_all(struct embfs *fs);
 /* delta.c: the rows of `table` changed from snapshot an to bn (a later
  * snapshot, or "-": the live table, written back first), ascending, host
@@ -184,14 +218,16 @@ struct delta_ids {
 };
 int delta_ids(struct embfs *fs, const char *an, const char *bn, const char *table, struct delta_ids *out);
 void delta_ids_free(struct delta_ids *d);
-void restore_write(fuse_req_t req, const char *data, size_t size, off_t off);
-void restore_read(fuse_req_t req, size_t size, off_t off);
+void restore_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+		   struct fuse_file_info *fi);
+void restore_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 /* delta.c: .embfs/delta ("A B TABLE" written, B a snapshot or "-" for the
  * live table; then read: the rows changed and deleted between them). */
-void delta_open(fuse_req_t req, struct fuse_file_info *fi);
-void delta_write(fuse_req_t req, const char *data, size_t size, off_t off, struct fuse_file_info *fi);
-void delta_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
-void delta_release(fuse_req_t req, struct fuse_file_info *fi);
+void delta_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void delta_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+		 struct fuse_file_info *fi);
+void delta_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void delta_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 /* batch.c: queue an invalidation of table inode ino's kernel page cache
  * and attributes (sent by the notifier thread); its seq, or 0 when none was
  * queued (no memory: the attributes time out, the pages stay). */
@@ -212,17 +248,18 @@ void snap_rmdir(fuse_req_t req, const char *name);
 void snap_fsyncdir(fuse_req_t req, fuse_ino_t ino);
 
 /* ctl.c: .embfs and its control files (stats, metrics, batch, pid; rows is batch.c's). */
-void ctl_lookup(fuse_req_t req, const char *name);
-void ctl_readdir(fuse_req_t req, size_t size, off_t off);
+void ctl_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
+void ctl_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off);
 /* .embfs/stats and .embfs/metrics (ino: INO_STATS or INO_METRICS). */
 void ctl_stats_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void ctl_stats_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
-void ctl_stats_release(fuse_req_t req, struct fuse_file_info *fi);
-void ctl_batch_open(fuse_req_t req, struct fuse_file_info *fi);
-void ctl_batch_read(fuse_req_t req, size_t size, off_t off);
-void ctl_batch_write(fuse_req_t req, const char *data, size_t size, off_t off);
-void ctl_pid_open(fuse_req_t req, struct fuse_file_info *fi);
-void ctl_pid_read(fuse_req_t req, size_t size, off_t off);
+void ctl_stats_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void ctl_stats_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ctl_batch_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ctl_batch_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void ctl_batch_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+		     struct fuse_file_info *fi);
+void ctl_pid_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ctl_pid_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 
 /* stats.c: .embfs/stats (metrics = 0) or .embfs/metrics (metrics = 1, the
  * Prometheus text format 0.0.4) rendered into a malloc'd buffer; NULL when
@@ -252,10 +289,11 @@ void stats_put(struct stats_out *o, const struct stats_def *d, uint64_t v);
  * batch_destroy at DESTROY; the others reply to the request. */
 int batch_init(struct embfs *fs);
 void batch_destroy(struct embfs *fs);
-void batch_open(fuse_req_t req, struct fuse_file_info *fi);
-void batch_read(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi);
-void batch_write(fuse_req_t req, const char *data, size_t size, off_t off, struct fuse_file_info *fi);
-void batch_release(fuse_req_t req, struct fuse_file_info *fi);
+void batch_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void batch_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+void batch_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+		 struct fuse_file_info *fi);
+void batch_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void batch_stats(struct embfs *fs, struct stats_out *o);
 
 /* pcache.c: keeps pages the kernel caches of a table from bringing back rows

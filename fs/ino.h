@@ -76,6 +76,7 @@ enum fs_kind {
 	FS_DLIST,     /* the ids of the rows deleted from A to B: idx, b, id */
 	FS_DCHGD,     /* .snapshots/A/.delta/B/.changed */
 	FS_DCHG,      /* the ids of the rows changed from A to B: idx, b, id */
+	FS_NKINDS
 };
 
 /* What an inode number names. */

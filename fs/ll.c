@@ -1,18 +1,53 @@
 /*
  * The FUSE low-level op table.  Each op decodes its inode once (ino.h) and
- * hands the request to the file that owns that kind of inode: root.c (the
- * root directory), table.c (table files), snap.c (.snapshots), ctl.c and
- * batch.c (.embfs); it answers itself only what follows from the kind
- * alone: EROFS for a change in .snapshots, ENOTDIR, EISDIR and the like,
- * and ENAMETOOLONG first for a name over EMB_NAME_MAX bytes (the kernel
- * lets up to 1024 through).  Init and destroy start and stop the batch
- * path and write the cache back.
+ * hands the request to the file that owns that kind of inode, through the
+ * kind's ops table (struct fs_kind_ops, fs.h; kinds[] below): root.c (the
+ * root directory), table.c (table files), snap.c (.snapshots), dview.c
+ * (.delta), ctl.c, restore.c, delta.c and batch.c (.embfs).  It answers
+ * itself only what follows from the kind alone: EROFS for a change in
+ * .snapshots, ENOTDIR, EISDIR and the like for an op the kind has not, and
+ * ENAMETOOLONG first for a name over EMB_NAME_MAX bytes (the kernel lets
+ * up to 1024 through).  Init and destroy start and stop the batch path and
+ * write the cache back.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "fs.h"
+
+/* FS_NONE: an inode number that names nothing has no op */
+static const struct fs_kind_ops none_kind;
+
+static const struct fs_kind_ops *const kinds[FS_NKINDS] = {
+	[FS_NONE] = &none_kind,
+	[FS_ROOT] = &root_kind,
+	[FS_CTL] = &ctl_kind,
+	[FS_STATS] = &ctl_stats_kind,
+	[FS_BATCHID] = &ctl_batchid_kind,
+	[FS_ROWS] = &batch_kind,
+	[FS_RESTORE] = &restore_kind,
+	[FS_DELTA] = &delta_kind,
+	[FS_METRICS] = &ctl_stats_kind,
+	[FS_PID] = &ctl_pid_kind,
+	[FS_SNAPS] = &snaps_kind,
+	[FS_SNAPDIR] = &snapdir_kind,
+	[FS_TABLE] = &table_kind,
+	[FS_SNAPTABLE] = &snaptable_kind,
+	[FS_DDIR] = &dview_dir_kind,
+	[FS_DPAIR] = &dview_dir_kind,
+	[FS_DDEL] = &dview_dir_kind,
+	[FS_DVIEW] = &dview_file_kind,
+	[FS_DLIST] = &dview_file_kind,
+	[FS_DCHGD] = &dview_dir_kind,
+	[FS_DCHG] = &dview_file_kind,
+};
+
+/* The ops of the kind of inode k. */
+static const struct fs_kind_ops *kind_ops(struct fs_ino k)
+{
+	return kinds[k.kind] ? kinds[k.kind] : &none_kind;
+}
 
 static int name_too_long(fuse_req_t req, const char *name)
 {
@@ -59,31 +94,11 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fs_read_ahead(fs_of(req)); /* before any file is opened */
 	if (name_too_long(req, name))
 		return;
-	switch (fs_ino(parent).kind) {
-	case FS_ROOT:
-		root_lookup(req, name);
-		return;
-	case FS_CTL:
-		ctl_lookup(req, name);
-		return;
-	case FS_SNAPDIR:
-		if (!strcmp(name, ".delta")) {
-			dview_lookup(req, parent, name);
-			return;
-		}
-		/* fall through */
-	case FS_SNAPS:
-		snap_lookup(req, parent, name);
-		return;
-	case FS_DDIR:
-	case FS_DPAIR:
-	case FS_DDEL:
-	case FS_DCHGD:
-		dview_lookup(req, parent, name);
-		return;
-	default:
+	const struct fs_kind_ops *o = kind_ops(fs_ino(parent));
+	if (o->lookup)
+		o->lookup(req, parent, name);
+	else
 		fuse_reply_err(req, ENOTDIR);
-	}
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -253,117 +268,47 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	switch (fs_ino(ino).kind) {
-	case FS_TABLE:
-	case FS_SNAPTABLE:
-		table_open(req, ino, fi);
-		return;
-	case FS_ROWS:
-		batch_open(req, fi);
-		return;
-	case FS_BATCHID:
-	case FS_RESTORE:
-		ctl_batch_open(req, fi);
-		return;
-	case FS_STATS:
-	case FS_METRICS:
-		ctl_stats_open(req, ino, fi);
-		return;
-	case FS_PID:
-		ctl_pid_open(req, fi);
-		return;
-	case FS_DELTA:
-		delta_open(req, fi);
-		return;
-	case FS_DVIEW:
-	case FS_DLIST:
-	case FS_DCHG:
-		dview_open(req, ino, fi);
-		return;
-	default:
+	const struct fs_kind_ops *o = kind_ops(fs_ino(ino));
+	if (o->open)
+		o->open(req, ino, fi);
+	else
 		fuse_reply_err(req, EISDIR);
-	}
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	switch (fs_ino(ino).kind) {
-	case FS_ROWS:
-		batch_release(req, fi);
-		return;
-	case FS_STATS:
-	case FS_METRICS:
-		ctl_stats_release(req, fi);
-		return;
-	case FS_DELTA:
-		delta_release(req, fi);
-		return;
-	case FS_DVIEW:
-	case FS_DLIST:
-	case FS_DCHG:
-		dview_release(req, fi);
-		return;
-	default:
+	const struct fs_kind_ops *o = kind_ops(fs_ino(ino));
+	if (o->release)
+		o->release(req, ino, fi);
+	else
 		fuse_reply_err(req, 0);
-	}
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	switch (fs_ino(ino).kind) {
-	case FS_TABLE:
-	case FS_SNAPTABLE:
-		table_read(req, ino, size, off);
-		return;
-	case FS_ROWS:
-		batch_read(req, size, off, fi);
-		return;
-	case FS_BATCHID:
-		ctl_batch_read(req, size, off);
-		return;
-	case FS_RESTORE:
-		restore_read(req, size, off);
-		return;
-	case FS_DELTA:
-		delta_read(req, size, off, fi);
-		return;
-	case FS_DVIEW:
-	case FS_DLIST:
-	case FS_DCHG:
-		dview_read(req, ino, size, off, fi);
-		return;
-	case FS_STATS:
-	case FS_METRICS:
-		ctl_stats_read(req, size, off, fi);
-		return;
-	case FS_PID:
-		ctl_pid_read(req, size, off);
-		return;
-	default:
+	const struct fs_kind_ops *o = kind_ops(fs_ino(ino));
+	if (o->read)
+		o->read(req, ino, size, off, fi);
+	else
 		fuse_reply_err(req, EISDIR);
-	}
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
 	struct fs_ino k = fs_ino(ino);
-	if (k.kind == FS_TABLE) {
+	const struct fs_kind_ops *o = kind_ops(k);
+	if (!o->write) {
+		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : EBADF);
+	} else if (!o->gated) {
+		o->write(req, ino, data, size, off, fi);
+	} else {
 		struct embfs *fs = fs_of(req);
 		if (!gated(req, k.id)) {
-			table_write(req, k.id, data, size, off, fi);
+			o->write(req, ino, data, size, off, fi);
 			restore_gate_leave(fs);
 		}
-	} else if (k.kind == FS_ROWS)
-		batch_write(req, data, size, off, fi);
-	else if (k.kind == FS_BATCHID)
-		ctl_batch_write(req, data, size, off);
-	else if (k.kind == FS_RESTORE)
-		restore_write(req, data, size, off);
-	else if (k.kind == FS_DELTA)
-		delta_write(req, data, size, off, fi);
-	else
-		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : EBADF);
+	}
 }
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -401,26 +346,11 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	(void)fi;
-	switch (fs_ino(ino).kind) {
-	case FS_ROOT:
-		root_readdir(req, size, off);
-		return;
-	case FS_CTL:
-		ctl_readdir(req, size, off);
-		return;
-	case FS_SNAPS:
-	case FS_SNAPDIR:
-		snap_readdir(req, ino, size, off);
-		return;
-	case FS_DDIR:
-	case FS_DPAIR:
-	case FS_DDEL:
-	case FS_DCHGD:
-		dview_readdir(req, ino, size, off);
-		return;
-	default:
+	const struct fs_kind_ops *o = kind_ops(fs_ino(ino));
+	if (o->readdir)
+		o->readdir(req, ino, size, off);
+	else
 		fuse_reply_err(req, ENOTDIR);
-	}
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
@@ -504,11 +434,9 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, 
 
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
 {
-	struct fs_ino k = fs_ino(ino);
-	if (k.kind == FS_DVIEW || k.kind == FS_DLIST || k.kind == FS_DCHG)
-		dview_lseek(req, ino, off, whence, fi);
-	else if (fs_ino_is_table(k))
-		table_lseek(req, ino, off, whence);
+	const struct fs_kind_ops *o = kind_ops(fs_ino(ino));
+	if (o->lseek)
+		o->lseek(req, ino, off, whence, fi);
 	else
 		fuse_reply_err(req, EINVAL);
 }

@@ -441,8 +441,11 @@ static int may_restore(fuse_req_t req, const char *table)
 	return perm_may(req, &p, 2);
 }
 
-void restore_write(fuse_req_t req, const char *data, size_t size, off_t off)
+void restore_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+		   struct fuse_file_info *fi)
 {
+	(void)ino;
+	(void)fi;
 	struct embfs *fs = fs_of(req);
 	char w[2][EMB_NAME_MAX + 1], why[600] = "", snap[EMB_NAME_MAX + 1], table[EMB_NAME_MAX + 1];
 	int all = 0, ret = ctl_words(data, size, off, w, 2);
@@ -525,8 +528,10 @@ int restore_recover(struct embfs *fs)
 	return ret;
 }
 
-void restore_read(fuse_req_t req, size_t size, off_t off)
+void restore_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	(void)ino;
+	(void)fi;
 	struct embfs *fs = fs_of(req);
 	char buf[sizeof(fs->restore_last)];
 	pthread_mutex_lock(&fs->restore_lock);
@@ -537,3 +542,10 @@ void restore_read(fuse_req_t req, size_t size, off_t off)
 	else
 		fuse_reply_buf(req, buf + off, n - (size_t)off < size ? n - (size_t)off : size);
 }
+
+/* FS_RESTORE: .embfs/restore (opened as .embfs/batch is: direct I/O) */
+const struct fs_kind_ops restore_kind = {
+	.open = ctl_batch_open,
+	.read = restore_read,
+	.write = restore_write,
+};

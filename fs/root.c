@@ -35,8 +35,9 @@ static int reply_table(fuse_req_t req, uint32_t id, struct fuse_file_info *fi)
 	return 0;
 }
 
-void root_lookup(fuse_req_t req, const char *name)
+void root_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	(void)parent;
 	struct embfs *fs = fs_of(req);
 	struct fuse_entry_param e;
 	uint32_t id;
@@ -115,8 +116,9 @@ void root_rename(fuse_req_t req, const char *name, const char *newname, unsigned
 }
 
 /* Offsets: 1..4 the fixed entries, then 16 + table cursor. */
-void root_readdir(fuse_req_t req, size_t size, off_t off)
+void root_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 {
+	(void)ino;
 	struct embfs *fs = fs_of(req);
 	struct fs_dirbuf b;
 	struct store_attr a;
@@ -167,3 +169,9 @@ void root_statfs(fuse_req_t req)
 	v.f_namemax = EMB_NAME_MAX;
 	fuse_reply_statfs(req, &v);
 }
+
+/* FS_ROOT */
+const struct fs_kind_ops root_kind = {
+	.lookup = root_lookup,
+	.readdir = root_readdir,
+};

@@ -107,3 +107,24 @@ void snap_fsyncdir(fuse_req_t req, fuse_ino_t ino)
 	}
 	fuse_reply_err(req, -ret);
 }
+
+/* A name in a snapshot's directory: its .delta (dview.c), or a table. */
+static void snapdir_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	if (!strcmp(name, ".delta"))
+		dview_lookup(req, parent, name);
+	else
+		snap_lookup(req, parent, name);
+}
+
+/* FS_SNAPS */
+const struct fs_kind_ops snaps_kind = {
+	.lookup = snap_lookup,
+	.readdir = snap_readdir,
+};
+
+/* FS_SNAPDIR */
+const struct fs_kind_ops snapdir_kind = {
+	.lookup = snapdir_lookup,
+	.readdir = snap_readdir,
+};

@@ -88,8 +88,9 @@ static void reply_buf_done(char *buf)
 		free(buf);
 }
 
-void table_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
+void table_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	(void)fi;
 	struct embfs *fs = fs_of(req);
 	struct store_view v;
 	struct store_attr a;
@@ -144,8 +145,9 @@ static int seek_from(struct embfs *fs, const struct store_view *v, const struct 
 	return !hole && *pos >= a->size ? -ENXIO : 0;
 }
 
-void table_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence)
+void table_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
 {
+	(void)fi;
 	struct embfs *fs = fs_of(req);
 	struct store_view v;
 	struct store_attr a;
@@ -412,3 +414,26 @@ void table_forget(struct embfs *fs, uint32_t id, uint64_t n)
 	if (ret)
 		fprintf(stderr, "embfs: freeing unlinked table %u: %s\n", id, strerror(-ret));
 }
+
+/* write by inode (the kind table's op) */
+static void table_write_ino(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+			    struct fuse_file_info *fi)
+{
+	table_write(req, fs_ino(ino).id, data, size, off, fi);
+}
+
+/* FS_TABLE: a live table; its writes wait out a restore of it */
+const struct fs_kind_ops table_kind = {
+	.open = table_open,
+	.read = table_read,
+	.write = table_write_ino,
+	.lseek = table_lseek,
+	.gated = 1,
+};
+
+/* FS_SNAPTABLE: a snapshot's table (no write: EROFS) */
+const struct fs_kind_ops snaptable_kind = {
+	.open = table_open,
+	.read = table_read,
+	.lseek = table_lseek,
+};

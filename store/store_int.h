@@ -16,7 +16,8 @@
  *   evict.c     the commit that takes rows a run now holds out of the index
  *   version.c   version chains: walks, frees, relinks
  *   catalog.c   tables: names, slots, attributes
- *   index.c     the row index
+ *   index.c     the row index: lookups, claims, entries, walks (index_int.h)
+ *   indexdir.c  ... its structure: directory and segments, growth, destroy
  *   vcheck.c    row versions and links: checksums, validated access
  *   slab.c      row-version slots
  *   resv.c      the index-room reserve
@@ -83,6 +84,7 @@
 #include <libpmemobj.h>
 
 #include "embfs/store.h"
+#include "store_test.h"
 
 #define EMB_NTABLES (EMB_CAT_PER_CHUNK * EMB_CAT_CHUNKS)
 #define EMB_NONE UINT64_MAX
@@ -149,7 +151,7 @@ struct store {
 		uint64_t map_len;
 		int is_pmem;
 		int recovered;           /* mount found an unclean shutdown */
-		int no_verify;           /* EMBFS_VERIFY=0: reads skip the bytes' digest (bench only) */
+		int no_verify;           /* EMBFS_VERIFY=0 in a test build: reads skip the bytes' digest (pool.c) */
 		struct emb_super *sb;
 		struct emb_journal *jr;
 		/* libpmemobj allocation classes of index objects: runs of one
@@ -220,10 +222,13 @@ struct store {
 	};
 	struct { /* pm.c: the pool's failure (an msync failed) */
 		_Atomic int failed;      /* errno; the pool is read-only from then on */
-		uint64_t msync_seen;     /* the process's msync failures when the pool was opened */
+		_Atomic uint64_t msync_failures; /* failed msyncs of the pool's mapping (atomic) */
+		_Atomic int msync_errno;         /* ... and the errno of the last one (atomic) */
+		struct store *pm_next;   /* the open pools msync covers; protected by pm.c's pools_lock */
 		char fail_why[160];      /* why, set once with failed */
 	};
 	struct spill *sp;                /* spill tier (tier/spill.h), NULL when none is attached (device.c) */
+	struct store_test_spill test_spill; /* tier/mover.c: tests' hooks (store_test.h), read at attach */
 };
 static inline void *S_PTR(const struct store *s, uint64_t off)
 {
@@ -339,8 +344,15 @@ int pm_barrier(struct store *s) __attribute__((warn_unused_result));
  * next msync, which covers the whole mapping. */
 void pm_soon(struct store *s, const void *addr, size_t len);
 int pm_persist(struct store *s, const void *addr, size_t len) __attribute__((warn_unused_result));
-/* At open: msync failures before now are not this pool's. */
+/* Around libpmemobj's open, create, check or close of a pool (the mapping
+ * not known yet, or no more): the calling thread's failed msyncs are the
+ * pool's (hidden from libpmemobj, which would abort; see pm.c). */
+void pm_enter(void);
+void pm_leave(void);
+/* Once s->base and s->map_len are set: failed msyncs of that mapping, from
+ * any thread, are s's (pm_failed).  pm_close closes s->pop and ends that. */
 void pm_open(struct store *s);
+void pm_close(struct store *s);
 /* -EIO once the pool has failed (an msync failed), else 0. */
 int pm_failed(struct store *s);
 /* Before a change: 0, or -EROFS once the pool has failed. */

@@ -34,8 +34,9 @@
  * strictly decreasing batches and at most EMB_MAX_SNAPS + 2 versions, so it
  * always ends.  A freed slot is poisoned (its row id all ones, which is no
  * row's; its kind kept) so that a damaged ref to an old version of the same
- * row cannot pass.  EMBFS_VERIFY=0 in the environment at store_open skips the bytes'
- * digest on reads (for the read-path figure of make bench).
+ * row cannot pass.  In a build with EMBFS_TEST_HOOKS (the bench's daemon,
+ * never the shipped one), EMBFS_VERIFY=0 in the environment at store_open
+ * skips the bytes' digest on reads (for the read-path figure of make bench).
  */
 #include <xxhash.h>
 

@@ -355,18 +355,11 @@ struct store_spill_conf {
 	uint32_t qd;           /* io_uring queue depth of one read submission (0: 32) */
 	uint32_t high, low;    /* percent of the pool for row versions (0: 30 and 25) */
 	uint32_t compact_mbps; /* compaction I/O budget in MB/s (0: 64) */
-	int manual;            /* no mover thread: store_spill_run() does its work (tests) */
+	int manual;            /* no mover thread: store_spill_run() does its work (fsck.embfs,
+				* tests; the daemon, until store_spill_start() after its fork) */
 	int stubs_only;        /* no sorted runs: every spilled version keeps a stub and its
-				* index entry in the pool (the tier before runs; tests, benches) */
-	/* tests: called by the mover each time it has let commit_lock go with
-	 * device work in flight (a chunk of stubs, a compaction piece, an
-	 * eviction's run), so that a test can change rows in between */
-	void (*unlocked)(void *arg);
-	void *unlocked_arg;
-	/* tests: segments one block of a new run's segment list names (0: as
-	 * many as a block holds, 1014 in 4 KiB), so that small runs list their
-	 * segments in several blocks */
-	uint32_t run_list_cap;
+				* index entry in the pool (the tier before runs; the daemon's
+				* spill_runs=0, tests, benches) */
 };
 /* Attach the spill device named by c->path and start the mover.  A pool that
  * keeps rows on a spill device refuses c->path == NULL, a missing device or

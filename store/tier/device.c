@@ -723,9 +723,9 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->compact_bps = (uint64_t)(c->compact_mbps ? c->compact_mbps : 64) * 1000000ull;
 	sp->manual = c->manual;
 	sp->stubs_only = c->stubs_only;
-	sp->unlocked = c->unlocked;
-	sp->list_cap = c->run_list_cap;
-	sp->unlocked_arg = c->unlocked_arg;
+	sp->unlocked = s->test_spill.unlocked;
+	sp->list_cap = s->test_spill.run_list_cap;
+	sp->unlocked_arg = s->test_spill.unlocked_arg;
 	sp->open_seg = -1;
 	sp->reserve_min = pm->nsegs / 8 > 2 ? (uint32_t)(pm->nsegs / 8) : 2;
 	atomic_store(&sp->reserve, sp->reserve_min);

@@ -685,6 +685,12 @@ void store_spill_stats_get(struct store *s, struct store_spill_stats *st)
 		runs_stats(s, st);
 }
 
+void store_test_spill_hooks(struct store *s, const struct store_test_spill *h)
+{
+	static const struct store_test_spill none;
+	s->test_spill = h ? *h : none;
+}
+
 int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *err, size_t n)
 {
 	int ret = device_attach(s, c, err, n);

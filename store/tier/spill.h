@@ -88,8 +88,8 @@ struct spill {
 	uint64_t compact_bps;
 	int manual;
 	int stubs_only;           /* conf: no runs (run.c) */
-	void (*unlocked)(void *);  /* conf: test hook (store.h) */
-	uint32_t list_cap;        /* conf: segments to a new run's list block (tests), 0 = a block's worth */
+	void (*unlocked)(void *);  /* test hook (store/store_test.h) */
+	uint32_t list_cap;        /* test hook: segments to a new run's list block, 0 = a block's worth */
 	void *unlocked_arg;
 	struct ring rings[NRINGS];
 	_Atomic uint32_t ring_rr;

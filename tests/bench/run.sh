@@ -33,8 +33,9 @@
 #   cache1    row cache at 1% of the table vs cache_size=0, two daemons on
 #             copies of the pool, O_DIRECT read/write/rmw
 #   verify    the cost of checksum verification on the store's read path:
-#             two daemons with cache_size=0 on copies of the pool, one with
-#             EMBFS_VERIFY=0 (reads skip the row digest); batched gathers
+#             two daemons with cache_size=0 on copies of the pool, one the
+#             bench's build (build/bench/embfs-test) with EMBFS_VERIFY=0
+#             (reads skip the row digest); batched gathers
 #             and per-row O_DIRECT preads, runs interleaved
 #   snap      training loop with a snapshot every SNAP_EVERY batches vs
 #             none, mkdir latency, space a snapshot holds (main mount)
@@ -571,6 +572,7 @@ section_batch() {
 	gb=$BUILD/bench/gatherbench
 	bsz=${BATCH_IDS:-4096}
 	[ -x "$gb" ] || fail "$gb not built (run make)"
+	[ -x "$BUILD/bench/embfs-test" ] || fail "$BUILD/bench/embfs-test not built (run make)"
 	say ""
 	say "batch: batches of $bsz Zipf(0.99) ids over $ROWS rows, $RUNS x $SECS s per configuration;" \
 		"row cache $(($(stat_field cache.budget_bytes) >> 20)) MiB"
@@ -1115,8 +1117,9 @@ section_cache1() {
 
 # verify: what verifying each row's checksum costs the read path.  Two
 # daemons with no row cache (every read reaches the store) on copies of the
-# pool, one started with EMBFS_VERIFY=0 (reads skip the bytes' digest; the
-# header and bounds checks stay); gathers of BATCH_IDS Zipf ids through
+# pool, one the bench's build of the daemon (build/bench/embfs-test: the
+# shipped embfs has no such switch) started with EMBFS_VERIFY=0 (reads skip
+# the bytes' digest; the header and bounds checks stay); gathers of BATCH_IDS Zipf ids through
 # .embfs/rows and per-row O_DIRECT preads, runs interleaved.
 section_verify() {
 	gb=$BUILD/bench/gatherbench
@@ -1137,9 +1140,12 @@ section_verify() {
 	PID=$DPID
 	MNT0=$W/mnt0
 	mkdir "$MNT0" || fail "mkdir $MNT0"
+	embfs_save=$EMBFS
+	EMBFS=$BUILD/bench/embfs-test
 	export EMBFS_VERIFY=0
 	mount_pool "$W/pool0" "$MNT0" "cache_size=0" 1
 	unset EMBFS_VERIFY
+	EMBFS=$embfs_save
 	PID0=$DPID
 	gv=""; g0=""; gp=""; gp0=""
 	n=1

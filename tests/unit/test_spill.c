@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "embfs/store.h"
+#include "../../store/store_test.h"
 #include "helpers.h"
 #include "store_helpers.h"
 
@@ -53,7 +54,7 @@ static unsigned long long seed; /* EMBFS_SEED replays: pools' uuids, operations,
 /* the parts before sorted runs test the stub path: every spilled version
  * behind a stub (store_spill_conf.stubs_only); the runs_* parts set it 0 */
 static int stubs_only = 1;
-/* the mover's test hook (store_spill_conf.unlocked), for pools attached now */
+/* the mover's test hook (store_test_spill.unlocked), for pools attached now */
 static void (*unlocked_fn)(void *);
 /* segments to a new run's list block (0: a block's worth) */
 static uint32_t list_cap;
@@ -70,7 +71,8 @@ static uint64_t mix(uint64_t x)
 static void attach(struct store *s, uint64_t spill_size)
 {
 	struct store_spill_conf c = { .path = spath, .size = spill_size, .manual = 1, .high = 40, .low = 30,
-				      .stubs_only = stubs_only, .unlocked = unlocked_fn, .run_list_cap = list_cap };
+				      .stubs_only = stubs_only };
+	store_test_spill_hooks(s, &(struct store_test_spill){ .unlocked = unlocked_fn, .run_list_cap = list_cap });
 	if (store_spill_attach(s, &c, err, sizeof(err))) {
 		fprintf(stderr, "attach: %s\n", err);
 		exit(1);

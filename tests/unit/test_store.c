@@ -1057,6 +1057,23 @@ static void test_dir_perm(void)
 	store_close(s);
 }
 
+/* store/pm.c defines msync for the process: a failed MS_SYNC of memory that
+ * is no pool's gets the real call's result and errno, and fails no pool. */
+static void test_msync_scope(void)
+{
+	struct store *s = fresh(64ull << 20);
+	char *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	char why[160];
+	CHECK(m != MAP_FAILED);
+	CHECK(msync(m, 4096, MS_SYNC) == 0);
+	errno = 0;
+	CHECK(msync(m + 1, 4096, MS_SYNC) == -1 && errno == EINVAL); /* not page-aligned */
+	CHECK(store_health(s, why, sizeof(why)) == 0);
+	CHECK(store_sync(s) == 0);
+	munmap(m, 8192);
+	store_close(s);
+}
+
 static void cleanup(void)
 {
 	if (getpid() == main_pid)
@@ -1093,5 +1110,7 @@ int main(int argc, char **argv)
 	printf("snapshot crash ok\n");
 	test_dir_perm();
 	printf("directory permissions ok\n");
+	test_msync_scope();
+	printf("msync scope ok\n");
 	return 0;
 }

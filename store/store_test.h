@@ -1,0 +1,33 @@
+/*
+ * Test hooks of the store: for tests/unit and the store's own files only.
+ * Nothing that ships (fs/, mkfs/, the daemon) includes this header; a caller
+ * of include/embfs/store.h cannot see or set what it declares.
+ *
+ * Set the hooks after store_open() and before store_spill_attach(): the
+ * attach takes them into the spill tier, which reads them from then on
+ * without a lock.
+ */
+#ifndef EMBFS_STORE_TEST_H
+#define EMBFS_STORE_TEST_H
+
+#include <stdint.h>
+
+#include "embfs/store.h"
+
+struct store_test_spill {
+	/* called by the mover each time it has let commit_lock go with device
+	 * work in flight (a chunk of stubs, a compaction piece, an eviction's
+	 * run), so that a test can change rows in between; NULL: none */
+	void (*unlocked)(void *arg);
+	void *unlocked_arg;
+	/* segments one block of a new run's segment list names (0: as many as
+	 * a block holds, 1014 in 4 KiB), so that small runs list their
+	 * segments in several blocks */
+	uint32_t run_list_cap;
+};
+
+/* Set the spill tier's test hooks of s (a copy of *h; NULL: none) for the
+ * next store_spill_attach(). */
+void store_test_spill_hooks(struct store *s, const struct store_test_spill *h);
+
+#endif
