@@ -11,6 +11,7 @@
   tier/tier.h.
 - fs/ calls no store_* function and includes no store header: it reaches
   the store through the cache layer (embfs/front.h).
+- No C file of the programs is over 1,200 lines.
 - No file cites DESIGN.md (the design card is not in the tree: docs/design.md
   is).
 Prints each problem and exits 1 if there is one."""
@@ -74,6 +75,14 @@ for f in sorted(os.listdir(os.path.join(root, "store"))):
         for n, line in enumerate(open(os.path.join(root, "store", f)), 1):
             if re.match(r'\s*#\s*include\s+"tier/(?!tier\.h")', line):
                 bad.append(f"store/{f}:{n}: the core store includes a private header of the tier: {line.strip()}")
+
+# no C file over 1,200 lines: a file that grows past it holds more than one job
+for d in ("fs", "cache", "store", "store/tier", "mkfs", "embfsctl", "util"):
+    for f in sorted(os.listdir(os.path.join(root, d))):
+        if f.endswith(".c"):
+            n = sum(1 for _ in open(os.path.join(root, d, f), errors="replace"))
+            if n > 1200:
+                bad.append(f"{d}/{f}: {n} lines, over 1,200: split it by job")
 
 for b in bad:
     print(b, file=sys.stderr)
