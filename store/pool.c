@@ -650,6 +650,7 @@ static int preen_dry(const char *path, char *err, size_t n)
 		store_err(err, n, ret, "%s: %s", path, why);
 	}
 	pm_close(t);
+	free(t->prom);
 	free(t);
 	return ret;
 }

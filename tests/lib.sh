@@ -58,7 +58,17 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 
 cleanup() {
 	rc=$?
-	[ $rc -ne 0 ] && [ -s "$T/daemon.log" ] && { echo "daemon log (last lines):" >&2; tail -5 "$T/daemon.log" >&2; }
+	# a sanitizer's report whole (its first lines say what and where), else
+	# the daemon's last lines
+	if [ $rc -ne 0 ] && [ -s "$T/daemon.log" ]; then
+		if grep -q 'Sanitizer' "$T/daemon.log"; then
+			echo "daemon log (whole: a sanitizer report):" >&2
+			cat "$T/daemon.log" >&2
+		else
+			echo "daemon log (last lines):" >&2
+			tail -5 "$T/daemon.log" >&2
+		fi
+	fi
 	for m in $MOUNTS; do
 		is_mounted "$m" && { fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null; }
 	done
