@@ -1,6 +1,6 @@
 /*
  * Byte ranges of a table <-> rows, for every path that reads or changes
- * rows: READ and WRITE (table.c), punch and truncate, scatters and gathers
+ * rows: READ and WRITE (fs/table.c), punch and truncate, scatters and gathers
  * (batch.c), page write-backs (pcache.c).  With a cache, a live table's rows
  * go through it and the store sees writes at write-back (group commit);
  * without one, and for a snapshot's table, rows come from the store through
@@ -145,7 +145,7 @@ void front_unreserve(struct front *f, uint32_t id, uint32_t rs, int64_t credit)
 }
 
 /* Around writes into the cache: the batch id to stamp them with, read with
- * snap_rw held shared so that no write straddles a snapshot (snap.c). */
+ * snap_rw held shared so that no write straddles a snapshot (front_snap_take). */
 static uint64_t batch_begin(struct front *f)
 {
 	pthread_rwlock_rdlock(&f->snap_rw);

@@ -1,6 +1,6 @@
 /*
  * The live snapshot set: the sorted batch ids of the snapshots that exist and
- * are not being dropped, rebuilt from the records (snap.c) when one is taken
+ * are not being dropped, rebuilt from the records (snaprec.c) when one is taken
  * or dropped.  Commits ask it whether a snapshot still sees a version they
  * replace (snapset_needed) and charge what only one snapshot holds to it;
  * reclaim asks which snapshots hold a table.  Protected by snap_lock: the

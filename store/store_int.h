@@ -7,10 +7,10 @@
  *   repair.c    repairs of a pool that fails validation (fsck.embfs)
  *   fsck.c      the deep check and its repairs (tests, fsck.embfs)
  *   seek.c      SEEK_DATA/SEEK_HOLE over a view
- *   table.c     truncate, geometry, release, their recovery
+ *   tablife.c   truncate, geometry, release, their recovery
  *   view.c      read views: live tables and snapshots, one path
  *   commit.c    group commit of row updates
- *   snap.c      snapshot records
+ *   snaprec.c   snapshot records
  *   reclaim.c   freeing what no snapshot needs
  *   read.c      the one read path (pool, and the tier for spilled rows)
  *   evict.c     the commit that takes rows a run now holds out of the index
@@ -204,7 +204,7 @@ struct store {
 		_Atomic uint64_t idx_large;     /* ... of them large ones (grown in place) */
 		_Atomic uint64_t idx_dir_bytes; /* bytes of their directories */
 	};
-	struct { /* snap.c (records) and snapset.c (the live set): protected by snap_lock */
+	struct { /* snaprec.c (records) and snapset.c (the live set): protected by snap_lock */
 		struct emb_snaps *snaps;
 		pthread_rwlock_t snap_lock;     /* commits hold it shared */
 		uint64_t live_batch[EMB_MAX_SNAPS]; /* batches of live (not dropping) snapshots, sorted */
@@ -539,7 +539,7 @@ int catalog_trim_done(struct store *s, struct stable *st);
 /* Free a table's index and catalog slot; its rows must be gone.  commit_lock held. */
 int catalog_free_locked(struct store *s, struct stable *st);
 
-/* ---- snapshot records (snap.c owns them; these read them) --------------- */
+/* ---- snapshot records (snaprec.c owns them; these read them) ------------ */
 static inline struct emb_snap *rec(struct store *s, uint32_t i)
 {
 	return &s->snaps->s[i];
@@ -759,7 +759,7 @@ struct evict_row {
  * run.  *done: rows deleted.  commit_lock held. */
 int commit_evict_locked(struct store *s, struct stable *st, const struct evict_row *e, size_t n, size_t *done);
 
-/* ---- snap.c: snapshot records -------------------------------------------- */
+/* ---- snaprec.c: snapshot records ----------------------------------------- */
 /* At open: the records, the generation counter; pending records (lost in a
  * crash) are marked dropping for snap_recover. */
 int snap_load(struct store *s);
@@ -777,7 +777,7 @@ int snap_recover(struct store *s);
 int snap_table_view(struct store *s, uint32_t idx, uint64_t snap_gen, uint32_t id, struct store_attr *a,
 		    uint64_t *batch, struct stable **stp);
 
-/* ---- table.c: truncate, release and their recovery (takes commit_lock) --- */
+/* ---- tablife.c: truncate, release and their recovery (takes commit_lock) - */
 int trim_locked(struct store *s, struct stable *st);
 int table_recover(struct store *s);
 

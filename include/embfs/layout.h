@@ -355,7 +355,7 @@ struct emb_snap {
 	uint64_t gen;
 	uint64_t batch;        /* holds the newest version of each row with batch <= this */
 	uint64_t flags;        /* EMB_S_* in the low half, their complement in the high half:
-				* one 8-byte store changes both (store/snap.c) */
+				* one 8-byte store changes both (store/snaprec.c) */
 	uint64_t created_ns;
 	uint64_t tables_off;   /* emb_snap_table[ntables] */
 	uint64_t excl_bytes;   /* space only this snapshot holds (recomputed at rmdir) */
