@@ -448,7 +448,110 @@ int run_blk_ok(struct spill *sp, const struct srun *x, struct bref *b)
 
 
 
+/* ---- reading a run's records in order ----------------------------------- */
+
+/* Read the chunk of blocks of it->x from it->blk on: 0, or -EIO (a block
+ * that fails its check). */
+int rit_load(struct store *s, struct rit *it)
+{
+	struct spill *sp = s->sp;
+	struct srun *x = it->x;
+	uint32_t bs = x->r->blk_size;
+	uint64_t n = CHUNK_BYTES / bs ? CHUNK_BYTES / bs : 1;
+	if (it->blk + n > x->r->nblocks)
+		n = x->r->nblocks - it->blk;
+	/* blocks of one segment are adjacent on the device */
+	uint64_t cnt = x->bps - it->blk % x->bps < n ? x->bps - it->blk % x->bps : n;
+	struct sreq q = { .blk = run_blk_loc(sp, x, it->blk), .span = (uint32_t)(cnt * bs), .boff = 0 };
+	int ret = device_read_raw(sp, &q, 1, it->buf);
+	if (ret)
+		return ret;
+	it->blk0 = it->blk;
+	it->nblk = cnt;
+	for (uint64_t i = 0; i < cnt; i++) {
+		struct bref b = { it->blk + i, it->buf + i * bs, 0, NULL };
+		if (run_blk_ok(sp, x, &b))
+			return -EIO;
+	}
+	return 0;
+}
+
+/* Step to the next record (or the first). */
+void rit_next(struct store *s, struct rit *it)
+{
+	struct srun *x = it->x;
+	for (;;) {
+		if (it->blk >= x->r->nblocks) {
+			it->cur = NULL;
+			return;
+		}
+		if (it->blk < it->blk0 || it->blk >= it->blk0 + it->nblk) {
+			if ((it->err = rit_load(s, it))) {
+				it->cur = NULL;
+				return;
+			}
+		}
+		const char *b = it->buf + (it->blk - it->blk0) * x->r->blk_size;
+		const struct emb_rblk *h = (const struct emb_rblk *)b;
+		if (it->rec < h->nrec) {
+			it->cur = rec_at(x, b, it->rec++);
+			return;
+		}
+		it->blk++;
+		it->rec = 0;
+	}
+}
+
 /* ---- retiring and freeing runs -------------------------------------------- */
+
+/* Mark the records of v[0..n) dead (inside a transaction). */
+void runs_mark_dead_tx(struct srun **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct emb_run *o = v[i]->r;
+		pmemobj_tx_add_range_direct(o, sizeof(*o));
+		o->state = EMB_RUN_DEAD;
+		o->csum = run_rec_csum(o);
+	}
+}
+
+/* A table's count of live records in runs follows a run coming (sign 1) or
+ * going (-1). */
+void run_live_add(struct store *s, const struct emb_run *r, int sign)
+{
+	struct stable *st = tab_get(s, r->table);
+	if (!st || st->t->gen != r->table_gen)
+		return;
+	if (sign > 0)
+		atomic_fetch_add(&st->run_live, r->nlive);
+	else
+		atomic_fetch_sub(&st->run_live, r->nlive);
+}
+
+/* Move v[0..n) from their tables' lists to the dead list.  run_lock held
+ * exclusive. */
+void runs_list_retire(struct store *s, struct spill *sp, struct srun **v, size_t n)
+{
+	atomic_fetch_add(&sp->runs_gen, 1);
+	for (size_t i = 0; i < n; i++) {
+		run_live_add(s, v[i]->r, -1);
+		for (struct srun **p = &sp->runs[v[i]->r->table]; *p; p = &(*p)->next)
+			if (*p == v[i]) {
+				*p = v[i]->next;
+				break;
+			}
+		v[i]->next = sp->dead;
+		sp->dead = v[i];
+	}
+}
+
+/* Is st still table tid of generation gen (it may have been freed while
+ * commit_lock was let go; st is not read unless it is still listed)?
+ * commit_lock held. */
+int run_table_same(struct store *s, struct stable *st, uint32_t tid, uint64_t gen)
+{
+	return tab_get(s, tid) == st && st->t->gen == gen;
+}
 
 /* Move runs v[0..n) out of their table's list into the dead list (pool and
  * DRAM).  commit_lock held. */

@@ -167,6 +167,22 @@ uint64_t run_segs(uint64_t nblocks, size_t ab, uint32_t bs, uint64_t bps, uint64
  * builder has them, else read at first use. */
 struct srun *srun_new(struct spill *sp, struct emb_run *r, uint32_t *arrays);
 
+/* Move v[0..n) from their tables' lists to the dead list.  run_lock held
+ * exclusive. */
+void runs_list_retire(struct store *s, struct spill *sp, struct srun **v, size_t n);
+/* A table's count of live records in runs follows a run coming (sign 1) or
+ * going (-1). */
+void run_live_add(struct store *s, const struct emb_run *r, int sign);
+/* Mark the records of v[0..n) dead (inside a transaction). */
+void runs_mark_dead_tx(struct srun **v, size_t n);
+/* Is st still table tid of generation gen (it may have been freed while
+ * commit_lock was let go; st is not read unless it is still listed)?
+ * commit_lock held. */
+int run_table_same(struct store *s, struct stable *st, uint32_t tid, uint64_t gen);
+/* Step to the next record (or the first). */
+void rit_next(struct store *s, struct rit *it);
+int rit_load(struct store *s, struct rit *it);
+
 /* runahead.c */
 /* Queue the windows of run x from ext on that cover `want` blocks. */
 void ra_win_ahead(struct spill *sp, struct srun *x, uint64_t ext, uint64_t want);
@@ -181,14 +197,6 @@ void ra_win_put_all(struct lreq *L);
 void ra_win_reads(struct spill *sp, const struct srun *x, struct rawin *w, struct sreq *q, size_t *nq);
 
 /* runbuild.c */
-/* Move v[0..n) from their tables' lists to the dead list.  run_lock held
- * exclusive. */
-void runs_list_retire(struct store *s, struct spill *sp, struct srun **v, size_t n);
-/* A table's count of live records in runs follows a run coming (sign 1) or
- * going (-1). */
-void run_live_add(struct store *s, const struct emb_run *r, int sign);
-/* Mark the records of v[0..n) dead (inside a transaction). */
-void runs_mark_dead_tx(struct srun **v, size_t n);
 /* Write what is left, then the meta blocks (segments, fences, filter), and
  * make it all durable. */
 int run_build_finish(struct run_build *w);
@@ -200,16 +208,5 @@ uint64_t run_next_id(struct spill *sp);
 /* Make the built run part of the pool, in place of the runs old[0..nold)
  * (a merge; they turn dead), at order seq.  commit_lock held. */
 int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t level, struct srun **old, size_t nold);
-
-/* runevict.c */
-/* Is st still table tid of generation gen (it may have been freed while
- * commit_lock was let go; st is not read unless it is still listed)?
- * commit_lock held. */
-int run_table_same(struct store *s, struct stable *st, uint32_t tid, uint64_t gen);
-
-/* runmerge.c */
-/* Step to the next record (or the first). */
-void rit_next(struct store *s, struct rit *it);
-int rit_load(struct store *s, struct rit *it);
 
 #endif

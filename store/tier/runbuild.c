@@ -234,47 +234,6 @@ void run_build_free(struct run_build *w, int release)
 	free(w->arrays);
 }
 
-/* Mark the records of v[0..n) dead (inside a transaction). */
-void runs_mark_dead_tx(struct srun **v, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		struct emb_run *o = v[i]->r;
-		pmemobj_tx_add_range_direct(o, sizeof(*o));
-		o->state = EMB_RUN_DEAD;
-		o->csum = run_rec_csum(o);
-	}
-}
-
-/* A table's count of live records in runs follows a run coming (sign 1) or
- * going (-1). */
-void run_live_add(struct store *s, const struct emb_run *r, int sign)
-{
-	struct stable *st = tab_get(s, r->table);
-	if (!st || st->t->gen != r->table_gen)
-		return;
-	if (sign > 0)
-		atomic_fetch_add(&st->run_live, r->nlive);
-	else
-		atomic_fetch_sub(&st->run_live, r->nlive);
-}
-
-/* Move v[0..n) from their tables' lists to the dead list.  run_lock held
- * exclusive. */
-void runs_list_retire(struct store *s, struct spill *sp, struct srun **v, size_t n)
-{
-	atomic_fetch_add(&sp->runs_gen, 1);
-	for (size_t i = 0; i < n; i++) {
-		run_live_add(s, v[i]->r, -1);
-		for (struct srun **p = &sp->runs[v[i]->r->table]; *p; p = &(*p)->next)
-			if (*p == v[i]) {
-				*p = v[i]->next;
-				break;
-			}
-		v[i]->next = sp->dead;
-		sp->dead = v[i];
-	}
-}
-
 /* Make the built run part of the pool, in place of the runs old[0..nold)
  * (a merge; they turn dead), at order seq.  commit_lock held. */
 int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t level, struct srun **old,

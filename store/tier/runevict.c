@@ -128,14 +128,6 @@ static int ev_publish(struct spill *sp, uint32_t id, const struct ev *e, size_t 
 	return 0;
 }
 
-/* Is st still table tid of generation gen (it may have been freed while
- * commit_lock was let go; st is not read unless it is still listed)?
- * commit_lock held. */
-int run_table_same(struct store *s, struct stable *st, uint32_t tid, uint64_t gen)
-{
-	return tab_get(s, tid) == st && st->t->gen == gen;
-}
-
 #define EVICT_SLICE 4096u /* rows per hold of commit_lock when they leave the index */
 
 int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t budget, int all)

@@ -12,57 +12,6 @@
 
 /* ---- merges -------------------------------------------------------------- */
 
-
-int rit_load(struct store *s, struct rit *it)
-{
-	struct spill *sp = s->sp;
-	struct srun *x = it->x;
-	uint32_t bs = x->r->blk_size;
-	uint64_t n = CHUNK_BYTES / bs ? CHUNK_BYTES / bs : 1;
-	if (it->blk + n > x->r->nblocks)
-		n = x->r->nblocks - it->blk;
-	/* blocks of one segment are adjacent on the device */
-	uint64_t cnt = x->bps - it->blk % x->bps < n ? x->bps - it->blk % x->bps : n;
-	struct sreq q = { .blk = run_blk_loc(sp, x, it->blk), .span = (uint32_t)(cnt * bs), .boff = 0 };
-	int ret = device_read_raw(sp, &q, 1, it->buf);
-	if (ret)
-		return ret;
-	it->blk0 = it->blk;
-	it->nblk = cnt;
-	for (uint64_t i = 0; i < cnt; i++) {
-		struct bref b = { it->blk + i, it->buf + i * bs, 0, NULL };
-		if (run_blk_ok(sp, x, &b))
-			return -EIO;
-	}
-	return 0;
-}
-
-/* Step to the next record (or the first). */
-void rit_next(struct store *s, struct rit *it)
-{
-	struct srun *x = it->x;
-	for (;;) {
-		if (it->blk >= x->r->nblocks) {
-			it->cur = NULL;
-			return;
-		}
-		if (it->blk < it->blk0 || it->blk >= it->blk0 + it->nblk) {
-			if ((it->err = rit_load(s, it))) {
-				it->cur = NULL;
-				return;
-			}
-		}
-		const char *b = it->buf + (it->blk - it->blk0) * x->r->blk_size;
-		const struct emb_rblk *h = (const struct emb_rblk *)b;
-		if (it->rec < h->nrec) {
-			it->cur = rec_at(x, b, it->rec++);
-			return;
-		}
-		it->blk++;
-		it->rec = 0;
-	}
-}
-
 /* The versions of one row a merge gathers from its inputs, in order. */
 struct mvers {
 	size_t n, cap;
