@@ -23,8 +23,8 @@ The package's modules, each owning one job (this file only re-exports):
   _wire.py     the byte formats of .embfs/rows, restore and delta; limits
   _conn.py     the request channel: per-thread, fork-safe fds of .embfs/rows
   _arrays.py   dtypes (numpy, torch, bf16 bits), aligned buffers, unique
-  mount.py     Mount: tables, snapshots, restore, deltas, batch id, sync
-  table.py     Table: geometry, gather/scatter/prefetch, file calls on it
+  mount.py     Mount: tables, snapshots, restore, deltas, batch id, sync;
+               Table: geometry, gather/scatter/prefetch, file calls on it
   init.py      Init: deterministic values of rows never written
   torch.py     embfs.torch (PyTorch modules and optimizers; imports torch)
   dist.py      embfs.dist (row-sharded tables over torch.distributed)
@@ -34,8 +34,7 @@ from ._conn import close_all
 from ._wire import MAX_BYTES, MAX_COUNT
 from .errors import BadArgument, BadType, EmbfsError
 from .init import Init
-from .mount import Mount
-from .table import Table
+from .mount import Mount, Table
 
 # The private names stay reachable as embfs._NAME, as before the split
 # (tests use embfs._data_runs).
@@ -44,7 +43,7 @@ from ._conn import _Conn, _advance, _after_fork, _all_conns  # noqa: F401
 from ._wire import _F_PRESENT, _GATHER, _HDR, _OFF_MAX, _PREFETCH, _ROW_ID_MAX, _SCATTER  # noqa: F401
 from .errors import _oserror  # noqa: F401
 from .init import _mix  # noqa: F401
-from .table import _data_runs, _libc  # noqa: F401
+from .mount import _data_runs, _libc  # noqa: F401
 
 __all__ = ["close_all", "Mount", "Table", "EmbfsError", "BadArgument", "BadType", "Init", "unique",
            "bf16_to_f32", "f32_to_bf16", "DTYPES", "MAX_COUNT", "MAX_BYTES"]

@@ -1,19 +1,30 @@
-"""embfs.mount: Mount, an embfs mount seen from Python: its tables (made,
-listed, removed, opened as Table), its snapshots, restore, rollback and
-deltas, the batch id, sync and stats; and each thread's request channel to
-it (Mount._conn, an fd of .embfs/rows, see _conn).
+"""embfs.mount: Mount and Table.  Mount, an embfs mount seen from Python:
+its tables (made, listed, removed, opened as Table), its snapshots, restore,
+rollback and deltas, the batch id, sync and stats; and each thread's request
+channel to it (Mount._conn, an fd of .embfs/rows, see _conn).  Table, one
+table of a mount (live, or a snapshot's: read-only): its geometry from the
+xattrs; gather, scatter and prefetch over the mount's request channel, in
+requests within the wire limits, retried once when the table's inode went
+stale; the file calls on the table itself (memmap, SEEK_DATA walks,
+truncate, punch, copy, deltas, fsync).
+
+The two are one module because each needs the other: a mount hands out its
+tables, and a table opened by path (Table("MNT/NAME")) opens its mount.
 """
+import ctypes
 import errno as _errno
 import os
+import stat as _stat
 import threading
 import weakref
 
 import numpy as np
 
-from ._arrays import DTYPES
-from ._conn import _Conn
-from ._wire import _DELTA_HDR, _restore_report
-from .errors import BadArgument, EmbfsError, _oserror
+from ._arrays import DTYPES, _aligned, _bytes_view, _is_tensor, _torch, _torch_dtype
+from ._conn import _Conn, _read_response, _write_request
+from ._wire import (MAX_BYTES, MAX_COUNT, _DELTA_HDR, _F_PRESENT, _GATHER, _OFF_MAX, _PREFETCH, _ROW_ID_MAX,
+                    _SCATTER, _present, _present_len, _request, _restore_report)
+from .errors import BadArgument, BadType, EmbfsError, _oserror
 
 
 class Mount:
@@ -63,7 +74,6 @@ class Mount:
 
     def table(self, name, snapshot=None):
         """The table NAME (live, or as of snapshot SNAPSHOT: read-only)."""
-        from .table import Table  # here, not at the top: table.py imports Mount from this module
         return Table(self, name, snapshot=snapshot)
 
     __getitem__ = table
@@ -71,7 +81,6 @@ class Mount:
     def create(self, name, dim, dtype="f32", exist_ok=False, mode=0o644):
         """Make table NAME of DIM x DTYPE; with exist_ok, an existing table of
         that geometry is fine (another geometry is an error)."""
-        from .table import Table  # here, not at the top: table.py imports Mount from this module
         path = self._tpath(name)
         if dtype not in DTYPES:
             raise BadArgument(f"table {name}: dtype {dtype!r} is not one of {' '.join(DTYPES)}", path)
@@ -295,3 +304,438 @@ class Mount:
                 else:
                     out[k] = v
         return out
+
+
+def _data_runs(fd, end, off=0):
+    """(start, end) byte ranges of data in [off, end) of fd, by SEEK_DATA
+    and SEEK_HOLE."""
+    while off < end:
+        try:
+            d = os.lseek(fd, off, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == _errno.ENXIO:
+                return
+            raise
+        if d >= end:
+            return
+        h = min(os.lseek(fd, d, os.SEEK_HOLE), end)
+        yield d, h
+        off = h
+
+
+_LIBC = None
+
+
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+        _LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return _LIBC
+
+
+class Table:
+    """A table: live (read-write) or in a snapshot (read-only).
+
+    Geometry comes from its xattrs (dim, dtype, row_size).  Row ids are
+    non-negative integers up to max_row: 2^48 - 2 (a pool keeps 48 bits of
+    a row id), or less when the row would not end within 2^63 - 1 bytes;
+    rows never written read as zeros, and gather(present=True) tells them
+    apart from stored rows."""
+
+    def __init__(self, mount, name=None, snapshot=None):
+        if not isinstance(mount, Mount):
+            # a path: MNT/NAME or MNT/.snapshots/S/NAME
+            p = os.path.abspath(os.fspath(mount))
+            d, name = os.path.split(p)
+            if os.path.basename(os.path.dirname(d)) == ".snapshots":
+                snapshot, d = os.path.basename(d), os.path.dirname(os.path.dirname(d))
+            mount = Mount(d)
+        self.mount, self.name, self.snapshot = mount, name, snapshot
+        self.path = mount._tpath(name, snapshot)
+        self.read_only = snapshot is not None
+        self._geometry()
+
+    def _geometry(self):
+        try:
+            st = os.stat(self.path)
+            if not _stat.S_ISREG(st.st_mode):
+                raise EmbfsError(_errno.EINVAL, f"{self}: not a table", self.path)
+            dim = int(os.getxattr(self.path, "user.embfs.dim"))
+            dtype = os.getxattr(self.path, "user.embfs.dtype").decode()
+            rs = int(os.getxattr(self.path, "user.embfs.row_size"))
+        except FileNotFoundError:
+            raise EmbfsError(_errno.ENOENT, f"{self}: no such table", self.path) from None
+        except OSError as e:
+            raise _oserror(e, f"{self}", self.path) from None
+        if dtype not in DTYPES or DTYPES[dtype].itemsize * dim != rs:
+            raise EmbfsError(_errno.EINVAL, f"{self}: geometry {dim} x {dtype} ({rs} B rows) not understood",
+                             self.path)
+        self.ino, self.dim, self.dtype_name, self.row_size = st.st_ino, dim, dtype, rs
+        self.dtype = DTYPES[dtype]
+        self.max_row = min(_ROW_ID_MAX, _OFF_MAX // rs - 1)
+        self._chunk = max(1, min(MAX_COUNT, MAX_BYTES // rs))
+
+    def __repr__(self):
+        return f"table {self.name}" + (f" (snapshot {self.snapshot})" if self.snapshot else "")
+
+    __str__ = __repr__
+
+    @property
+    def torch_dtype(self):
+        return _torch_dtype(self.dtype_name)
+
+    @property
+    def nrows(self):
+        """Rows up to the end of the file (stored or holes)."""
+        return os.stat(self.path).st_size // self.row_size
+
+    __len__ = lambda self: self.nrows
+
+    # ---- arguments ----
+    def _ids(self, ids):
+        """ids as a C-contiguous little-endian uint64 array (flattened), checked."""
+        if _is_tensor(ids):
+            ids = ids.detach().cpu().numpy()
+        a = np.asarray(ids)
+        if a.dtype.kind not in "iu":
+            if a.size == 0 and a.dtype.kind == "f":
+                a = a.astype(np.int64)
+            else:
+                raise BadType(f"{self}: row ids must be integers, not {a.dtype}", self.path)
+        a = a.reshape(-1)
+        if a.size:
+            lo, hi = int(a.min()), int(a.max())
+            if lo < 0:
+                raise BadArgument(f"{self}: negative row id {lo}", self.path)
+            if hi > self.max_row:
+                raise BadArgument(f"{self}: row id {hi} out of range (rows of {self.row_size} B: at most "
+                                  f"{self.max_row})", self.path)
+        if a.dtype != np.uint64 and a.dtype != np.int64:
+            a = a.astype(np.int64)
+        return np.ascontiguousarray(a).view("<u8")
+
+    def _rows_arg(self, rows, shape):
+        """rows as a C-contiguous ndarray of our dtype and shape (n, dim)."""
+        if _is_tensor(rows):
+            want = self.torch_dtype
+            if rows.dtype != want:
+                raise BadType(f"{self}: rows are {rows.dtype}, the table holds {self.dtype_name} ({want})",
+                              self.path)
+            t = rows.detach().cpu().contiguous()
+            if self.dtype_name == "bf16":
+                t = t.view(_torch().int16)
+            rows = t.numpy()
+        else:
+            rows = np.asarray(rows)
+            if rows.dtype != self.dtype:
+                raise BadType(f"{self}: rows are {rows.dtype}, the table holds {self.dtype_name} "
+                              f"({self.dtype})", self.path)
+        if rows.shape != shape and rows.shape != (shape[0], self.dim):
+            raise BadArgument(f"{self}: rows of shape {tuple(rows.shape)} for {shape[0]} ids; "
+                              f"expected {(shape[0], self.dim)}", self.path)
+        return np.ascontiguousarray(rows).reshape(shape[0], self.dim)
+
+    # ---- requests ----
+    def _send(self, c, op, ids, rows=None, flags=0):
+        body = [memoryview(ids).cast("B")] + ([_bytes_view(rows)] if rows is not None else [])
+        hdr, total = _request(op, self.ino, len(ids), body, flags)
+        _write_request(c, [hdr] + body, total)
+
+    def _recv(self, c, bufs, need):
+        got = _read_response(c, bufs, need)
+        if got < need:
+            raise EmbfsError(_errno.EIO, f"{self}: short gather response ({got} of {need} bytes)", self.path)
+
+    def _retry(self, fn):
+        """Run fn(conn); on ESTALE (or an inode the daemon no longer knows)
+        re-stat the table: same geometry -> once more, else a clear error."""
+        try:
+            return fn(self.mount._conn())
+        except OSError as e:
+            if isinstance(e, EmbfsError):
+                raise
+            err = e.errno
+            if err not in (_errno.ESTALE, _errno.EINVAL):
+                raise _oserror(e, f"{self}", self.path) from None
+        old = (self.ino, self.dim, self.dtype_name)
+        try:
+            self._geometry()
+        except EmbfsError as g:
+            if g.errno == _errno.ENOENT:
+                raise EmbfsError(_errno.ENOENT, f"{self}: removed while in use", self.path) from None
+            raise
+        if (self.dim, self.dtype_name) != old[1:]:
+            raise EmbfsError(_errno.ESTALE, f"{self}: geometry changed from {old[1]} x {old[2]} to "
+                             f"{self.dim} x {self.dtype_name}", self.path)
+        if self.ino == old[0] and err == _errno.EINVAL:
+            raise EmbfsError(_errno.EINVAL, f"{self}: request refused: {os.strerror(err)}", self.path)
+        try:
+            return fn(self.mount._conn())
+        except OSError as e:
+            raise _oserror(e, f"{self}", self.path) from None
+
+    # ---- the API ----
+    def gather(self, ids, out=None, present=False, init=None):
+        """Rows ids (any shape of integers, duplicates fine) as an array of
+        shape ids.shape + (dim,): numpy, or torch when ids is a tensor.
+        out: an array/tensor to read into (C-contiguous, our dtype, n x dim):
+        no copy.  present=True: also a bool array, True where the row is
+        stored (False: never written or deleted; such a row reads as zeros).
+        init: an Init (or callable(ids) -> rows) that fills the rows not
+        stored."""
+        as_torch = _is_tensor(ids)
+        shape = tuple(ids.shape) if hasattr(ids, "shape") else (len(ids),)
+        a = self._ids(ids)
+        n = len(a)
+        if out is None:
+            res = _aligned(n * self.row_size).view(self.dtype).reshape(n, self.dim)
+        else:
+            res = self._out(out, n)
+        pres = np.empty(n, bool) if (present or init is not None) else None
+        for k in range(0, n, self._chunk):
+            self._gather_chunk(a[k:k + self._chunk], res[k:k + self._chunk],
+                               pres[k:k + self._chunk] if pres is not None else None)
+        if init is not None and not pres.all():
+            miss = ~pres
+            res[miss] = np.asarray(init(a[miss].view(np.int64), self), dtype=self.dtype)
+        if out is not None:
+            result = out
+        elif as_torch:
+            torch = _torch()
+            result = torch.from_numpy(res.reshape(shape + (self.dim,)))
+            if self.dtype_name == "bf16":
+                result = result.view(torch.bfloat16)
+        else:
+            result = res.reshape(shape + (self.dim,))
+        if present:
+            pr = pres.reshape(shape)
+            return result, (_torch().from_numpy(pr) if as_torch else pr)
+        return result
+
+    def empty(self, n, torch=False):
+        """A page-aligned (n, dim) array of the table's dtype (a tensor with
+        torch=True) to reuse as gather's out: rows land in it with no copy,
+        in whole pages (fewer FUSE reads)."""
+        a = _aligned(int(n) * self.row_size).view(self.dtype).reshape(int(n), self.dim)
+        if not torch:
+            return a
+        t = _torch().from_numpy(a)
+        return t.view(_torch().bfloat16) if self.dtype_name == "bf16" else t
+
+    def _out(self, out, n):
+        if _is_tensor(out):
+            if out.dtype != self.torch_dtype or not out.is_contiguous() or out.device.type != "cpu":
+                raise BadType(f"{self}: out must be a contiguous CPU tensor of {self.torch_dtype}", self.path)
+            arr = (out.view(_torch().int16) if self.dtype_name == "bf16" else out).detach().numpy()
+        else:
+            arr = out
+            if not isinstance(arr, np.ndarray) or arr.dtype != self.dtype or not arr.flags.c_contiguous \
+                    or not arr.flags.writeable:
+                raise BadType(f"{self}: out must be a writable C-contiguous {self.dtype} array", self.path)
+        if arr.size != n * self.dim:
+            raise BadArgument(f"{self}: out holds {arr.size} values, {n} rows need {n * self.dim}", self.path)
+        return arr.reshape(n, self.dim)
+
+    def _gather_chunk(self, ids, res, pres):
+        n = len(ids)
+        flags = _F_PRESENT if pres is not None else 0
+
+        def run(c):
+            self._send(c, _GATHER, ids, flags=flags)
+            bufs = [_bytes_view(res)]
+            need = n * self.row_size
+            if flags:
+                nb = _present_len(n)
+                bufs.append(memoryview(c.bits)[:nb])
+                need += nb
+            self._recv(c, bufs, need)
+            if flags:
+                pres[:] = _present(c.bits, n)
+        self._retry(run)
+
+    def present(self, ids):
+        """Which of ids are stored (a bool array of ids' shape)."""
+        return self.gather(ids, present=True)[1]
+
+    def scatter(self, ids, rows):
+        """Write rows (shape ids.shape + (dim,) or (len, dim), the table's
+        dtype exactly) at ids; duplicates: the last wins.  Each row is atomic;
+        a batch above the request limits is sent in several requests."""
+        if self.read_only:
+            raise EmbfsError(_errno.EROFS, f"{self}: a snapshot's table is read-only", self.path)
+        shape = tuple(ids.shape) if hasattr(ids, "shape") else (len(ids),)
+        a = self._ids(ids)
+        r = self._rows_arg(rows, (len(a),) + tuple(shape[1:]) + (self.dim,) if len(shape) > 1 else
+                           (len(a), self.dim))
+        for k in range(0, len(a), self._chunk):
+            ck, rk = a[k:k + self._chunk], r[k:k + self._chunk]
+            self._retry(lambda c: self._send(c, _SCATTER, ck, rk))
+
+    def prefetch(self, ids):
+        """Hint: these rows are read soon (the daemon pins them in its row
+        cache until this thread's next gather of them)."""
+        a = self._ids(ids)
+        for k in range(0, len(a), self._chunk):
+            ck = a[k:k + self._chunk]
+            self._retry(lambda c: self._send(c, _PREFETCH, ck))
+
+    def as_array(self, writable=False):
+        """The whole table as a numpy.memmap of shape (nrows, dim) (the
+        kernel's page cache: for serving and scans; torch.from_numpy() makes
+        it a tensor).  bf16 tables map as int16 raw bits."""
+        n = self.nrows
+        if writable and self.read_only:
+            raise EmbfsError(_errno.EROFS, f"{self}: a snapshot's table is read-only", self.path)
+        if n == 0:
+            return np.zeros((0, self.dim), self.dtype)
+        if n * self.row_size > (1 << 46):
+            raise EmbfsError(_errno.EFBIG, f"{self}: {n} rows ({n * self.row_size} B) are too many to map; "
+                             "use gather", self.path)
+        return np.memmap(self.path, dtype=self.dtype, mode="r+" if writable else "r", shape=(n, self.dim))
+
+    def stored_ids(self, start=0, stop=None):
+        """Ids of the stored rows in [start, stop), ascending (SEEK_DATA /
+        SEEK_HOLE over the file: one pair of calls per run of stored rows)."""
+        rs = self.row_size
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            end = size if stop is None else min(stop * rs, size)
+            for lo, hi in _data_runs(fd, end, start * rs):
+                yield from range(lo // rs, (hi + rs - 1) // rs)
+        except OSError as e:
+            raise _oserror(e, f"{self}: SEEK_DATA", self.path) from None
+        finally:
+            os.close(fd)
+
+    def truncate(self, nrows=0):
+        """Drop every row from nrows on (ftruncate)."""
+        if self.read_only:
+            raise EmbfsError(_errno.EROFS, f"{self}: a snapshot's table is read-only", self.path)
+        try:
+            os.truncate(self.path, int(nrows) * self.row_size)
+        except OSError as e:
+            raise _oserror(e, f"{self}: truncate", self.path) from None
+
+    def copy_from(self, src, batch=65536):
+        """Make this table's rows those of src (same geometry; e.g. a snapshot's
+        table: a restore).  Rows src does not store become holes.  src's runs
+        of stored rows are found with SEEK_DATA/SEEK_HOLE; a run of 64 rows
+        or more is copied inside the daemon by copy_file_range (no row bytes
+        through this process), shorter ones (a table of rows scattered over
+        a huge id space is all runs of one row) are gathered and scattered
+        in batches of up to `batch` rows.  Returns the number of rows copied."""
+        if (src.dim, src.dtype_name) != (self.dim, self.dtype_name):
+            raise BadArgument(f"{self}: cannot copy {src} ({src.dim} x {src.dtype_name}) into "
+                              f"{self.dim} x {self.dtype_name}", self.path)
+        self.truncate(0)
+        rs, ids, copied = self.row_size, [], 0
+
+        def flush():
+            if ids:
+                a = np.array(ids, np.int64)
+                self.scatter(a, src.gather(a))
+                ids.clear()
+        try:
+            fi = os.open(src.path, os.O_RDONLY | os.O_CLOEXEC)
+            fo = None
+            try:
+                fo = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+                size = os.fstat(fi).st_size
+                for lo, hi in _data_runs(fi, size):
+                    r0, r1 = lo // rs, (hi + rs - 1) // rs
+                    copied += r1 - r0
+                    if r1 - r0 < 64:
+                        ids.extend(range(r0, r1))
+                        if len(ids) >= batch:
+                            flush()
+                        continue
+                    off = lo
+                    while off < hi:
+                        n = os.copy_file_range(fi, fo, hi - off, off, off)
+                        if n <= 0:
+                            break
+                        off += n
+                flush()
+            finally:
+                os.close(fi)
+                if fo is not None:
+                    os.close(fo)
+            if os.stat(self.path).st_size < size:
+                os.truncate(self.path, size)  # holes at the end count
+        except OSError as e:
+            if isinstance(e, EmbfsError):
+                raise
+            raise _oserror(e, f"{self}: copy from {src}", self.path) from None
+        return copied
+
+    def apply_delta(self, path, name=None):
+        """Apply a delta to this table holding A's rows (a restore of A, or
+        A's table): it then holds B's.  PATH is a .npz written by
+        Mount.export_delta(A, B, ...), or a delta directory: the mount's
+        .snapshots/A/.delta/B (Mount.delta_path) or a copy of it (cp -r
+        --sparse=always), whose file NAME (default: this table's name) holds
+        the rows at their offsets, .changed/NAME and .deleted/NAME their ids."""
+        if self.read_only:
+            raise EmbfsError(_errno.EROFS, f"{self}: a snapshot's table is read-only", self.path)
+        if os.path.isdir(path):
+            name = name or self.name
+            view = os.path.join(path, name)
+            ids = np.fromfile(os.path.join(path, ".changed", name), dtype="<u8").astype(np.int64)
+            deleted = np.fromfile(os.path.join(path, ".deleted", name), dtype="<u8").astype(np.int64)
+            size = os.stat(view).st_size
+            rows = np.empty((len(ids), self.dim), self.dtype)
+            rb = rows.view(np.uint8).reshape(len(ids), self.row_size)
+            rs = self.row_size
+            fd = os.open(view, os.O_RDONLY | os.O_CLOEXEC)
+            try:  # one pread per run of consecutive ids
+                brk = np.flatnonzero(np.diff(ids) != 1) + 1
+                for lo, hi in zip(np.r_[0, brk], np.r_[brk, len(ids)]):
+                    lo, hi = int(lo), int(hi)
+                    got = os.preadv(fd, [_bytes_view(rb[lo:hi])], int(ids[lo]) * rs)
+                    if got != (hi - lo) * rs:
+                        raise EmbfsError(_errno.EIO, f"{view}: short read of rows {ids[lo]}..{ids[hi - 1]}",
+                                         view)
+            finally:
+                os.close(fd)
+            dim, dtype = self.dim, self.dtype_name
+        else:
+            with np.load(path) as z:
+                ids, rows, deleted = z["ids"], z["rows"], z["deleted"]
+                size, dim, dtype = int(z["size"]), int(z["dim"]), str(z["dtype"])
+        if (dim, dtype) != (self.dim, self.dtype_name):
+            raise BadArgument(f"{self}: a delta of {dim} x {dtype} rows cannot apply to "
+                              f"{self.dim} x {self.dtype_name}", self.path)
+        if len(ids):
+            self.scatter(ids, rows)
+        self.punch(deleted)
+        os.truncate(self.path, size)
+
+    def punch(self, ids):
+        """Delete rows ids (fallocate PUNCH_HOLE, one call per run of ids)."""
+        a = np.unique(np.asarray(ids, np.int64))
+        if not len(a):
+            return
+        if a[0] < 0 or a[-1] > self.max_row:
+            raise BadArgument(f"{self}: row id out of range in punch", self.path)
+        brk = np.flatnonzero(np.diff(a) != 1) + 1
+        starts = np.split(a, brk)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            for run in starts:
+                off, ln = int(run[0]) * self.row_size, len(run) * self.row_size
+                if _libc().fallocate(fd, 3, ctypes.c_int64(off), ctypes.c_int64(ln)):
+                    e = ctypes.get_errno()
+                    raise EmbfsError(e, f"{self}: punch of rows {run[0]}..{run[-1]}: {os.strerror(e)}",
+                                     self.path)
+        finally:
+            os.close(fd)
+
+    def fsync(self):
+        """Make this table's writes durable."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
