@@ -13,7 +13,7 @@ CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer -fno-sanitize-recover=
 LDFLAGS += -fsanitize=$(SANITIZER)
 endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-STORE_LIBS = $(shell pkg-config --libs libpmemobj libpmem liburing libxxhash 2>/dev/null) -pthread
+STORE_LIBS = $(shell pkg-config --libs libpmemobj libpmem liburing libxxhash 2>/dev/null) -pthread -lm
 FUSE_LIBS = $(shell pkg-config --libs fuse3 2>/dev/null)
 
 STORE_SRC := $(wildcard store/*.c store/tier/*.c)
@@ -54,6 +54,10 @@ $(BUILD)/cache/rows.layer: cache/rows.c $(HDRS)
 
 $(BUILD)/embfs: $(FS_OBJ) $(BUILD)/libcache.a $(BUILD)/libstore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(FUSE_LIBS) $(STORE_LIBS)
+
+# a push's arithmetic follows torch's operation by operation: no fused
+# multiply-add, whatever the target
+$(BUILD)/cache/optim.o: CFLAGS += -ffp-contract=off
 
 $(BUILD)/mkfs.embfs: $(BUILD)/mkfs/mkfs.o $(BUILD)/libstore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS)

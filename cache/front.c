@@ -12,6 +12,8 @@ int front_open(struct front *f, const char *path, char *err, size_t errlen)
 {
 	memset(f, 0, sizeof(*f));
 	pthread_rwlock_init(&f->snap_rw, NULL);
+	for (unsigned i = 0; i < FRONT_PUSH_LOCKS; i++)
+		pthread_mutex_init(&f->push_mu[i], NULL);
 	int ret = store_open(path, &f->st, err, errlen);
 	if (ret)
 		return ret;
@@ -45,6 +47,8 @@ void front_close(struct front *f)
 		store_close(f->st);
 	f->st = NULL;
 	pthread_rwlock_destroy(&f->snap_rw);
+	for (unsigned i = 0; i < FRONT_PUSH_LOCKS; i++)
+		pthread_mutex_destroy(&f->push_mu[i]);
 }
 
 int front_snap_take(struct front *f, const char *name, struct store_snap *sn)

@@ -38,7 +38,8 @@
 #include "fs.h"
 
 #define HDR ((uint64_t)sizeof(struct embfs_batch_hdr))
-#define MAX_TOTAL (HDR + 8ull * EMBFS_BATCH_MAX_COUNT + EMBFS_BATCH_MAX_BYTES)
+#define PUSH_HDR ((uint64_t)sizeof(struct embfs_batch_push))
+#define MAX_TOTAL (HDR + PUSH_HDR + 8ull * EMBFS_BATCH_MAX_COUNT + EMBFS_BATCH_MAX_BYTES)
 #define PF_MAX_PER_FD (4u * EMBFS_BATCH_MAX_COUNT) /* rows pending or pinned per fd */
 #define INVAL_CHUNK 64
 
@@ -47,7 +48,7 @@ struct btarget {
 	uint64_t ino;
 	uint32_t id;       /* table id (catalog slot) */
 	uint64_t gen;
-	uint32_t row_size;
+	uint32_t row_size, dtype, cols;
 	uint32_t mode, uid, gid;
 	int writable;      /* SCATTER allowed: a live table */
 	int cached;        /* rows live in fs->fr.cache under id: PREFETCH can pin them */
@@ -77,7 +78,9 @@ struct bfd {
 	char *req;            /* request bytes; ids in host order once checked */
 	uint64_t req_cap, got;
 	struct embfs_batch_hdr h; /* host order, valid once hdr_ok */
-	int hdr_ok, ids_ok;
+	struct embfs_batch_push p; /* a PUSH's, host order, valid once push_ok */
+	int hdr_ok, push_ok, ids_ok;
+	uint64_t ids_off;     /* where the ids start in req */
 	struct btarget t;
 	int64_t promised;     /* rows of room reserved for the scatter in flight */
 	char *resp;
@@ -113,6 +116,7 @@ struct batch {
 	_Atomic int stop;     /* set under lock; the prefetch thread also polls it */
 	pthread_t pf_thread, inval_thread;
 	_Atomic uint64_t writes, reads, gathers, gather_rows, scatters, scatter_rows, prefetches, errors;
+	_Atomic uint64_t pushes, push_rows;
 	_Atomic uint64_t pf_rows, pf_pinned, pf_consumed, pf_late, pf_released, pf_failed, pf_skipped;
 	_Atomic uint64_t pf_held, invals;
 };
@@ -148,6 +152,7 @@ static int resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
 			return ret;
 	}
 	*t = (struct btarget){ .ino = ino, .id = a.id, .gen = v.snap ? v.snap_gen : a.gen, .row_size = a.row_size,
+			       .dtype = a.dtype, .cols = a.dim,
 			       .mode = v.snap ? a.mode & ~0222u : a.mode, .uid = a.uid, .gid = a.gid,
 			       .writable = !v.snap, .cached = fs->fr.cache && !v.snap, .view = v };
 	return 0;
@@ -430,7 +435,7 @@ static void reset(struct embfs *fs, struct bfd *f)
 	f->state = S_IDLE;
 	f->err = 0;
 	f->got = 0;
-	f->hdr_ok = f->ids_ok = 0;
+	f->hdr_ok = f->push_ok = f->ids_ok = 0;
 	f->resp_len = 0;
 }
 
@@ -455,48 +460,107 @@ static int grow(char **p, uint64_t *cap, uint64_t need)
 	return 0;
 }
 
-/* Check what has arrived of the request: the header once it is in, the ids
- * once they are; a SCATTER then reserves room for its rows (like a pwrite
- * of as many rows: a full pool refuses it whole, before any row changes). */
+/* A little-endian double to host order. */
+static double le_double(double x)
+{
+	uint64_t u;
+	memcpy(&u, &x, 8);
+	u = le64toh(u);
+	memcpy(&x, &u, 8);
+	return x;
+}
+
+/* The header, once it is in: the op, the table, the caller's permission;
+ * where the ids start. */
+static int check_header(struct embfs *fs, fuse_req_t req, struct bfd *f)
+{
+	struct embfs_batch_hdr *h = &f->h;
+	memcpy(h, f->req, HDR);
+	h->op = le32toh(h->op);
+	h->table_ino = le64toh(h->table_ino);
+	h->count = le32toh(h->count);
+	h->flags = le32toh(h->flags);
+	h->total_len = le64toh(h->total_len);
+	if (memcmp(h->magic, EMBFS_BATCH_MAGIC, 4) || h->op < EMBFS_BATCH_GATHER || h->op > EMBFS_BATCH_PUSH ||
+	    (h->flags & ~EMBFS_BATCH_F_PRESENT) || (h->flags && h->op != EMBFS_BATCH_GATHER) || h->count == 0 ||
+	    h->count > EMBFS_BATCH_MAX_COUNT)
+		return -EINVAL;
+	int ret = resolve(fs, h->table_ino, &f->t);
+	if (ret)
+		return ret;
+	int push = h->op == EMBFS_BATCH_PUSH, changes = push || h->op == EMBFS_BATCH_SCATTER;
+	struct fs_perm p = { f->t.uid, f->t.gid, f->t.mode, 1 };
+	ret = perm_may(req, &p, changes ? 2 : 4);
+	if (ret)
+		return ret;
+	if (changes && !f->t.writable)
+		return -EROFS;
+	uint64_t rows = (uint64_t)h->count * f->t.row_size;
+	if (rows > EMBFS_BATCH_MAX_BYTES)
+		return -EINVAL;
+	f->ids_off = HDR + (push ? PUSH_HDR : 0);
+	/* a PUSH's length is checked against its parameters once they are in */
+	if (push ? h->total_len < f->ids_off + 8ull * h->count || h->total_len > MAX_TOTAL
+		 : h->total_len != HDR + 8ull * h->count + (changes ? rows : 0))
+		return -EINVAL;
+	if (f->got > h->total_len)
+		return -EINVAL;
+	ret = grow(&f->req, &f->req_cap, h->total_len);
+	if (ret)
+		return ret;
+	f->hdr_ok = 1;
+	return 0;
+}
+
+/* A PUSH's parameters, once they are in: they fit the table, and the
+ * request's length is the gradients'. */
+static int check_push(struct bfd *f)
+{
+	struct embfs_batch_push *p = &f->p;
+	memcpy(p, f->req + HDR, PUSH_HDR);
+	p->optim = le32toh(p->optim);
+	p->dim = le32toh(p->dim);
+	p->init_kind = le32toh(p->init_kind);
+	p->init_cols = le32toh(p->init_cols);
+	p->step = le64toh(p->step);
+	p->init_seed = le64toh(p->init_seed);
+	p->lr = le_double(p->lr);
+	p->eps = le_double(p->eps);
+	p->beta1 = le_double(p->beta1);
+	p->beta2 = le_double(p->beta2);
+	p->weight_decay = le_double(p->weight_decay);
+	p->init_p = le_double(p->init_p);
+	p->init_q = le_double(p->init_q);
+	p->init_fill = le_double(p->init_fill);
+	int ret = front_push_check(p, f->t.dtype, f->t.cols);
+	if (ret)
+		return ret;
+	uint64_t grads = (uint64_t)f->h.count * p->dim * sizeof(float);
+	if (grads > EMBFS_BATCH_MAX_BYTES || f->h.total_len != f->ids_off + 8ull * f->h.count + grads)
+		return -EINVAL;
+	f->push_ok = 1;
+	return 0;
+}
+
+/* Check what has arrived of the request: the header once it is in, a
+ * PUSH's parameters, the ids once they are; a SCATTER or PUSH then
+ * reserves room for its rows (like a pwrite of as many rows: a full pool
+ * refuses it whole, before any row changes). */
 static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
 {
 	if (!f->hdr_ok && f->got >= HDR) {
-		struct embfs_batch_hdr *h = &f->h;
-		memcpy(h, f->req, HDR);
-		h->op = le32toh(h->op);
-		h->table_ino = le64toh(h->table_ino);
-		h->count = le32toh(h->count);
-		h->flags = le32toh(h->flags);
-		h->total_len = le64toh(h->total_len);
-		if (memcmp(h->magic, EMBFS_BATCH_MAGIC, 4) || h->op < EMBFS_BATCH_GATHER ||
-		    h->op > EMBFS_BATCH_PREFETCH || (h->flags & ~EMBFS_BATCH_F_PRESENT) ||
-		    (h->flags && h->op != EMBFS_BATCH_GATHER) || h->count == 0 ||
-		    h->count > EMBFS_BATCH_MAX_COUNT)
-			return -EINVAL;
-		int ret = resolve(fs, h->table_ino, &f->t);
+		int ret = check_header(fs, req, f);
 		if (ret)
 			return ret;
-		int scatter = h->op == EMBFS_BATCH_SCATTER;
-		struct fs_perm p = { f->t.uid, f->t.gid, f->t.mode, 1 };
-		ret = perm_may(req, &p, scatter ? 2 : 4);
-		if (ret)
-			return ret;
-		if (scatter && !f->t.writable)
-			return -EROFS;
-		uint64_t rows = (uint64_t)h->count * f->t.row_size;
-		if (rows > EMBFS_BATCH_MAX_BYTES)
-			return -EINVAL;
-		if (h->total_len != HDR + 8ull * h->count + (scatter ? rows : 0))
-			return -EINVAL;
-		if (f->got > h->total_len)
-			return -EINVAL;
-		ret = grow(&f->req, &f->req_cap, h->total_len);
-		if (ret)
-			return ret;
-		f->hdr_ok = 1;
 	}
-	if (f->hdr_ok && !f->ids_ok && f->got >= HDR + 8ull * f->h.count) {
-		uint64_t *ids = (uint64_t *)(f->req + HDR);
+	int push = f->hdr_ok && f->h.op == EMBFS_BATCH_PUSH;
+	if (push && !f->push_ok && f->got >= HDR + PUSH_HDR) {
+		int ret = check_push(f);
+		if (ret)
+			return ret;
+	}
+	if (f->hdr_ok && (!push || f->push_ok) && !f->ids_ok && f->got >= f->ids_off + 8ull * f->h.count) {
+		uint64_t *ids = (uint64_t *)(f->req + f->ids_off);
 		uint64_t max = front_max_row(f->t.row_size); /* a row the pool can hold, within off_t */
 		for (uint32_t i = 0; i < f->h.count; i++) {
 			ids[i] = le64toh(ids[i]);
@@ -504,7 +568,7 @@ static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
 				return -EINVAL;
 		}
 		f->ids_ok = 1;
-		if (f->h.op == EMBFS_BATCH_SCATTER && fs->fr.cache) {
+		if ((push || f->h.op == EMBFS_BATCH_SCATTER) && fs->fr.cache) {
 			int ret = front_reserve(&fs->fr, f->t.id, f->t.row_size, f->h.count);
 			if (ret)
 				return ret;
@@ -514,15 +578,16 @@ static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
 	return 0;
 }
 
-/* Run a SCATTER: its rows, with the room check() promised for them. */
-static int scatter(struct embfs *fs, struct bfd *f)
+/* Run a SCATTER or a PUSH: its rows, with the room check() promised for
+ * them. */
+static int change_rows(struct embfs *fs, struct bfd *f)
 {
 	const struct btarget *t = &f->t;
 	uint32_t n = f->h.count, rs = t->row_size;
-	const uint64_t *ids = (const uint64_t *)(f->req + HDR);
-	const char *rows = f->req + HDR + 8ull * n;
+	const uint64_t *ids = (const uint64_t *)(f->req + f->ids_off);
+	const char *body = f->req + f->ids_off + 8ull * n;
 	struct btarget now;
-	if (resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs)
+	if (resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs || now.dtype != t->dtype)
 		return -ESTALE; /* the table went away or changed geometry meanwhile */
 	/* pages the kernel caches must not bring the old rows back (pcache.c) */
 	struct pc_scatter pcs;
@@ -533,10 +598,15 @@ static int scatter(struct embfs *fs, struct bfd *f)
 		restore_gate_leave(fs);
 		return ret;
 	}
-	ret = front_scatter(&fs->fr, t->id, rs, ids, rows, n, f->promised);
+	if (f->h.op == EMBFS_BATCH_PUSH)
+		ret = front_push(&fs->fr, t->id, rs, t->dtype, ids, n, &f->p, (const float *)body, f->promised);
+	else
+		ret = front_scatter(&fs->fr, t->id, rs, ids, body, n, f->promised);
 	restore_gate_leave(fs);
 	f->promised = 0;
-	if (!ret)
+	if (!ret && f->h.op == EMBFS_BATCH_PUSH)
+		INC(fs->batch, push_rows, n);
+	else if (!ret)
 		INC(fs->batch, scatter_rows, n);
 	pc_scatter_end(fs, &pcs);
 	inval_queue(fs->batch, t->ino); /* also after an error: some rows may have changed */
@@ -688,10 +758,14 @@ static int take(struct embfs *fs, fuse_req_t req, struct bfd *f, const char *dat
 		f->state = S_GATHER; /* rows are copied at the first read */
 		return 0;
 	case EMBFS_BATCH_SCATTER:
-		ret = scatter(fs, f);
+	case EMBFS_BATCH_PUSH:
+		ret = change_rows(fs, f);
 		if (ret)
 			return fail(fs, f, ret);
-		INC(fs->batch, scatters, 1);
+		if (f->h.op == EMBFS_BATCH_PUSH)
+			INC(fs->batch, pushes, 1);
+		else
+			INC(fs->batch, scatters, 1);
 		break;
 	default:
 		prefetch(fs, f);
@@ -834,6 +908,9 @@ void batch_stats(struct embfs *fs, struct stats_out *o)
 	P("batch.gather_rows", "batch_gather_rows_total", COUNTER, "Rows gathered by .embfs/rows", gather_rows);
 	P("batch.scatters", "batch_scatters_total", COUNTER, "Scatters served by .embfs/rows", scatters);
 	P("batch.scatter_rows", "batch_scatter_rows_total", COUNTER, "Rows scattered by .embfs/rows", scatter_rows);
+	P("batch.pushes", "batch_pushes_total", COUNTER, "Pushes (gradients applied in place) served by .embfs/rows",
+	  pushes);
+	P("batch.push_rows", "batch_push_rows_total", COUNTER, "Gradient rows applied by pushes", push_rows);
 	P("batch.prefetches", "batch_prefetches_total", COUNTER, "Prefetch requests on .embfs/rows", prefetches);
 	P("batch.errors", "batch_errors_total", COUNTER, "Requests on .embfs/rows answered with an error", errors);
 	P("batch.page_cache_invalidations", "batch_page_cache_invalidations_total", COUNTER,

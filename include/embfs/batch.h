@@ -11,6 +11,18 @@
  *   in request order (and the presence bitmap after them with
  *   EMBFS_BATCH_F_PRESENT).  SCATTER: the write that completes the request returns
  *   once every row is written.  PREFETCH: a hint; the write returns at once.
+ * - PUSH: this header, a struct embfs_batch_push (the optimizer and its
+ *   hyper-parameters), count row ids, then count gradient rows of
+ *   push.dim little-endian f32 each, in the same order.  The daemon sums
+ *   the gradients of duplicate ids, then updates each row in place with
+ *   the optimizer (in f32, the result rounded to the table's dtype, nearest
+ *   even), its state in the row's columns after the weights.  Rows never
+ *   stored start from push's init spec.  Pushes to one table are applied
+ *   one request at a time, so concurrent pushers lose no update.  The write
+ *   that completes the request returns once every row is updated; the
+ *   request is refused whole (EINVAL: a bad optimizer or shape, state that
+ *   does not fit the row, a NaN or Inf gradient; EROFS: a snapshot's table)
+ *   before any row changes.  There is no response to read.
  * - Each open file description has its own request and response state.
  */
 #ifndef EMBFS_BATCH_H
@@ -22,6 +34,7 @@
 #define EMBFS_BATCH_GATHER 1u
 #define EMBFS_BATCH_SCATTER 2u
 #define EMBFS_BATCH_PREFETCH 3u
+#define EMBFS_BATCH_PUSH 4u
 /* flags: GATHER only.  The response is followed by ceil(count / 8) bytes of
  * bitmap: bit i % 8 of byte i / 8 is 1 if row i is stored (written and not
  * deleted; in a snapshot: as of it), 0 if it is a hole (it read as zeros). */
@@ -38,5 +51,43 @@ struct embfs_batch_hdr {
 	uint64_t total_len; /* header + ids (+ rows for SCATTER), in bytes */
 };
 _Static_assert(sizeof(struct embfs_batch_hdr) == 32, "batch header is 32 bytes");
+
+/* A PUSH's optimizer (push.optim); the state columns it keeps after the
+ * row's dim weights, and its update of weights w with gradient g (after
+ * g += weight_decay * w when weight_decay is not 0):
+ *  SGD              no state          w -= lr * g
+ *  ROWWISE_ADAGRAD  1: s              s += mean(g^2); w -= lr * g / (sqrt(s) + eps)
+ *                                     (FBGEMM's row-wise Adagrad)
+ *  ADAGRAD          dim: s            s += g^2; w -= lr * (g / (sqrt(s) + eps))
+ *                                     (torch.optim.Adagrad, lr_decay 0)
+ *  ADAM             2 * dim: m, v     m += (g - m)(1 - beta1); v += (g^2 - v)(1 - beta2);
+ *                                     w -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps)
+ *                                     with t = push.step (torch.optim.SparseAdam)
+ * Only the rows a push names change (a lazy update, as FBGEMM's and
+ * SparseAdam's: no decay or momentum for rows not in the batch). */
+#define EMBFS_OPT_SGD 1u
+#define EMBFS_OPT_ROWWISE_ADAGRAD 2u
+#define EMBFS_OPT_ADAGRAD 3u
+#define EMBFS_OPT_ADAM 4u
+
+/* Values of rows never stored (push.init_kind), a function of (init_seed,
+ * row id, column) only, the same as Python's embfs.Init: columns below
+ * init_cols (UINT32_MAX: all) get the value, the others init_fill. */
+#define EMBFS_INIT_ZERO 0u     /* every column init_fill */
+#define EMBFS_INIT_UNIFORM 1u  /* in [init_p, init_q) */
+#define EMBFS_INIT_NORMAL 2u   /* mean init_p, standard deviation init_q */
+#define EMBFS_INIT_CONSTANT 3u /* init_p */
+
+struct embfs_batch_push {
+	uint32_t optim;      /* EMBFS_OPT_* */
+	uint32_t dim;        /* weight columns (gradient columns); state follows */
+	uint32_t init_kind;  /* EMBFS_INIT_* */
+	uint32_t init_cols;
+	uint64_t step;       /* ADAM: this update's step t >= 1; others 0 */
+	double lr, eps, beta1, beta2, weight_decay;
+	uint64_t init_seed;
+	double init_p, init_q, init_fill;
+};
+_Static_assert(sizeof(struct embfs_batch_push) == 96, "push parameters are 96 bytes");
 
 #endif

@@ -11,6 +11,7 @@
  *                  calls passed to the store
  *   cache/io.c     byte ranges <-> rows, scatter, punch, truncate, the
  *                  write credit, sync points
+ *   cache/optim.c  PUSH: optimizers applied to rows in place (front_push)
  *
  * The types are the store's (struct store_view, store_attr, ...): the
  * vocabulary of both layers.
@@ -20,8 +21,11 @@
 
 #include <pthread.h>
 
+#include "embfs/batch.h"
 #include "embfs/cache.h"
 #include "embfs/store.h"
+
+#define FRONT_PUSH_LOCKS 64u
 
 struct front {
 	struct store *st;
@@ -32,6 +36,9 @@ struct front {
 	 * it advances the batch id and tells the cache, so no write straddles a
 	 * snapshot (front_snap_take). */
 	pthread_rwlock_t snap_rw;
+	/* A push holds its table's (by id) from reading its rows to writing
+	 * them (cache/optim.c). */
+	pthread_mutex_t push_mu[FRONT_PUSH_LOCKS];
 };
 
 /* ---- cache/front.c ------------------------------------------------------- */
@@ -76,6 +83,21 @@ int front_write_ranges(struct front *f, uint32_t id, uint32_t rs, const struct f
  * of room promised for them (front_reserve), spent or given back here. */
 int front_scatter(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows, uint32_t n,
 		 int64_t credit);
+/* ---- cache/optim.c: PUSH ---------------------------------------------- */
+/* The state columns optimizer optim keeps after dim weights; -1 unknown. */
+int front_push_state_cols(uint32_t optim, uint32_t dim);
+/* 0 if push p (host order) fits a table of dtype with row_cols columns:
+ * a float dtype, a known optimizer whose weights and state fit, sane
+ * hyper-parameters and init spec; else -EINVAL. */
+int front_push_check(const struct embfs_batch_push *p, uint32_t dtype, uint32_t row_cols);
+/* Apply gradients grads (n rows of p->dim f32) to rows ids[0..n) of live
+ * table id (rows of rs bytes of dtype), p checked by front_push_check:
+ * duplicates' gradients summed, each row read, updated and written whole
+ * under the table's push lock (rows never stored start from p's init
+ * spec), the size raised to cover them.  -EINVAL, nothing changed, if a
+ * gradient is NaN or Inf.  credit as front_scatter's. */
+int front_push(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype, const uint64_t *ids, uint32_t n,
+	       const struct embfs_batch_push *p, const float *grads, int64_t credit);
 /* Punch bytes [off, off + len) of live table id (whole rows deleted, the
  * covered part of other stored rows zeroed); truncate it to size. */
 int front_punch(struct front *f, uint32_t id, uint64_t off, uint64_t len);

@@ -3,7 +3,8 @@ daemon reads and writes them (README "Batched rows", "Restore in place",
 "Deltas"); no I/O here.
 
 - .embfs/rows: a request is a header (_HDR, magic b"EMBB") then the row ids
-  (little-endian uint64) and, for a scatter, the rows; a gather's response
+  (little-endian uint64) and, for a scatter, the rows; a push has its
+  parameters (_PUSH_HDR) before the ids and float32 gradients after them; a gather's response
   is the rows, then with _F_PRESENT a bitmap of the stored ones.  The
   limits of one request (MAX_COUNT, MAX_BYTES) and of row ids and offsets.
 - .embfs/restore: the one-line report a restore or rollback answers.
@@ -15,7 +16,13 @@ import struct
 import numpy as np
 
 _HDR = struct.Struct("<4sIQIIQ")  # magic, op, table inode, count, flags, total length
-_GATHER, _SCATTER, _PREFETCH = 1, 2, 3
+_GATHER, _SCATTER, _PREFETCH, _PUSH = 1, 2, 3, 4
+# a push's parameters (struct embfs_batch_push): optimizer, weight columns,
+# init kind, init columns, step, lr, eps, beta1, beta2, weight decay, init
+# seed, init p, q, fill
+_PUSH_HDR = struct.Struct("<IIIIQdddddQddd")
+OPTIMIZERS = {"sgd": 1, "rowwise_adagrad": 2, "adagrad": 3, "adam": 4}
+_INIT_KINDS = {"uniform": 1, "normal": 2, "constant": 3}
 _F_PRESENT = 1
 MAX_COUNT = 65536            # row ids per request (include/embfs/batch.h)
 MAX_BYTES = 64 << 20         # count * row_size per request
@@ -57,3 +64,18 @@ def _restore_report(line):
     for k, v in zip(words[::2], words[1::2]):
         out[k] = float(v) if k == "ms" else int(v) if v.isdigit() else v
     return out
+
+
+def _state_cols(optimizer, dim):
+    """The state columns an optimizer keeps after dim weights."""
+    return {"sgd": 0, "rowwise_adagrad": 1, "adagrad": dim, "adam": 2 * dim}[optimizer]
+
+
+def _push_params(optimizer, dim, lr, eps, betas, weight_decay, step, init):
+    """A push's parameter bytes (init: an embfs.Init or None: zeros)."""
+    kind, cols, p, q, seed, fill = 0, 0xFFFFFFFF, 0.0, 0.0, 0, 0.0
+    if init is not None:
+        kind, p, q, seed, fill = _INIT_KINDS[init.kind], init.p, init.q, init.seed, float(init.fill)
+        cols = 0xFFFFFFFF if init.cols is None else min(int(init.cols), 0xFFFFFFFF)
+    return _PUSH_HDR.pack(OPTIMIZERS[optimizer], dim, kind, cols, step, lr, eps, betas[0], betas[1],
+                          weight_decay, seed & 0xFFFFFFFFFFFFFFFF, p, q, fill)

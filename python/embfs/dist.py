@@ -12,7 +12,7 @@ rest with the batched path.
     opt = embfs.torch.RowWiseAdagrad([bag], lr=0.05)
     out = bag(ids, offsets)        # ids to owners, rows back (collective)
     loss(out).backward()
-    opt.step(); opt.zero_grad()    # gradients to owners, who step and scatter
+    opt.step(); opt.zero_grad()    # gradients to owners, who push them to their daemons
     ed.checkpoint(m, "step-1000", step=1000, manifest_dir=DIR)
     ed.restore(m, "step-1000", manifest_dir=DIR)
 
@@ -222,9 +222,9 @@ class _ShardedModule(_TableModule):
     def _drop_grads(self):
         self._pending, self._owned = [], []
 
-    def _store(self, ids, rows):
+    def _apply(self, opt, ids, rows, g):
         t0 = time.perf_counter()
-        super()._store(ids, rows)
+        super()._apply(opt, ids, rows, g)
         _timed("embfs", t0)
 
 

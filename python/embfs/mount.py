@@ -22,8 +22,9 @@ import numpy as np
 
 from ._arrays import DTYPES, _aligned, _bytes_view, _is_tensor, _torch, _torch_dtype
 from ._conn import _Conn, _read_response, _write_request
-from ._wire import (MAX_BYTES, MAX_COUNT, _DELTA_HDR, _F_PRESENT, _GATHER, _OFF_MAX, _PREFETCH, _ROW_ID_MAX,
-                    _SCATTER, _present, _present_len, _request, _restore_report)
+from ._wire import (MAX_BYTES, MAX_COUNT, OPTIMIZERS, _DELTA_HDR, _F_PRESENT, _GATHER, _OFF_MAX, _PREFETCH,
+                    _PUSH, _ROW_ID_MAX, _SCATTER, _present, _present_len, _push_params, _request,
+                    _restore_report, _state_cols)
 from .errors import BadArgument, BadType, EmbfsError, _oserror
 
 
@@ -571,6 +572,66 @@ class Table:
         for k in range(0, len(a), self._chunk):
             ck, rk = a[k:k + self._chunk], r[k:k + self._chunk]
             self._retry(lambda c: self._send(c, _SCATTER, ck, rk))
+
+    def push(self, ids, grads, optimizer="sgd", lr=0.01, eps=1e-10, betas=(0.9, 0.999), weight_decay=0.0,
+             step=0, init=None):
+        """Apply gradients to rows in the daemon, atomically per row: grads
+        is float32 of shape (len(ids), d) (numpy or torch) for the first d
+        columns (the weights); the optimizer's state lives in the columns
+        after them ("sgd": none, "rowwise_adagrad": 1, "adagrad": d, "adam":
+        2 d, which must fit in dim).  Duplicate ids have their gradients
+        summed.  Rows never stored start from init (an embfs.Init; None:
+        zeros).  step: Adam's step number t >= 1 (bias correction).  The
+        update is in f32 and rounded to the table's dtype.  Pushes to one
+        table from any number of processes lose no update; the request is
+        refused whole (EmbfsError EINVAL) on a NaN or Inf gradient."""
+        if self.read_only:
+            raise EmbfsError(_errno.EROFS, f"{self}: a snapshot's table is read-only", self.path)
+        if optimizer not in OPTIMIZERS:
+            raise BadArgument(f"{self}: optimizer {optimizer!r}: one of {', '.join(OPTIMIZERS)}", self.path)
+        if init is not None and not hasattr(init, "kind"):
+            raise BadArgument(f"{self}: a push's init must be an embfs.Init (the daemon computes it)", self.path)
+        a = self._ids(ids)
+        g = self._grads_arg(grads, len(a))
+        d = g.shape[1]
+        if d + _state_cols(optimizer, d) > self.dim:
+            raise BadArgument(f"{self}: {optimizer} over {d} weight columns needs {d + _state_cols(optimizer, d)} "
+                              f"columns, the table has {self.dim}", self.path)
+        if optimizer == "adam" and int(step) < 1:
+            raise BadArgument(f"{self}: adam needs step >= 1 (its bias correction)", self.path)
+        params = _push_params(optimizer, d, float(lr), float(eps), (float(betas[0]), float(betas[1])),
+                              float(weight_decay), int(step) if optimizer == "adam" else 0, init)
+        chunk = max(1, min(MAX_COUNT, MAX_BYTES // (4 * d), self._chunk))
+        if len(a) > chunk:
+            # a row in two requests would be stepped twice: sum its gradients first
+            u, inv = np.unique(a, return_inverse=True)
+            if len(u) < len(a):
+                s = np.zeros((len(u), d), np.float32)
+                np.add.at(s, inv.reshape(-1), g)
+                a, g = np.ascontiguousarray(u).view("<u8"), s
+        for k in range(0, len(a), chunk):
+            ck, gk = a[k:k + chunk], g[k:k + chunk]
+            self._retry(lambda c: self._send_push(c, params, ck, gk))
+
+    def _grads_arg(self, grads, n):
+        """grads as a C-contiguous float32 ndarray of shape (n, d), d <= dim."""
+        if _is_tensor(grads):
+            if grads.dtype != _torch().float32:
+                raise BadType(f"{self}: gradients are {grads.dtype}, a push takes float32", self.path)
+            grads = grads.detach().cpu().contiguous().numpy()
+        else:
+            grads = np.asarray(grads)
+            if grads.dtype != np.float32:
+                raise BadType(f"{self}: gradients are {grads.dtype}, a push takes float32", self.path)
+        if grads.ndim != 2 or grads.shape[0] != n or not 1 <= grads.shape[1] <= self.dim:
+            raise BadArgument(f"{self}: gradients of shape {tuple(grads.shape)} for {n} ids; expected "
+                              f"({n}, d) with 1 <= d <= {self.dim}", self.path)
+        return np.ascontiguousarray(grads)
+
+    def _send_push(self, c, params, ids, grads):
+        body = [params, memoryview(ids).cast("B"), _bytes_view(grads)]
+        hdr, total = _request(_PUSH, self.ino, len(ids), body)
+        _write_request(c, [hdr] + body, total)
 
     def prefetch(self, ids):
         """Hint: these rows are read soon (the daemon pins them in its row

@@ -6,14 +6,20 @@
     opt = et.RowWiseAdagrad([bag], lr=0.05)
     out = bag(ids, offsets)            # gathers the batch's unique rows
     loss(out).backward()               # row gradients of those rows
-    opt.step(); opt.zero_grad()        # scatters the updated rows (and state)
+    opt.step(); opt.zero_grad()        # pushes the gradients: the daemon updates the rows
 
 A table row holds the embedding (embedding_dim values) followed by the
-optimizer's state for that row (row-wise Adagrad: 1 value, its sum of
-squared gradients; SGD: none), so one gather and one scatter move both and a
-snapshot holds both.  Rows never written are initialised by `init`
-(deterministic per row id, see embfs.Init) when first gathered; they are
-stored at the first optimizer step that updates them.
+optimizer's state for that row (SGD: none; row-wise Adagrad: 1 value, its
+sum of squared gradients; Adagrad: embedding_dim; Adam: 2 x embedding_dim),
+so one gather moves both and a snapshot holds both.  step() pushes each
+table's summed row gradients: the daemon applies the optimizer to the rows
+in place, atomically per row, so trainer processes sharing a mount lose no
+update (Table.push).  Rows never written are initialised by `init`
+(deterministic per row id, see embfs.Init: the daemon computes the same
+values) when first gathered; they are stored at the first optimizer step
+that updates them.  With an init that is not an embfs.Init (any callable),
+SGD and RowWiseAdagrad update the rows in this process and scatter them
+instead (a read-modify-write: concurrent trainers can lose updates).
 
 The modules have no torch Parameters: the tables are the state.
 state_dict() carries only a description (table path and geometry, as the
@@ -29,9 +35,24 @@ import torch.nn.functional as F
 
 from . import BadArgument, EmbfsError, Init, Mount, Table, bf16_to_f32, f32_to_bf16
 
-__all__ = ["Embedding", "EmbeddingBag", "SGD", "RowWiseAdagrad", "Prefetcher", "STATE_COLS"]
+__all__ = ["Embedding", "EmbeddingBag", "SGD", "RowWiseAdagrad", "Adagrad", "Adam", "Prefetcher", "STATE_COLS",
+           "state_cols"]
 
+# A module's optimizer (the state its rows hold): "adagrad" is row-wise
+# Adagrad (FBGEMM's), "exact_adagrad" torch's element-wise one.
 STATE_COLS = {"sgd": 0, "adagrad": 1}
+_PUSH_KIND = {"sgd": "sgd", "adagrad": "rowwise_adagrad", "exact_adagrad": "adagrad", "adam": "adam"}
+
+
+def state_cols(optimizer, embedding_dim):
+    """The state columns a row of optimizer keeps after its embedding."""
+    if optimizer in STATE_COLS:
+        return STATE_COLS[optimizer]
+    if optimizer == "exact_adagrad":
+        return int(embedding_dim)
+    if optimizer == "adam":
+        return 2 * int(embedding_dim)
+    raise BadArgument(f"optimizer {optimizer!r}: one of {', '.join(_PUSH_KIND)}")
 
 
 def _table(where, name, dim, dtype, create):
@@ -46,12 +67,10 @@ def _table(where, name, dim, dtype, create):
 class _TableModule(torch.nn.Module):
     def __init__(self, where, name, embedding_dim, optimizer, dtype, init, create):
         super().__init__()
-        if optimizer not in STATE_COLS:
-            raise BadArgument(f"optimizer {optimizer!r}: one of {', '.join(STATE_COLS)}")
         if dtype not in ("f32", "f16", "bf16"):
             raise BadArgument(f"dtype {dtype!r}: embedding modules hold f32, f16 or bf16 rows")
         self.embedding_dim, self.optimizer = int(embedding_dim), optimizer
-        self.state_cols = STATE_COLS[optimizer]
+        self.state_cols = state_cols(optimizer, self.embedding_dim)
         self.table = _table(where, name, self.embedding_dim + self.state_cols, dtype, create)
         if self.table.dim != self.embedding_dim + self.state_cols or self.table.dtype_name not in ("f32", "f16", "bf16"):
             raise EmbfsError(22, f"{self.table}: {self.table.dim} x {self.table.dtype_name}, this module needs "
@@ -59,6 +78,9 @@ class _TableModule(torch.nn.Module):
                              self.table.path)
         bound = self.embedding_dim ** -0.5
         self.init = init if init is not None else Init.uniform(-bound, bound, seed=0, cols=self.embedding_dim)
+        if optimizer not in STATE_COLS and not isinstance(self.init, Init):
+            raise BadArgument(f"{self.table}: optimizer {optimizer!r} runs in the daemon, whose init must be an "
+                              "embfs.Init", self.table.path)
         self._pending = []  # (unique ids, their full rows as float32, the weight leaf)
 
     def extra_repr(self):
@@ -128,6 +150,16 @@ class _TableModule(torch.nn.Module):
     def _drop_grads(self):
         self._pending = []
 
+    def _apply(self, opt, ids, rows, g):
+        """One step of opt on rows ids (their full rows as float32, as
+        gathered) with summed gradients g: pushed to the daemon, or (an
+        init the daemon cannot compute) updated here and scattered."""
+        if isinstance(self.init, Init):
+            self.table.push(ids, g, _PUSH_KIND[self.optimizer], init=self.init, **opt._push_args())
+        else:
+            opt._update(rows, g, self.embedding_dim)
+            self._store(ids, rows)
+
     # ---- state_dict: the tables are the state ----
     def get_extra_state(self):
         return {"table": self.table.name, "path": self.table.path, "dim": self.table.dim,
@@ -176,13 +208,15 @@ class EmbeddingBag(_TableModule):
 
 class _RowOptimizer:
     """Steps the rows the given embfs modules looked up since the last step:
-    each module's updated rows (weights and state) go back in one scatter
-    per table."""
+    one push per table of their summed gradients, which the daemon applies
+    to the rows (weights and state) in place.  Hyper-parameters are read at
+    each step, so a schedule may change them (opt.lr = ...)."""
     kind = None
 
     def __init__(self, modules, lr):
         self.modules = list(modules)
         self.lr = float(lr)
+        self.steps = 0
         for m in self.modules:
             if not isinstance(m, _TableModule):
                 raise BadArgument(f"{m!r} is not an embfs.torch module")
@@ -197,21 +231,25 @@ class _RowOptimizer:
 
     @torch.no_grad()
     def step(self):
+        self.steps += 1
         for m in self.modules:
             got = m._take_grads()
             if got is None:
                 continue
             ids, rows, g = got
-            self._update(rows, g, m.embedding_dim)
-            m._store(ids, rows)
+            m._apply(self, ids, rows, g)
+
+    def _push_args(self):
+        return {"lr": self.lr}
 
     def state_dict(self):
-        return {"kind": self.kind, "lr": self.lr}
+        return {"kind": self.kind, "lr": self.lr, "steps": self.steps}
 
     def load_state_dict(self, state):
         if state.get("kind") != self.kind:
             raise BadArgument(f"optimizer state of {state.get('kind')!r}, this is {self.kind!r}")
         self.lr = float(state["lr"])
+        self.steps = int(state.get("steps", 0))
 
 
 class SGD(_RowOptimizer):
@@ -231,17 +269,65 @@ class RowWiseAdagrad(_RowOptimizer):
         super().__init__(modules, lr)
         self.eps = float(eps)
 
+    def _push_args(self):
+        return {"lr": self.lr, "eps": self.eps}
+
     def _update(self, rows, g, e):
         s = rows[:, e] + np.mean(g * g, axis=1, dtype=np.float32)
         rows[:, e] = s
         rows[:, :e] -= (self.lr * g) / (np.sqrt(s) + self.eps)[:, None]
 
     def state_dict(self):
-        return {"kind": self.kind, "lr": self.lr, "eps": self.eps}
+        return dict(super().state_dict(), eps=self.eps)
 
     def load_state_dict(self, state):
         super().load_state_dict(state)
         self.eps = float(state["eps"])
+
+
+class Adagrad(_RowOptimizer):
+    """Element-wise Adagrad, as torch.optim.Adagrad (lr_decay 0, initial
+    accumulator 0): per column, s += g^2, w -= lr * g / (sqrt(s) + eps);
+    s is the row's embedding_dim columns after the weights.  Modules built
+    with optimizer="exact_adagrad"."""
+    kind = "exact_adagrad"
+
+    def __init__(self, modules, lr=0.01, eps=1e-10):
+        super().__init__(modules, lr)
+        self.eps = float(eps)
+
+    def _push_args(self):
+        return {"lr": self.lr, "eps": self.eps}
+
+    def state_dict(self):
+        return dict(super().state_dict(), eps=self.eps)
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.eps = float(state["eps"])
+
+
+class Adam(_RowOptimizer):
+    """Adam on the rows looked up (lazy, as torch.optim.SparseAdam and
+    FBGEMM's: rows not in a batch keep their moments), the step count t
+    shared by all rows (this optimizer's steps, kept in state_dict); m and v
+    are the row's 2 x embedding_dim columns after the weights.  Modules
+    built with optimizer="adam"."""
+    kind = "adam"
+
+    def __init__(self, modules, lr=0.001, betas=(0.9, 0.999), eps=1e-8):
+        super().__init__(modules, lr)
+        self.betas, self.eps = (float(betas[0]), float(betas[1])), float(eps)
+
+    def _push_args(self):
+        return {"lr": self.lr, "eps": self.eps, "betas": self.betas, "step": self.steps}
+
+    def state_dict(self):
+        return dict(super().state_dict(), eps=self.eps, betas=list(self.betas))
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.eps, self.betas = float(state["eps"]), tuple(float(b) for b in state["betas"])
 
 
 class Prefetcher:

@@ -1,0 +1,347 @@
+/*
+ * PUSH (include/embfs/batch.h): gradients applied to a table's rows in
+ * place, by an optimizer whose state lives in the row's columns after the
+ * weights.  This file owns the arithmetic (a row to f32 and back, the
+ * optimizers, the initial values of rows never stored) and front_push(),
+ * the read-update-write of a request's rows through the row cache.
+ *
+ * Atomicity: pushes to one table hold its push lock (struct front's
+ * push_mu, by table id) from reading the rows to writing them, so two
+ * pushers never update the same row from the same old bytes.  Gathers,
+ * writes and scatters do not take it: each row they read or write is
+ * whole, as always.
+ *
+ * The arithmetic follows torch's operation by operation in f32 (and the
+ * hyper-parameters rounded to f32 where torch rounds them), so a push
+ * matches torch.optim on the same gradients within float rounding; this
+ * file is built with -ffp-contract=off (no fused multiply-add).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "embfs/front.h"
+
+/* ---- rows <-> f32 ------------------------------------------------------- */
+
+static float bf16_get(uint16_t b)
+{
+	uint32_t u = (uint32_t)b << 16;
+	float x;
+	memcpy(&x, &u, 4);
+	return x;
+}
+
+/* Rounded to nearest even, NaN kept a quiet NaN (as embfs.f32_to_bf16). */
+static uint16_t bf16_put(float x)
+{
+	uint32_t u;
+	if (isnan(x))
+		return 0x7FC0;
+	memcpy(&u, &x, 4);
+	return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static void row_load(uint32_t dtype, const char *row, uint32_t cols, float *out)
+{
+	if (dtype == EMB_DT_F32) {
+		memcpy(out, row, cols * 4ull);
+	} else if (dtype == EMB_DT_F16) {
+		const _Float16 *h = (const _Float16 *)row;
+		for (uint32_t j = 0; j < cols; j++)
+			out[j] = (float)h[j];
+	} else {
+		const uint16_t *b = (const uint16_t *)row;
+		for (uint32_t j = 0; j < cols; j++)
+			out[j] = bf16_get(b[j]);
+	}
+}
+
+static void row_store(uint32_t dtype, const float *in, uint32_t cols, char *row)
+{
+	if (dtype == EMB_DT_F32) {
+		memcpy(row, in, cols * 4ull);
+	} else if (dtype == EMB_DT_F16) {
+		_Float16 *h = (_Float16 *)row;
+		for (uint32_t j = 0; j < cols; j++)
+			h[j] = (_Float16)in[j];
+	} else {
+		uint16_t *b = (uint16_t *)row;
+		for (uint32_t j = 0; j < cols; j++)
+			b[j] = bf16_put(in[j]);
+	}
+}
+
+/* ---- initial values (embfs.Init, python/embfs/init.py) ------------------ */
+
+static uint64_t mix(uint64_t x)
+{
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+	return x ^ (x >> 31);
+}
+
+/* Init._u01: a uniform double in (0, 1) for (seed, salt, row id, column j). */
+static double u01(uint64_t seed, uint64_t salt, uint64_t id, uint32_t j)
+{
+	uint64_t base = mix(id * 0x9E3779B97F4A7C15ull + (seed * 2 + salt));
+	uint64_t x = mix(base + (uint64_t)(j + 1) * 0xD1B54A32D192ED03ull);
+	return ((double)(x >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+static double init_value(const struct embfs_batch_push *p, uint64_t id, uint32_t j)
+{
+	if (j >= p->init_cols || p->init_kind == EMBFS_INIT_ZERO)
+		return p->init_fill;
+	switch (p->init_kind) {
+	case EMBFS_INIT_UNIFORM:
+		return p->init_p + (p->init_q - p->init_p) * u01(p->init_seed, 0, id, j);
+	case EMBFS_INIT_NORMAL: {
+		double r = p->init_q * sqrt(-2.0 * log(u01(p->init_seed, 0, id, j)));
+		return p->init_p + r * cos(2.0 * M_PI * u01(p->init_seed, 1, id, j));
+	}
+	default:
+		return p->init_p;
+	}
+}
+
+/* Row `id` as a row never stored starts: each column's double rounded once
+ * to the table's dtype (bf16 through f32, as embfs.Init). */
+static void init_row(const struct embfs_batch_push *p, uint32_t dtype, uint32_t cols, uint64_t id, char *row)
+{
+	for (uint32_t j = 0; j < cols; j++) {
+		double v = init_value(p, id, j);
+		if (dtype == EMB_DT_F32)
+			((float *)row)[j] = (float)v;
+		else if (dtype == EMB_DT_F16)
+			((_Float16 *)row)[j] = (_Float16)v;
+		else
+			((uint16_t *)row)[j] = bf16_put((float)v);
+	}
+}
+
+/* ---- the optimizers ----------------------------------------------------- */
+
+int front_push_state_cols(uint32_t optim, uint32_t dim)
+{
+	switch (optim) {
+	case EMBFS_OPT_SGD:
+		return 0;
+	case EMBFS_OPT_ROWWISE_ADAGRAD:
+		return 1;
+	case EMBFS_OPT_ADAGRAD:
+		return (int)dim;
+	case EMBFS_OPT_ADAM:
+		return 2 * (int)dim;
+	default:
+		return -1;
+	}
+}
+
+static int finite_in(double x, double lo, double hi)
+{
+	return isfinite(x) && x >= lo && x <= hi;
+}
+
+int front_push_check(const struct embfs_batch_push *p, uint32_t dtype, uint32_t row_cols)
+{
+	int state = front_push_state_cols(p->optim, p->dim);
+	if (dtype != EMB_DT_F32 && dtype != EMB_DT_F16 && dtype != EMB_DT_BF16)
+		return -EINVAL; /* an optimizer updates float rows */
+	if (state < 0 || p->dim == 0 || p->dim > row_cols || state > (int)(row_cols - p->dim))
+		return -EINVAL;
+	if (!finite_in(p->lr, -HUGE_VAL, HUGE_VAL) || !finite_in(p->eps, 0, HUGE_VAL) ||
+	    !finite_in(p->weight_decay, -HUGE_VAL, HUGE_VAL))
+		return -EINVAL;
+	if (p->optim == EMBFS_OPT_ADAM ? p->step == 0 || !finite_in(p->beta1, 0, 1) || p->beta1 == 1 ||
+						 !finite_in(p->beta2, 0, 1) || p->beta2 == 1
+				       : p->step != 0)
+		return -EINVAL;
+	if (p->init_kind > EMBFS_INIT_CONSTANT || !isfinite(p->init_p) || !isfinite(p->init_q) ||
+	    !isfinite(p->init_fill) || (p->init_kind == EMBFS_INIT_NORMAL && p->init_q < 0))
+		return -EINVAL;
+	return 0;
+}
+
+/* What an update needs besides the row: the hyper-parameters as torch
+ * rounds them to f32. */
+struct opt {
+	uint32_t optim, dim;
+	float lr, eps, wd, one_b1, one_b2, neg_step;
+};
+
+static void opt_make(const struct embfs_batch_push *p, struct opt *o)
+{
+	*o = (struct opt){ .optim = p->optim, .dim = p->dim, .lr = (float)p->lr, .eps = (float)p->eps,
+			   .wd = (float)p->weight_decay };
+	if (p->optim == EMBFS_OPT_ADAM) {
+		double t = (double)p->step;
+		double bc1 = 1 - pow(p->beta1, t), bc2 = 1 - pow(p->beta2, t);
+		o->one_b1 = (float)(1 - p->beta1);
+		o->one_b2 = (float)(1 - p->beta2);
+		o->neg_step = (float)-(p->lr * sqrt(bc2) / bc1);
+	}
+}
+
+/* One row's update: w (dim weights, then the state) in f32, g its summed
+ * gradient (dim values; changed by weight decay). */
+static void opt_apply(const struct opt *o, float *w, float *g)
+{
+	uint32_t d = o->dim;
+	if (o->wd != 0)
+		for (uint32_t j = 0; j < d; j++)
+			g[j] = g[j] + o->wd * w[j];
+	switch (o->optim) {
+	case EMBFS_OPT_SGD:
+		for (uint32_t j = 0; j < d; j++)
+			w[j] = w[j] - o->lr * g[j];
+		break;
+	case EMBFS_OPT_ROWWISE_ADAGRAD: {
+		float sq = 0;
+		for (uint32_t j = 0; j < d; j++)
+			sq += g[j] * g[j];
+		float s = w[d] + sq / (float)d;
+		float den = sqrtf(s) + o->eps;
+		w[d] = s;
+		for (uint32_t j = 0; j < d; j++)
+			w[j] = w[j] - (o->lr * g[j]) / den;
+		break;
+	}
+	case EMBFS_OPT_ADAGRAD: {
+		float *s = w + d;
+		for (uint32_t j = 0; j < d; j++) {
+			s[j] = s[j] + g[j] * g[j];
+			w[j] = w[j] + -o->lr * (g[j] / (sqrtf(s[j]) + o->eps));
+		}
+		break;
+	}
+	default: { /* EMBFS_OPT_ADAM */
+		float *m = w + d, *v = w + 2 * d;
+		for (uint32_t j = 0; j < d; j++) {
+			m[j] = m[j] + (g[j] - m[j]) * o->one_b1;
+			v[j] = v[j] + (g[j] * g[j] - v[j]) * o->one_b2;
+			w[j] = w[j] + o->neg_step * (m[j] / (sqrtf(v[j]) + o->eps));
+		}
+		break;
+	}
+	}
+}
+
+/* ---- a request ---------------------------------------------------------- */
+
+struct idpos {
+	uint64_t id;
+	uint32_t i;
+};
+
+static int idpos_cmp(const void *a, const void *b)
+{
+	const struct idpos *x = a, *y = b;
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* The request's ids without duplicates (*uids, *m of them) and their
+ * gradients summed in request order (*ug): the request's own arrays when
+ * it has no duplicates (*owned 0), else malloc'd ones (*owned 1). */
+static int coalesce(const uint64_t *ids, const float *g, uint32_t n, uint32_t dim, const uint64_t **uids,
+		    const float **ug, uint32_t *m, int *owned)
+{
+	struct idpos *s = malloc(n * sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		s[i] = (struct idpos){ ids[i], i };
+	qsort(s, n, sizeof(*s), idpos_cmp);
+	uint32_t k = n ? 1 : 0;
+	for (uint32_t i = 1; i < n; i++)
+		k += s[i].id != s[i - 1].id;
+	if (k == n) {
+		free(s);
+		*uids = ids, *ug = g, *m = n, *owned = 0;
+		return 0;
+	}
+	uint64_t *u = malloc(k * sizeof(*u));
+	float *sum = malloc((size_t)k * dim * sizeof(*sum));
+	if (!u || !sum) {
+		free(s), free(u), free(sum);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0, j = 0; i < n; j++) {
+		u[j] = s[i].id;
+		memcpy(sum + (size_t)j * dim, g + (size_t)s[i].i * dim, dim * sizeof(float));
+		for (i++; i < n && s[i].id == u[j]; i++)
+			for (uint32_t c = 0; c < dim; c++)
+				sum[(size_t)j * dim + c] += g[(size_t)s[i].i * dim + c];
+	}
+	free(s);
+	*uids = u, *ug = sum, *m = k, *owned = 1;
+	return 0;
+}
+
+/* The rows read, updated and written back, under the table's push lock. */
+static int update_rows(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype, const uint64_t *ids,
+		       uint32_t m, const struct embfs_batch_push *p, const float *g, int64_t credit)
+{
+	uint32_t cols = rs / front_dtype_size(dtype);
+	char *rows = malloc((size_t)m * rs);
+	uint8_t *present = malloc(m);
+	float *w = malloc(((size_t)cols + p->dim) * sizeof(float));
+	struct store_view v;
+	struct opt o;
+	int ret = rows && present && w ? 0 : -ENOMEM;
+	opt_make(p, &o);
+	pthread_mutex_t *mu = &f->push_mu[id % FRONT_PUSH_LOCKS];
+	pthread_mutex_lock(mu);
+	if (!ret)
+		ret = front_view_live(f, id, &v);
+	if (!ret)
+		ret = front_rows_get(f, &v, rs, ids, m, rows, present);
+	if (!ret) {
+		float *gj = w + cols;
+		for (uint32_t i = 0; i < m; i++) {
+			char *row = rows + (size_t)i * rs;
+			if (!present[i])
+				init_row(p, dtype, cols, ids[i], row);
+			row_load(dtype, row, cols, w);
+			memcpy(gj, g + (size_t)i * p->dim, p->dim * sizeof(float));
+			opt_apply(&o, w, gj);
+			row_store(dtype, w, cols, row);
+		}
+		ret = front_scatter(f, id, rs, ids, rows, m, credit);
+		credit = 0;
+	}
+	pthread_mutex_unlock(mu);
+	if (credit)
+		front_unreserve(f, id, rs, credit);
+	free(rows), free(present), free(w);
+	return ret;
+}
+
+int front_push(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype, const uint64_t *ids, uint32_t n,
+	       const struct embfs_batch_push *p, const float *grads, int64_t credit)
+{
+	for (size_t i = 0; i < (size_t)n * p->dim; i++) {
+		if (!isfinite(grads[i])) {
+			front_unreserve(f, id, rs, credit);
+			return -EINVAL; /* refused whole: nothing changed */
+		}
+	}
+	const uint64_t *uids;
+	const float *ug;
+	uint32_t m;
+	int owned;
+	int ret = coalesce(ids, grads, n, p->dim, &uids, &ug, &m, &owned);
+	if (ret) {
+		front_unreserve(f, id, rs, credit);
+		return ret;
+	}
+	ret = update_rows(f, id, rs, dtype, uids, m, p, ug, credit);
+	if (owned) {
+		free((void *)uids);
+		free((void *)ug);
+	}
+	return ret;
+}

@@ -1,0 +1,335 @@
+"""Pushes (.embfs/rows PUSH): optimizers applied in the daemon.
+
+Against torch.optim on a dense copy of the same table (SGD, Adagrad,
+SparseAdam), row-wise Adagrad against its formula, f16/bf16 rows against
+the same update rounded to the dtype, duplicates, the init of unseen rows,
+processes pushing to the same rows at once (no update lost), and bad
+requests refused whole with their errno.  Randomized cases print their
+seed (EMBFS_SEED replays them)."""
+import errno
+import multiprocessing
+import os
+import random
+import struct
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+sys.path.insert(0, os.path.dirname(__file__))
+import embfs  # noqa: E402
+from embfs import _wire  # noqa: E402
+from mountutil import PooledCase  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # torch is installed by make test's deps; say so if not
+    torch = None
+
+
+def seed_of(case):
+    s = int(os.environ.get("EMBFS_SEED", random.randrange(1 << 31)))
+    print(f"{case}: EMBFS_SEED={s}", flush=True)
+    return s
+
+
+def raw_push(table, ids, grads, optim=1, dim=None, step=0, lr=0.1, eps=1e-10, betas=(0.9, 0.999), wd=0.0,
+             init_kind=0, count=None, total=None):
+    """Send a PUSH request as bytes (no client checks): the write's OSError."""
+    ids = np.asarray(ids, "<u8")
+    grads = np.asarray(grads, "<f4")
+    dim = grads.shape[1] if dim is None else dim
+    params = _wire._PUSH_HDR.pack(optim, dim, init_kind, 0xFFFFFFFF, step, lr, eps, betas[0], betas[1], wd, 0,
+                                  0.0, 0.0, 0.0)
+    body = params + ids.tobytes() + grads.tobytes()
+    n = len(ids) if count is None else count
+    hdr = _wire._HDR.pack(b"EMBB", _wire._PUSH, table.ino, n, 0, total or _wire._HDR.size + len(body))
+    fd = os.open(os.path.join(table.mount.path, ".embfs", "rows"), os.O_RDWR)
+    try:
+        os.pwrite(fd, hdr + body, 0)
+    finally:
+        os.close(fd)
+
+
+class TestPushMath(PooledCase):
+    size = "512M"
+    opts = "cache_size=32M"
+
+    def dense_case(self, name, optimizer, state_cols, make_opt, steps=6, n=300, d=8, batch=64):
+        seed = seed_of(f"{name}")
+        rng = np.random.default_rng(seed)
+        init = embfs.Init.uniform(-0.5, 0.5, seed=seed, cols=d)
+        t = self.m.create(self.gone(name), d + state_cols, "f32")
+        ref = torch.nn.Parameter(torch.from_numpy(init.values(np.arange(n), d)))
+        opt = make_opt([ref])
+        for k in range(1, steps + 1):
+            ids = rng.integers(0, n, batch)
+            g = rng.standard_normal((batch, d)).astype(np.float32)
+            t.push(ids, g, optimizer, lr=0.05, eps=1e-8, betas=(0.9, 0.999), step=k, init=init)
+            ref.grad = torch.sparse_coo_tensor(torch.from_numpy(ids)[None, :], torch.from_numpy(g), (n, d))
+            opt.step()
+        got = t.gather(np.arange(n), init=init)[:, :d]
+        want = ref.detach().numpy()
+        err = np.abs(got - want).max()
+        self.assertLess(err, 1e-6, f"{name}: largest difference {err} (EMBFS_SEED={seed})")
+        return t, rng
+
+    @unittest.skipIf(torch is None, "torch missing")
+    def test_sgd_matches_torch(self):
+        self.dense_case("p_sgd", "sgd", 0, lambda p: torch.optim.SGD(p, lr=0.05))
+
+    @unittest.skipIf(torch is None, "torch missing")
+    def test_adagrad_matches_torch(self):
+        self.dense_case("p_adagrad", "adagrad", 8, lambda p: torch.optim.Adagrad(p, lr=0.05, eps=1e-8))
+
+    @unittest.skipIf(torch is None, "torch missing")
+    def test_adam_matches_torch(self):
+        self.dense_case("p_adam", "adam", 16,
+                        lambda p: torch.optim.SparseAdam(p, lr=0.05, betas=(0.9, 0.999), eps=1e-8))
+
+    def test_rowwise_adagrad_formula(self):
+        seed = seed_of("rowwise_adagrad")
+        rng = np.random.default_rng(seed)
+        d, n = 16, 100
+        t = self.m.create(self.gone("p_rw"), d + 1, "f32")
+        w = np.zeros((n, d + 1), np.float32)
+        for _ in range(5):
+            ids = rng.choice(n, 40, replace=False)
+            g = rng.standard_normal((40, d)).astype(np.float32)
+            t.push(ids, g, "rowwise_adagrad", lr=0.1, eps=1e-8)
+            s = w[ids, d] + np.mean(g * g, axis=1, dtype=np.float32)
+            w[ids, d] = s
+            w[ids, :d] -= (np.float32(0.1) * g) / (np.sqrt(s) + np.float32(1e-8))[:, None]
+        got = t.gather(np.arange(n))
+        err = np.abs(got - w).max()
+        self.assertLess(err, 1e-6, f"largest difference {err} (EMBFS_SEED={seed})")
+
+    def test_weight_decay(self):
+        t = self.m.create(self.gone("p_wd"), 4, "f32")
+        t.scatter([7], np.array([[1, 2, 3, 4]], np.float32))
+        t.push([7], np.ones((1, 4), np.float32), "sgd", lr=0.5, weight_decay=0.1)
+        want = np.array([1, 2, 3, 4], np.float32) - np.float32(0.5) * (1 + np.float32(0.1) * np.array([1, 2, 3, 4],
+                                                                                                       np.float32))
+        np.testing.assert_allclose(t.gather([7])[0], want, rtol=1e-7)
+
+    def low_precision(self, dtype, ulp):
+        seed = seed_of(f"low_precision {dtype}")
+        rng = np.random.default_rng(seed)
+        d, n = 8, 64
+        t = self.m.create(self.gone("p_" + dtype), d + 1, dtype)
+        w = np.zeros((n, d + 1), np.float32)  # the reference, rounded to dtype after each step
+
+        def rnd(a):
+            return embfs.bf16_to_f32(embfs.f32_to_bf16(a)) if dtype == "bf16" else a.astype(np.float16).astype(
+                np.float32)
+        for _ in range(4):
+            ids = rng.choice(n, 32, replace=False)
+            g = rng.standard_normal((32, d)).astype(np.float32)
+            t.push(ids, g, "rowwise_adagrad", lr=0.1, eps=1e-8)
+            s = w[ids, d] + np.mean(g * g, axis=1, dtype=np.float32)
+            w[ids, d] = s
+            w[ids, :d] -= (np.float32(0.1) * g) / (np.sqrt(s) + np.float32(1e-8))[:, None]
+            w = rnd(w)
+        raw = t.gather(np.arange(n))
+        got = embfs.bf16_to_f32(raw) if dtype == "bf16" else raw.astype(np.float32)
+        # one rounding step of the dtype at most (a sum in another order)
+        bad = np.abs(got - w) > ulp * np.maximum(np.abs(w), 1e-3)
+        self.assertFalse(bad.any(), f"{dtype}: {got[bad][:4]} against {w[bad][:4]} (EMBFS_SEED={seed})")
+
+    def test_f16_rows(self):
+        self.low_precision("f16", 2.0 ** -10)
+
+    def test_bf16_rows(self):
+        self.low_precision("bf16", 2.0 ** -7)
+
+    def test_duplicates_summed(self):
+        a = self.m.create(self.gone("p_dup_a"), 3, "f32")
+        b = self.m.create(self.gone("p_dup_b"), 3, "f32")
+        g = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
+        a.push([3, 5, 3], g, "rowwise_adagrad", lr=1.0)
+        b.push([3, 5], np.array([[6, 8], [3, 4]], np.float32), "rowwise_adagrad", lr=1.0)
+        np.testing.assert_array_equal(a.gather([3, 5]), b.gather([3, 5]))
+
+    def test_init_of_unseen_rows(self):
+        for init in (embfs.Init.uniform(-1, 1, seed=42, cols=5), embfs.Init.constant(0.25, cols=3, fill=1.5),
+                     embfs.Init.normal(0, 0.1, seed=-7)):
+            t = self.m.create(self.gone("p_init"), 6, "f32")
+            ids = np.array([0, 9, 12345, 2 ** 40])
+            t.push(ids, np.zeros((4, 6), np.float32), "sgd", lr=0.0, init=init)
+            want = init.values(ids, 6)
+            self.assertTrue(t.present(ids).all())
+            np.testing.assert_allclose(t.gather(ids), want, rtol=1e-7, err_msg=repr(init))
+            self.m.remove("p_init")
+
+    def test_stats(self):
+        t = self.m.create(self.gone("p_stats"), 2, "f32")
+        before = self.m.stats()
+        t.push([1, 2, 3], np.ones((3, 2), np.float32))
+        after = self.m.stats()
+        self.assertEqual(after["batch.pushes"] - before["batch.pushes"], 1)
+        self.assertEqual(after["batch.push_rows"] - before["batch.push_rows"], 3)
+
+
+class TestTorchModules(PooledCase):
+    """embfs.torch.EmbeddingBag + SGD / Adagrad / Adam (pushes) against
+    torch.nn.EmbeddingBag(sparse=True) + torch.optim on the same data."""
+    size = "256M"
+    opts = "cache_size=16M"
+
+    def case(self, name, optimizer, make_et, make_torch):
+        import embfs.torch as et
+        seed = seed_of(name)
+        rng = np.random.default_rng(seed)
+        n, d = 500, 8
+        init = embfs.Init.uniform(-0.1, 0.1, seed=seed, cols=d)
+        bag = et.EmbeddingBag(self.m, self.gone(name), d, mode="sum", optimizer=optimizer, init=init)
+        ref = torch.nn.EmbeddingBag(n, d, mode="sum", sparse=True)
+        with torch.no_grad():
+            ref.weight.copy_(torch.from_numpy(init.values(np.arange(n), d)))
+        opt, topt = make_et([bag]), make_torch(ref.parameters())
+        for _ in range(6):
+            ids = torch.from_numpy(rng.integers(0, n, (32, 4)))
+            target = torch.from_numpy(rng.standard_normal((32, d)).astype(np.float32))
+            for mod, o in ((bag, opt), (ref, topt)):
+                ((mod(ids) - target) ** 2).sum().backward()
+                o.step()
+                o.zero_grad()
+        got = bag.weights(np.arange(n)).numpy()
+        err = np.abs(got - ref.weight.detach().numpy()).max()
+        self.assertLess(err, 2e-6, f"{name}: largest difference {err} (EMBFS_SEED={seed})")
+
+    @unittest.skipIf(torch is None, "torch missing")
+    def test_sgd(self):
+        import embfs.torch as et
+        self.case("m_sgd", "sgd", lambda m: et.SGD(m, lr=0.01), lambda p: torch.optim.SGD(p, lr=0.01))
+
+    @unittest.skipIf(torch is None, "torch missing")
+    def test_adagrad(self):
+        import embfs.torch as et
+        self.case("m_adagrad", "exact_adagrad", lambda m: et.Adagrad(m, lr=0.05),
+                  lambda p: torch.optim.Adagrad(p, lr=0.05))
+
+    @unittest.skipIf(torch is None, "torch missing")
+    def test_adam(self):
+        import embfs.torch as et
+        self.case("m_adam", "adam", lambda m: et.Adam(m, lr=0.01), lambda p: torch.optim.SparseAdam(p, lr=0.01))
+
+
+def _pusher(mnt, name, rounds, rows):
+    m = embfs.Mount(mnt)
+    t = m.table(name)
+    g = -np.ones((len(rows), 4), np.float32)
+    for _ in range(rounds):
+        t.push(rows, g, "sgd", lr=1.0)
+    embfs.close_all()
+
+
+class TestPushConcurrent(PooledCase):
+    size = "256M"
+    opts = "cache_size=16M"
+
+    def run_procs(self, nproc, rounds=150):
+        name = self.gone(f"p_conc{nproc}")
+        t = self.m.create(name, 4, "f32")
+        ctx = multiprocessing.get_context("fork")
+        # overlapping sets: every process pushes rows 0..63, each also its own 8
+        procs = [ctx.Process(target=_pusher, args=(self.pool.mnt, name, rounds,
+                                                   np.r_[np.arange(64), 1000 + 8 * i + np.arange(8)]))
+                 for i in range(nproc)]
+        embfs.close_all()
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(120)
+            self.assertEqual(p.exitcode, 0)
+        shared = t.gather(np.arange(64))
+        np.testing.assert_array_equal(shared, np.full((64, 4), nproc * rounds, np.float32))
+        own = t.gather(1000 + np.arange(8 * nproc))
+        np.testing.assert_array_equal(own, np.full((8 * nproc, 4), rounds, np.float32))
+
+    def test_two_processes(self):
+        self.run_procs(2)
+
+    def test_four_processes(self):
+        self.run_procs(4)
+
+
+class TestPushRefused(PooledCase):
+    size = "256M"
+    opts = "cache_size=16M"
+
+    def setUp(self):
+        self.t = self.m.create(self.gone("p_bad"), 5, "f32")
+        self.t.scatter([1, 2], np.ones((2, 5), np.float32))
+
+    def assertUnchanged(self):
+        np.testing.assert_array_equal(self.t.gather([1, 2]), np.ones((2, 5), np.float32))
+        self.assertFalse(self.t.present([3])[0])
+
+    def refused(self, err, **kw):
+        with self.assertRaises(OSError) as cm:
+            raw_push(self.t, **kw)
+        self.assertEqual(cm.exception.errno, err, kw)
+        self.assertUnchanged()
+
+    def test_client_checks(self):
+        with self.assertRaises(embfs.BadType):
+            self.t.push([1], np.ones((1, 5), np.float64))
+        with self.assertRaises(embfs.BadArgument):
+            self.t.push([1, 2], np.ones((1, 5), np.float32))
+        with self.assertRaises(embfs.BadArgument):
+            self.t.push([1], np.ones((1, 3), np.float32), "adagrad")  # 3 + 3 > 5 columns
+        with self.assertRaises(embfs.BadArgument):
+            self.t.push([1], np.ones((1, 2), np.float32), "adam", step=0)
+        self.assertUnchanged()
+
+    def test_errnos(self):
+        g = np.ones((2, 2), np.float32)
+        ids = [1, 3]
+        self.refused(errno.EINVAL, ids=ids, grads=g, optim=3, dim=3)      # state does not fit
+        self.refused(errno.EINVAL, ids=ids, grads=g, optim=9)             # no such optimizer
+        self.refused(errno.EINVAL, ids=ids, grads=g, optim=4, step=0)     # adam without a step
+        self.refused(errno.EINVAL, ids=ids, grads=g, dim=6)               # wider than the row
+        self.refused(errno.EINVAL, ids=ids, grads=g, total=_wire._HDR.size + 96 + 16 + 12)  # short gradients
+        self.refused(errno.EINVAL, ids=[1, 1 << 62], grads=g)             # id out of range
+        self.refused(errno.EINVAL, ids=ids, grads=np.array([[1, np.nan], [0, 0]], np.float32))
+        self.refused(errno.EINVAL, ids=ids, grads=np.array([[1, 0], [np.inf, 0]], np.float32))
+
+    def test_nan_from_python(self):
+        with self.assertRaises(embfs.EmbfsError) as cm:
+            self.t.push([1, 3], np.array([[1, np.nan], [0, 0]], np.float32))
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
+        self.assertUnchanged()
+
+    def test_int_table(self):
+        t = self.m.create(self.gone("p_int"), 4, "i8")
+        with self.assertRaises(OSError) as cm:
+            raw_push(t, ids=[0], grads=np.ones((1, 4), np.float32))
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
+
+    def test_snapshot_table(self):
+        snap = self.gone_snap("p_snap")
+        self.m.snapshot(snap)
+        try:
+            st = self.m.table("p_bad", snapshot=snap)
+            with self.assertRaises(OSError) as cm:
+                raw_push(st, ids=[1], grads=np.ones((1, 5), np.float32))
+            self.assertEqual(cm.exception.errno, errno.EROFS)
+            with self.assertRaises(embfs.EmbfsError) as cm:
+                st.push([1], np.ones((1, 5), np.float32))
+            self.assertEqual(cm.exception.errno, errno.EROFS)
+        finally:
+            self.m.drop(snap)
+        self.assertUnchanged()
+
+    def gone_snap(self, name):
+        try:
+            self.m.drop(name)
+        except embfs.EmbfsError:
+            pass
+        return name
+
+
+if __name__ == "__main__":
+    unittest.main()
