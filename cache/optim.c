@@ -90,28 +90,28 @@ static double u01(uint64_t seed, uint64_t salt, uint64_t id, uint32_t j)
 	return ((double)(x >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-static double init_value(const struct embfs_batch_push *p, uint64_t id, uint32_t j)
+static double init_value(const struct embfs_batch_init *in, uint64_t id, uint32_t j)
 {
-	if (j >= p->init_cols || p->init_kind == EMBFS_INIT_ZERO)
-		return p->init_fill;
-	switch (p->init_kind) {
+	if (j >= in->cols || in->kind == EMBFS_INIT_ZERO)
+		return in->fill;
+	switch (in->kind) {
 	case EMBFS_INIT_UNIFORM:
-		return p->init_p + (p->init_q - p->init_p) * u01(p->init_seed, 0, id, j);
+		return in->p + (in->q - in->p) * u01(in->seed, 0, id, j);
 	case EMBFS_INIT_NORMAL: {
-		double r = p->init_q * sqrt(-2.0 * log(u01(p->init_seed, 0, id, j)));
-		return p->init_p + r * cos(2.0 * M_PI * u01(p->init_seed, 1, id, j));
+		double r = in->q * sqrt(-2.0 * log(u01(in->seed, 0, id, j)));
+		return in->p + r * cos(2.0 * M_PI * u01(in->seed, 1, id, j));
 	}
 	default:
-		return p->init_p;
+		return in->p;
 	}
 }
 
 /* Row `id` as a row never stored starts: each column's double rounded once
  * to the table's dtype (bf16 through f32, as embfs.Init). */
-static void init_row(const struct embfs_batch_push *p, uint32_t dtype, uint32_t cols, uint64_t id, char *row)
+static void init_row(const struct embfs_batch_init *in, uint32_t dtype, uint32_t cols, uint64_t id, char *row)
 {
 	for (uint32_t j = 0; j < cols; j++) {
-		double v = init_value(p, id, j);
+		double v = init_value(in, id, j);
 		if (dtype == EMB_DT_F32)
 			((float *)row)[j] = (float)v;
 		else if (dtype == EMB_DT_F16)
@@ -119,6 +119,28 @@ static void init_row(const struct embfs_batch_push *p, uint32_t dtype, uint32_t 
 		else
 			((uint16_t *)row)[j] = bf16_put((float)v);
 	}
+}
+
+static int float_dtype(uint32_t dtype)
+{
+	return dtype == EMB_DT_F32 || dtype == EMB_DT_F16 || dtype == EMB_DT_BF16;
+}
+
+int front_init_check(const struct embfs_batch_init *in, uint32_t dtype)
+{
+	if (!float_dtype(dtype) || in->kind > EMBFS_INIT_CONSTANT || !isfinite(in->p) || !isfinite(in->q) ||
+	    !isfinite(in->fill) || (in->kind == EMBFS_INIT_NORMAL && in->q < 0))
+		return -EINVAL;
+	return 0;
+}
+
+void front_init_rows(const struct embfs_batch_init *in, uint32_t dtype, uint32_t rs, const uint64_t *ids,
+		     size_t n, const uint8_t *present, char *buf)
+{
+	uint32_t cols = rs / front_dtype_size(dtype);
+	for (size_t i = 0; i < n; i++)
+		if (!present[i])
+			init_row(in, dtype, cols, ids[i], buf + i * rs);
 }
 
 /* ---- the optimizers ----------------------------------------------------- */
@@ -147,7 +169,7 @@ static int finite_in(double x, double lo, double hi)
 int front_push_check(const struct embfs_batch_push *p, uint32_t dtype, uint32_t row_cols)
 {
 	int state = front_push_state_cols(p->optim, p->dim);
-	if (dtype != EMB_DT_F32 && dtype != EMB_DT_F16 && dtype != EMB_DT_BF16)
+	if (!float_dtype(dtype))
 		return -EINVAL; /* an optimizer updates float rows */
 	if (state < 0 || p->dim == 0 || p->dim > row_cols || state > (int)(row_cols - p->dim))
 		return -EINVAL;
@@ -158,10 +180,7 @@ int front_push_check(const struct embfs_batch_push *p, uint32_t dtype, uint32_t 
 						 !finite_in(p->beta2, 0, 1) || p->beta2 == 1
 				       : p->step != 0)
 		return -EINVAL;
-	if (p->init_kind > EMBFS_INIT_CONSTANT || !isfinite(p->init_p) || !isfinite(p->init_q) ||
-	    !isfinite(p->init_fill) || (p->init_kind == EMBFS_INIT_NORMAL && p->init_q < 0))
-		return -EINVAL;
-	return 0;
+	return front_init_check(&p->init, dtype);
 }
 
 /* What an update needs besides the row: the hyper-parameters as torch
@@ -304,7 +323,7 @@ static int update_rows(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype
 		for (uint32_t i = 0; i < m; i++) {
 			char *row = rows + (size_t)i * rs;
 			if (!present[i])
-				init_row(p, dtype, cols, ids[i], row);
+				init_row(&p->init, dtype, cols, ids[i], row);
 			row_load(dtype, row, cols, w);
 			memcpy(gj, g + (size_t)i * p->dim, p->dim * sizeof(float));
 			opt_apply(&o, w, gj);

@@ -1,7 +1,10 @@
 /*
- * .embfs/rows: gather, scatter and prefetch many rows of one table per FUSE
- * round trip.  Wire format in include/embfs/batch.h; what users see in
- * README "Batched rows".
+ * .embfs/rows: gather, scatter, push and prefetch many rows of one table
+ * (or of many, MULTI) per FUSE round trip.  Wire format in
+ * include/embfs/batch.h; what users see in docs/files.md "Batched rows".
+ * This file: the FUSE entry points, targets, the prefetch map and thread,
+ * page cache invalidations, the stats; requests themselves are
+ * batchreq.c's (what the two share: batch_int.h).
  *
  * Each open file description (fi->fh) has a struct bfd: the request being
  * received, the gather response, and the rows this fd prefetched.  A request
@@ -10,7 +13,7 @@
  * its ids, are in (so a bad request fails on the first piece, and the write
  * syscall returns the errno instead of a short count), and it runs when its
  * last byte is in:
- *  - SCATTER runs in that WRITE: one cache_write per row (each row atomic,
+ *  - SCATTER and PUSH run in that WRITE: one cache_write per row (each row atomic,
  *    the batch as a whole not), the table size raised as by pwrite, then the
  *    table's kernel page cache invalidated by the notifier thread (libfuse
  *    warns that a notify from a request thread can deadlock); pcache.c keeps
@@ -19,6 +22,7 @@
  *    holds the inode lock of .embfs/rows across each direct-io WRITE
  *    (parallel direct writes need libfuse >= 3.15), so work done in the WRITE
  *    would serialize all clients; READs run in parallel.
+ *  - MULTI runs its pushes in that WRITE and its gathers at the first READ.
  *  - PREFETCH hands the ids to the prefetch thread, which pins the rows in
  *    the cache; a later GATHER on the same fd unpins the ones it reads,
  *    RELEASE the rest.  Nothing ever waits for the prefetch thread.
@@ -34,100 +38,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "embfs/batch.h"
-#include "fs.h"
-
-#define HDR ((uint64_t)sizeof(struct embfs_batch_hdr))
-#define PUSH_HDR ((uint64_t)sizeof(struct embfs_batch_push))
-#define MAX_TOTAL (HDR + PUSH_HDR + 8ull * EMBFS_BATCH_MAX_COUNT + EMBFS_BATCH_MAX_BYTES)
-#define PF_MAX_PER_FD (4u * EMBFS_BATCH_MAX_COUNT) /* rows pending or pinned per fd */
-#define INVAL_CHUNK 64
-
-/* What a request's table inode resolves to. */
-struct btarget {
-	uint64_t ino;
-	uint32_t id;       /* table id (catalog slot) */
-	uint64_t gen;
-	uint32_t row_size, dtype, cols;
-	uint32_t mode, uid, gid;
-	int writable;      /* SCATTER allowed: a live table */
-	int cached;        /* rows live in fs->fr.cache under id: PREFETCH can pin them */
-	struct store_view view;
-};
-
-enum { PF_PENDING = 1, PF_PINNED = 2 };
-
-struct pfent {
-	uint64_t row;
-	uint32_t table;
-	uint32_t state; /* 0: empty slot */
-};
-
-/* Rows one fd announced: open addressing, linear probing, backward-shift delete. */
-struct pfmap {
-	struct pfent *e;
-	uint32_t cap, n;
-};
-
-enum { S_IDLE, S_RECV, S_GATHER, S_RESP, S_FAILED };
-
-struct bfd {
-	pthread_mutex_t lock; /* one request at a time; protects everything down to pf_lock */
-	int state;
-	int err;              /* S_FAILED: what the last request failed with */
-	char *req;            /* request bytes; ids in host order once checked */
-	uint64_t req_cap, got;
-	struct embfs_batch_hdr h; /* host order, valid once hdr_ok */
-	struct embfs_batch_push p; /* a PUSH's, host order, valid once push_ok */
-	int hdr_ok, push_ok, ids_ok;
-	uint64_t ids_off;     /* where the ids start in req */
-	struct btarget t;
-	int64_t promised;     /* rows of room reserved for the scatter in flight */
-	char *resp;
-	uint64_t resp_cap, resp_len;
-	uint64_t *unpin;      /* a gather's rows to unpin after reading them */
-	uint32_t unpin_cap;
-	uint8_t *present;     /* a gather's presence, a byte per row (F_PRESENT) */
-	uint32_t present_cap;
-
-	pthread_mutex_t pf_lock; /* protects pf and closing */
-	struct pfmap pf;
-	int closing;
-	_Atomic int refs;     /* the open file, plus one per queued prefetch job */
-};
-
-struct pfjob {
-	struct pfjob *next;
-	struct bfd *f;
-	uint32_t table, row_size;
-	size_t n;
-	uint64_t rows[];
-};
-
-struct batch {
-	struct embfs *fs;
-	pthread_mutex_t lock; /* protects the queues and stop */
-	pthread_cond_t pf_wake, inval_wake, inval_sent;
-	struct pfjob *head, *tail;
-	uint64_t *inval;      /* table inodes whose page cache must go */
-	size_t ninval, inval_cap;
-	uint64_t inval_seq;   /* invalidations queued so far (inval_queue calls) */
-	uint64_t inval_done;  /* every one queued up to this seq has been sent */
-	_Atomic int stop;     /* set under lock; the prefetch thread also polls it */
-	pthread_t pf_thread, inval_thread;
-	_Atomic uint64_t writes, reads, gathers, gather_rows, scatters, scatter_rows, prefetches, errors;
-	_Atomic uint64_t pushes, push_rows;
-	_Atomic uint64_t pf_rows, pf_pinned, pf_consumed, pf_late, pf_released, pf_failed, pf_skipped;
-	_Atomic uint64_t pf_held, invals;
-};
-
-#define INC(b, f, v) atomic_fetch_add_explicit(&(b)->f, (uint64_t)(v), memory_order_relaxed)
-#define DEC(b, f, v) atomic_fetch_sub_explicit(&(b)->f, (uint64_t)(v), memory_order_relaxed)
-
-static inline struct bfd *FH(struct fuse_file_info *fi)
-{
-	return (struct bfd *)(uintptr_t)fi->fh;
-}
+#include "batch_int.h"
 
 /* ---- targets ---------------------------------------------------------- */
 
@@ -138,7 +49,7 @@ static inline struct bfd *FH(struct fuse_file_info *fi)
  * read-only (SCATTER gets EROFS) and read from the store (its snapshot made
  * durable first); a live table's rows are read through the row cache when
  * there is one, where PREFETCH can pin them. */
-static int resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
+int batch_resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
 {
 	struct store_view v;
 	struct store_attr a;
@@ -235,6 +146,7 @@ static void bfd_put(struct bfd *f)
 	free(f->resp);
 	free(f->unpin);
 	free(f->present);
+	free(f->subs);
 	free(f->pf.e);
 	pthread_mutex_destroy(&f->lock);
 	pthread_mutex_destroy(&f->pf_lock);
@@ -425,201 +337,13 @@ void batch_destroy(struct embfs *fs)
 	free(b);
 }
 
-/* ---- requests --------------------------------------------------------- */
+/* ---- prefetches and their pins --------------------------------------- */
 
-/* Forget the request in flight (and the room it reserved) and the response. */
-static void reset(struct embfs *fs, struct bfd *f)
-{
-	front_unreserve(&fs->fr, f->t.id, f->t.row_size, f->promised);
-	f->promised = 0;
-	f->state = S_IDLE;
-	f->err = 0;
-	f->got = 0;
-	f->hdr_ok = f->push_ok = f->ids_ok = 0;
-	f->resp_len = 0;
-}
-
-static int fail(struct embfs *fs, struct bfd *f, int err)
-{
-	reset(fs, f);
-	f->state = S_FAILED;
-	f->err = err;
-	INC(fs->batch, errors, 1);
-	return err;
-}
-
-static int grow(char **p, uint64_t *cap, uint64_t need)
-{
-	if (need <= *cap)
-		return 0;
-	char *n = realloc(*p, need);
-	if (!n)
-		return -ENOMEM;
-	*p = n;
-	*cap = need;
-	return 0;
-}
-
-/* A little-endian double to host order. */
-static double le_double(double x)
-{
-	uint64_t u;
-	memcpy(&u, &x, 8);
-	u = le64toh(u);
-	memcpy(&x, &u, 8);
-	return x;
-}
-
-/* The header, once it is in: the op, the table, the caller's permission;
- * where the ids start. */
-static int check_header(struct embfs *fs, fuse_req_t req, struct bfd *f)
-{
-	struct embfs_batch_hdr *h = &f->h;
-	memcpy(h, f->req, HDR);
-	h->op = le32toh(h->op);
-	h->table_ino = le64toh(h->table_ino);
-	h->count = le32toh(h->count);
-	h->flags = le32toh(h->flags);
-	h->total_len = le64toh(h->total_len);
-	if (memcmp(h->magic, EMBFS_BATCH_MAGIC, 4) || h->op < EMBFS_BATCH_GATHER || h->op > EMBFS_BATCH_PUSH ||
-	    (h->flags & ~EMBFS_BATCH_F_PRESENT) || (h->flags && h->op != EMBFS_BATCH_GATHER) || h->count == 0 ||
-	    h->count > EMBFS_BATCH_MAX_COUNT)
-		return -EINVAL;
-	int ret = resolve(fs, h->table_ino, &f->t);
-	if (ret)
-		return ret;
-	int push = h->op == EMBFS_BATCH_PUSH, changes = push || h->op == EMBFS_BATCH_SCATTER;
-	struct fs_perm p = { f->t.uid, f->t.gid, f->t.mode, 1 };
-	ret = perm_may(req, &p, changes ? 2 : 4);
-	if (ret)
-		return ret;
-	if (changes && !f->t.writable)
-		return -EROFS;
-	uint64_t rows = (uint64_t)h->count * f->t.row_size;
-	if (rows > EMBFS_BATCH_MAX_BYTES)
-		return -EINVAL;
-	f->ids_off = HDR + (push ? PUSH_HDR : 0);
-	/* a PUSH's length is checked against its parameters once they are in */
-	if (push ? h->total_len < f->ids_off + 8ull * h->count || h->total_len > MAX_TOTAL
-		 : h->total_len != HDR + 8ull * h->count + (changes ? rows : 0))
-		return -EINVAL;
-	if (f->got > h->total_len)
-		return -EINVAL;
-	ret = grow(&f->req, &f->req_cap, h->total_len);
-	if (ret)
-		return ret;
-	f->hdr_ok = 1;
-	return 0;
-}
-
-/* A PUSH's parameters, once they are in: they fit the table, and the
- * request's length is the gradients'. */
-static int check_push(struct bfd *f)
-{
-	struct embfs_batch_push *p = &f->p;
-	memcpy(p, f->req + HDR, PUSH_HDR);
-	p->optim = le32toh(p->optim);
-	p->dim = le32toh(p->dim);
-	p->init_kind = le32toh(p->init_kind);
-	p->init_cols = le32toh(p->init_cols);
-	p->step = le64toh(p->step);
-	p->init_seed = le64toh(p->init_seed);
-	p->lr = le_double(p->lr);
-	p->eps = le_double(p->eps);
-	p->beta1 = le_double(p->beta1);
-	p->beta2 = le_double(p->beta2);
-	p->weight_decay = le_double(p->weight_decay);
-	p->init_p = le_double(p->init_p);
-	p->init_q = le_double(p->init_q);
-	p->init_fill = le_double(p->init_fill);
-	int ret = front_push_check(p, f->t.dtype, f->t.cols);
-	if (ret)
-		return ret;
-	uint64_t grads = (uint64_t)f->h.count * p->dim * sizeof(float);
-	if (grads > EMBFS_BATCH_MAX_BYTES || f->h.total_len != f->ids_off + 8ull * f->h.count + grads)
-		return -EINVAL;
-	f->push_ok = 1;
-	return 0;
-}
-
-/* Check what has arrived of the request: the header once it is in, a
- * PUSH's parameters, the ids once they are; a SCATTER or PUSH then
- * reserves room for its rows (like a pwrite of as many rows: a full pool
- * refuses it whole, before any row changes). */
-static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
-{
-	if (!f->hdr_ok && f->got >= HDR) {
-		int ret = check_header(fs, req, f);
-		if (ret)
-			return ret;
-	}
-	int push = f->hdr_ok && f->h.op == EMBFS_BATCH_PUSH;
-	if (push && !f->push_ok && f->got >= HDR + PUSH_HDR) {
-		int ret = check_push(f);
-		if (ret)
-			return ret;
-	}
-	if (f->hdr_ok && (!push || f->push_ok) && !f->ids_ok && f->got >= f->ids_off + 8ull * f->h.count) {
-		uint64_t *ids = (uint64_t *)(f->req + f->ids_off);
-		uint64_t max = front_max_row(f->t.row_size); /* a row the pool can hold, within off_t */
-		for (uint32_t i = 0; i < f->h.count; i++) {
-			ids[i] = le64toh(ids[i]);
-			if (ids[i] > max)
-				return -EINVAL;
-		}
-		f->ids_ok = 1;
-		if ((push || f->h.op == EMBFS_BATCH_SCATTER) && fs->fr.cache) {
-			int ret = front_reserve(&fs->fr, f->t.id, f->t.row_size, f->h.count);
-			if (ret)
-				return ret;
-			f->promised = f->h.count;
-		}
-	}
-	return 0;
-}
-
-/* Run a SCATTER or a PUSH: its rows, with the room check() promised for
- * them. */
-static int change_rows(struct embfs *fs, struct bfd *f)
-{
-	const struct btarget *t = &f->t;
-	uint32_t n = f->h.count, rs = t->row_size;
-	const uint64_t *ids = (const uint64_t *)(f->req + f->ids_off);
-	const char *body = f->req + f->ids_off + 8ull * n;
-	struct btarget now;
-	if (resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs || now.dtype != t->dtype)
-		return -ESTALE; /* the table went away or changed geometry meanwhile */
-	/* pages the kernel caches must not bring the old rows back (pcache.c) */
-	struct pc_scatter pcs;
-	int ret = restore_gate_enter(fs, t->id);
-	if (ret)
-		return ret;
-	if ((ret = pc_scatter_begin(fs, &pcs, t->id, rs, ids, n))) {
-		restore_gate_leave(fs);
-		return ret;
-	}
-	if (f->h.op == EMBFS_BATCH_PUSH)
-		ret = front_push(&fs->fr, t->id, rs, t->dtype, ids, n, &f->p, (const float *)body, f->promised);
-	else
-		ret = front_scatter(&fs->fr, t->id, rs, ids, body, n, f->promised);
-	restore_gate_leave(fs);
-	f->promised = 0;
-	if (!ret && f->h.op == EMBFS_BATCH_PUSH)
-		INC(fs->batch, push_rows, n);
-	else if (!ret)
-		INC(fs->batch, scatter_rows, n);
-	pc_scatter_end(fs, &pcs);
-	inval_queue(fs->batch, t->ino); /* also after an error: some rows may have changed */
-	return ret;
-}
-
-static void prefetch(struct embfs *fs, struct bfd *f)
+void batch_prefetch_ids(struct embfs *fs, struct bfd *f, const struct btarget *t, const uint64_t *ids, uint32_t n)
 {
 	struct batch *b = fs->batch;
-	uint32_t n = f->h.count;
-	const uint64_t *ids = (const uint64_t *)(f->req + HDR);
 	INC(b, pf_rows, n);
-	struct pfjob *j = f->t.cached ? malloc(sizeof(*j) + n * sizeof(uint64_t)) : NULL;
+	struct pfjob *j = t->cached ? malloc(sizeof(*j) + n * sizeof(uint64_t)) : NULL;
 	if (!j) {
 		INC(b, pf_skipped, n);
 		return;
@@ -628,7 +352,7 @@ static void prefetch(struct embfs *fs, struct bfd *f)
 	uint32_t i = 0;
 	pthread_mutex_lock(&f->pf_lock);
 	for (; i < n && f->pf.n < PF_MAX_PER_FD; i++) {
-		int r = pf_add(&f->pf, f->t.id, ids[i]);
+		int r = pf_add(&f->pf, t->id, ids[i]);
 		if (r < 0)
 			break;
 		if (r == 1)
@@ -642,8 +366,8 @@ static void prefetch(struct embfs *fs, struct bfd *f)
 	}
 	j->next = NULL;
 	j->f = f;
-	j->table = f->t.id;
-	j->row_size = f->t.row_size;
+	j->table = t->id;
+	j->row_size = t->row_size;
 	j->n = k;
 	atomic_fetch_add(&f->refs, 1);
 	pthread_mutex_lock(&b->lock);
@@ -656,38 +380,9 @@ static void prefetch(struct embfs *fs, struct bfd *f)
 	pthread_mutex_unlock(&b->lock);
 }
 
-/* Pack present[0..n) (0 or 1 each) into a bitmap: bit i%8 of byte i/8. */
-static void pack_bits(const uint8_t *present, uint32_t n, uint8_t *bits)
+uint32_t batch_pins_take(struct embfs *fs, struct bfd *f, const struct btarget *t, const uint64_t *ids,
+			 uint32_t n)
 {
-	memset(bits, 0, (n + 7) / 8);
-	for (uint32_t i = 0; i < n; i++)
-		bits[i / 8] |= (uint8_t)(present[i] << (i % 8));
-}
-
-/* Copy a gather's rows into the response (then, with EMBFS_BATCH_F_PRESENT,
- * the presence bitmap); rows this fd prefetched are consumed (unpinned once
- * read). */
-static int gather(struct embfs *fs, struct bfd *f)
-{
-	struct batch *b = fs->batch;
-	const struct btarget *t = &f->t;
-	uint32_t n = f->h.count, rs = t->row_size;
-	const uint64_t *ids = (const uint64_t *)(f->req + HDR);
-	struct btarget now;
-	if (resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs)
-		return -ESTALE;
-	int want = f->h.flags & EMBFS_BATCH_F_PRESENT;
-	uint64_t len = (uint64_t)n * rs + (want ? (n + 7) / 8 : 0);
-	int ret = grow(&f->resp, &f->resp_cap, len);
-	if (ret)
-		return ret;
-	if (want && f->present_cap < n) {
-		uint8_t *p = realloc(f->present, n);
-		if (!p)
-			return -ENOMEM;
-		f->present = p;
-		f->present_cap = n;
-	}
 	uint32_t nun = 0;
 	pthread_mutex_lock(&f->pf_lock);
 	if (f->pf.n && f->unpin_cap < n) {
@@ -704,76 +399,21 @@ static int gather(struct embfs *fs, struct bfd *f)
 		if (e->state == PF_PINNED)
 			f->unpin[nun++] = ids[i];
 		else
-			INC(b, pf_late, 1);
+			INC(fs->batch, pf_late, 1);
 		pf_del(&f->pf, e);
 	}
 	pthread_mutex_unlock(&f->pf_lock);
-	ret = front_rows_get(&fs->fr, &t->view, rs, ids, n, f->resp, want ? f->present : NULL);
-	for (uint32_t i = 0; i < nun; i++)
-		cache_unpin(fs->fr.cache, t->id, f->unpin[i]);
-	if (nun) {
-		INC(b, pf_consumed, nun);
-		DEC(b, pf_held, nun);
-	}
-	if (ret)
-		return ret == -ENOENT ? -ESTALE : ret; /* removed since the check */
-	if (want)
-		pack_bits(f->present, n, (uint8_t *)f->resp + (uint64_t)n * rs);
-	f->resp_len = len;
-	INC(b, gathers, 1);
-	INC(b, gather_rows, n);
-	return 0;
+	return nun;
 }
 
-/* Take one WRITE piece; run the request if it is complete. */
-static int take(struct embfs *fs, fuse_req_t req, struct bfd *f, const char *data, size_t size,
-		off_t off)
+void batch_pins_drop(struct embfs *fs, struct bfd *f, uint32_t table, uint32_t nun)
 {
-	if (off == 0) {
-		reset(fs, f);
-		f->state = S_RECV;
-	} else if (f->state == S_FAILED) {
-		/* the rest of a write that came back short: it gets the error */
-		int err = f->err;
-		reset(fs, f);
-		return err;
-	} else if (f->state != S_RECV) {
-		return fail(fs, f, -EINVAL);
+	for (uint32_t i = 0; i < nun; i++)
+		cache_unpin(fs->fr.cache, table, f->unpin[i]);
+	if (nun) {
+		INC(fs->batch, pf_consumed, nun);
+		DEC(fs->batch, pf_held, nun);
 	}
-	if (off < 0 || (uint64_t)off != f->got || size > MAX_TOTAL - f->got ||
-	    (f->hdr_ok && size > f->h.total_len - f->got))
-		return fail(fs, f, -EINVAL);
-	int ret = grow(&f->req, &f->req_cap, f->got + size);
-	if (ret)
-		return fail(fs, f, ret);
-	memcpy(f->req + f->got, data, size);
-	f->got += size;
-	ret = check(fs, req, f);
-	if (ret)
-		return fail(fs, f, ret);
-	if (!f->hdr_ok || f->got < f->h.total_len)
-		return 0;
-	switch (f->h.op) {
-	case EMBFS_BATCH_GATHER:
-		f->state = S_GATHER; /* rows are copied at the first read */
-		return 0;
-	case EMBFS_BATCH_SCATTER:
-	case EMBFS_BATCH_PUSH:
-		ret = change_rows(fs, f);
-		if (ret)
-			return fail(fs, f, ret);
-		if (f->h.op == EMBFS_BATCH_PUSH)
-			INC(fs->batch, pushes, 1);
-		else
-			INC(fs->batch, scatters, 1);
-		break;
-	default:
-		prefetch(fs, f);
-		INC(fs->batch, prefetches, 1);
-		break;
-	}
-	f->state = S_IDLE;
-	return 0;
 }
 
 uint64_t batch_inval(struct embfs *fs, uint64_t ino)
@@ -824,10 +464,10 @@ void batch_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, 
 {
 	(void)ino;
 	struct embfs *fs = fuse_req_userdata(req);
-	struct bfd *f = FH(fi);
+	struct bfd *f = batch_fh(fi);
 	INC(fs->batch, writes, 1);
 	pthread_mutex_lock(&f->lock);
-	int ret = take(fs, req, f, data, size, off);
+	int ret = batch_req_take(fs, req, f, data, size, off);
 	pthread_mutex_unlock(&f->lock);
 	if (ret)
 		fuse_reply_err(req, -ret);
@@ -839,13 +479,13 @@ void batch_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct f
 {
 	(void)ino;
 	struct embfs *fs = fuse_req_userdata(req);
-	struct bfd *f = FH(fi);
+	struct bfd *f = batch_fh(fi);
 	INC(fs->batch, reads, 1);
 	pthread_mutex_lock(&f->lock);
 	if (f->state == S_GATHER) {
-		int ret = gather(fs, f);
+		int ret = batch_req_gather(fs, f);
 		if (ret)
-			fail(fs, f, ret);
+			batch_req_fail(fs, f, ret);
 		else
 			f->state = S_RESP;
 	}
@@ -871,9 +511,9 @@ void batch_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	(void)ino;
 	struct embfs *fs = fuse_req_userdata(req);
 	struct batch *b = fs->batch;
-	struct bfd *f = FH(fi);
+	struct bfd *f = batch_fh(fi);
 	pthread_mutex_lock(&f->lock);
-	reset(fs, f);
+	batch_req_reset(fs, f);
 	pthread_mutex_unlock(&f->lock);
 	uint64_t n = 0;
 	pthread_mutex_lock(&f->pf_lock);
@@ -908,6 +548,7 @@ void batch_stats(struct embfs *fs, struct stats_out *o)
 	P("batch.gather_rows", "batch_gather_rows_total", COUNTER, "Rows gathered by .embfs/rows", gather_rows);
 	P("batch.scatters", "batch_scatters_total", COUNTER, "Scatters served by .embfs/rows", scatters);
 	P("batch.scatter_rows", "batch_scatter_rows_total", COUNTER, "Rows scattered by .embfs/rows", scatter_rows);
+	P("batch.multis", "batch_multis_total", COUNTER, "MULTI requests (many tables) served by .embfs/rows", multis);
 	P("batch.pushes", "batch_pushes_total", COUNTER, "Pushes (gradients applied in place) served by .embfs/rows",
 	  pushes);
 	P("batch.push_rows", "batch_push_rows_total", COUNTER, "Gradient rows applied by pushes", push_rows);

@@ -18,7 +18,9 @@
  *   restore.c .embfs/restore: a table or the whole mount back to a snapshot
  *   delta.c   .embfs/delta: the rows changed between two snapshots
  *   changes.c the rows that may differ between two views (restore, delta)
- *   batch.c   .embfs/rows: gather, scatter, prefetch of many rows
+ *   batch.c   .embfs/rows: gather, scatter, push, prefetch of many rows
+ *             (batch_int.h: what it shares with batchreq.c)
+ *   batchreq.c  .embfs/rows requests: receiving, checking, running
  *   pcache.c  the kernel's pages of tables against scatters
  *   attr.c    attributes of every inode, table views, directory listings
  *   perm.c    who may do what: owners and modes of the directories

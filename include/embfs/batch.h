@@ -23,6 +23,20 @@
  *   request is refused whole (EINVAL: a bad optimizer or shape, state that
  *   does not fit the row, a NaN or Inf gradient; EROFS: a snapshot's table)
  *   before any row changes.  There is no response to read.
+ * - MULTI: many tables in one round trip (a training step's pushes and
+ *   gathers for every table).  The header's table_ino is 0, count the
+ *   number of parts (1 .. EMBFS_BATCH_MAX_TABLES), flags 0; then count
+ *   struct embfs_batch_sub, then each part's body in the same order, as
+ *   the single-table request has it after its header (GATHER: [init spec]
+ *   ids; PUSH: parameters, ids, gradients; PREFETCH: ids).  A part is a
+ *   GATHER, PUSH or PREFETCH; a table may have at most one part of each op.
+ *   The whole request is checked before anything runs (bad input refuses
+ *   it whole: EINVAL; a missing table EINVAL, one removed ESTALE; EROFS,
+ *   EACCES, ENOSPC as for its parts).  The write that completes it applies
+ *   the PUSHes in order and queues the PREFETCHes; the GATHERs run at the
+ *   first READ, after the pushes, and the response is their answers
+ *   concatenated in order (each its rows, then its bitmap with F_PRESENT).
+ *   A push that fails midway (ENOSPC, EIO) leaves the earlier ones applied.
  * - Each open file description has its own request and response state.
  */
 #ifndef EMBFS_BATCH_H
@@ -35,12 +49,19 @@
 #define EMBFS_BATCH_SCATTER 2u
 #define EMBFS_BATCH_PREFETCH 3u
 #define EMBFS_BATCH_PUSH 4u
-/* flags: GATHER only.  The response is followed by ceil(count / 8) bytes of
- * bitmap: bit i % 8 of byte i / 8 is 1 if row i is stored (written and not
- * deleted; in a snapshot: as of it), 0 if it is a hole (it read as zeros). */
+#define EMBFS_BATCH_MULTI 5u
+/* flags: GATHER only.  F_PRESENT: the response is followed by ceil(count /
+ * 8) bytes of bitmap: bit i % 8 of byte i / 8 is 1 if row i is stored
+ * (written and not deleted; in a snapshot: as of it), 0 if it is a hole (it
+ * read as zeros, or as its init with F_INIT).  F_INIT: a struct
+ * embfs_batch_init follows the header (before the ids), and rows not
+ * stored are answered with its values instead of zeros. */
 #define EMBFS_BATCH_F_PRESENT 1u
+#define EMBFS_BATCH_F_INIT 2u
 #define EMBFS_BATCH_MAX_COUNT 65536u        /* row ids per request */
 #define EMBFS_BATCH_MAX_BYTES (64u << 20)   /* count * row_size per request */
+#define EMBFS_BATCH_MAX_TABLES 1024u        /* parts of a MULTI request */
+#define EMBFS_BATCH_MAX_MULTI (256u << 20)  /* bytes of a MULTI request, and of its response */
 
 struct embfs_batch_hdr {
 	char magic[4];      /* "EMBB" */
@@ -51,6 +72,16 @@ struct embfs_batch_hdr {
 	uint64_t total_len; /* header + ids (+ rows for SCATTER), in bytes */
 };
 _Static_assert(sizeof(struct embfs_batch_hdr) == 32, "batch header is 32 bytes");
+
+/* One part of a MULTI request. */
+struct embfs_batch_sub {
+	uint64_t table_ino; /* st_ino of the table */
+	uint32_t op;        /* EMBFS_BATCH_GATHER, _PUSH or _PREFETCH */
+	uint32_t count;     /* row ids: 1 .. EMBFS_BATCH_MAX_COUNT */
+	uint32_t flags;     /* a GATHER's EMBFS_BATCH_F_* ; else 0 */
+	uint32_t reserved;  /* 0 */
+};
+_Static_assert(sizeof(struct embfs_batch_sub) == 24, "a MULTI part is 24 bytes");
 
 /* A PUSH's optimizer (push.optim); the state columns it keeps after the
  * row's dim weights, and its update of weights w with gradient g (after
@@ -70,23 +101,29 @@ _Static_assert(sizeof(struct embfs_batch_hdr) == 32, "batch header is 32 bytes")
 #define EMBFS_OPT_ADAGRAD 3u
 #define EMBFS_OPT_ADAM 4u
 
-/* Values of rows never stored (push.init_kind), a function of (init_seed,
- * row id, column) only, the same as Python's embfs.Init: columns below
- * init_cols (UINT32_MAX: all) get the value, the others init_fill. */
-#define EMBFS_INIT_ZERO 0u     /* every column init_fill */
-#define EMBFS_INIT_UNIFORM 1u  /* in [init_p, init_q) */
-#define EMBFS_INIT_NORMAL 2u   /* mean init_p, standard deviation init_q */
-#define EMBFS_INIT_CONSTANT 3u /* init_p */
+/* Values of rows never stored (struct embfs_batch_init), a function of
+ * (seed, row id, column) only, the same as Python's embfs.Init: columns
+ * below cols (UINT32_MAX: all) get the value, the others fill.  Float
+ * tables only (f32, f16, bf16). */
+#define EMBFS_INIT_ZERO 0u     /* every column fill */
+#define EMBFS_INIT_UNIFORM 1u  /* in [p, q) */
+#define EMBFS_INIT_NORMAL 2u   /* mean p, standard deviation q */
+#define EMBFS_INIT_CONSTANT 3u /* p */
+
+struct embfs_batch_init {
+	uint32_t kind;       /* EMBFS_INIT_* */
+	uint32_t cols;
+	uint64_t seed;
+	double p, q, fill;
+};
+_Static_assert(sizeof(struct embfs_batch_init) == 40, "an init spec is 40 bytes");
 
 struct embfs_batch_push {
 	uint32_t optim;      /* EMBFS_OPT_* */
 	uint32_t dim;        /* weight columns (gradient columns); state follows */
-	uint32_t init_kind;  /* EMBFS_INIT_* */
-	uint32_t init_cols;
 	uint64_t step;       /* ADAM: this update's step t >= 1; others 0 */
 	double lr, eps, beta1, beta2, weight_decay;
-	uint64_t init_seed;
-	double init_p, init_q, init_fill;
+	struct embfs_batch_init init; /* rows never stored start from it */
 };
 _Static_assert(sizeof(struct embfs_batch_push) == 96, "push parameters are 96 bytes");
 

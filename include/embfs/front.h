@@ -90,6 +90,12 @@ int front_push_state_cols(uint32_t optim, uint32_t dim);
  * a float dtype, a known optimizer whose weights and state fit, sane
  * hyper-parameters and init spec; else -EINVAL. */
 int front_push_check(const struct embfs_batch_push *p, uint32_t dtype, uint32_t row_cols);
+/* 0 if init spec in (host order) is sane for a table of dtype (a float
+ * dtype); else -EINVAL.  front_init_rows: rows i of buf (rs bytes each)
+ * with present[i] 0 set to row ids[i]'s initial values. */
+int front_init_check(const struct embfs_batch_init *in, uint32_t dtype);
+void front_init_rows(const struct embfs_batch_init *in, uint32_t dtype, uint32_t rs, const uint64_t *ids,
+		     size_t n, const uint8_t *present, char *buf);
 /* Apply gradients grads (n rows of p->dim f32) to rows ids[0..n) of live
  * table id (rows of rs bytes of dtype), p checked by front_push_check:
  * duplicates' gradients summed, each row read, updated and written whole

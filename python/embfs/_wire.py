@@ -17,10 +17,12 @@ import numpy as np
 
 _HDR = struct.Struct("<4sIQIIQ")  # magic, op, table inode, count, flags, total length
 _GATHER, _SCATTER, _PREFETCH, _PUSH = 1, 2, 3, 4
+_F_INIT = 2
+# an init spec (struct embfs_batch_init): kind, columns, seed, p, q, fill
+_INIT = struct.Struct("<IIQddd")
 # a push's parameters (struct embfs_batch_push): optimizer, weight columns,
-# init kind, init columns, step, lr, eps, beta1, beta2, weight decay, init
-# seed, init p, q, fill
-_PUSH_HDR = struct.Struct("<IIIIQdddddQddd")
+# step, lr, eps, beta1, beta2, weight decay, then an init spec
+_PUSH_HDR = struct.Struct("<IIQddddd" + _INIT.format[1:])
 OPTIMIZERS = {"sgd": 1, "rowwise_adagrad": 2, "adagrad": 3, "adam": 4}
 _INIT_KINDS = {"uniform": 1, "normal": 2, "constant": 3}
 _F_PRESENT = 1
@@ -71,11 +73,20 @@ def _state_cols(optimizer, dim):
     return {"sgd": 0, "rowwise_adagrad": 1, "adagrad": dim, "adam": 2 * dim}[optimizer]
 
 
+def _init_fields(init):
+    """An init spec's fields (init: an embfs.Init or None: zeros)."""
+    if init is None:
+        return (0, 0xFFFFFFFF, 0, 0.0, 0.0, 0.0)
+    cols = 0xFFFFFFFF if init.cols is None else min(int(init.cols), 0xFFFFFFFF)
+    return (_INIT_KINDS[init.kind], cols, init.seed & 0xFFFFFFFFFFFFFFFF, init.p, init.q, float(init.fill))
+
+
+def _init_spec(init):
+    """An init spec's bytes."""
+    return _INIT.pack(*_init_fields(init))
+
+
 def _push_params(optimizer, dim, lr, eps, betas, weight_decay, step, init):
     """A push's parameter bytes (init: an embfs.Init or None: zeros)."""
-    kind, cols, p, q, seed, fill = 0, 0xFFFFFFFF, 0.0, 0.0, 0, 0.0
-    if init is not None:
-        kind, p, q, seed, fill = _INIT_KINDS[init.kind], init.p, init.q, init.seed, float(init.fill)
-        cols = 0xFFFFFFFF if init.cols is None else min(int(init.cols), 0xFFFFFFFF)
-    return _PUSH_HDR.pack(OPTIMIZERS[optimizer], dim, kind, cols, step, lr, eps, betas[0], betas[1],
-                          weight_decay, seed & 0xFFFFFFFFFFFFFFFF, p, q, fill)
+    return _PUSH_HDR.pack(OPTIMIZERS[optimizer], dim, step, lr, eps, betas[0], betas[1], weight_decay,
+                          *_init_fields(init))

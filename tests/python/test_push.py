@@ -40,7 +40,7 @@ def raw_push(table, ids, grads, optim=1, dim=None, step=0, lr=0.1, eps=1e-10, be
     ids = np.asarray(ids, "<u8")
     grads = np.asarray(grads, "<f4")
     dim = grads.shape[1] if dim is None else dim
-    params = _wire._PUSH_HDR.pack(optim, dim, init_kind, 0xFFFFFFFF, step, lr, eps, betas[0], betas[1], wd, 0,
+    params = _wire._PUSH_HDR.pack(optim, dim, step, lr, eps, betas[0], betas[1], wd, init_kind, 0xFFFFFFFF, 0,
                                   0.0, 0.0, 0.0)
     body = params + ids.tobytes() + grads.tobytes()
     n = len(ids) if count is None else count

@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""trainbench: training lookups/s of embfs.torch against torch holding the
+same tables in DRAM, in one process, alternating, on the same ids.
+
+    PYTHONPATH=TOP/python trainbench.py MNT [--tables T] [--rows N] [--dim D]
+        [--bags B] [--per-bag K] [--steps S] [--warm W] [--runs R]
+        [--opt sgd|adagrad] [--seed SEED] [--collection]
+
+Each side: EmbeddingBag(mode="sum") per table, the loss a plain sum of the
+bags, backward, then the optimizer's step: embfs.torch.EmbeddingBag +
+embfs.torch.SGD (or RowWiseAdagrad) against torch.nn.EmbeddingBag(sparse=
+True) + torch.optim.SGD (or row-wise Adagrad in torch ops: index_add_ of
+the row means of g^2, then the row update).  torch runs on one thread.
+Ids: numpy zipf(1.05) draws times 2654435761 modulo the rows, drawn before
+the clock.  W warm-up steps (not timed) then R runs of S steps, embfs and
+torch alternating run by run; lookups/s = steps * tables * bags * per_bag /
+seconds.  With --collection the embfs side is one embfs.torch.Collection
+(one request a step for all tables).
+
+Output: a line per run, then
+  trainbench tables=T ... embfs_lookups_per_s=X torch_lookups_per_s=Y ratio=Z
+with the medians of the runs (ratio: the median of the per-run ratios).
+"""
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+import embfs
+import embfs.torch as et
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(prog="trainbench")
+    p.add_argument("mnt")
+    p.add_argument("--tables", type=int, default=1)
+    p.add_argument("--rows", type=int, default=4 << 20)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--bags", type=int, default=4096)
+    p.add_argument("--per-bag", type=int, default=4)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warm", type=int, default=20)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--opt", choices=("sgd", "adagrad"), default="sgd")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--collection", action="store_true")
+    return p.parse_args(argv)
+
+
+class TorchRowAdagrad:
+    """Row-wise Adagrad in torch ops over sparse gradients (the reference)."""
+
+    def __init__(self, params, lr, eps=1e-8):
+        self.params, self.lr, self.eps = list(params), lr, eps
+        self.state = [torch.zeros(p.shape[0]) for p in self.params]
+
+    @torch.no_grad()
+    def step(self):
+        for p, s in zip(self.params, self.state):
+            g = p.grad.coalesce()
+            idx, val = g.indices()[0], g.values()
+            s.index_add_(0, idx, (val * val).mean(1))
+            p.index_add_(0, idx, -self.lr * val / (s[idx].sqrt() + self.eps)[:, None])
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+
+def main(argv):
+    a = parse(argv)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(a.seed)
+    m = embfs.Mount(a.mnt)
+    lr = 0.01
+    steps_total = a.warm + a.steps * a.runs
+    # ids of every step and table, before the clock
+    ids = [[torch.from_numpy(((rng.zipf(1.05, (a.bags, a.per_bag)).astype(np.uint64) * np.uint64(2654435761))
+                              % np.uint64(a.rows)).astype(np.int64)) for _ in range(a.tables)]
+           for _ in range(steps_total)]
+    optname = "sgd" if a.opt == "sgd" else "adagrad"
+    init = embfs.Init.uniform(-0.01, 0.01, seed=a.seed, cols=a.dim)
+    names = [f"tb{t}.emb" for t in range(a.tables)]
+    if a.collection:
+        emb = et.Collection(m, [et.TableSpec(n, a.dim, optimizer=optname, init=init) for n in names])
+        eopt = (et.SGD if a.opt == "sgd" else et.RowWiseAdagrad)([emb], lr=lr)
+    else:
+        emb = [et.EmbeddingBag(m, n, a.dim, mode="sum", optimizer=optname, init=init) for n in names]
+        eopt = (et.SGD if a.opt == "sgd" else et.RowWiseAdagrad)(emb, lr=lr)
+    ref = [torch.nn.EmbeddingBag(a.rows, a.dim, mode="sum", sparse=True) for _ in range(a.tables)]
+    for r in ref:
+        torch.nn.init.uniform_(r.weight, -0.01, 0.01)
+    ropt = torch.optim.SGD([r.weight for r in ref], lr=lr) if a.opt == "sgd" else \
+        TorchRowAdagrad([r.weight for r in ref], lr)
+
+    def step_embfs(k):
+        if a.collection:
+            outs = emb([ids[k][t] for t in range(a.tables)])
+        else:
+            outs = [emb[t](ids[k][t]) for t in range(a.tables)]
+        sum(o.sum() for o in outs).backward()
+        eopt.step()
+        eopt.zero_grad()
+
+    def step_torch(k):
+        outs = [ref[t](ids[k][t]) for t in range(a.tables)]
+        sum(o.sum() for o in outs).backward()
+        ropt.step()
+        ropt.zero_grad()
+
+    for k in range(a.warm):
+        step_embfs(k)
+        step_torch(k)
+    per_step = a.tables * a.bags * a.per_bag
+    res = []
+    for r in range(a.runs):
+        k0 = a.warm + r * a.steps
+        pair = {}
+        for side, fn in (("embfs", step_embfs), ("torch", step_torch)) if r % 2 == 0 else \
+                (("torch", step_torch), ("embfs", step_embfs)):
+            t0 = time.perf_counter()
+            for k in range(k0, k0 + a.steps):
+                fn(k)
+            pair[side] = a.steps * per_step / (time.perf_counter() - t0)
+        res.append(pair)
+        print(f"run {r}: embfs {pair['embfs']:.0f} torch {pair['torch']:.0f} lookups/s, "
+              f"ratio {pair['embfs'] / pair['torch']:.3f}", flush=True)
+    me = statistics.median(p["embfs"] for p in res)
+    mt = statistics.median(p["torch"] for p in res)
+    ratio = statistics.median(p["embfs"] / p["torch"] for p in res)
+    print(f"trainbench tables={a.tables} rows={a.rows} dim={a.dim} bags={a.bags} per_bag={a.per_bag} opt={a.opt} "
+          f"collection={int(a.collection)} embfs_lookups_per_s={me:.0f} torch_lookups_per_s={mt:.0f} "
+          f"ratio={ratio:.3f}")
+    embfs.close_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
