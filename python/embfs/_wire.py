@@ -16,7 +16,11 @@ import struct
 import numpy as np
 
 _HDR = struct.Struct("<4sIQIIQ")  # magic, op, table inode, count, flags, total length
-_GATHER, _SCATTER, _PREFETCH, _PUSH = 1, 2, 3, 4
+_GATHER, _SCATTER, _PREFETCH, _PUSH, _MULTI = 1, 2, 3, 4, 5
+# a MULTI's part (struct embfs_batch_sub): table inode, op, count, flags, 0
+_SUB = struct.Struct("<QIIII")
+MAX_TABLES = 1024            # parts of a MULTI request
+MAX_MULTI = 256 << 20        # bytes of a MULTI request, and of its response
 _F_INIT = 2
 # an init spec (struct embfs_batch_init): kind, columns, seed, p, q, fill
 _INIT = struct.Struct("<IIQddd")

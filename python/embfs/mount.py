@@ -22,10 +22,11 @@ import numpy as np
 
 from ._arrays import DTYPES, _aligned, _bytes_view, _is_tensor, _torch, _torch_dtype
 from ._conn import _Conn, _read_response, _write_request
-from ._wire import (MAX_BYTES, MAX_COUNT, OPTIMIZERS, _DELTA_HDR, _F_PRESENT, _GATHER, _OFF_MAX, _PREFETCH,
-                    _PUSH, _ROW_ID_MAX, _SCATTER, _present, _present_len, _push_params, _request,
-                    _restore_report, _state_cols)
+from ._wire import (MAX_BYTES, MAX_COUNT, MAX_MULTI, MAX_TABLES, OPTIMIZERS, _DELTA_HDR, _F_INIT, _F_PRESENT,
+                    _GATHER, _HDR, _MULTI, _OFF_MAX, _PREFETCH, _PUSH, _ROW_ID_MAX, _SCATTER, _SUB, _init_spec, _present,
+                    _present_len, _push_params, _request, _restore_report, _state_cols)
 from .errors import BadArgument, BadType, EmbfsError, _oserror
+from .init import Init
 
 
 class Mount:
@@ -288,6 +289,79 @@ class Mount:
         finally:
             os.close(fd)
 
+    def multi(self, pushes=(), gathers=(), prefetches=()):
+        """Many tables in one round trip (one MULTI request on .embfs/rows):
+        every push is applied first, in order, then every gather answered,
+        so a gather sees the pushes of the same call.
+          pushes:     (table, ids, grads, kwargs), kwargs as Table.push's
+                      (optimizer, lr, eps, betas, weight_decay, step, init)
+          gathers:    (table, ids, init), init an embfs.Init or None (zeros)
+          prefetches: (table, ids)
+        A table may appear once in each.  Returns [(rows, present), ...],
+        one per gather: numpy arrays of shape (len(ids), dim) of the
+        table's dtype and (len(ids),) bool.  The whole call is checked
+        before anything runs.  Beyond one request's limits (1024 parts,
+        65536 ids a part, 256 MiB) it runs as single-table requests, in
+        the same order."""
+        pushes, gathers, prefetches = list(pushes), list(gathers), list(prefetches)
+        for item in pushes + gathers + prefetches:
+            if not isinstance(item[0], Table) or item[0].mount.path != self.path:
+                raise BadArgument(f"{self.path}: {item[0]!r} is not a table of this mount")
+        parts, body, bufs, outs = [], [], [], []
+        fits = len(pushes) + len(gathers) + len(prefetches) <= MAX_TABLES
+        size = resp = 0
+        for t, ids, grads, kw in pushes:
+            a, g, params = t._push_args(ids, grads, **kw)
+            fits = fits and 0 < len(a) <= MAX_COUNT and g.nbytes <= MAX_BYTES
+            parts.append(_SUB.pack(t.ino, _PUSH, len(a), 0, 0))
+            body += [params, memoryview(a).cast("B"), _bytes_view(g)]
+        for t, ids in prefetches:
+            a = t._ids(ids)
+            fits = fits and 0 < len(a) <= MAX_COUNT
+            parts.append(_SUB.pack(t.ino, _PREFETCH, len(a), 0, 0))
+            body.append(memoryview(a).cast("B"))
+        for t, ids, init in gathers:
+            a = t._ids(ids)
+            n = len(a)
+            spec = _init_spec(init) if t._daemon_init(init) else None
+            fits = fits and 0 < n <= MAX_COUNT and n * t.row_size <= MAX_BYTES
+            parts.append(_SUB.pack(t.ino, _GATHER, n, _F_PRESENT | (_F_INIT if spec else 0), 0))
+            body += ([spec] if spec else []) + [memoryview(a).cast("B")]
+            rows = _aligned(n * t.row_size).view(t.dtype).reshape(n, t.dim)
+            bits = bytearray(_present_len(n))
+            outs.append((t, a, init, spec, rows, bits))
+            bufs += [_bytes_view(rows), memoryview(bits)]
+            resp += n * t.row_size + len(bits)
+        size = _HDR.size + sum(len(p) for p in parts) + sum(len(b) for b in body)
+        if not parts:
+            return []
+        if not fits or size > MAX_MULTI or resp > MAX_MULTI:
+            return self._multi_apart(pushes, gathers, prefetches)
+        hdr = _HDR.pack(b"EMBB", _MULTI, 0, len(parts), 0, size)
+        c = self._conn()
+        try:
+            _write_request(c, [hdr, b"".join(parts)] + body, size)
+            got = _read_response(c, bufs, resp) if outs else 0
+        except OSError as e:
+            raise _oserror(e, f"{self.path}: request over {len(parts)} tables", self.path) from None
+        if got < resp:
+            raise EmbfsError(_errno.EIO, f"{self.path}: short response ({got} of {resp} bytes)", self.path)
+        res = []
+        for t, a, init, spec, rows, bits in outs:
+            pres = _present(bytes(bits), len(a))
+            if init is not None and spec is None and not pres.all():
+                rows[~pres] = np.asarray(init(a[~pres].view(np.int64), t), dtype=t.dtype)
+            res.append((rows, pres))
+        return res
+
+    def _multi_apart(self, pushes, gathers, prefetches):
+        """multi() as single-table requests, in the same order."""
+        for t, ids, grads, kw in pushes:
+            t.push(ids, grads, **kw)
+        for t, ids in prefetches:
+            t.prefetch(ids)
+        return [t.gather(ids, present=True, init=init) for t, ids, init in gathers]
+
     def stats(self):
         """The counters of .embfs/stats as a dict of ints (floats, strings)."""
         out = {}
@@ -438,8 +512,9 @@ class Table:
         return np.ascontiguousarray(rows).reshape(shape[0], self.dim)
 
     # ---- requests ----
-    def _send(self, c, op, ids, rows=None, flags=0):
-        body = [memoryview(ids).cast("B")] + ([_bytes_view(rows)] if rows is not None else [])
+    def _send(self, c, op, ids, rows=None, flags=0, pre=None):
+        body = ([pre] if pre is not None else []) + [memoryview(ids).cast("B")] + \
+            ([_bytes_view(rows)] if rows is not None else [])
         hdr, total = _request(op, self.ino, len(ids), body, flags)
         _write_request(c, [hdr] + body, total)
 
@@ -493,11 +568,12 @@ class Table:
             res = _aligned(n * self.row_size).view(self.dtype).reshape(n, self.dim)
         else:
             res = self._out(out, n)
-        pres = np.empty(n, bool) if (present or init is not None) else None
+        spec = _init_spec(init) if self._daemon_init(init) else None
+        pres = np.empty(n, bool) if (present or (init is not None and spec is None)) else None
         for k in range(0, n, self._chunk):
             self._gather_chunk(a[k:k + self._chunk], res[k:k + self._chunk],
-                               pres[k:k + self._chunk] if pres is not None else None)
-        if init is not None and not pres.all():
+                               pres[k:k + self._chunk] if pres is not None else None, spec)
+        if init is not None and spec is None and not pres.all():
             miss = ~pres
             res[miss] = np.asarray(init(a[miss].view(np.int64), self), dtype=self.dtype)
         if out is not None:
@@ -538,20 +614,25 @@ class Table:
             raise BadArgument(f"{self}: out holds {arr.size} values, {n} rows need {n * self.dim}", self.path)
         return arr.reshape(n, self.dim)
 
-    def _gather_chunk(self, ids, res, pres):
+    def _daemon_init(self, init):
+        """Whether the daemon can fill rows not stored with init (an
+        embfs.Init over a float table)."""
+        return isinstance(init, Init) and self.dtype_name in ("f32", "f16", "bf16")
+
+    def _gather_chunk(self, ids, res, pres, spec=None):
         n = len(ids)
-        flags = _F_PRESENT if pres is not None else 0
+        flags = (_F_PRESENT if pres is not None else 0) | (_F_INIT if spec is not None else 0)
 
         def run(c):
-            self._send(c, _GATHER, ids, flags=flags)
+            self._send(c, _GATHER, ids, flags=flags, pre=spec)
             bufs = [_bytes_view(res)]
             need = n * self.row_size
-            if flags:
+            if pres is not None:
                 nb = _present_len(n)
                 bufs.append(memoryview(c.bits)[:nb])
                 need += nb
             self._recv(c, bufs, need)
-            if flags:
+            if pres is not None:
                 pres[:] = _present(c.bits, n)
         self._retry(run)
 
@@ -585,6 +666,23 @@ class Table:
         update is in f32 and rounded to the table's dtype.  Pushes to one
         table from any number of processes lose no update; the request is
         refused whole (EmbfsError EINVAL) on a NaN or Inf gradient."""
+        a, g, params = self._push_args(ids, grads, optimizer, lr, eps, betas, weight_decay, step, init)
+        d = g.shape[1]
+        chunk = max(1, min(MAX_COUNT, MAX_BYTES // (4 * d), self._chunk))
+        if len(a) > chunk:
+            # a row in two requests would be stepped twice: sum its gradients first
+            u, inv = np.unique(a, return_inverse=True)
+            if len(u) < len(a):
+                s = np.zeros((len(u), d), np.float32)
+                np.add.at(s, inv.reshape(-1), g)
+                a, g = np.ascontiguousarray(u).view("<u8"), s
+        for k in range(0, len(a), chunk):
+            ck, gk = a[k:k + chunk], g[k:k + chunk]
+            self._retry(lambda c: self._send_push(c, params, ck, gk))
+
+    def _push_args(self, ids, grads, optimizer="sgd", lr=0.01, eps=1e-10, betas=(0.9, 0.999), weight_decay=0.0,
+                   step=0, init=None):
+        """A push's ids, gradients and parameter bytes, checked."""
         if self.read_only:
             raise EmbfsError(_errno.EROFS, f"{self}: a snapshot's table is read-only", self.path)
         if optimizer not in OPTIMIZERS:
@@ -601,17 +699,7 @@ class Table:
             raise BadArgument(f"{self}: adam needs step >= 1 (its bias correction)", self.path)
         params = _push_params(optimizer, d, float(lr), float(eps), (float(betas[0]), float(betas[1])),
                               float(weight_decay), int(step) if optimizer == "adam" else 0, init)
-        chunk = max(1, min(MAX_COUNT, MAX_BYTES // (4 * d), self._chunk))
-        if len(a) > chunk:
-            # a row in two requests would be stepped twice: sum its gradients first
-            u, inv = np.unique(a, return_inverse=True)
-            if len(u) < len(a):
-                s = np.zeros((len(u), d), np.float32)
-                np.add.at(s, inv.reshape(-1), g)
-                a, g = np.ascontiguousarray(u).view("<u8"), s
-        for k in range(0, len(a), chunk):
-            ck, gk = a[k:k + chunk], g[k:k + chunk]
-            self._retry(lambda c: self._send_push(c, params, ck, gk))
+        return a, g, params
 
     def _grads_arg(self, grads, n):
         """grads as a C-contiguous float32 ndarray of shape (n, d), d <= dim."""

@@ -35,8 +35,8 @@ import torch.nn.functional as F
 
 from . import BadArgument, EmbfsError, Init, Mount, Table, bf16_to_f32, f32_to_bf16
 
-__all__ = ["Embedding", "EmbeddingBag", "SGD", "RowWiseAdagrad", "Adagrad", "Adam", "Prefetcher", "STATE_COLS",
-           "state_cols"]
+__all__ = ["Embedding", "EmbeddingBag", "Collection", "TableSpec", "SGD", "RowWiseAdagrad", "Adagrad", "Adam",
+           "Prefetcher", "STATE_COLS", "state_cols"]
 
 # A module's optimizer (the state its rows hold): "adagrad" is row-wise
 # Adagrad (FBGEMM's), "exact_adagrad" torch's element-wise one.
@@ -88,7 +88,10 @@ class _TableModule(torch.nn.Module):
 
     # ---- rows ----
     def _rows_f32(self, ids):
-        raw = self.table.gather(ids, init=self.init)
+        return self._to_f32(self.table.gather(ids, init=self.init))
+
+    def _to_f32(self, raw):
+        """Gathered rows of the table's dtype as float32."""
         if self.table.dtype_name == "f32":
             return raw
         if self.table.dtype_name == "bf16":
@@ -206,6 +209,146 @@ class EmbeddingBag(_TableModule):
                                include_last_offset=self.include_last_offset)
 
 
+class TableSpec:
+    """One table of a Collection: its file name, embedding_dim, init (an
+    embfs.Init; default uniform(+-1/sqrt(dim)) over the weights), dtype
+    and pooling mode ("sum" or "mean")."""
+
+    def __init__(self, name, embedding_dim, init=None, dtype="f32", mode="sum"):
+        self.name, self.embedding_dim, self.init, self.dtype, self.mode = name, int(embedding_dim), init, dtype, mode
+
+
+class Collection(torch.nn.Module):
+    """Many embedding-bag tables of one mount in one module, one request to
+    the daemon a step for all of them (as FBGEMM's table-batched embedding
+    bags and TorchRec's EmbeddingBagCollection): forward() gathers every
+    table's rows in one MULTI request (rows never stored come back
+    initialised by the daemon), and the optimizer's step() pushes every
+    table's gradients in one more.  With fuse_push=True, step() keeps the
+    pushes and sends them with the next forward()'s gathers, in the same
+    request (the daemon applies them first, so the result is the same bit
+    for bit): one round trip a step.  Then call flush() before reading the
+    tables by other means (a snapshot, another process, the end of
+    training).
+
+        coll = et.Collection(m, [et.TableSpec(f"C{i}.emb", 16) for i in range(26)])
+        opt = et.RowWiseAdagrad([coll], lr=0.05)
+        pooled = coll([ids_0, ..., ids_25])            # 2-D tensors: bags of equal size
+        pooled = coll.forward_jagged(keys, values, lengths)   # TorchRec's keyed jagged input
+    """
+
+    def __init__(self, where, tables, optimizer="adagrad", create=True, fuse_push=False):
+        super().__init__()
+        self.mount = where if isinstance(where, Mount) else Mount(where)
+        self.optimizer, self.fuse_push = optimizer, bool(fuse_push)
+        self.bags = torch.nn.ModuleList(
+            EmbeddingBag(self.mount, t.name, t.embedding_dim, mode=t.mode, optimizer=optimizer, dtype=t.dtype,
+                         init=t.init, create=create) for t in tables)
+        for b in self.bags:
+            if not isinstance(b.init, Init):
+                raise BadArgument(f"{b.table}: a Collection's init must be an embfs.Init (the daemon computes it)",
+                                  b.table.path)
+        self.keys = [t.name for t in tables]
+        self._index = {k: i for i, k in enumerate(self.keys)}
+        self._pushes = []
+
+    def extra_repr(self):
+        return f"{len(self.bags)} tables, optimizer={self.optimizer}, fuse_push={self.fuse_push}"
+
+    def forward(self, inputs, offsets=None, per_sample_weights=None):
+        """inputs: one per table, in order: a 2-D tensor of ids (bags of
+        equal size) or a 1-D one with offsets[i] (and per_sample_weights[i]
+        for mode "sum"), as torch.nn.EmbeddingBag takes them.  Returns the
+        pooled (bags, embedding_dim) tensor of each table."""
+        if len(inputs) != len(self.bags):
+            raise BadArgument(f"{len(inputs)} inputs for {len(self.bags)} tables")
+        flat = []
+        for b, inp in zip(self.bags, inputs):
+            inp = inp if isinstance(inp, torch.Tensor) else torch.as_tensor(inp)
+            if inp.dtype not in (torch.int64, torch.int32):
+                raise BadArgument(f"{b.table}: indices must be int64 or int32, not {inp.dtype}", b.table.path)
+            ids = inp.detach().reshape(-1).cpu().numpy().astype(np.int64, copy=False)
+            u, inv = np.unique(ids, return_inverse=True)
+            flat.append((u, torch.from_numpy(inv.reshape(tuple(inp.shape))).to(torch.int64)))
+        pushes, self._pushes = self._pushes, []
+        got = self.mount.multi(pushes=pushes, gathers=[(b.table, u, b.init) for b, (u, _) in zip(self.bags, flat)])
+        outs = []
+        track = self.training and torch.is_grad_enabled()
+        for i, (b, (u, idx), (raw, _)) in enumerate(zip(self.bags, flat, got)):
+            rows = b._to_f32(raw)
+            w = torch.from_numpy(np.ascontiguousarray(rows[:, :b.embedding_dim]))
+            if track:
+                w.requires_grad_(True)
+                b._pending.append((u, rows, w))
+            outs.append(F.embedding_bag(idx, w, offsets[i] if offsets is not None else None, mode=b.mode,
+                                        per_sample_weights=per_sample_weights[i] if per_sample_weights else None,
+                                        include_last_offset=b.include_last_offset))
+        return outs
+
+    def forward_jagged(self, keys, values, lengths=None, offsets=None, weights=None):
+        """TorchRec's keyed jagged input: keys (table names, in any order and
+        subset), values (all ids, key after key), and lengths (one per key
+        and bag, key-major: len(keys) * B) or offsets (their cumulative sum
+        with a leading 0).  Returns {key: pooled (B, embedding_dim) tensor}.
+        Tables not named get an empty batch."""
+        values = values if isinstance(values, torch.Tensor) else torch.as_tensor(values)
+        if lengths is None:
+            if offsets is None:
+                raise BadArgument("forward_jagged needs lengths or offsets")
+            offsets = torch.as_tensor(offsets)
+            lengths = offsets[1:] - offsets[:-1]
+        lengths = torch.as_tensor(lengths).to(torch.int64)
+        if len(keys) == 0 or lengths.numel() % len(keys):
+            raise BadArgument(f"{lengths.numel()} lengths for {len(keys)} keys")
+        B = lengths.numel() // len(keys)
+        if int(lengths.sum()) != values.numel():
+            raise BadArgument(f"lengths add up to {int(lengths.sum())}, values hold {values.numel()}")
+        inputs = [torch.zeros(0, dtype=torch.int64)] * len(self.bags)
+        offs = [torch.zeros(B, dtype=torch.int64)] * len(self.bags)
+        psw = [None] * len(self.bags) if weights is not None else None
+        start = 0
+        for k, key in enumerate(keys):
+            if key not in self._index:
+                raise BadArgument(f"key {key!r} names no table of this collection")
+            i = self._index[key]
+            lk = lengths[k * B:(k + 1) * B]
+            n = int(lk.sum())
+            inputs[i] = values[start:start + n]
+            offs[i] = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lk, 0)[:-1]])
+            if weights is not None:
+                psw[i] = weights[start:start + n]
+            start += n
+        outs = self.forward(inputs, offs, psw)
+        return {key: outs[self._index[key]] for key in keys}
+
+    def _step(self, opt):
+        """The optimizer's step: every table's summed gradients pushed in
+        one request (or kept for the next forward with fuse_push)."""
+        pushes = []
+        for b in self.bags:
+            got = b._take_grads()
+            if got is not None:
+                ids, _, g = got
+                pushes.append((b.table, ids, g, dict(opt._push_args(), optimizer=_PUSH_KIND[self.optimizer],
+                                                      init=b.init)))
+        if self._pushes:
+            self.flush()
+        if self.fuse_push:
+            self._pushes = pushes
+        elif pushes:
+            self.mount.multi(pushes=pushes)
+
+    def _drop_grads(self):
+        for b in self.bags:
+            b._drop_grads()
+
+    def flush(self):
+        """Send the pushes fuse_push kept (the last step's), if any."""
+        pushes, self._pushes = self._pushes, []
+        if pushes:
+            self.mount.multi(pushes=pushes)
+
+
 class _RowOptimizer:
     """Steps the rows the given embfs modules looked up since the last step:
     one push per table of their summed gradients, which the daemon applies
@@ -218,11 +361,11 @@ class _RowOptimizer:
         self.lr = float(lr)
         self.steps = 0
         for m in self.modules:
-            if not isinstance(m, _TableModule):
+            if not isinstance(m, (_TableModule, Collection)):
                 raise BadArgument(f"{m!r} is not an embfs.torch module")
             if m.optimizer != self.kind:
-                raise BadArgument(f"{m.table}: built for optimizer {m.optimizer!r}, not {self.kind!r} "
-                                  "(its rows hold that optimizer's state)", m.table.path)
+                raise BadArgument(f"{m}: built for optimizer {m.optimizer!r}, not {self.kind!r} "
+                                  "(its rows hold that optimizer's state)")
 
     def zero_grad(self, set_to_none=True):
         """Forget lookups not stepped (their gradients)."""
@@ -233,6 +376,9 @@ class _RowOptimizer:
     def step(self):
         self.steps += 1
         for m in self.modules:
+            if isinstance(m, Collection):
+                m._step(self)
+                continue
             got = m._take_grads()
             if got is None:
                 continue

@@ -216,6 +216,173 @@ class TestTorchModules(PooledCase):
         self.case("m_adam", "adam", lambda m: et.Adam(m, lr=0.01), lambda p: torch.optim.SparseAdam(p, lr=0.01))
 
 
+class TestMulti(PooledCase):
+    """Mount.multi: many tables in one MULTI request."""
+    size = "256M"
+    opts = "cache_size=16M"
+
+    def tables(self, k=3, dim=5):
+        return [self.m.create(self.gone(f"mt{i}"), dim, "f32") for i in range(k)]
+
+    def test_gathers_equal_single_requests(self):
+        seed = seed_of("multi gathers")
+        rng = np.random.default_rng(seed)
+        ts = self.tables()
+        for t in ts:
+            t.scatter(rng.choice(1000, 200, replace=False), rng.standard_normal((200, 5)).astype(np.float32))
+        init = embfs.Init.uniform(-1, 1, seed=3)
+        ids = [rng.integers(0, 1000, 300) for _ in ts]
+        before = self.m.stats()["batch.multis"]
+        got = self.m.multi(gathers=[(t, i, init) for t, i in zip(ts, ids)])
+        self.assertEqual(self.m.stats()["batch.multis"], before + 1)
+        for t, i, (rows, pres) in zip(ts, ids, got):
+            want, wpres = t.gather(i, present=True, init=init)
+            np.testing.assert_array_equal(rows, want, err_msg=f"EMBFS_SEED={seed}")
+            np.testing.assert_array_equal(pres, wpres)
+            np.testing.assert_array_equal(pres, t.present(i))
+
+    def test_daemon_init_equals_client_init(self):
+        t = self.tables(1, 7)[0]
+        ids = np.array([0, 5, 77, 2 ** 33])
+        for init in (embfs.Init.uniform(-2, 3, seed=11, cols=4), embfs.Init.normal(1, 0.5, seed=12),
+                     embfs.Init.constant(0.5, fill=-1.0)):
+            np.testing.assert_allclose(t.gather(ids, init=init), init.values(ids, 7), rtol=1e-7)
+        # a callable that is not an Init still runs in this process
+        np.testing.assert_array_equal(t.gather([1], init=lambda i, tb: np.full((len(i), 7), 9, np.float32)),
+                                      np.full((1, 7), 9, np.float32))
+
+    def test_gather_sees_push_of_same_call(self):
+        ts = self.tables()
+        g = np.ones((2, 5), np.float32)
+        got = self.m.multi(pushes=[(t, [1, 2], g, {"lr": 0.5}) for t in ts],
+                           gathers=[(t, [1, 2, 3], None) for t in ts])
+        for rows, pres in got:
+            np.testing.assert_array_equal(rows[:2], np.full((2, 5), -0.5, np.float32))
+            np.testing.assert_array_equal(pres, [True, True, False])
+
+    def test_beyond_limits_runs_apart(self):
+        ts = self.tables(2, 4)
+        ids = np.arange(70000)
+        got = self.m.multi(pushes=[(ts[0], ids, np.ones((70000, 4), np.float32), {"lr": 1.0})],
+                           gathers=[(ts[0], ids[::7], None), (ts[1], ids[:5], None)])
+        np.testing.assert_array_equal(got[0][0], np.full((10000, 4), -1, np.float32))
+        self.assertFalse(got[1][1].any())
+
+    def test_refused_whole(self):
+        ts = self.tables()
+        g = np.ones((2, 5), np.float32)
+        bad = np.array([[1, 1, 1, 1, 1], [np.nan, 0, 0, 0, 0]], np.float32)
+        with self.assertRaises(embfs.EmbfsError) as cm:
+            self.m.multi(pushes=[(ts[0], [1, 2], g, {}), (ts[1], [1, 2], bad, {})])
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
+        with self.assertRaises(embfs.EmbfsError) as cm:
+            self.m.multi(pushes=[(ts[0], [1, 2], g, {}), (ts[0], [3, 4], g, {})])  # a table twice
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
+        snap = "mt_snap"
+        self.m.snapshot(snap)
+        try:
+            st = self.m.table(ts[2].name, snapshot=snap)
+            with self.assertRaises(OSError) as cm:  # the client refuses it before the daemon would
+                self.m.multi(pushes=[(ts[0], [1, 2], g, {}), (st, [1, 2], g, {})])
+            self.assertEqual(cm.exception.errno, errno.EROFS)
+            self.assertEqual(self.m.multi(gathers=[(st, [1], None)])[0][1].tolist(), [False])
+        finally:
+            self.m.drop(snap)
+        for t in ts:
+            self.assertFalse(t.present([1, 2, 3, 4]).any(), t)
+
+    def test_raw_errnos(self):
+        ts = self.tables(2)
+        sub = _wire._SUB
+        ids = np.array([1, 2], "<u8").tobytes()
+
+        def send(parts, bodies, count=None, flags=0):
+            body = b"".join(parts) + b"".join(bodies)
+            hdr = _wire._HDR.pack(b"EMBB", _wire._MULTI, 0, len(parts) if count is None else count, flags,
+                                  _wire._HDR.size + len(body))
+            fd = os.open(os.path.join(self.m.path, ".embfs", "rows"), os.O_RDWR)
+            try:
+                with self.assertRaises(OSError) as cm:
+                    os.pwrite(fd, hdr + body, 0)
+                return cm.exception.errno
+            finally:
+                os.close(fd)
+        g = sub.pack(ts[0].ino, _wire._GATHER, 2, 0, 0)
+        self.assertEqual(send([g], [ids], flags=1), errno.EINVAL)              # flags on the header
+        self.assertEqual(send([g, g], [ids, ids]), errno.EINVAL)               # a table twice
+        self.assertEqual(send([sub.pack(123456789, _wire._GATHER, 2, 0, 0)], [ids]), errno.EINVAL)  # no table
+        self.assertEqual(send([sub.pack(ts[0].ino, _wire._SCATTER, 2, 0, 0)], [ids]), errno.EINVAL)  # no scatter
+        self.assertEqual(send([sub.pack(ts[0].ino, _wire._GATHER, 2, 0, 1)], [ids]), errno.EINVAL)  # reserved
+        self.assertEqual(send([g], [ids + b"x"]), errno.EINVAL)                # trailing bytes
+        self.assertEqual(send([g], [ids[:8]]), errno.EINVAL)                   # short
+
+
+class TestCollection(PooledCase):
+    """embfs.torch.Collection: one request a step for many tables."""
+    size = "256M"
+    opts = "cache_size=16M"
+
+    def train(self, prefix, kind, steps=5, fuse=False, collection=True, seed=0, jagged=False):
+        import embfs.torch as et
+        rng = np.random.default_rng(seed)
+        dims = [4, 8, 6]
+        specs = [et.TableSpec(self.gone(f"{prefix}{i}"), d, init=embfs.Init.uniform(-0.1, 0.1, seed=i, cols=d))
+                 for i, d in enumerate(dims)]
+        if collection:
+            mod = et.Collection(self.m, specs, optimizer=kind, fuse_push=fuse)
+            mods = [mod]
+        else:
+            mods = [et.EmbeddingBag(self.m, s.name, s.embedding_dim, optimizer=kind, init=s.init) for s in specs]
+        opt = {"sgd": lambda: et.SGD(mods, lr=0.05), "adagrad": lambda: et.RowWiseAdagrad(mods, lr=0.05),
+               "adam": lambda: et.Adam(mods, lr=0.01)}[kind]()
+        before = self.m.stats()["batch.multis"]
+        for _ in range(steps):
+            ids = [torch.from_numpy(rng.integers(0, 200, (16, 3))) for _ in dims]
+            if collection and jagged:
+                keys = [s.name for s in specs][::-1]
+                values = torch.cat([ids[2 - k].reshape(-1) for k in range(3)])
+                outd = mod.forward_jagged(keys, values, torch.full((3 * 16,), 3))
+                outs = [outd[s.name] for s in specs]
+            elif collection:
+                outs = mod(ids)
+            else:
+                outs = [m(i) for m, i in zip(mods, ids)]
+            sum((o * o).sum() for o in outs).backward()
+            opt.step()
+            opt.zero_grad()
+        multis = self.m.stats()["batch.multis"] - before
+        if collection:
+            mod.flush()
+        return [m.table.gather(np.arange(200)) for m in (mod.bags if collection else mods)], multis
+
+    @unittest.skipIf(torch is None, "torch missing")
+    def test_equals_separate_modules(self):
+        seed = seed_of("collection")
+        for kind in ("sgd", "adagrad", "adam"):
+            a, multis = self.train("ca", kind, seed=seed)
+            self.assertEqual(multis, 10, "a step is two requests: one gather, one push")
+            b, _ = self.train("cb", kind, seed=seed, collection=False)
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y, err_msg=f"{kind} EMBFS_SEED={seed}")
+
+    @unittest.skipIf(torch is None, "torch missing")
+    def test_fused_push_bit_for_bit(self):
+        seed = seed_of("collection fuse_push")
+        a, _ = self.train("fa", "adagrad", seed=seed)
+        b, multis = self.train("fb", "adagrad", seed=seed, fuse=True)
+        self.assertEqual(multis, 5, "with fuse_push a step is one request")
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y, err_msg=f"EMBFS_SEED={seed}")
+
+    @unittest.skipIf(torch is None, "torch missing")
+    def test_jagged_equals_dense(self):
+        seed = seed_of("collection jagged")
+        a, _ = self.train("ja", "sgd", seed=seed)
+        b, _ = self.train("jb", "sgd", seed=seed, jagged=True)
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y, err_msg=f"EMBFS_SEED={seed}")
+
+
 def _pusher(mnt, name, rounds, rows):
     m = embfs.Mount(mnt)
     t = m.table(name)
