@@ -10,10 +10,12 @@
  * MNT/user.emb and MNT/item.emb hold one row per id: 16 float weights and a
  * row-wise Adagrad accumulator (dim 17, f32), created if missing.
  *
- * Each step: gather the batch's unique user and item rows through
- * MNT/.embfs/rows, announce the next batch's ids (PREFETCH), compute the
- * logistic loss and gradients, scatter the updated rows.  Rows never written
- * are holes and read as zeros: they get a small random start on first use.
+ * Each step is one MULTI request on MNT/.embfs/rows for both tables: the
+ * previous step's gradients pushed (the daemon applies row-wise Adagrad to
+ * the rows in place) and this step's unique user and item rows gathered
+ * after them (rows never written come back from the request's init spec:
+ * normal, sd 0.1).  Then the next batch's ids are announced (PREFETCH) and
+ * the logistic loss and gradients computed.
  * Every EVERY steps: print the loss, write the step number to .embfs/batch
  * (the batch id) and, if MNT/.snapshots exists, mkdir .snapshots/step-N.
  * Only ordinary file calls; the request layout is include/embfs/batch.h.
@@ -232,15 +234,76 @@ static void request(int fd, uint32_t op, const struct table *t, const uint64_t *
 	send_req(fd, iov, rlen ? 3 : 2);
 }
 
-static void gather(int fd, const struct table *t, const uint64_t *ids, uint32_t n, float *rows)
+/* One table's part of a step: the gradients to push (n_push rows, none on
+ * the first step), the rows to gather. */
+struct part {
+	const struct table *t;
+	const uint64_t *push_ids;
+	const float *grad; /* n_push x DIM */
+	uint32_t n_push;
+	const uint64_t *ids;
+	uint32_t n;
+	float *rows;       /* n x ROW, filled */
+};
+
+/* One MULTI request for both tables: the pushes first (row-wise Adagrad,
+ * applied by the daemon), then the gathers, whose rows come back in order. */
+static void step_request(int fd, struct part *p, int np)
 {
-	request(fd, EMBFS_BATCH_GATHER, t, ids, n, NULL);
-	size_t need = (size_t)n * ROW * sizeof(float), got = 0;
+	struct embfs_batch_sub sub[4];
+	struct embfs_batch_push push = { .optim = EMBFS_OPT_ROWWISE_ADAGRAD, .dim = DIM, .lr = LR, .eps = 1e-6,
+					 .init = { .kind = EMBFS_INIT_NORMAL, .cols = DIM, .seed = 1, .q = 0.1 } };
+	struct iovec iov[16];
+	int ns = 0, ni = 2;
+	uint64_t total = sizeof(struct embfs_batch_hdr);
+	for (int k = 0; k < np; k++) {
+		if (!p[k].n_push)
+			continue;
+		sub[ns++] = (struct embfs_batch_sub){ p[k].t->ino, EMBFS_BATCH_PUSH, p[k].n_push, 0, 0 };
+		iov[ni++] = (struct iovec){ &push, sizeof(push) };
+		iov[ni++] = (struct iovec){ (void *)p[k].push_ids, 8ull * p[k].n_push };
+		iov[ni++] = (struct iovec){ (void *)p[k].grad, sizeof(float) * DIM * p[k].n_push };
+	}
+	for (int k = 0; k < np; k++) {
+		if (!p[k].n)
+			continue;
+		sub[ns++] = (struct embfs_batch_sub){ p[k].t->ino, EMBFS_BATCH_GATHER, p[k].n, EMBFS_BATCH_F_INIT, 0 };
+		iov[ni++] = (struct iovec){ &push.init, sizeof(push.init) };
+		iov[ni++] = (struct iovec){ (void *)p[k].ids, 8ull * p[k].n };
+	}
+	for (int k = 2; k < ni; k++)
+		total += iov[k].iov_len;
+	total += sizeof(sub[0]) * ns;
+	struct embfs_batch_hdr h = { .op = EMBFS_BATCH_MULTI, .count = (uint32_t)ns, .total_len = total };
+	memcpy(h.magic, EMBFS_BATCH_MAGIC, 4);
+	iov[0] = (struct iovec){ &h, sizeof(h) };
+	iov[1] = (struct iovec){ sub, sizeof(sub[0]) * ns };
+	send_req(fd, iov, ni);
+	/* the response: each gather's rows, one after the other */
+	struct iovec out[4];
+	size_t need = 0, got = 0;
+	if (!ns)
+		return;
+	for (int k = 0; k < np; k++) {
+		out[k] = (struct iovec){ p[k].rows, (size_t)p[k].n * ROW * sizeof(float) };
+		need += out[k].iov_len;
+	}
+	struct iovec *o = out;
+	int no = np;
 	while (got < need) {
-		ssize_t r = pread(fd, (char *)rows + got, need - got, (off_t)got);
+		ssize_t r = preadv(fd, o, no, (off_t)got);
 		if (r <= 0)
 			die("gather response from", ".embfs/rows");
 		got += (size_t)r;
+		while (no && (size_t)r >= o->iov_len) {
+			r -= (ssize_t)o->iov_len;
+			o++;
+			no--;
+		}
+		if (no) {
+			o->iov_base = (char *)o->iov_base + r;
+			o->iov_len -= (size_t)r;
+		}
 	}
 }
 
@@ -279,32 +342,6 @@ static const char *snapshot(const char *mnt, int step)
 
 /* ---- training --------------------------------------------------------- */
 
-/* holes read as zeros: a row on first use gets a small random start */
-static void init_fresh(float *rows, uint32_t m)
-{
-	for (uint32_t k = 0; k < m; k++) {
-		int zero = 1;
-		for (int d = 0; d < ROW && zero; d++)
-			zero = rows[k * ROW + d] == 0;
-		for (int d = 0; zero && d < DIM; d++)
-			rows[k * ROW + d] = 0.1f * gauss();
-	}
-}
-
-/* row-wise Adagrad: column DIM accumulates the mean squared gradient */
-static void adagrad(float *rows, const float *grad, uint32_t m)
-{
-	for (uint32_t k = 0; k < m; k++) {
-		float g2 = 0;
-		for (int d = 0; d < DIM; d++)
-			g2 += grad[k * DIM + d] * grad[k * DIM + d];
-		rows[k * ROW + DIM] += g2 / DIM;
-		float scale = LR / sqrtf(rows[k * ROW + DIM] + 1e-6f);
-		for (int d = 0; d < DIM; d++)
-			rows[k * ROW + d] -= scale * grad[k * DIM + d];
-	}
-}
-
 int main(int argc, char **argv)
 {
 	if (argc < 2 || argc > 4) {
@@ -333,7 +370,7 @@ int main(int argc, char **argv)
 	zipf_init(&zu, NUSERS, 0.99);
 	zipf_init(&zi, NITEMS, 0.99);
 	static struct batch cur, next;
-	static uint64_t uu[BATCH], iu[BATCH];
+	static uint64_t uu[BATCH], iu[BATCH], puu[BATCH], piu[BATCH];
 	static uint32_t up[BATCH], ip[BATCH];
 	static float U[BATCH * ROW], I[BATCH * ROW], gu[BATCH * DIM], gi[BATCH * DIM];
 	printf("training on %s: %d batches of %d clicks, %d users x %d items, Zipf(0.99), dim %d, "
@@ -343,6 +380,7 @@ int main(int argc, char **argv)
 	uint32_t nu = unique(next.u, BATCH, uu, up), ni = unique(next.i, BATCH, iu, ip);
 	request(bfd, EMBFS_BATCH_PREFETCH, &users, uu, nu, NULL);
 	request(bfd, EMBFS_BATCH_PREFETCH, &items, iu, ni, NULL);
+	uint32_t pnu = 0, pni = 0; /* the previous step's rows, to push */
 	double loss_sum = 0, first = -1, last = 0;
 	uint64_t moved = 0;
 	struct timespec t0, t1;
@@ -351,8 +389,8 @@ int main(int argc, char **argv)
 		cur = next;
 		nu = unique(cur.u, BATCH, uu, up);
 		ni = unique(cur.i, BATCH, iu, ip);
-		gather(bfd, &users, uu, nu, U);
-		gather(bfd, &items, iu, ni, I);
+		struct part parts[2] = { { &users, puu, gu, pnu, uu, nu, U }, { &items, piu, gi, pni, iu, ni, I } };
+		step_request(bfd, parts, 2);
 		/* look ahead: the daemon pins the next batch's rows meanwhile */
 		make_batch(&next, &zu, &zi, tu, ti);
 		static uint64_t nuu[BATCH], niu[BATCH];
@@ -361,8 +399,6 @@ int main(int argc, char **argv)
 		request(bfd, EMBFS_BATCH_PREFETCH, &users, nuu, nnu, NULL);
 		request(bfd, EMBFS_BATCH_PREFETCH, &items, niu, nni, NULL);
 
-		init_fresh(U, nu);
-		init_fresh(I, ni);
 		memset(gu, 0, sizeof(float) * nu * DIM);
 		memset(gi, 0, sizeof(float) * ni * DIM);
 		double loss = 0;
@@ -380,12 +416,19 @@ int main(int argc, char **argv)
 			}
 		}
 		loss /= BATCH;
-		adagrad(U, gu, nu);
-		adagrad(I, gi, ni);
-		request(bfd, EMBFS_BATCH_SCATTER, &users, uu, nu, U);
-		request(bfd, EMBFS_BATCH_SCATTER, &items, iu, ni, I);
+		/* pushed with the next step's gathers (and once more at the end) */
+		memcpy(puu, uu, 8ull * nu);
+		memcpy(piu, iu, 8ull * ni);
+		pnu = nu;
+		pni = ni;
 		moved += 2ull * (nu + ni);
 		loss_sum += loss;
+		if (step % every == 0 || step == batches) {
+			/* the snapshot (and the end) must hold this step's update */
+			struct part flush[2] = { { &users, puu, gu, pnu, uu, 0, U }, { &items, piu, gi, pni, iu, 0, I } };
+			step_request(bfd, flush, 2);
+			pnu = pni = 0;
+		}
 		if (step % every == 0) {
 			double avg = loss_sum / every;
 			if (first < 0)
@@ -394,7 +437,7 @@ int main(int argc, char **argv)
 			loss_sum = 0;
 			clock_gettime(CLOCK_MONOTONIC, &t1);
 			double el = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-			printf("step %5d  loss %.4f  (%.0f rows/s gathered+scattered)  ", step, avg, moved / el);
+			printf("step %5d  loss %.4f  (%.0f rows/s gathered+pushed)  ", step, avg, moved / el);
 			printf("%s; ", set_batch_id(mnt, step));
 			printf("%s\n", snapshot(mnt, step));
 			fflush(stdout);
