@@ -6,15 +6,17 @@
 
 Model (the layout of DLRM's Criteo Kaggle configuration): 13 dense features
 go through a bottom MLP 13-512-256-64-16; each of the 26 sparse features
-looks its id up in its own embfs.torch.Embedding of dim 16 (table
-MNT/C1.emb .. MNT/C26.emb: 16 f32 weights + the row-wise Adagrad
-accumulator, 17 f32 per row); the 27 vectors interact by pairwise dot
+looks its id up in its own table of dim 16 (MNT/C1.emb .. MNT/C26.emb: 16
+f32 weights + the row-wise Adagrad accumulator, 17 f32 per row), the 26
+held by one embfs.torch.Collection; the 27 vectors interact by pairwise dot
 products (351 of them), which with the bottom output (16) feed the top MLP
 367-512-256-1; the loss is the logistic loss of the click.  The dense part
 (the two MLPs) is trained with torch.optim.Adagrad, the tables with
-embfs.torch.RowWiseAdagrad (one gather and one scatter of the batch's
-unique rows per table and step); embfs.torch.Prefetcher announces the next
-batch's ids while the current one trains.
+embfs.torch.RowWiseAdagrad: a step is one request gathering the batch's
+unique rows of all 26 tables (new rows initialised by the daemon) and one
+pushing their gradients (the daemon applies row-wise Adagrad), plus one
+announcing the next batch's ids (embfs.torch.Prefetcher) while the current
+one trains: 3 requests a step.
 
 Data: synthetic and Criteo-like, generated per step from (--seed, step)
 only (numpy PCG64 seeded with [seed, step]), so any step's batch can be made
@@ -53,8 +55,8 @@ it holds the 26 tables (rows and their Adagrad state) and dense.pt at the
 same point.  The loss is printed every --log steps (it must divide --every):
 the step's loss and the mean since the previous line, as Python float reprs
 (exact).  At the end, medians per step of: embfs I/O (the time inside the
-tables' gather, scatter and prefetch calls, measured by wrapping them; it
-includes embfs.Init filling new rows), torch compute (forward + backward +
+Mount.multi calls, measured by wrapping it: gathers, pushes, prefetches;
+new rows are initialised by the daemon inside them), torch compute (forward + backward +
 the dense optimizer step, less the embedding lookups inside the forward),
 embfs.torch's own numpy work (np.unique of the ids, the row-wise Adagrad
 update), making the data, and the whole step; then a sha256 of the final
@@ -177,10 +179,10 @@ class DLRM(torch.nn.Module):
     def __init__(self, mount, seed):
         super().__init__()
         self.bottom = mlp(BOTTOM, True)
-        self.emb = torch.nn.ModuleList(
-            et.Embedding(mount, f"C{f + 1}.emb", DIM, optimizer="adagrad",
+        self.emb = et.Collection(mount, [
+            et.TableSpec(f"C{f + 1}.emb", DIM,
                          init=embfs.Init.uniform(-DIM ** -0.5, DIM ** -0.5, seed=seed * SPARSE + f, cols=DIM))
-            for f in range(SPARSE))
+            for f in range(SPARSE)], optimizer="adagrad")
         n = SPARSE + 1
         li, lj = torch.tril_indices(n, n, -1)
         self.register_buffer("li", li, persistent=False)
@@ -189,7 +191,7 @@ class DLRM(torch.nn.Module):
 
     def forward(self, dense, ids):
         x = self.bottom(dense)
-        t = torch.stack([x] + [e(ids[:, f]) for f, e in enumerate(self.emb)], dim=1)
+        t = torch.stack([x] + self.emb([ids[:, f:f + 1] for f in range(SPARSE)]), dim=1)
         z = torch.bmm(t, t.transpose(1, 2))[:, self.li, self.lj]
         return self.top(torch.cat([x, z], dim=1)).squeeze(1)
 
@@ -212,20 +214,6 @@ class Clock:
             finally:
                 self.t += time.perf_counter() - t0
         setattr(obj, name, timed)
-
-
-class TimedInit:
-    """An embfs.Init whose calls (the rows never written, inside a gather) are timed."""
-
-    def __init__(self, init, clock):
-        self.init, self.clock = init, clock
-
-    def __call__(self, ids, table):
-        t0 = time.perf_counter()
-        try:
-            return self.init(ids, table)
-        finally:
-            self.clock.t += time.perf_counter() - t0
 
 
 # ---- snapshots -----------------------------------------------------------------
@@ -285,7 +273,7 @@ def state_digest(model, opt, data, steps, log):
         for v in st.values():
             h.update(v.numpy().tobytes() if isinstance(v, torch.Tensor) else repr(v).encode())
     ids = np.concatenate([data.batch(s)[1].numpy() for s in range(max(1, steps - log + 1), steps + 1)])
-    for f, e in enumerate(model.emb):
+    for f, e in enumerate(model.emb.bags):
         u = np.unique(ids[:, f])
         h.update(e.table.gather(u).tobytes())
     return h.hexdigest()
@@ -330,10 +318,10 @@ def main():
     torch.manual_seed(cfg["seed"])
     data = Data(cfg["seed"], cfg["batch"])
     model = DLRM(m, cfg["seed"])
-    assert model.emb[0].table.max_row + 1 == NROWS
+    assert model.emb.bags[0].table.max_row + 1 == NROWS
     dense = [p for p in model.parameters()]
     opt = torch.optim.Adagrad(dense, lr=cfg["lr"])
-    sparse = et.RowWiseAdagrad(model.emb, lr=cfg["sparse_lr"])
+    sparse = et.RowWiseAdagrad([model.emb], lr=cfg["sparse_lr"])
     if ck is not None:
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
@@ -344,13 +332,10 @@ def main():
     # embfs I/O: inside the tables' calls; lookup: inside the modules'
     # lookups and prefetches (their numpy work around the table calls, plus
     # those calls)
-    io, init, lookup = Clock(), Clock(), Clock()
-    for e in model.emb:
-        for name in ("gather", "scatter", "prefetch"):
-            io.wrap(e.table, name)
-        lookup.wrap(e, "_weights")
-        lookup.wrap(e, "prefetch")
-        e.init = TimedInit(e.init, init)
+    io, init, lookup = Clock(), Clock(), Clock()  # init: 0 (the daemon's, inside io)
+    io.wrap(m, "multi")
+    lookup.wrap(model.emb, "forward")
+    lookup.wrap(model.emb, "prefetch")
 
     gen = [0.0]
     ideal = []
@@ -366,10 +351,12 @@ def main():
     rec = {k: [] for k in ("io", "init", "compute", "glue", "data", "wall")}
     snap_t = []
     losses = []
+    st = m.stats()
+    writes0 = st["batch.write_requests"] + st["batch.read_requests"]
     t_start = w0 = time.perf_counter()
     mark = (io.t, init.t, lookup.t)  # at the end of the previous step: the next batch's prefetch counts
     feed = batches() if args.no_prefetch else \
-        et.Prefetcher(batches(), lambda sb: [(e, sb[1][1][:, f]) for f, e in enumerate(model.emb)])
+        et.Prefetcher(batches(), lambda sb: [(model.emb, [sb[1][1][:, f] for f in range(SPARSE)])])
     for step, (xd, ids, y, _) in feed:
         lk0 = lookup.t
         t0 = time.perf_counter()
@@ -404,9 +391,11 @@ def main():
     total = time.perf_counter() - t_start
 
     med = {k: statistics.median(v) * 1e3 for k, v in rec.items() if v}
+    st = m.stats()
+    requests_per_step = (st["batch.write_requests"] + st["batch.read_requests"] - writes0) / max(1, steps - start + 1)
     if med:
         print(f"per step (medians of {len(rec['io'])} steps, ms): embfs I/O {med['io']:.1f} "
-              f"(of which initial values of new rows {med['init']:.1f}), torch compute {med['compute']:.1f}; "
+              f"({requests_per_step:.1f} FUSE requests on .embfs/rows), torch compute {med['compute']:.1f}; "
               f"embfs.torch's numpy work {med['glue']:.1f}, data {med['data']:.1f}, whole step {med['wall']:.1f}; "
               f"I/O / compute = {med['io'] / med['compute']:.2f}")
     if snap_t:

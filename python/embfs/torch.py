@@ -321,6 +321,13 @@ class Collection(torch.nn.Module):
         outs = self.forward(inputs, offs, psw)
         return {key: outs[self._index[key]] for key in keys}
 
+    def prefetch(self, inputs):
+        """Announce an upcoming batch (one input per table, as forward
+        takes them): the daemon pins those rows in its row cache until this
+        thread's next forward gathers them.  One request for all tables."""
+        self.mount.multi(prefetches=[(b.table, np.unique(np.asarray(i.detach().cpu().numpy() if isinstance(
+            i, torch.Tensor) else i).reshape(-1))) for b, i in zip(self.bags, inputs) if np.size(i)])
+
     def _step(self, opt):
         """The optimizer's step: every table's summed gradients pushed in
         one request (or kept for the next forward with fuse_push)."""
