@@ -20,6 +20,14 @@
 #             then each batch written back too (build/bench/gatherbench)
 #   dist      issue 16's sharded gather + scatter (embfs.dist, gloo on
 #             loopback) for W = 1, 2, 4: rows/s, all-to-all and embfs shares
+#   train     issue 27's trainer: embfs.torch against torch holding the same
+#             tables in DRAM (tests/bench/trainbench.py: one table of 4 M x
+#             64 f32, 4096 bags of 4, SGD and row-wise Adagrad; 26 tables of
+#             1 M x 16, 512 bags of 4, per-table modules and one Collection),
+#             TRAIN_RUNS runs each alternating, lookups/s and the ratio
+#             (target >= 1.0x); then examples/dlrm.py with OpenBLAS (apt's
+#             libopenblas0-pthread, installed here): whole step against
+#             torch compute (target <= 1.1x) and FUSE requests a step (<= 4)
 #   restore   issue 14's restore in place (.embfs/restore) of 1% changed
 #             rows against a dd bs=1M copy of the table (RUNS each)
 #   pybatch   issue 13's Python package against the C client on the same
@@ -105,6 +113,7 @@
 #   (more mount options, e.g. spill_runs=0 for the stub tier), PY
 #   (/usr/bin/python3: Debian's, with python3-numpy), PY_RUNS (RUNS), PY_SECS
 #   (5 per run).
+#   TRAIN_RUNS (5), TRAIN_STEPS (10 a run), TRAIN_WARM (5), DLRM_STEPS (150).
 #   SECTIONS (or BENCH_SECTIONS): the sections to run, in order.
 # Exit 0 done, 1 failure, 77 skipped (no FUSE, no room on /dev/shm).
 set -u
@@ -695,6 +704,64 @@ section_dist() {
 		say "  W=$w: $rps rows/s over all ranks, all-to-all $a2a of the time, embfs $emb${loc:+; unsharded embfs.torch.Embedding $loc rows/s}"
 		result dist "W=$w ranks" - - - - "$rps rows/s; a2a $a2a, embfs $emb${loc:+; unsharded $loc rows/s}"
 	done
+}
+
+# train: issue 27's trainer figure (see the header).  Each shape on a pool
+# of its own on /dev/shm with a 1 GiB row cache; the embfs tables are
+# populated first (torch's hold a value for every row from the start).
+TRAIN_RUNS=${TRAIN_RUNS:-5}
+TRAIN_STEPS=${TRAIN_STEPS:-10}
+TRAIN_WARM=${TRAIN_WARM:-5}
+DLRM_STEPS=${DLRM_STEPS:-150}
+train_one() { # LABEL ARGS...: one trainbench on a fresh pool
+	tl=$1; shift
+	"$MKFS" -f -s 6G "$W/tpool" >/dev/null || fail "mkfs.embfs tpool"
+	mkdir -p "$W/tmnt"
+	mount_pool "$W/tpool" "$W/tmnt" "cache_size=1G" 1
+	out=$(PYTHONPATH=$TOP/python "$PY" "$TOP/tests/bench/trainbench.py" "$W/tmnt" --populate --runs "$TRAIN_RUNS" \
+		--steps "$TRAIN_STEPS" --warm "$TRAIN_WARM" --seed "$SEED" "$@") || { echo "$out"; fail "trainbench $tl"; }
+	umount_pool "$DPID" "$W/tmnt"
+	rm -f "$W/tpool"
+	echo "$out" | sed 's/^/  /'
+	line=$(echo "$out" | grep '^trainbench ')
+	e=$(field "$line" embfs_lookups_per_s); t=$(field "$line" torch_lookups_per_s); r=$(field "$line" ratio)
+	result train "$tl" "$e" "$t" - - "base = torch in DRAM; median of per-run ratios $r; target >= 1.0x: $(meets "$r" 1.0)"
+}
+section_train() {
+	ensure_w
+	say ""
+	py_ready train || return
+	"$PY" -c 'import torch' 2>/dev/null || { say "train: skipped (no torch for $PY)"; return; }
+	room train /dev/shm 8192 || return
+	say "train: embfs.torch against torch.nn.EmbeddingBag(sparse=True) in DRAM, one process, alternating runs of $TRAIN_STEPS steps after $TRAIN_WARM warm-up, torch on one thread"
+	train_one "1x4M x64 sgd" --tables 1 --rows 4194304 --dim 64 --bags 4096 --per-bag 4 --opt sgd
+	train_one "1x4M x64 rowwise adagrad" --tables 1 --rows 4194304 --dim 64 --bags 4096 --per-bag 4 --opt adagrad
+	train_one "26x1M x16 sgd, modules" --tables 26 --rows 1048576 --dim 16 --bags 512 --per-bag 4 --opt sgd
+	train_one "26x1M x16 sgd, Collection" --tables 26 --rows 1048576 --dim 16 --bags 512 --per-bag 4 --opt sgd --collection
+	# the DLRM example with a real BLAS
+	if ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then
+		say "  installing libopenblas0-pthread (apt) for the DLRM figure"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q libopenblas0-pthread >"$W/apt.log" 2>&1 ||
+			say "  apt-get install libopenblas0-pthread failed (see $W/apt.log): torch keeps its BLAS"
+	fi
+	blas=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n 's/^Value: //p')
+	"$MKFS" -f -s 2G "$W/tpool" >/dev/null || fail "mkfs.embfs tpool"
+	mkdir -p "$W/tmnt"
+	mount_pool "$W/tpool" "$W/tmnt" "" 1
+	out=$(PYTHONPATH=$TOP/python "$PY" "$TOP/examples/dlrm.py" "$W/tmnt" --steps "$DLRM_STEPS" --every 0 --log 50 \
+		--seed "$SEED") || { echo "$out"; fail "dlrm.py"; }
+	umount_pool "$DPID" "$W/tmnt"
+	rm -f "$W/tpool"
+	echo "$out" | grep -v '^step ' | sed 's/^/  /'
+	pl=$(echo "$out" | grep '^per step')
+	io=$(echo "$pl" | sed -n 's/.*embfs I\/O \([0-9.]*\) .*/\1/p')
+	rq=$(echo "$pl" | sed -n 's/.*(\([0-9.]*\) FUSE requests.*/\1/p')
+	cp=$(echo "$pl" | sed -n 's/.*torch compute \([0-9.]*\);.*/\1/p')
+	wl=$(echo "$pl" | sed -n 's/.*whole step \([0-9.]*\);.*/\1/p')
+	r=$(ratio "$wl" "$cp")
+	ok=$(awk -v r="$r" -v q="$rq" 'BEGIN { print (r != "-" && r + 0 <= 1.1 && q + 0 <= 4) ? "met" : "MISSED" }')
+	say "  DLRM ($blas): whole step $wl ms, torch compute $cp ms (x$r), embfs I/O $io ms, $rq FUSE requests a step"
+	result train "DLRM step / compute" - - - - "x$r ($wl / $cp ms), I/O $io ms, $rq requests a step, BLAS ${blas##*/}; target <= 1.1x, <= 4: $ok"
 }
 
 # restore: issue 14's restore in place (.embfs/restore) of a table of ROWS
@@ -1884,7 +1951,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" (or BENCH_SECTIONS) runs a subset (setup
 # first, teardown after the sections that use its mount)
-for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable umount spill capacity overhead spillsnap missrate restore dist}}; do
+for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable umount spill capacity overhead spillsnap missrate restore dist train}}; do
 	section "$s_name"
 done
 

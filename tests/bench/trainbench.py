@@ -4,7 +4,7 @@ same tables in DRAM, in one process, alternating, on the same ids.
 
     PYTHONPATH=TOP/python trainbench.py MNT [--tables T] [--rows N] [--dim D]
         [--bags B] [--per-bag K] [--steps S] [--warm W] [--runs R]
-        [--opt sgd|adagrad] [--seed SEED] [--collection]
+        [--opt sgd|adagrad] [--seed SEED] [--collection] [--populate]
 
 Each side: EmbeddingBag(mode="sum") per table, the loss a plain sum of the
 bags, backward, then the optimizer's step: embfs.torch.EmbeddingBag +
@@ -15,7 +15,10 @@ Ids: numpy zipf(1.05) draws times 2654435761 modulo the rows, drawn before
 the clock.  W warm-up steps (not timed) then R runs of S steps, embfs and
 torch alternating run by run; lookups/s = steps * tables * bags * per_bag /
 seconds.  With --collection the embfs side is one embfs.torch.Collection
-(one request a step for all tables).
+(one request a step for all tables).  With --populate every row the run's
+ids touch is written to the embfs tables first (uniform values, as torch's
+tables hold a value for every row from the start); without it the tables
+start empty and the steps create their rows (the daemon initialises them).
 
 Output: a line per run, then
   trainbench tables=T ... embfs_lookups_per_s=X torch_lookups_per_s=Y ratio=Z
@@ -47,6 +50,7 @@ def parse(argv):
     p.add_argument("--opt", choices=("sgd", "adagrad"), default="sgd")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--collection", action="store_true")
+    p.add_argument("--populate", action="store_true")
     return p.parse_args(argv)
 
 
@@ -90,6 +94,17 @@ def main(argv):
     else:
         emb = [et.EmbeddingBag(m, n, a.dim, mode="sum", optimizer=optname, init=init) for n in names]
         eopt = (et.SGD if a.opt == "sgd" else et.RowWiseAdagrad)(emb, lr=lr)
+    if a.populate:
+        t0 = time.perf_counter()
+        tabs = emb.bags if a.collection else emb
+        n = 0
+        for t, b in enumerate(tabs):
+            u = np.unique(np.concatenate([ids[k][t].numpy().reshape(-1) for k in range(steps_total)]))
+            rows = np.zeros((len(u), b.table.dim), np.float32)
+            rows[:, :a.dim] = rng.uniform(-0.01, 0.01, (len(u), a.dim))
+            b.table.scatter(u, rows.astype(b.table.dtype))
+            n += len(u)
+        print(f"populated the {n} rows the run touches in {time.perf_counter() - t0:.1f} s", flush=True)
     ref = [torch.nn.EmbeddingBag(a.rows, a.dim, mode="sum", sparse=True) for _ in range(a.tables)]
     for r in ref:
         torch.nn.init.uniform_(r.weight, -0.01, 0.01)
@@ -132,7 +147,7 @@ def main(argv):
     mt = statistics.median(p["torch"] for p in res)
     ratio = statistics.median(p["embfs"] / p["torch"] for p in res)
     print(f"trainbench tables={a.tables} rows={a.rows} dim={a.dim} bags={a.bags} per_bag={a.per_bag} opt={a.opt} "
-          f"collection={int(a.collection)} embfs_lookups_per_s={me:.0f} torch_lookups_per_s={mt:.0f} "
+          f"collection={int(a.collection)} populate={int(a.populate)} embfs_lookups_per_s={me:.0f} torch_lookups_per_s={mt:.0f} "
           f"ratio={ratio:.3f}")
     embfs.close_all()
     return 0
