@@ -312,29 +312,35 @@ class Mount:
         size = resp = 0
         for t, ids, grads, kw in pushes:
             a, g, params = t._push_args(ids, grads, **kw)
-            fits = fits and 0 < len(a) <= MAX_COUNT and g.nbytes <= MAX_BYTES
+            if not len(a):
+                continue
+            fits = fits and len(a) <= MAX_COUNT and g.nbytes <= MAX_BYTES
             parts.append(_SUB.pack(t.ino, _PUSH, len(a), 0, 0))
             body += [params, memoryview(a).cast("B"), _bytes_view(g)]
         for t, ids in prefetches:
             a = t._ids(ids)
-            fits = fits and 0 < len(a) <= MAX_COUNT
+            if not len(a):
+                continue
+            fits = fits and len(a) <= MAX_COUNT
             parts.append(_SUB.pack(t.ino, _PREFETCH, len(a), 0, 0))
             body.append(memoryview(a).cast("B"))
         for t, ids, init in gathers:
             a = t._ids(ids)
             n = len(a)
             spec = _init_spec(init) if t._daemon_init(init) else None
-            fits = fits and 0 < n <= MAX_COUNT and n * t.row_size <= MAX_BYTES
-            parts.append(_SUB.pack(t.ino, _GATHER, n, _F_PRESENT | (_F_INIT if spec else 0), 0))
-            body += ([spec] if spec else []) + [memoryview(a).cast("B")]
             rows = _aligned(n * t.row_size).view(t.dtype).reshape(n, t.dim)
             bits = bytearray(_present_len(n))
             outs.append((t, a, init, spec, rows, bits))
+            if not n:
+                continue
+            fits = fits and n <= MAX_COUNT and n * t.row_size <= MAX_BYTES
+            parts.append(_SUB.pack(t.ino, _GATHER, n, _F_PRESENT | (_F_INIT if spec else 0), 0))
+            body += ([spec] if spec else []) + [memoryview(a).cast("B")]
             bufs += [_bytes_view(rows), memoryview(bits)]
             resp += n * t.row_size + len(bits)
         size = _HDR.size + sum(len(p) for p in parts) + sum(len(b) for b in body)
         if not parts:
-            return []
+            return [(rows, np.zeros(0, bool)) for _, _, _, _, rows, _ in outs]
         if not fits or size > MAX_MULTI or resp > MAX_MULTI:
             return self._multi_apart(pushes, gathers, prefetches)
         hdr = _HDR.pack(b"EMBB", _MULTI, 0, len(parts), 0, size)
@@ -348,7 +354,7 @@ class Mount:
             raise EmbfsError(_errno.EIO, f"{self.path}: short response ({got} of {resp} bytes)", self.path)
         res = []
         for t, a, init, spec, rows, bits in outs:
-            pres = _present(bytes(bits), len(a))
+            pres = _present(bytes(bits), len(a)) if len(a) else np.zeros(0, bool)
             if init is not None and spec is None and not pres.all():
                 rows[~pres] = np.asarray(init(a[~pres].view(np.int64), t), dtype=t.dtype)
             res.append((rows, pres))

@@ -229,7 +229,15 @@ class Collection(torch.nn.Module):
     request (the daemon applies them first, so the result is the same bit
     for bit): one round trip a step.  Then call flush() before reading the
     tables by other means (a snapshot, another process, the end of
-    training).
+    training).  pipeline=True (implies fuse_push) also overlaps the gather
+    of the next batch with this batch's compute: the ids announced by
+    prefetch() (embfs.torch.Prefetcher calls it) are gathered by a
+    background thread as soon as a forward's request is answered; the
+    next forward then sends the pushes and gathers only the rows those
+    pushes changed, after them.  A pipelined run equals the unpipelined
+    one bit for bit; between forwards, change the tables only through the
+    collection's optimizer (or call flush(), which also forgets the
+    gathered-ahead rows).
 
         coll = et.Collection(m, [et.TableSpec(f"C{i}.emb", 16) for i in range(26)])
         opt = et.RowWiseAdagrad([coll], lr=0.05)
@@ -237,10 +245,14 @@ class Collection(torch.nn.Module):
         pooled = coll.forward_jagged(keys, values, lengths)   # TorchRec's keyed jagged input
     """
 
-    def __init__(self, where, tables, optimizer="adagrad", create=True, fuse_push=False):
+    def __init__(self, where, tables, optimizer="adagrad", create=True, fuse_push=False, pipeline=False):
         super().__init__()
         self.mount = where if isinstance(where, Mount) else Mount(where)
-        self.optimizer, self.fuse_push = optimizer, bool(fuse_push)
+        self.pipeline = bool(pipeline)
+        self.optimizer, self.fuse_push = optimizer, bool(fuse_push) or self.pipeline
+        self._announced = None  # a pipeline's next batch: unique ids per table
+        self._ahead = None      # (unique ids per table, future of their rows), gathered ahead
+        self._worker = None
         self.bags = torch.nn.ModuleList(
             EmbeddingBag(self.mount, t.name, t.embedding_dim, mode=t.mode, optimizer=optimizer, dtype=t.dtype,
                          init=t.init, create=create) for t in tables)
@@ -253,7 +265,42 @@ class Collection(torch.nn.Module):
         self._pushes = []
 
     def extra_repr(self):
-        return f"{len(self.bags)} tables, optimizer={self.optimizer}, fuse_push={self.fuse_push}"
+        return (f"{len(self.bags)} tables, optimizer={self.optimizer}, fuse_push={self.fuse_push}, "
+                f"pipeline={self.pipeline}")
+
+    def _gather_ahead(self):
+        """Send the announced batch's gather to the background thread."""
+        ids, self._announced = self._announced, None
+        if self._worker is None:
+            import concurrent.futures
+            self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="embfs-ahead")
+        gathers = [(b.table, u, b.init) for b, u in zip(self.bags, ids)]
+        self._ahead = (ids, self._worker.submit(self.mount.multi, gathers=gathers))
+
+    def _take_ahead(self, uniq, pushes):
+        """The rows of uniq (unique ids per table) from the gather ahead,
+        with the rows that pushes (the last step's, kept since: the gather
+        ahead went out before them, after every earlier one) change
+        gathered again after them, in one request with the pushes; None
+        when the gather ahead is not of this batch."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        ids, fut = ahead
+        got = fut.result()  # waited for even if unused: its thread must be done
+        if len(ids) != len(uniq) or any(not np.array_equal(a, u) for a, u in zip(ids, uniq)):
+            return None
+        pushed = {id(t): i for t, i, _, _ in pushes}
+        again = [np.intersect1d(u, np.asarray(pushed.get(id(b.table), []), np.int64)) for b, u in zip(self.bags, uniq)]
+        fresh = self.mount.multi(pushes=pushes, gathers=[(b.table, a, b.init) for b, a in zip(self.bags, again)])
+        out = []
+        for u, (rows, pres), a, (frows, fpres) in zip(uniq, got, again, fresh):
+            if len(a):
+                pos = np.searchsorted(u, a)
+                rows[pos] = frows
+                pres[pos] = fpres
+            out.append((rows, pres))
+        return out
 
     def forward(self, inputs, offsets=None, per_sample_weights=None):
         """inputs: one per table, in order: a 2-D tensor of ids (bags of
@@ -271,7 +318,12 @@ class Collection(torch.nn.Module):
             u, inv = np.unique(ids, return_inverse=True)
             flat.append((u, torch.from_numpy(inv.reshape(tuple(inp.shape))).to(torch.int64)))
         pushes, self._pushes = self._pushes, []
-        got = self.mount.multi(pushes=pushes, gathers=[(b.table, u, b.init) for b, (u, _) in zip(self.bags, flat)])
+        got = self._take_ahead([u for u, _ in flat], pushes) if self.pipeline else None
+        if got is None:
+            got = self.mount.multi(pushes=pushes,
+                                   gathers=[(b.table, u, b.init) for b, (u, _) in zip(self.bags, flat)])
+        if self._announced is not None:
+            self._gather_ahead()
         outs = []
         track = self.training and torch.is_grad_enabled()
         for i, (b, (u, idx), (raw, _)) in enumerate(zip(self.bags, flat, got)):
@@ -324,9 +376,15 @@ class Collection(torch.nn.Module):
     def prefetch(self, inputs):
         """Announce an upcoming batch (one input per table, as forward
         takes them): the daemon pins those rows in its row cache until this
-        thread's next forward gathers them.  One request for all tables."""
-        self.mount.multi(prefetches=[(b.table, np.unique(np.asarray(i.detach().cpu().numpy() if isinstance(
-            i, torch.Tensor) else i).reshape(-1))) for b, i in zip(self.bags, inputs) if np.size(i)])
+        thread's next forward gathers them (one request for all tables);
+        with pipeline=True, they are gathered ahead instead, once the
+        coming forward's request is answered."""
+        uniq = [np.unique(np.asarray(i.detach().cpu().numpy() if isinstance(i, torch.Tensor) else i)
+                          .reshape(-1).astype(np.int64)) for i in inputs]
+        if self.pipeline:
+            self._announced = uniq
+            return
+        self.mount.multi(prefetches=[(b.table, u) for b, u in zip(self.bags, uniq) if len(u)])
 
     def _step(self, opt):
         """The optimizer's step: every table's summed gradients pushed in
@@ -350,8 +408,12 @@ class Collection(torch.nn.Module):
             b._drop_grads()
 
     def flush(self):
-        """Send the pushes fuse_push kept (the last step's), if any."""
+        """Send the pushes fuse_push kept (the last step's), if any, and
+        forget what the pipeline gathered ahead."""
         pushes, self._pushes = self._pushes, []
+        if self._ahead is not None:
+            self._ahead[1].result()
+            self._ahead = None
         if pushes:
             self.mount.multi(pushes=pushes)
 

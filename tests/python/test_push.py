@@ -322,22 +322,24 @@ class TestCollection(PooledCase):
     size = "256M"
     opts = "cache_size=16M"
 
-    def train(self, prefix, kind, steps=5, fuse=False, collection=True, seed=0, jagged=False):
+    def train(self, prefix, kind, steps=5, fuse=False, collection=True, seed=0, jagged=False, pipeline=False):
         import embfs.torch as et
         rng = np.random.default_rng(seed)
         dims = [4, 8, 6]
         specs = [et.TableSpec(self.gone(f"{prefix}{i}"), d, init=embfs.Init.uniform(-0.1, 0.1, seed=i, cols=d))
                  for i, d in enumerate(dims)]
         if collection:
-            mod = et.Collection(self.m, specs, optimizer=kind, fuse_push=fuse)
+            mod = et.Collection(self.m, specs, optimizer=kind, fuse_push=fuse, pipeline=pipeline)
             mods = [mod]
         else:
             mods = [et.EmbeddingBag(self.m, s.name, s.embedding_dim, optimizer=kind, init=s.init) for s in specs]
         opt = {"sgd": lambda: et.SGD(mods, lr=0.05), "adagrad": lambda: et.RowWiseAdagrad(mods, lr=0.05),
                "adam": lambda: et.Adam(mods, lr=0.01)}[kind]()
         before = self.m.stats()["batch.multis"]
-        for _ in range(steps):
-            ids = [torch.from_numpy(rng.integers(0, 200, (16, 3))) for _ in dims]
+        batches = [[torch.from_numpy(rng.integers(0, 200, (16, 3))) for _ in dims] for _ in range(steps)]
+        for k, ids in enumerate(batches):
+            if pipeline and k + 1 < steps:
+                mod.prefetch(batches[k + 1])  # as embfs.torch.Prefetcher does
             if collection and jagged:
                 keys = [s.name for s in specs][::-1]
                 values = torch.cat([ids[2 - k].reshape(-1) for k in range(3)])
@@ -373,6 +375,17 @@ class TestCollection(PooledCase):
         self.assertEqual(multis, 5, "with fuse_push a step is one request")
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x, y, err_msg=f"EMBFS_SEED={seed}")
+
+    @unittest.skipIf(torch is None, "torch missing")
+    def test_pipeline_bit_for_bit(self):
+        seed = seed_of("collection pipeline")
+        for kind in ("adagrad", "adam"):
+            a, _ = self.train("pa", kind, seed=seed, steps=8)
+            b, multis = self.train("pb", kind, seed=seed, steps=8, pipeline=True)
+            # a step: the gather ahead, and the pushes with the rows they changed
+            self.assertEqual(multis, 8 + 7, kind)
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y, err_msg=f"{kind} EMBFS_SEED={seed}")
 
     @unittest.skipIf(torch is None, "torch missing")
     def test_jagged_equals_dense(self):
