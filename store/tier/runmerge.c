@@ -257,6 +257,34 @@ static uint64_t segs_of(struct srun **v, size_t m)
 	return n;
 }
 
+/* Make the merge merge_fitting chose in table bid's runs: the whole list
+ * (bi == n, bj == n - 1), run bi alone (bi == bj) or runs bi and bj.  1
+ * merged, 0 not (the table or its list changed, or no room), -errno. */
+static int merge_chosen(struct store *s, uint32_t bid, size_t bi, size_t bj)
+{
+	struct spill *sp = s->sp;
+	/* only this thread merges, and runs come only at the head of a list:
+	 * the list is as it was, or shorter (merge_runs checks) */
+	struct stable *st = tab_get(s, bid);
+	struct srun **v;
+	size_t n;
+	if (!st || runs_get(sp, bid, &v, &n))
+		return 0;
+	int ret = -ESTALE;
+	if (bi == n && bj + 1 == n)
+		ret = merge_runs(s, st, v, n, 1, 0, NULL);
+	else if (bi < n && bi == bj)
+		ret = merge_runs(s, st, v + bi, 1, bi + 1 == n, 0, NULL);
+	else if (bi < bj && bj < n) {
+		struct srun *pair[2] = { v[bi], v[bj] };
+		ret = merge_runs(s, st, pair, 2, bj + 1 == n, 0, NULL);
+	}
+	runs_put(v, n);
+	if (ret == -ESTALE || ret == -ENOSPC)
+		return 0;
+	return ret ? ret : 1;
+}
+
 /* The device has no room for the merge it wants, or for a run a writer
  * waits for: make the merge that gives back the most segments among
  * those whose output fits in the free segments (the reserve included:
@@ -334,26 +362,7 @@ static int merge_fitting(struct store *s)
 		sp->fit_free = nfree;
 		return 0;
 	}
-	/* only this thread merges, and runs come only at the head of a list:
-	 * the list is as it was, or shorter (merge_runs checks) */
-	struct stable *st = tab_get(s, bid);
-	struct srun **v;
-	size_t n;
-	if (!st || runs_get(sp, bid, &v, &n))
-		return 0;
-	int ret = -ESTALE;
-	if (bi == n && bj + 1 == n)
-		ret = merge_runs(s, st, v, n, 1, 0, NULL);
-	else if (bi < n && bi == bj)
-		ret = merge_runs(s, st, v + bi, 1, bi + 1 == n, 0, NULL);
-	else if (bi < bj && bj < n) {
-		struct srun *pair[2] = { v[bi], v[bj] };
-		ret = merge_runs(s, st, pair, 2, bj + 1 == n, 0, NULL);
-	}
-	runs_put(v, n);
-	if (ret == -ESTALE || ret == -ENOSPC)
-		return 0;
-	return ret ? ret : 1;
+	return merge_chosen(s, bid, bi, bj);
 }
 
 void runs_reserve(struct store *s)
