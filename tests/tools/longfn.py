@@ -14,7 +14,7 @@ import sys
 
 LIMIT = 80
 DIRS = ("fs", "cache", "store", "store/tier", "mkfs")
-# "file:function": why it may be longer than LIMIT
+# "dir/file.c:function": why it may be longer than LIMIT (none today)
 EXCEPT = {
 }
 
