@@ -428,38 +428,36 @@ static void put_cache(struct stats_out *o, const struct cache_stats *cs)
 	PUT("cache.pinned", "cache_pinned_rows", GAUGE, "Rows pinned in the row cache", cs->pinned);
 }
 
-/* Everything, into o. */
-static int render(struct embfs *fs, struct stats_out *o)
+/* The pool's path, label, media and sizes (s: the store's values). */
+static void put_pool(struct embfs *fs, struct stats_out *o, const struct store_stats *s)
 {
-	struct store_stats s;
-	struct cache_stats cs;
 	FILE *f = o->f;
-	front_stats_get(&fs->fr, &s);
-	if (fs->fr.cache) {
-		/* rows written but not yet written back count as stored */
-		cache_stats_get(fs->fr.cache, -1, &cs);
-		s.rows += cs.new_dirty;
-	}
-	const char *media = s.is_pmem ? "pmem" : "file-msync";
+	const char *media = s->is_pmem ? "pmem" : "file-msync";
 	put_string(o, "pool.path", fs->conf.pool);
-	put_string(o, "pool.label", s.label);
+	put_string(o, "pool.label", s->label);
 	put_string(o, "pool.media", media);
 	if (o->metrics) {
 		family(o, "pool_info", STATS_GAUGE, "Always 1: the pool's path, label and media");
 		fputs("embfs_pool_info{path=\"", f);
 		put_label(f, fs->conf.pool);
 		fputs("\",label=\"", f);
-		put_label(f, s.label);
+		put_label(f, s->label);
 		fprintf(f, "\",media=\"%s\"} 1\n", media);
 	}
-	PUT("pool.size_bytes", "pool_size_bytes", GAUGE, "Size of the pool", s.pool_size);
-	PUT("pool.used_bytes", "pool_used_bytes", GAUGE, "Pool bytes in use (row slots, index, catalog)", s.used_bytes);
-	PUT("pool.index_bytes", "pool_index_bytes", GAUGE, "Pool bytes of the row index (segments, directories)", s.index_bytes);
-	PUT("pool.free_bytes", "pool_free_bytes", GAUGE, "Pool bytes new rows can still use (estimate)", s.free_bytes);
-	PUT("pool.slabs", "pool_slabs", GAUGE, "Row slabs in the pool", s.slabs);
-	PUT("pool.recovered", "pool_recovered", GAUGE, "1 when the mount found an unclean shutdown", s.recovered);
+	PUT("pool.size_bytes", "pool_size_bytes", GAUGE, "Size of the pool", s->pool_size);
+	PUT("pool.used_bytes", "pool_used_bytes", GAUGE, "Pool bytes in use (row slots, index, catalog)", s->used_bytes);
+	PUT("pool.index_bytes", "pool_index_bytes", GAUGE, "Pool bytes of the row index (segments, directories)", s->index_bytes);
+	PUT("pool.free_bytes", "pool_free_bytes", GAUGE, "Pool bytes new rows can still use (estimate)", s->free_bytes);
+	PUT("pool.slabs", "pool_slabs", GAUGE, "Row slabs in the pool", s->slabs);
+	PUT("pool.recovered", "pool_recovered", GAUGE, "1 when the mount found an unclean shutdown", s->recovered);
 	PUT("pool.checksum_errors", "pool_checksum_errors_total", COUNTER,
-	    "Damaged versions or index buckets met (each gave EIO)", s.checksum_errors);
+	    "Damaged versions or index buckets met (each gave EIO)", s->checksum_errors);
+}
+
+/* The pool's state: ok, or failed and why (front_health). */
+static void put_pool_state(struct embfs *fs, struct stats_out *o)
+{
+	FILE *f = o->f;
 	char why[200], state[240];
 	int failed = front_health(&fs->fr, why, sizeof(why)) != 0;
 	if (failed)
@@ -475,14 +473,11 @@ static int render(struct embfs *fs, struct stats_out *o)
 			fputs("\"} 1\n", f);
 		}
 	}
-	PUT("tables", "tables", GAUGE, "Live tables", s.tables);
-	PUT("rows", "rows", GAUGE, "Stored rows of every table (with written rows not yet in the pool)", s.rows);
-	PUT("store.commits", "store_commits_total", COUNTER, "Group commits of rows", s.commits);
-	PUT("store.persist_barriers", "store_persist_barriers_total", COUNTER, "Persistence barriers (msync or fence)",
-	    s.barriers);
-	PUT("store.transactions", "store_transactions_total", COUNTER, "libpmemobj transactions", s.transactions);
-	PUT("store.rows_written", "store_rows_written_total", COUNTER, "Rows committed to the pool", s.rows_written);
-	PUT("store.rows_read", "store_rows_read_total", COUNTER, "Rows read from the pool", s.rows_read);
+}
+
+/* The file system's request counters and the restore state. */
+static void put_fs(struct embfs *fs, struct stats_out *o)
+{
 	PUT("fs.read_calls", "fs_read_calls_total", COUNTER, "READ requests on tables", atomic_load(&fs->n_read));
 	PUT("fs.read_bytes", "fs_read_bytes_total", COUNTER, "Bytes read from tables", atomic_load(&fs->n_read_bytes));
 	PUT("fs.read_ahead_kb", "fs_read_ahead_kib", GAUGE, "The kernel's read-ahead window for the mount, KiB (0: unknown)",
@@ -505,6 +500,30 @@ static int render(struct embfs *fs, struct stats_out *o)
 	    (uint64_t)(front_intent_get(&fs->fr, &in) != 0));
 	PUT("restore.recovered", "restore_recovered_total", COUNTER,
 	    "Restores a crash interrupted, finished at mount", atomic_load(&fs->n_restore_recovered));
+}
+
+/* Everything, into o. */
+static int render(struct embfs *fs, struct stats_out *o)
+{
+	struct store_stats s;
+	struct cache_stats cs;
+	front_stats_get(&fs->fr, &s);
+	if (fs->fr.cache) {
+		/* rows written but not yet written back count as stored */
+		cache_stats_get(fs->fr.cache, -1, &cs);
+		s.rows += cs.new_dirty;
+	}
+	put_pool(fs, o, &s);
+	put_pool_state(fs, o);
+	PUT("tables", "tables", GAUGE, "Live tables", s.tables);
+	PUT("rows", "rows", GAUGE, "Stored rows of every table (with written rows not yet in the pool)", s.rows);
+	PUT("store.commits", "store_commits_total", COUNTER, "Group commits of rows", s.commits);
+	PUT("store.persist_barriers", "store_persist_barriers_total", COUNTER, "Persistence barriers (msync or fence)",
+	    s.barriers);
+	PUT("store.transactions", "store_transactions_total", COUNTER, "libpmemobj transactions", s.transactions);
+	PUT("store.rows_written", "store_rows_written_total", COUNTER, "Rows committed to the pool", s.rows_written);
+	PUT("store.rows_read", "store_rows_read_total", COUNTER, "Rows read from the pool", s.rows_read);
+	put_fs(fs, o);
 	batch_stats(fs, o);
 	pc_stats(fs, o);
 	if (fs->fr.cache)

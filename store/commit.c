@@ -213,6 +213,76 @@ static void group_free(struct group *g)
 	free(g->u);
 }
 
+/* Check the ops, gather them into one uop per row (g->u, g->nu) and order
+ * them by uop (g->opord, g->opstart; opu: scratch of n).  0, -EINVAL (an op
+ * past the end of its row) or -EFBIG (a row id past the largest). */
+static int group_ops(struct group *g, const struct store_rowop *ops, size_t n, uint64_t cur_batch,
+		     uint32_t *opu)
+{
+	uint32_t rs = g->rs;
+	for (size_t i = 0; i < n; i++) {
+		if (ops[i].data && ((uint64_t)ops[i].off + ops[i].len > rs))
+			return -EINVAL;
+		if (ops[i].row > EMB_ROW_ID_MAX)
+			return -EFBIG;
+		uint32_t *e = umap_slot(&g->m, g->u, ops[i].row);
+		if (!*e) {
+			g->u[g->nu].row = ops[i].row;
+			*e = (uint32_t)++g->nu;
+		}
+		struct uop *x = &g->u[*e - 1];
+		x->del = ops[i].data == NULL;
+		x->batch = ops[i].batch ? ops[i].batch : cur_batch;
+		x->full |= ops[i].data && ops[i].off == 0 && ops[i].len == rs;
+		opu[i] = *e - 1;
+		g->opstart[*e]++;
+	}
+	for (size_t k = 0; k < g->nu; k++)
+		g->opstart[k + 1] += g->opstart[k];
+	for (size_t i = 0, fill; i < n; i++) { /* stable: request order within a uop */
+		fill = g->opstart[opu[i]]++;
+		g->opord[fill] = (uint32_t)i;
+	}
+	for (size_t k = g->nu; k > 0; k--) /* undo the fill's advance */
+		g->opstart[k] = g->opstart[k - 1];
+	g->opstart[0] = 0;
+	return 0;
+}
+
+/* The old bytes each partial update of a spilled row needs, read from the
+ * run or the device that holds them (into uop.old).  commit_lock held, and
+ * snap_lock (shared) unless g->stamped.  0 or -errno. */
+static int group_old_bytes(struct store *s, struct stable *st, struct group *g)
+{
+	uint32_t rs = g->rs;
+	int ret = 0;
+	/* a partial update of a row only a run holds: its bytes from there */
+	for (size_t i = 0; i < g->nu && !ret; i++) {
+		struct uop *x = &g->u[i];
+		if (x->found || !x->inrun || x->full || x->del)
+			continue;
+		if (!(x->old = calloc(1, rs)))
+			return -ENOMEM;
+		int got = runs_row_read(s, st, x->row, x->old);
+		ret = got < 0 ? got : 0;
+		if (got == 0)
+			memset(x->old, 0, rs);
+	}
+	if (ret)
+		return ret;
+	/* a partial update of a spilled row needs its bytes from the device */
+	for (size_t i = 0; i < g->nu; i++) {
+		struct uop *x = &g->u[i];
+		if (!x->live || x->damaged || x->full || x->del || !ver_stub(x->ov))
+			continue;
+		if (!(x->old = malloc(rs)))
+			return -ENOMEM;
+		if ((ret = ver_bytes_locked(s, st, x->ov, x->old)))
+			return ret;
+	}
+	return 0;
+}
+
 /* Deduplicate the ops, look every row up, claim index slots for new rows
  * (splitting segments as needed: the only step that grows the index), plan
  * each row against the live snapshots, and read the device bytes of spilled
@@ -244,36 +314,8 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 		ret = -EFBIG;
 		goto out;
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (ops[i].data && ((uint64_t)ops[i].off + ops[i].len > rs)) {
-			ret = -EINVAL;
-			goto out;
-		}
-		if (ops[i].row > EMB_ROW_ID_MAX) {
-			ret = -EFBIG;
-			goto out;
-		}
-		uint32_t *e = umap_slot(&g->m, g->u, ops[i].row);
-		if (!*e) {
-			g->u[g->nu].row = ops[i].row;
-			*e = (uint32_t)++g->nu;
-		}
-		struct uop *x = &g->u[*e - 1];
-		x->del = ops[i].data == NULL;
-		x->batch = ops[i].batch ? ops[i].batch : cur_batch;
-		x->full |= ops[i].data && ops[i].off == 0 && ops[i].len == rs;
-		opu[i] = *e - 1;
-		g->opstart[*e]++;
-	}
-	for (size_t k = 0; k < g->nu; k++)
-		g->opstart[k + 1] += g->opstart[k];
-	for (size_t i = 0, fill; i < n; i++) { /* stable: request order within a uop */
-		fill = g->opstart[opu[i]]++;
-		g->opord[fill] = (uint32_t)i;
-	}
-	for (size_t k = g->nu; k > 0; k--) /* undo the fill's advance */
-		g->opstart[k] = g->opstart[k - 1];
-	g->opstart[0] = 0;
+	if ((ret = group_ops(g, ops, n, cur_batch, opu)))
+		goto out;
 	if ((ret = slab_class_for(s, rs, &g->cls)) || (ret = slab_class_small(s, &g->scls)))
 		goto out;
 	g->chunk = slab_commit_rows(s, g->cls);
@@ -286,34 +328,7 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 	if ((ret = prepass(s, st, g->u, g->nu, g->c, g->runs_hidden)))
 		goto out;
 	plan_all(s, g->u, g->nu, !stamped);
-	/* a partial update of a row only a run holds: its bytes from there */
-	for (size_t i = 0; i < g->nu && !ret; i++) {
-		struct uop *x = &g->u[i];
-		if (x->found || !x->inrun || x->full || x->del)
-			continue;
-		if (!(x->old = calloc(1, rs))) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		int got = runs_row_read(s, st, x->row, x->old);
-		ret = got < 0 ? got : 0;
-		if (got == 0)
-			memset(x->old, 0, rs);
-	}
-	if (ret)
-		goto out;
-	/* a partial update of a spilled row needs its bytes from the device */
-	for (size_t i = 0; i < g->nu; i++) {
-		struct uop *x = &g->u[i];
-		if (!x->live || x->damaged || x->full || x->del || !ver_stub(x->ov))
-			continue;
-		if (!(x->old = malloc(rs))) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		if ((ret = ver_bytes_locked(s, st, x->ov, x->old)))
-			goto out;
-	}
+	ret = group_old_bytes(s, st, g);
 out:
 	free(opu);
 	return ret;

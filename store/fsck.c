@@ -99,6 +99,88 @@ int store_fsck(struct store *s, struct store_fsck *r)
 	return store_fsck_run(s, NULL, r, NULL);
 }
 
+/* Walk one table's index (check_entry), read its stubs back, note what is
+ * damaged and check its row count (recomputed with repair; fx counts it).
+ * commit_lock held.  0 or -errno (the walk's or the read-back's). */
+static int fsck_table(struct walk *w, struct stable *st, int repair, struct store_fsck_fixed *fx)
+{
+	struct store *s = w->s;
+	struct store_fsck *r = w->r;
+	const struct store_fsck_opts *o = w->o;
+	struct store_fsck before = *r;
+	w->st = st;
+	w->count = 0;
+	w->stubs.n = 0;
+	int ret = index_walk(s, st, check_entry, w);
+	if (!ret && w->stubs.n) {
+		int bad = spill_verify(s, st, w->stubs.v, w->stubs.n);
+		if (bad < 0)
+			ret = bad;
+		else
+			r->bad_stubs += (uint64_t)bad;
+	}
+	if (ret)
+		return ret;
+	const char *name = st->t->name;
+	if (r->bad_versions > before.bad_versions)
+		note(o, 0, "table '%.64s': %llu rows with a damaged version (read EIO)", name,
+		     (unsigned long long)(r->bad_versions - before.bad_versions));
+	if (r->bad_stubs > before.bad_stubs)
+		note(o, 0, "table '%.64s': %llu spilled versions unreadable or failing their checksum on the spill device (read EIO)",
+		     name, (unsigned long long)(r->bad_stubs - before.bad_stubs));
+	if (w->count != st->t->nrows && !(st->t->flags & EMB_T_ZOMBIE)) {
+		r->bad_counts++;
+		if (repair) {
+			note(o, 1, "table '%.64s': row count %llu, the index holds %llu: recomputed", name,
+			     (unsigned long long)st->t->nrows, (unsigned long long)w->count);
+			st64(&st->t->nrows, w->count);
+			pm_flush(s, &st->t->nrows, 8);
+			fx->counts++;
+		} else {
+			note(o, 0, "table '%.64s': row count %llu, the index holds %llu", name,
+			     (unsigned long long)st->t->nrows, (unsigned long long)w->count);
+		}
+	}
+	r->rows += w->count;
+	return 0;
+}
+
+/* Match the slab bitmaps against the versions the walk found referenced
+ * (w->refs, sorted here): slots referenced twice, referenced and free (bad
+ * versions), allocated and unreferenced (leaked: gathered in leaked with
+ * repair).  commit_lock held.  0, or -ENOMEM when leaked could not grow (the
+ * counts are still whole). */
+static int fsck_slots(struct walk *w, int repair, struct u64vec *leaked)
+{
+	struct store *s = w->s;
+	struct store_fsck *r = w->r;
+	int ret = 0;
+	u64_sort(w->refs.v, w->refs.n);
+	for (size_t i = 1; i < w->refs.n; i++)
+		if (w->refs.v[i] == w->refs.v[i - 1])
+			r->double_refs++;
+	for (uint32_t c = 0; c < EMB_MAX_CLASSES; c++) {
+		struct emb_class *pc = &s->sb->classes[c];
+		for (uint64_t off = pc->slot_size ? pc->head : 0; off;) {
+			struct emb_slab *h = S_PTR(s, off);
+			uint64_t start = off + h->data_off;
+			for (uint32_t k = 0; k < h->nslots; k++) {
+				int set = !!(h->bitmap[k / 64] & (1ull << (k % 64)));
+				int ref = referenced(&w->refs, start + (uint64_t)k * h->slot_size);
+				if (set && !ref) {
+					r->leaked_slots++;
+					if (repair && u64vec_push(leaked, start + (uint64_t)k * h->slot_size))
+						ret = -ENOMEM;
+				}
+				if (ref && !set)
+					r->bad_versions++;
+			}
+			off = h->next;
+		}
+	}
+	return ret;
+}
+
 int store_fsck_run(struct store *s, const struct store_fsck_opts *o, struct store_fsck *r,
 		   struct store_fsck_fixed *fixed)
 {
@@ -118,70 +200,12 @@ int store_fsck_run(struct store *s, const struct store_fsck_opts *o, struct stor
 	}
 	for (uint32_t i = 0; i < EMB_NTABLES && !ret; i++) {
 		struct stable *st = tab_get(s, i);
-		if (!st)
-			continue;
-		struct store_fsck before = *r;
-		w.st = st;
-		w.count = 0;
-		w.stubs.n = 0;
-		ret = index_walk(s, st, check_entry, &w);
-		if (!ret && w.stubs.n) {
-			int bad = spill_verify(s, st, w.stubs.v, w.stubs.n);
-			if (bad < 0)
-				ret = bad;
-			else
-				r->bad_stubs += (uint64_t)bad;
-		}
-		if (ret)
-			break;
-		const char *name = st->t->name;
-		if (r->bad_versions > before.bad_versions)
-			note(o, 0, "table '%.64s': %llu rows with a damaged version (read EIO)", name,
-			     (unsigned long long)(r->bad_versions - before.bad_versions));
-		if (r->bad_stubs > before.bad_stubs)
-			note(o, 0, "table '%.64s': %llu spilled versions unreadable or failing their checksum on the spill device (read EIO)",
-			     name, (unsigned long long)(r->bad_stubs - before.bad_stubs));
-		if (w.count != st->t->nrows && !(st->t->flags & EMB_T_ZOMBIE)) {
-			r->bad_counts++;
-			if (repair) {
-				note(o, 1, "table '%.64s': row count %llu, the index holds %llu: recomputed", name,
-				     (unsigned long long)st->t->nrows, (unsigned long long)w.count);
-				st64(&st->t->nrows, w.count);
-				pm_flush(s, &st->t->nrows, 8);
-				fx.counts++;
-			} else {
-				note(o, 0, "table '%.64s': row count %llu, the index holds %llu", name,
-				     (unsigned long long)st->t->nrows, (unsigned long long)w.count);
-			}
-		}
-		r->rows += w.count;
+		if (st)
+			ret = fsck_table(&w, st, repair, &fx);
 	}
 	uint64_t bad_before = r->bad_versions;
-	if (!ret) {
-		u64_sort(w.refs.v, w.refs.n);
-		for (size_t i = 1; i < w.refs.n; i++)
-			if (w.refs.v[i] == w.refs.v[i - 1])
-				r->double_refs++;
-		for (uint32_t c = 0; c < EMB_MAX_CLASSES; c++) {
-			struct emb_class *pc = &s->sb->classes[c];
-			for (uint64_t off = pc->slot_size ? pc->head : 0; off;) {
-				struct emb_slab *h = S_PTR(s, off);
-				uint64_t start = off + h->data_off;
-				for (uint32_t k = 0; k < h->nslots; k++) {
-					int set = !!(h->bitmap[k / 64] & (1ull << (k % 64)));
-					int ref = referenced(&w.refs, start + (uint64_t)k * h->slot_size);
-					if (set && !ref) {
-						r->leaked_slots++;
-						if (repair && u64vec_push(&leaked, start + (uint64_t)k * h->slot_size))
-							ret = -ENOMEM;
-					}
-					if (ref && !set)
-						r->bad_versions++;
-				}
-				off = h->next;
-			}
-		}
-	}
+	if (!ret)
+		ret = fsck_slots(&w, repair, &leaked);
 	for (uint64_t k = 0; !ret && w.pm && k < w.pm->nsegs; k++)
 		r->seg_live_off += w.pm->seg[k].live != w.live[k];
 	if (!ret)

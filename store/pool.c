@@ -195,7 +195,6 @@ static int check_collect(int fd, pid_t pid, char *buf, size_t cap, size_t *got)
 	}
 }
 
-/* store_check(); *structural as check_here() says. */
 /* Does another process hold the pool's flock (an embfs serving it)? */
 static int in_use(const char *path)
 {
@@ -207,6 +206,77 @@ static int in_use(const char *path)
 	return busy;
 }
 
+/* The checking child, after fork: check the pool (check_here) and write
+ * to pfd[1] its phase bytes, then its reply ('R', or 'V' for a structural
+ * failure; check_here's result; its message).  Never returns. */
+static __attribute__((noreturn)) void check_child(const char *path, uint64_t size, int is_dev,
+						  const int pfd[2], pid_t parent)
+{
+	char msg[512] = "";
+	/* the check dies with its caller: a killed daemon leaves no checker
+	 * holding the pool open */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(1);
+	int dn = open("/dev/null", O_WRONLY);
+	close(pfd[0]);
+	if (dn >= 0) { /* a crash report would not be one line */
+		dup2(dn, STDOUT_FILENO);
+		dup2(dn, STDERR_FILENO);
+	}
+	/* a crash ends the child by its signal, even where a sanitizer
+	 * would catch it */
+	static const int fatal[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
+	for (size_t k = 0; k < sizeof(fatal) / sizeof(fatal[0]); k++)
+		signal(fatal[k], SIG_DFL);
+	if (getenv("EMBFS_TEST_CHECK_CRASH")) { /* tests: a check that crashes */
+		check_phase(pfd[1], 'L');
+		raise(SIGSEGV);
+	}
+	int structural = 0;
+	int32_t r = check_here(path, size, is_dev, pfd[1], &structural, msg, sizeof(msg));
+	char out[1 + sizeof(r) + sizeof(msg)];
+	out[0] = structural ? 'V' : 'R';
+	memcpy(out + 1, &r, sizeof(r));
+	size_t len = strlen(msg) + 1;
+	memcpy(out + 1 + sizeof(r), msg, len);
+	_exit(write(pfd[1], out, 1 + sizeof(r) + len) < 0);
+}
+
+/* Wait for the checking child pid, read its reply from fd (closed here) and
+ * make check_run's result of it, or of how the child died: its error in err,
+ * *structural as the reply says. */
+static int check_wait(const char *path, pid_t pid, int fd, int *structural, char *err, size_t n)
+{
+	char buf[1024];
+	size_t got;
+	int timed_out = check_collect(fd, pid, buf, sizeof(buf) - 1, &got);
+	close(fd);
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	char *res = buf; /* past the phase bytes: 'R', or 'V' for a structural failure */
+	while (res < buf + got && (*res == 'L' || *res == 'E'))
+		res++;
+	if (res < buf + got && (size_t)(buf + got - res) > 1 + sizeof(int32_t)) {
+		int32_t r;
+		*structural = *res == 'V';
+		memcpy(&r, res + 1, sizeof(r));
+		buf[got] = 0;
+		return store_err(err, n, r, "%s", res + 1 + sizeof(r));
+	}
+	const char *who = got && buf[got - 1] == 'E' ? "embfs" : "libpmemobj";
+	if (timed_out)
+		return store_err(err, n, -EIO, "%s: damaged (%s did not finish checking it in %d s)", path, who,
+				 CHECK_TIMEOUT_MS / 1000);
+	if (WIFSIGNALED(st))
+		return store_err(err, n, -EIO, "%s: damaged (%s crashed while checking it: SIG%s)", path, who,
+				 sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
+	return store_err(err, n, -EIO, "%s: damaged (%s crashed while checking it: exit status %d)", path, who,
+			 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+/* store_check(); *structural as check_here() says. */
 static int check_run(const char *path, int *structural, char *err, size_t n)
 {
 	uint64_t size;
@@ -237,64 +307,10 @@ static int check_run(const char *path, int *structural, char *err, size_t n)
 		close(pfd[1]);
 		return store_err(err, n, ret, "%s: cannot check the pool: %s", path, strerror(-ret));
 	}
-	if (pid == 0) {
-		char msg[512] = "";
-		/* the check dies with its caller: a killed daemon leaves no checker
-		 * holding the pool open */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(1);
-		int dn = open("/dev/null", O_WRONLY);
-		close(pfd[0]);
-		if (dn >= 0) { /* a crash report would not be one line */
-			dup2(dn, STDOUT_FILENO);
-			dup2(dn, STDERR_FILENO);
-		}
-		/* a crash ends the child by its signal, even where a sanitizer
-		 * would catch it */
-		static const int fatal[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
-		for (size_t k = 0; k < sizeof(fatal) / sizeof(fatal[0]); k++)
-			signal(fatal[k], SIG_DFL);
-		if (getenv("EMBFS_TEST_CHECK_CRASH")) { /* tests: a check that crashes */
-			check_phase(pfd[1], 'L');
-			raise(SIGSEGV);
-		}
-		int structural = 0;
-		int32_t r = check_here(path, size, is_dev, pfd[1], &structural, msg, sizeof(msg));
-		char out[1 + sizeof(r) + sizeof(msg)];
-		out[0] = structural ? 'V' : 'R';
-		memcpy(out + 1, &r, sizeof(r));
-		size_t len = strlen(msg) + 1;
-		memcpy(out + 1 + sizeof(r), msg, len);
-		_exit(write(pfd[1], out, 1 + sizeof(r) + len) < 0);
-	}
+	if (pid == 0)
+		check_child(path, size, is_dev, pfd, parent);
 	close(pfd[1]);
-	char buf[1024];
-	size_t got;
-	int timed_out = check_collect(pfd[0], pid, buf, sizeof(buf) - 1, &got);
-	close(pfd[0]);
-	int st = 0;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
-	char *res = buf; /* past the phase bytes: 'R', or 'V' for a structural failure */
-	while (res < buf + got && (*res == 'L' || *res == 'E'))
-		res++;
-	if (res < buf + got && (size_t)(buf + got - res) > 1 + sizeof(int32_t)) {
-		int32_t r;
-		*structural = *res == 'V';
-		memcpy(&r, res + 1, sizeof(r));
-		buf[got] = 0;
-		return store_err(err, n, r, "%s", res + 1 + sizeof(r));
-	}
-	const char *who = got && buf[got - 1] == 'E' ? "embfs" : "libpmemobj";
-	if (timed_out)
-		return store_err(err, n, -EIO, "%s: damaged (%s did not finish checking it in %d s)", path, who,
-				 CHECK_TIMEOUT_MS / 1000);
-	if (WIFSIGNALED(st))
-		return store_err(err, n, -EIO, "%s: damaged (%s crashed while checking it: SIG%s)", path, who,
-				 sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
-	return store_err(err, n, -EIO, "%s: damaged (%s crashed while checking it: exit status %d)", path, who,
-			 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	return check_wait(path, pid, pfd[0], structural, err, n);
 }
 
 int store_check(const char *path, char *err, size_t n)

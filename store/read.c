@@ -68,6 +68,97 @@ static inline uint64_t row_of(const struct rdesc *d, size_t i)
 	return d->rows ? d->rows[i] : d->first + i;
 }
 
+/* A read of many rows (n > 1): the keys to look up (d->rows itself, or
+ * first + i) and room for their index entries.  0, or -ENOMEM with
+ * nothing allocated. */
+static int read_keys(const struct rdesc *d, size_t n, uint64_t **keys, uint64_t **heads)
+{
+	*heads = malloc(n * sizeof(**heads));
+	*keys = d->rows ? (uint64_t *)d->rows : malloc(n * sizeof(**keys));
+	if (!*heads || !*keys) {
+		free(*heads);
+		if (*keys != d->rows)
+			free(*keys);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; !d->rows && i < n; i++)
+		(*keys)[i] = d->first + i;
+	return 0;
+}
+
+/* Row i (row) as the read found it under st->lock: v, or NULL for none.
+ * Note it in stored and vbatch and, unless the read is a probe (dst NULL),
+ * put its bytes in dst (zeros for none).  1 when the row is done, 0 when v
+ * is a spilled version: its bytes are on the device. */
+static int place_row(struct store *s, struct stable *st, struct emb_version *v, uint64_t row, size_t i,
+		     char *dst, uint8_t *stored, uint64_t *vbatch, int hot)
+{
+	uint32_t rs = st->t->row_size;
+	if (stored)
+		stored[i] = v != NULL;
+	if (vbatch)
+		vbatch[i] = v ? ver_batch(v) : 0;
+	if (!dst)
+		return 1; /* a probe: which rows are stored, not their bytes */
+	if (!v) {
+		memset(dst, 0, rs);
+		return 1;
+	}
+	if (!ver_stub(v)) {
+		memcpy(dst, ver_data(v), rs);
+		if (hot)
+			spill_note_use(s, st->id, row);
+		return 1;
+	}
+	return 0;
+}
+
+/* The nq spilled rows of q, their segments pinned: read them from the
+ * device (unless ret: the read has failed already), resolving again the
+ * rows moved meanwhile (reread), and unpin the segments.  ret, else the
+ * first failed row's error (-EIO for a row still moved). */
+static int read_device(struct store *s, struct stable *st, struct sreq *q, size_t nq, uint64_t b,
+		       uint8_t *stored, uint64_t *vbatch, int hot, int ret)
+{
+	if (nq && !ret) {
+		spill_read(s, q, nq);
+	}
+	for (size_t k = 0; k < nq; k++) {
+		spill_pin(s, q[k].loc, -1);
+		if (!ret) /* a header that does not match: moved (look again) or damaged */
+			reread(s, st, &q[k], b, stored, vbatch);
+		if (!ret && q[k].ret)
+			ret = q[k].ret == -ESTALE ? -EIO : q[k].ret;
+		if (!q[k].ret && hot)
+			spill_note_device_hit(s, st->id, q[k].row);
+	}
+	return ret;
+}
+
+/* The nrq rows of rq that only the runs can answer (the table's lock
+ * dropped): look them up and put their bytes (zeros for none) and batches
+ * in place.  0 or -errno (-EIO: a damaged block). */
+static int read_runs(struct store *s, struct stable *st, struct rq *rq, size_t nrq, uint64_t b,
+		     uint8_t *stored, uint64_t *vbatch)
+{
+	uint32_t rs = st->t->row_size;
+	int ret = runs_lookup(s, st, rq, nrq, b);
+	for (size_t k = 0; k < nrq && !ret; k++) {
+		if (rq[k].state == RQ_EIO) {
+			ret = -EIO;
+			break;
+		}
+		int data = rq[k].state == RQ_DATA;
+		if (!data && rq[k].dst)
+			memset(rq[k].dst, 0, rs);
+		if (stored)
+			stored[rq[k].idx] = data;
+		if (vbatch)
+			vbatch[rq[k].idx] = data ? rq[k].batch : 0;
+	}
+	return ret;
+}
+
 /* The read path: d's n rows as batch b sees them. */
 static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, size_t n, char *buf, uint64_t b,
 		     uint8_t *stored, uint64_t *vbatch)
@@ -83,18 +174,8 @@ static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, 
 
 	/* many rows: their index entries first, in one pipelined pass */
 	uint64_t *keys = NULL, *heads = NULL;
-	if (n > 1) {
-		heads = malloc(n * sizeof(*heads));
-		keys = d->rows ? (uint64_t *)d->rows : malloc(n * sizeof(*keys));
-		if (!heads || !keys) {
-			free(heads);
-			if (keys != d->rows)
-				free(keys);
-			return -ENOMEM;
-		}
-		for (size_t i = 0; !d->rows && i < n; i++)
-			keys[i] = d->first + i;
-	}
+	if (n > 1 && read_keys(d, n, &keys, &heads))
+		return -ENOMEM;
 	pthread_rwlock_rdlock(&st->lock);
 	if (heads)
 		ret = index_get_many(s, st, keys, n, d->skip, runs, heads);
@@ -123,22 +204,8 @@ static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, 
 			rq[nrq++] = (struct rq){ .row = row, .dst = dst, .idx = i };
 			continue;
 		}
-		if (stored)
-			stored[i] = v != NULL;
-		if (vbatch)
-			vbatch[i] = v ? ver_batch(v) : 0;
-		if (!buf)
-			continue; /* a probe: which rows are stored, not their bytes */
-		if (!v) {
-			memset(dst, 0, rs);
+		if (place_row(s, st, v, row, i, dst, stored, vbatch, hot))
 			continue;
-		}
-		if (!ver_stub(v)) {
-			memcpy(dst, ver_data(v), rs);
-			if (hot)
-				spill_note_use(s, st->id, row);
-			continue;
-		}
 		if (!sp) {
 			ret = -EIO; /* cannot happen: a pool with stubs mounts only with its device */
 			break;
@@ -159,35 +226,11 @@ static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, 
 	free(heads);
 	if (keys != d->rows)
 		free(keys);
-	if (nq && !ret) {
-		spill_read(s, q, nq);
-	}
-	for (size_t k = 0; k < nq; k++) {
-		spill_pin(s, q[k].loc, -1);
-		if (!ret) /* a header that does not match: moved (look again) or damaged */
-			reread(s, st, &q[k], b, stored, vbatch);
-		if (!ret && q[k].ret)
-			ret = q[k].ret == -ESTALE ? -EIO : q[k].ret;
-		if (!q[k].ret && hot)
-			spill_note_device_hit(s, st->id, q[k].row);
-	}
+	ret = read_device(s, st, q, nq, b, stored, vbatch, hot, ret);
 	if (q != &one)
 		free(q);
 	if (nrq && !ret)
-		ret = runs_lookup(s, st, rq, nrq, b);
-	for (size_t k = 0; k < nrq && !ret; k++) {
-		if (rq[k].state == RQ_EIO) {
-			ret = -EIO;
-			break;
-		}
-		int data = rq[k].state == RQ_DATA;
-		if (!data && rq[k].dst)
-			memset(rq[k].dst, 0, rs);
-		if (stored)
-			stored[rq[k].idx] = data;
-		if (vbatch)
-			vbatch[rq[k].idx] = data ? rq[k].batch : 0;
-	}
+		ret = read_runs(s, st, rq, nrq, b, stored, vbatch);
 	if (rq != &rone)
 		free(rq);
 	atomic_fetch_add_explicit(&s->n_rows_read, nread, memory_order_relaxed);

@@ -463,6 +463,56 @@ static int promote(struct store *s)
 	return done;
 }
 
+/* Move rows out of the pool, a round's main work: evict cold rows into
+ * runs, spill the rest to the device (compacting it when full), and give a
+ * row slab back to the heap when nothing else could make room (heap_short:
+ * the heap refused a writer since the last round asked).  round_lock held;
+ * takes commit_lock in steps.  Rows moved (1: a slab went back) or -errno. */
+static int64_t move_out(struct store *s, unsigned what, uint64_t need, int heap_short)
+{
+	struct spill *sp = s->sp;
+	int64_t moved;
+	uint64_t target = pass_target(s, need);
+	int all = !!(what & STORE_SPILL_ALL);
+	int64_t ev = sp->stubs_only ? 0 : evict_pass(s, all, target);
+	/* no room for the run: merges that give room back, then again */
+	if (ev == -ENOSPC && runs_make_room(s) > 0)
+		ev = evict_pass(s, all, target);
+	moved = ev;
+	if (ev >= 0 && (all || row_usage(s) > target)) {
+		moved = spill_pass(s, all, target);
+		if (moved >= 0)
+			moved += ev;
+		else if (ev > 0 && moved != -ENOSPC)
+			moved = ev;
+	}
+	/* the device is full: compact, most stale segment first, for as
+	 * long as each one gives back at least an eighth of a segment */
+	for (uint64_t i = 0; moved == -ENOSPC && i < sp->pm->nsegs; i++) {
+		double ratio;
+		uint64_t k = compact_pick(s, 1, &ratio);
+		if (k == EMB_NONE || ratio > 0.875 || compact_seg(s, k))
+			break;
+		moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
+	}
+	/* stubs found the heap full, or the heap refused a writer
+	 * that now waits and nothing could move: give a row slab back
+	 * to the heap (row_cap shrinks with it).  Not when row_cap
+	 * refused the writer: rows already keep to their share, and a
+	 * smaller share would only refuse more writes (issue 25) */
+	if ((moved == -ENOSPC || (moved == 0 && (what & STORE_SPILL_MOVE) && heap_short)) &&
+	    !(what & STORE_SPILL_ALL)) {
+		pthread_mutex_lock(&s->commit_lock);
+		int r = shrink_rows(s);
+		pthread_mutex_unlock(&s->commit_lock);
+		if (r == 0) {
+			atomic_fetch_add(&sp->shrinks, 1);
+			moved = 1;
+		}
+	}
+	return moved;
+}
+
 static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 {
 	struct spill *sp = s->sp;
@@ -484,46 +534,8 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 		if (ret)
 			return ret;
 	}
-	if ((what & STORE_SPILL_MOVE) || row_usage(s) > sp->start_bytes) {
-		uint64_t target = pass_target(s, need);
-		int all = !!(what & STORE_SPILL_ALL);
-		int64_t ev = sp->stubs_only ? 0 : evict_pass(s, all, target);
-		/* no room for the run: merges that give room back, then again */
-		if (ev == -ENOSPC && runs_make_room(s) > 0)
-			ev = evict_pass(s, all, target);
-		moved = ev;
-		if (ev >= 0 && (all || row_usage(s) > target)) {
-			moved = spill_pass(s, all, target);
-			if (moved >= 0)
-				moved += ev;
-			else if (ev > 0 && moved != -ENOSPC)
-				moved = ev;
-		}
-		/* the device is full: compact, most stale segment first, for as
-		 * long as each one gives back at least an eighth of a segment */
-		for (uint64_t i = 0; moved == -ENOSPC && i < sp->pm->nsegs; i++) {
-			double ratio;
-			uint64_t k = compact_pick(s, 1, &ratio);
-			if (k == EMB_NONE || ratio > 0.875 || compact_seg(s, k))
-				break;
-			moved = spill_pass(s, !!(what & STORE_SPILL_ALL), target);
-		}
-		/* stubs found the heap full, or the heap refused a writer
-		 * that now waits and nothing could move: give a row slab back
-		 * to the heap (row_cap shrinks with it).  Not when row_cap
-		 * refused the writer: rows already keep to their share, and a
-		 * smaller share would only refuse more writes (issue 25) */
-		if ((moved == -ENOSPC || (moved == 0 && (what & STORE_SPILL_MOVE) && heap_short)) &&
-		    !(what & STORE_SPILL_ALL)) {
-			pthread_mutex_lock(&s->commit_lock);
-			int r = shrink_rows(s);
-			pthread_mutex_unlock(&s->commit_lock);
-			if (r == 0) {
-				atomic_fetch_add(&sp->shrinks, 1);
-				moved = 1;
-			}
-		}
-	}
+	if ((what & STORE_SPILL_MOVE) || row_usage(s) > sp->start_bytes)
+		moved = move_out(s, what, need, heap_short);
 	if (what & STORE_SPILL_PROMOTE || !sp->manual)
 		promote(s);
 	/* runs: merge what a table has too many of (one merge only while a

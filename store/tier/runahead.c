@@ -220,6 +220,147 @@ static void win_done_locked(struct spill *sp, uint32_t i, int err)
 	pthread_cond_broadcast(&sp->ra_cv);
 }
 
+/* The read-ahead thread's own state: its ring (fixed: the arena registered
+ * with it), its reads in flight (io[k]: the read whose user_data is k) and,
+ * per window it reads, the run (a reference), the reads left and the error. */
+struct rathread {
+	struct spill *sp;
+	uint32_t qd;
+	struct io_uring ring;
+	int have_ring, fixed;
+	struct raio io[256];
+	int left[RA_WINDOWS], err[RA_WINDOWS];
+	struct srun *run[RA_WINDOWS];
+	uint32_t inflight;
+};
+
+/* Start the reads of the queued windows, oldest first, as long as they fit
+ * on the ring: each window's reads go on the ring, or are made plainly
+ * (ra_mu dropped meanwhile) and the window handed over at once.  ra_mu held. */
+static void ra_start_locked(struct rathread *t)
+{
+	struct spill *sp = t->sp;
+	struct raio *io = t->io;
+	/* the queued windows, oldest first, as long as their reads fit */
+	struct sreq q[RA_BYTES / BLK + 2];
+	for (;;) {
+		int best = -1;
+		for (uint32_t i = 0; i < RA_WINDOWS && !sp->ra_stop; i++)
+			if (sp->ra[i].x && (best < 0 || sp->ra[i].tick < sp->ra[best].tick))
+				best = (int)i;
+		if (best < 0)
+			break;
+		struct rawin *w = &sp->ra[best];
+		size_t nq = 0;
+		ra_win_reads(sp, w->x, w, q, &nq);
+		int plain = !t->have_ring || nq > t->qd; /* (a window in more pieces than the ring holds) */
+		if (!plain && t->inflight + nq > t->qd)
+			break; /* when some complete */
+		t->run[best] = w->x;
+		w->x = NULL;
+		sp->ra_queued--;
+		atomic_fetch_add_explicit(&sp->ra_ahead, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&sp->run_blocks, w->nblk, memory_order_relaxed);
+		if (plain) {
+			pthread_mutex_unlock(&sp->ra_mu);
+			int r = device_read_raw(sp, q, nq, NULL);
+			if (!r)
+				win_check(sp, t->run[best], w);
+			srun_put(t->run[best]);
+			pthread_mutex_lock(&sp->ra_mu);
+			win_done_locked(sp, (uint32_t)best, r);
+			continue;
+		}
+		t->left[best] = (int)nq;
+		t->err[best] = 0;
+		for (size_t j = 0; j < nq; j++) {
+			uint32_t k = 0;
+			while (io[k].win >= 0)
+				k++;
+			io[k] = (struct raio){ .win = best, .q = q[j] };
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+			if (t->fixed)
+				io_uring_prep_read_fixed(sqe, sp->fd, q[j].to, q[j].span, q[j].blk, 0);
+			else
+				io_uring_prep_read(sqe, sp->fd, q[j].to, q[j].span, q[j].blk);
+			sqe->user_data = k;
+			t->inflight++;
+		}
+	}
+}
+
+/* Submit the ring's reads and wait for at least one to end (ra_mu dropped
+ * meanwhile); a short read is made again plainly, and should the ring fail
+ * every read in flight is.  The io slots of the reads that ended go to done
+ * (a failed read sets its window's error).  ra_mu held.  How many ended. */
+static uint32_t ra_wait_locked(struct rathread *t, uint32_t *done)
+{
+	struct spill *sp = t->sp;
+	struct raio *io = t->io;
+	int *err = t->err;
+	pthread_mutex_unlock(&sp->ra_mu);
+	struct io_uring_cqe *cqe;
+	int r = io_uring_submit_and_wait(&t->ring, 1);
+	uint32_t got = 0;
+	unsigned head;
+	io_uring_for_each_cqe(&t->ring, head, cqe) {
+		uint32_t k = (uint32_t)cqe->user_data;
+		struct raio *a = &io[k];
+		if (cqe->res != (int)a->q.span && /* a short read: once more, plainly */
+		    pread(sp->fd, a->q.to, a->q.span, (off_t)a->q.blk) != (ssize_t)a->q.span)
+			err[a->win] = -EIO;
+		done[got++] = k;
+	}
+	io_uring_cq_advance(&t->ring, got);
+	atomic_fetch_add_explicit(&sp->read_ios, got, memory_order_relaxed);
+	pthread_mutex_lock(&sp->ra_mu);
+	if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && !got) {
+		/* the ring failed: read what is in flight plainly */
+		for (uint32_t k = 0; k < t->qd; k++)
+			if (io[k].win >= 0) {
+				if (pread(sp->fd, io[k].q.to, io[k].q.span, (off_t)io[k].q.blk) != (ssize_t)io[k].q.span)
+					err[io[k].win] = -EIO;
+				done[got++] = k;
+			}
+	}
+	return got;
+}
+
+/* The got reads of done ended: free their io slots, and hand over each
+ * window whose reads have all ended (its blocks checked first, ra_mu
+ * dropped meanwhile), dropping its run's reference.  ra_mu held. */
+static void ra_finish_locked(struct rathread *t, const uint32_t *done, uint32_t got)
+{
+	struct spill *sp = t->sp;
+	int *err = t->err;
+	uint32_t nfin = 0, fin[RA_WINDOWS];
+	for (uint32_t g = 0; g < got; g++) {
+		struct raio *a = &t->io[done[g]];
+		atomic_fetch_add_explicit(&sp->read_bytes, a->q.span, memory_order_relaxed);
+		int i = a->win;
+		a->win = -1;
+		t->inflight--;
+		if (--t->left[i] == 0)
+			fin[nfin++] = (uint32_t)i;
+	}
+	/* the windows read whole: their blocks checked here, off the
+	 * readers' path, then handed over */
+	if (nfin) {
+		pthread_mutex_unlock(&sp->ra_mu);
+		for (uint32_t f = 0; f < nfin; f++)
+			if (!err[fin[f]])
+				win_check(sp, t->run[fin[f]], &sp->ra[fin[f]]);
+		pthread_mutex_lock(&sp->ra_mu);
+	}
+	for (uint32_t f = 0; f < nfin; f++) {
+		uint32_t i = fin[f];
+		win_done_locked(sp, i, err[i]);
+		struct srun *x = t->run[i];
+		t->run[i] = NULL;
+		srun_put(x);
+	}
+}
+
 /* The read-ahead thread: submits the reads of the windows queued (up to
  * spill_qd reads in flight, on a ring of its own) and marks each window
  * read as soon as its own reads complete, nearest first, so that a reader
@@ -228,127 +369,29 @@ static void win_done_locked(struct spill *sp, uint32_t i, int err)
 static void *ra_main(void *arg)
 {
 	struct spill *sp = arg;
-	uint32_t qd = sp->qd < 256 ? sp->qd : 256;
-	struct io_uring ring;
-	int have_ring = io_uring_queue_init(qd, &ring, 0) == 0;
+	struct rathread t = { .sp = sp, .qd = sp->qd < 256 ? sp->qd : 256 };
+	t.have_ring = io_uring_queue_init(t.qd, &t.ring, 0) == 0;
 	/* the windows' arena registered: reads into it pin no pages each
 	 * (needs RLIMIT_MEMLOCK room or CAP_IPC_LOCK, else plain reads) */
 	struct iovec arena = { sp->ra_arena, (size_t)RA_WINDOWS * RA_BYTES };
-	int fixed = have_ring && io_uring_register_buffers(&ring, &arena, 1) == 0;
-	struct raio io[256];
-	int left[RA_WINDOWS] = { 0 }, err[RA_WINDOWS] = { 0 };
-	struct srun *run[RA_WINDOWS] = { 0 };
-	uint32_t inflight = 0;
-	for (uint32_t k = 0; k < qd; k++)
-		io[k].win = -1;
+	t.fixed = t.have_ring && io_uring_register_buffers(&t.ring, &arena, 1) == 0;
+	for (uint32_t k = 0; k < t.qd; k++)
+		t.io[k].win = -1;
 	pthread_mutex_lock(&sp->ra_mu);
-	while (!sp->ra_stop || inflight) {
-		/* the queued windows, oldest first, as long as their reads fit */
-		struct sreq q[RA_BYTES / BLK + 2];
-		for (;;) {
-			int best = -1;
-			for (uint32_t i = 0; i < RA_WINDOWS && !sp->ra_stop; i++)
-				if (sp->ra[i].x && (best < 0 || sp->ra[i].tick < sp->ra[best].tick))
-					best = (int)i;
-			if (best < 0)
-				break;
-			struct rawin *w = &sp->ra[best];
-			size_t nq = 0;
-			ra_win_reads(sp, w->x, w, q, &nq);
-			int plain = !have_ring || nq > qd; /* (a window in more pieces than the ring holds) */
-			if (!plain && inflight + nq > qd)
-				break; /* when some complete */
-			run[best] = w->x;
-			w->x = NULL;
-			sp->ra_queued--;
-			atomic_fetch_add_explicit(&sp->ra_ahead, 1, memory_order_relaxed);
-			atomic_fetch_add_explicit(&sp->run_blocks, w->nblk, memory_order_relaxed);
-			if (plain) {
-				pthread_mutex_unlock(&sp->ra_mu);
-				int r = device_read_raw(sp, q, nq, NULL);
-				if (!r)
-					win_check(sp, run[best], w);
-				srun_put(run[best]);
-				pthread_mutex_lock(&sp->ra_mu);
-				win_done_locked(sp, (uint32_t)best, r);
-				continue;
-			}
-			left[best] = (int)nq;
-			err[best] = 0;
-			for (size_t j = 0; j < nq; j++) {
-				uint32_t k = 0;
-				while (io[k].win >= 0)
-					k++;
-				io[k] = (struct raio){ .win = best, .q = q[j] };
-				struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
-				if (fixed)
-					io_uring_prep_read_fixed(sqe, sp->fd, q[j].to, q[j].span, q[j].blk, 0);
-				else
-					io_uring_prep_read(sqe, sp->fd, q[j].to, q[j].span, q[j].blk);
-				sqe->user_data = k;
-				inflight++;
-			}
-		}
-		if (!inflight) {
+	while (!sp->ra_stop || t.inflight) {
+		ra_start_locked(&t);
+		if (!t.inflight) {
 			if (!sp->ra_stop)
 				pthread_cond_wait(&sp->ra_job, &sp->ra_mu);
 			continue;
 		}
-		pthread_mutex_unlock(&sp->ra_mu);
-		struct io_uring_cqe *cqe;
-		int r = io_uring_submit_and_wait(&ring, 1);
-		uint32_t got = 0, done[256];
-		unsigned head;
-		io_uring_for_each_cqe(&ring, head, cqe) {
-			uint32_t k = (uint32_t)cqe->user_data;
-			struct raio *a = &io[k];
-			if (cqe->res != (int)a->q.span && /* a short read: once more, plainly */
-			    pread(sp->fd, a->q.to, a->q.span, (off_t)a->q.blk) != (ssize_t)a->q.span)
-				err[a->win] = -EIO;
-			done[got++] = k;
-		}
-		io_uring_cq_advance(&ring, got);
-		atomic_fetch_add_explicit(&sp->read_ios, got, memory_order_relaxed);
-		pthread_mutex_lock(&sp->ra_mu);
-		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && !got) {
-			/* the ring failed: read what is in flight plainly */
-			for (uint32_t k = 0; k < qd; k++)
-				if (io[k].win >= 0) {
-					if (pread(sp->fd, io[k].q.to, io[k].q.span, (off_t)io[k].q.blk) != (ssize_t)io[k].q.span)
-						err[io[k].win] = -EIO;
-					done[got++] = k;
-				}
-		}
-		uint32_t nfin = 0, fin[RA_WINDOWS];
-		for (uint32_t g = 0; g < got; g++) {
-			struct raio *a = &io[done[g]];
-			atomic_fetch_add_explicit(&sp->read_bytes, a->q.span, memory_order_relaxed);
-			int i = a->win;
-			a->win = -1;
-			inflight--;
-			if (--left[i] == 0)
-				fin[nfin++] = (uint32_t)i;
-		}
-		/* the windows read whole: their blocks checked here, off the
-		 * readers' path, then handed over */
-		if (nfin) {
-			pthread_mutex_unlock(&sp->ra_mu);
-			for (uint32_t f = 0; f < nfin; f++)
-				if (!err[fin[f]])
-					win_check(sp, run[fin[f]], &sp->ra[fin[f]]);
-			pthread_mutex_lock(&sp->ra_mu);
-		}
-		for (uint32_t f = 0; f < nfin; f++) {
-			uint32_t i = fin[f];
-			win_done_locked(sp, i, err[i]);
-			struct srun *x = run[i];
-			run[i] = NULL;
-			srun_put(x);
-		}
+		uint32_t done[256];
+		uint32_t got = ra_wait_locked(&t, done);
+		ra_finish_locked(&t, done, got);
 	}
 	pthread_mutex_unlock(&sp->ra_mu);
-	if (have_ring)
-		io_uring_queue_exit(&ring);
+	if (t.have_ring)
+		io_uring_queue_exit(&t.ring);
 	return NULL;
 }
 

@@ -130,10 +130,11 @@ static int ev_publish(struct spill *sp, uint32_t id, const struct ev *e, size_t 
 
 #define EVICT_SLICE 4096u /* rows per hold of commit_lock when they leave the index */
 
-int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t budget, int all)
+/* Rows an eviction takes at most to give back budget bytes of rows of
+ * row_size rs: at least EVICT_MIN_ROWS, at most EVICT_MAX_BYTES of them,
+ * and a run that fits half the smallest merge reserve. */
+static size_t ev_max_rows(const struct spill *sp, uint32_t rs, uint64_t budget)
 {
-	struct spill *sp = s->sp;
-	uint32_t rs = st->t->row_size, tid = st->id;
 	size_t max = (size_t)(budget / slab_row_slot(rs));
 	if (max < EVICT_MIN_ROWS)
 		max = EVICT_MIN_ROWS;
@@ -144,19 +145,83 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 	uint64_t cap = sp->reserve_min * sp->pm->seg_size / 2 / run_blk_size(rs) * run_blk_recs(rs);
 	if (max > cap)
 		max = cap ? cap : 1;
+	return max;
+}
+
+/* es's arrays for es->max rows and es->vmax versions (vmax = max) of
+ * row_size rs.  0, or -ENOMEM (evset_free frees what was made). */
+static int evset_alloc(struct evset *es, uint32_t rs)
+{
+	size_t max = es->max;
+	es->e = malloc(max * sizeof(*es->e));
+	es->off = malloc(max * sizeof(*es->off));
+	es->lnk = malloc(max * sizeof(*es->lnk));
+	es->bat = malloc(max * sizeof(*es->bat));
+	es->data = malloc(max * sizeof(*es->data));
+	es->arena = malloc(max * (size_t)rs);
+	return es->e && es->off && es->lnk && es->bat && es->data && es->arena ? 0 : -ENOMEM;
+}
+
+/* Free es's arrays (those evset_alloc made; the others are NULL). */
+static void evset_free(struct evset *es)
+{
+	free(es->e);
+	free(es->off);
+	free(es->lnk);
+	free(es->bat);
+	free(es->data);
+	free(es->arena);
+}
+
+/* Install the run w built of st's rows, then take its *nrows rows (er) out of
+ * the index, EVICT_SLICE at a time, commit_lock let go in between (and the
+ * table checked again).  commit_lock held.  0, -ENOENT (the table went
+ * meanwhile) or -errno; *nrows: the rows that left the index (unchanged if
+ * the table had gone before the install). */
+static int ev_install_locked(struct store *s, struct stable *st, uint32_t tid, struct run_build *w,
+			     const struct evict_row *er, size_t *nrows)
+{
+	struct spill *sp = s->sp;
+	size_t n = *nrows, evicted = 0;
+	int ret;
+	if (!run_table_same(s, st, tid, w->gen))
+		return -ENOENT; /* the table went meanwhile */
+	ret = run_install(s, w, w->id, 0, NULL, 0);
+	if (!ret) {
+		pthread_rwlock_wrlock(&st->lock);
+		st->mod++;
+		pthread_rwlock_unlock(&st->lock);
+	}
+	for (size_t at = 0; !ret && at < n;) {
+		size_t k = n - at < EVICT_SLICE ? n - at : EVICT_SLICE, done = 0;
+		ret = commit_evict_locked(s, st, er + at, k, &done);
+		evicted += done;
+		at += k;
+		if (!ret && at < n) {
+			pthread_mutex_unlock(&s->commit_lock);
+			spill_unlocked(sp);
+			pthread_mutex_lock(&s->commit_lock);
+			if (!run_table_same(s, st, tid, w->gen))
+				ret = -ENOENT;
+		}
+	}
+	atomic_fetch_add_explicit(&sp->run_evicted, evicted, memory_order_relaxed);
+	*nrows = evicted;
+	return ret;
+}
+
+int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t budget, int all)
+{
+	struct spill *sp = s->sp;
+	uint32_t rs = st->t->row_size, tid = st->id;
+	size_t max = ev_max_rows(sp, rs, budget);
 	struct evset es = { .max = max, .vmax = max };
-	es.e = malloc(max * sizeof(*es.e));
-	es.off = malloc(max * sizeof(*es.off));
-	es.lnk = malloc(max * sizeof(*es.lnk));
-	es.bat = malloc(max * sizeof(*es.bat));
-	es.data = malloc(max * sizeof(*es.data));
-	es.arena = malloc(max * (size_t)rs);
 	uint64_t *plain = NULL;
 	struct evict_row *er = NULL;
 	struct run_build w;
 	int built = 0;
 	size_t n = 0;
-	int ret = es.e && es.off && es.lnk && es.bat && es.data && es.arena ? 0 : -ENOMEM;
+	int ret = evset_alloc(&es, rs);
 	uint64_t id = 0;
 	if (!ret) {
 		/* the rows are marked in flight before commit_lock goes: a delete
@@ -204,32 +269,7 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 	 * their barriers) do not queue behind the whole eviction; a row
 	 * written meanwhile stays (commit_evict_locked compares its chain) */
 	pthread_mutex_lock(&s->commit_lock);
-	size_t evicted = 0;
-	if (!run_table_same(s, st, tid, w.gen)) {
-		ret = -ENOENT; /* the table went meanwhile */
-	} else {
-		ret = run_install(s, &w, w.id, 0, NULL, 0);
-		if (!ret) {
-			pthread_rwlock_wrlock(&st->lock);
-			st->mod++;
-			pthread_rwlock_unlock(&st->lock);
-		}
-		for (size_t at = 0; !ret && at < n;) {
-			size_t k = n - at < EVICT_SLICE ? n - at : EVICT_SLICE, done = 0;
-			ret = commit_evict_locked(s, st, er + at, k, &done);
-			evicted += done;
-			at += k;
-			if (!ret && at < n) {
-				pthread_mutex_unlock(&s->commit_lock);
-				spill_unlocked(sp);
-				pthread_mutex_lock(&s->commit_lock);
-				if (!run_table_same(s, st, tid, w.gen))
-					ret = -ENOENT;
-			}
-		}
-		atomic_fetch_add_explicit(&sp->run_evicted, evicted, memory_order_relaxed);
-		n = evicted;
-	}
+	ret = ev_install_locked(s, st, tid, &w, er, &n);
 	ev_publish(sp, 0, NULL, 0);
 	pthread_mutex_unlock(&s->commit_lock);
 out:
@@ -239,11 +279,6 @@ out:
 		run_build_free(&w, 1);
 	free(plain);
 	free(er);
-	free(es.e);
-	free(es.off);
-	free(es.lnk);
-	free(es.bat);
-	free(es.data);
-	free(es.arena);
+	evset_free(&es);
 	return ret ? ret : (int64_t)n;
 }

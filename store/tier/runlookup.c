@@ -170,15 +170,12 @@ static int plan_run(struct lreq *L, struct plan *p)
 	return ret;
 }
 
-/* Read every planned block: those of windows L loads into them, the others
- * into one buffer (adjacent blocks of a run in one read), all in one
- * submission; then wait for the windows others load.  0 or -errno.  *bufp:
- * the buffer, to free. */
-static int read_planned(struct lreq *L, char **bufp)
+/* What reading L's planned blocks takes: *total_out bytes of the blocks
+ * read directly, and at most *nreads_out reads (one per direct block, and
+ * per block of each window L loads). */
+static void planned_size(const struct lreq *L, size_t *total_out, size_t *nreads_out)
 {
-	struct spill *sp = L->s->sp;
 	size_t total = 0, nreads = 0;
-	uint64_t direct = 0, loaded = 0, fromwin = 0;
 	for (size_t i = 0; i < L->np; i++)
 		for (size_t k = L->p[i].b0; k < L->p[i].b0 + L->p[i].nb; k++)
 			if (!L->br[k].w) {
@@ -188,6 +185,59 @@ static int read_planned(struct lreq *L, char **bufp)
 	for (size_t i = 0; i < L->nwin; i++)
 		if (L->mine[i])
 			nreads += L->win[i]->nblk;
+	*total_out = total;
+	*nreads_out = nreads;
+}
+
+/* The windows L loads are read (or failed: ret): say so to their waiters,
+ * then wait for those that others load.  ret, or -EIO when one of those
+ * failed.  Takes ra_mu. */
+static int wins_wait(struct lreq *L, int ret)
+{
+	struct spill *sp = L->s->sp;
+	pthread_mutex_lock(&sp->ra_mu);
+	for (size_t j = 0; j < L->nwin; j++)
+		if (L->mine[j])
+			L->win[j]->state = ret ? RA_FAILED : RA_READY;
+	pthread_cond_broadcast(&sp->ra_cv);
+	for (size_t j = 0; j < L->nwin && !ret; j++) {
+		while (L->win[j]->state == RA_LOADING)
+			pthread_cond_wait(&sp->ra_cv, &sp->ra_mu);
+		if (L->win[j]->state == RA_FAILED)
+			ret = -EIO;
+	}
+	pthread_mutex_unlock(&sp->ra_mu);
+	return ret;
+}
+
+/* Point each planned block that a window holds at its bytes there, with
+ * the read-ahead thread's verdict on it.  Every window of L is read. */
+static void wins_point(struct lreq *L)
+{
+	for (size_t i = 0; i < L->np; i++) {
+		const struct plan *p = &L->p[i];
+		uint64_t per = ra_win_blocks(p->x);
+		for (size_t k = p->b0; k < p->b0 + p->nb; k++) {
+			struct rawin *w = L->br[k].w;
+			if (w) {
+				uint64_t i = L->br[k].blk - w->ext * per;
+				L->br[k].p = w->buf + i * (size_t)p->x->r->blk_size;
+				L->br[k].ok = w->ok[i] > 0 ? 1 : w->ok[i] < 0 ? -EIO : 0; /* the thread's check */
+			}
+		}
+	}
+}
+
+/* Read every planned block: those of windows L loads into them, the others
+ * into one buffer (adjacent blocks of a run in one read), all in one
+ * submission; then wait for the windows others load.  0 or -errno.  *bufp:
+ * the buffer, to free. */
+static int read_planned(struct lreq *L, char **bufp)
+{
+	struct spill *sp = L->s->sp;
+	size_t total, nreads;
+	uint64_t direct = 0, loaded = 0, fromwin = 0;
+	planned_size(L, &total, &nreads);
 	*bufp = NULL;
 	char *buf = NULL;
 	struct sreq *q = malloc((nreads ? nreads : 1) * sizeof(*q));
@@ -231,34 +281,12 @@ static int read_planned(struct lreq *L, char **bufp)
 		}
 	int ret = nq ? device_read_raw(sp, q, nq, buf) : 0;
 	free(q);
-	pthread_mutex_lock(&sp->ra_mu);
-	for (size_t j = 0; j < L->nwin; j++)
-		if (L->mine[j])
-			L->win[j]->state = ret ? RA_FAILED : RA_READY;
-	pthread_cond_broadcast(&sp->ra_cv);
-	for (size_t j = 0; j < L->nwin && !ret; j++) {
-		while (L->win[j]->state == RA_LOADING)
-			pthread_cond_wait(&sp->ra_cv, &sp->ra_mu);
-		if (L->win[j]->state == RA_FAILED)
-			ret = -EIO;
-	}
-	pthread_mutex_unlock(&sp->ra_mu);
+	ret = wins_wait(L, ret);
 	if (ret) {
 		free(buf);
 		return ret;
 	}
-	for (size_t i = 0; i < L->np; i++) {
-		const struct plan *p = &L->p[i];
-		uint64_t per = ra_win_blocks(p->x);
-		for (size_t k = p->b0; k < p->b0 + p->nb; k++) {
-			struct rawin *w = L->br[k].w;
-			if (w) {
-				uint64_t i = L->br[k].blk - w->ext * per;
-				L->br[k].p = w->buf + i * (size_t)p->x->r->blk_size;
-				L->br[k].ok = w->ok[i] > 0 ? 1 : w->ok[i] < 0 ? -EIO : 0; /* the thread's check */
-			}
-		}
-	}
+	wins_point(L);
 	atomic_fetch_add_explicit(&sp->run_blocks, direct + loaded, memory_order_relaxed);
 	if (fromwin)
 		atomic_fetch_add_explicit(&sp->ra_blocks, fromwin, memory_order_relaxed);

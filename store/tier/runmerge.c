@@ -87,6 +87,98 @@ static int runs_apart(const struct srun *x, struct srun *const *v, size_t m)
 	return 1;
 }
 
+/* Load the merge's inputs v[0..m) and start an iterator on each (it[i]:
+ * its buffer, to free); *level: one above the highest input's level (of
+ * those loaded).  0 or -errno (an unreadable run, -ENOMEM, an iterator's). */
+static int merge_load(struct store *s, struct srun **v, size_t m, struct rit *it, uint32_t *level)
+{
+	int ret = 0;
+	for (size_t i = 0; i < m && !ret; i++) {
+		if ((ret = srun_load(s, v[i])))
+			break; /* an unreadable run is not merged (its rows read as EIO) */
+		it[i].x = v[i];
+		it[i].blk0 = EMB_NONE;
+		if (posix_memalign((void **)&it[i].buf, BLK, CHUNK_BYTES + v[i]->r->blk_size))
+			ret = -ENOMEM;
+		else
+			rit_next(s, &it[i]);
+		if (!ret && it[i].err)
+			ret = it[i].err;
+		if (v[i]->r->level + 1 > *level)
+			*level = v[i]->r->level + 1;
+	}
+	return ret;
+}
+
+/* Gather into mv (emptied first) the versions of row (rs bytes) from every
+ * input whose iterator is at it, newest input first, stepping those
+ * iterators past the row; *in_bytes counts the records read (w's record
+ * size each).  0 or -errno. */
+static int merge_gather(struct store *s, struct rit *it, size_t m, uint64_t row, uint32_t rs,
+			struct mvers *mv, const struct run_build *w, uint64_t *in_bytes)
+{
+	int ret = 0;
+	mv->n = 0;
+	for (size_t i = 0; i < m && !ret; i++) {
+		while (it[i].cur && rec_row(it[i].cur) == row) {
+			if ((ret = mvers_room(mv, rs)))
+				break;
+			mv->batch[mv->n] = rec_batch(it[i].cur);
+			memcpy(mv->bytes + mv->n * (size_t)rs, it[i].cur + 16, rs);
+			mv->n++;
+			*in_bytes += w->rec;
+			rit_next(s, &it[i]);
+			if (it[i].err)
+				ret = it[i].err;
+		}
+	}
+	return ret;
+}
+
+/* Install the merge's output w (at level) in v[0]'s place, or retire the
+ * inputs v[0..m) when nothing is left of them: if the inputs are still
+ * listed, in order, with nothing between them that holds rows of theirs,
+ * and table tid is still st of generation gen.  Takes commit_lock and
+ * run_lock (shared).  0, -ESTALE (they are not) or -errno. */
+static int merge_install(struct store *s, struct stable *st, uint32_t tid, uint64_t gen, struct run_build *w,
+			 struct srun **v, size_t m, uint32_t level)
+{
+	struct spill *sp = s->sp;
+	int ret;
+	pthread_mutex_lock(&s->commit_lock);
+	/* the inputs must still be listed, in order, with nothing between
+	 * them that holds rows of theirs */
+	int listed = 1;
+	pthread_rwlock_rdlock(&sp->run_lock);
+	struct srun *p = sp->runs[tid];
+	while (p && p != v[0])
+		p = p->next;
+	for (size_t i = 0; i < m && listed;) {
+		if (!p)
+			listed = 0;
+		else if (p == v[i])
+			i++;
+		else
+			listed = runs_apart(p, v, m);
+		if (p)
+			p = p->next;
+	}
+	pthread_rwlock_unlock(&sp->run_lock);
+	if (!listed || !run_table_same(s, st, tid, gen))
+		ret = -ESTALE;
+	else if (w->nrecs)
+		ret = run_install(s, w, v[0]->r->seq, level, v, m);
+	else
+		ret = runs_retire_locked(s, v, m);
+	if (!ret) {
+		pthread_rwlock_wrlock(&st->lock);
+		st->mod++;
+		pthread_rwlock_unlock(&st->lock);
+	}
+	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}
+
 /* Merge runs v[0..m) (in the table's list order, newest first, any run
  * between them holding none of their row ranges) into one, in v[0]'s place.
  * bottom: v[m - 1] is the table's oldest run.  Versions no live snapshot
@@ -116,20 +208,7 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 	w.keep = keep; /* a merge may take the reserve */
 	w.dry = plan != NULL;
 	uint32_t level = 0;
-	for (size_t i = 0; i < m && !ret; i++) {
-		if ((ret = srun_load(s, v[i])))
-			break; /* an unreadable run is not merged (its rows read as EIO) */
-		it[i].x = v[i];
-		it[i].blk0 = EMB_NONE;
-		if (posix_memalign((void **)&it[i].buf, BLK, CHUNK_BYTES + v[i]->r->blk_size))
-			ret = -ENOMEM;
-		else
-			rit_next(s, &it[i]);
-		if (!ret && it[i].err)
-			ret = it[i].err;
-		if (v[i]->r->level + 1 > level)
-			level = v[i]->r->level + 1;
-	}
+	ret = merge_load(s, v, m, it, &level);
 	struct mvers mv = { 0 };
 	uint64_t in_bytes = 0;
 	while (!ret) {
@@ -139,20 +218,7 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 				row = rec_row(it[i].cur);
 		if (row == EMB_NONE)
 			break;
-		mv.n = 0;
-		for (size_t i = 0; i < m && !ret; i++) {
-			while (it[i].cur && rec_row(it[i].cur) == row) {
-				if ((ret = mvers_room(&mv, rs)))
-					break;
-				mv.batch[mv.n] = rec_batch(it[i].cur);
-				memcpy(mv.bytes + mv.n * (size_t)rs, it[i].cur + 16, rs);
-				mv.n++;
-				in_bytes += w.rec;
-				rit_next(s, &it[i]);
-				if (it[i].err)
-					ret = it[i].err;
-			}
-		}
+		ret = merge_gather(s, it, m, row, rs, &mv, &w, &in_bytes);
 		if (ret)
 			break;
 		size_t nk = mvers_keep(&mv, rs, snaps, ns, bottom);
@@ -167,39 +233,8 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 	}
 	if (plan && !ret)
 		*plan = w.nrecs ? w.dry_segs : 0;
-	if (!ret && !plan) {
-		pthread_mutex_lock(&s->commit_lock);
-		/* the inputs must still be listed, in order, with nothing between
-		 * them that holds rows of theirs */
-		int listed = 1;
-		pthread_rwlock_rdlock(&sp->run_lock);
-		struct srun *p = sp->runs[tid];
-		while (p && p != v[0])
-			p = p->next;
-		for (size_t i = 0; i < m && listed;) {
-			if (!p)
-				listed = 0;
-			else if (p == v[i])
-				i++;
-			else
-				listed = runs_apart(p, v, m);
-			if (p)
-				p = p->next;
-		}
-		pthread_rwlock_unlock(&sp->run_lock);
-		if (!listed || !run_table_same(s, st, tid, gen))
-			ret = -ESTALE;
-		else if (w.nrecs)
-			ret = run_install(s, &w, v[0]->r->seq, level, v, m);
-		else
-			ret = runs_retire_locked(s, v, m);
-		if (!ret) {
-			pthread_rwlock_wrlock(&st->lock);
-			st->mod++;
-			pthread_rwlock_unlock(&st->lock);
-		}
-		pthread_mutex_unlock(&s->commit_lock);
-	}
+	if (!ret && !plan)
+		ret = merge_install(s, st, tid, gen, &w, v, m, level);
 	if (!ret && !plan) {
 		atomic_fetch_add(&sp->merges, 1);
 		atomic_fetch_add(&sp->merge_in_bytes, in_bytes);
@@ -220,6 +255,34 @@ static uint64_t segs_of(struct srun **v, size_t m)
 	for (size_t i = 0; i < m; i++)
 		n += v[i]->r->nsegs;
 	return n;
+}
+
+/* Make the merge merge_fitting chose in table bid's runs: the whole list
+ * (bi == n, bj == n - 1), run bi alone (bi == bj) or runs bi and bj.  1
+ * merged, 0 not (the table or its list changed, or no room), -errno. */
+static int merge_chosen(struct store *s, uint32_t bid, size_t bi, size_t bj)
+{
+	struct spill *sp = s->sp;
+	/* only this thread merges, and runs come only at the head of a list:
+	 * the list is as it was, or shorter (merge_runs checks) */
+	struct stable *st = tab_get(s, bid);
+	struct srun **v;
+	size_t n;
+	if (!st || runs_get(sp, bid, &v, &n))
+		return 0;
+	int ret = -ESTALE;
+	if (bi == n && bj + 1 == n)
+		ret = merge_runs(s, st, v, n, 1, 0, NULL);
+	else if (bi < n && bi == bj)
+		ret = merge_runs(s, st, v + bi, 1, bi + 1 == n, 0, NULL);
+	else if (bi < bj && bj < n) {
+		struct srun *pair[2] = { v[bi], v[bj] };
+		ret = merge_runs(s, st, pair, 2, bj + 1 == n, 0, NULL);
+	}
+	runs_put(v, n);
+	if (ret == -ESTALE || ret == -ENOSPC)
+		return 0;
+	return ret ? ret : 1;
 }
 
 /* The device has no room for the merge it wants, or for a run a writer
@@ -299,26 +362,7 @@ static int merge_fitting(struct store *s)
 		sp->fit_free = nfree;
 		return 0;
 	}
-	/* only this thread merges, and runs come only at the head of a list:
-	 * the list is as it was, or shorter (merge_runs checks) */
-	struct stable *st = tab_get(s, bid);
-	struct srun **v;
-	size_t n;
-	if (!st || runs_get(sp, bid, &v, &n))
-		return 0;
-	int ret = -ESTALE;
-	if (bi == n && bj + 1 == n)
-		ret = merge_runs(s, st, v, n, 1, 0, NULL);
-	else if (bi < n && bi == bj)
-		ret = merge_runs(s, st, v + bi, 1, bi + 1 == n, 0, NULL);
-	else if (bi < bj && bj < n) {
-		struct srun *pair[2] = { v[bi], v[bj] };
-		ret = merge_runs(s, st, pair, 2, bj + 1 == n, 0, NULL);
-	}
-	runs_put(v, n);
-	if (ret == -ESTALE || ret == -ENOSPC)
-		return 0;
-	return ret ? ret : 1;
+	return merge_chosen(s, bid, bi, bj);
 }
 
 void runs_reserve(struct store *s)
