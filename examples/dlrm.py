@@ -12,11 +12,12 @@ held by one embfs.torch.Collection; the 27 vectors interact by pairwise dot
 products (351 of them), which with the bottom output (16) feed the top MLP
 367-512-256-1; the loss is the logistic loss of the click.  The dense part
 (the two MLPs) is trained with torch.optim.Adagrad, the tables with
-embfs.torch.RowWiseAdagrad: a step is one request gathering the batch's
-unique rows of all 26 tables (new rows initialised by the daemon) and one
-pushing their gradients (the daemon applies row-wise Adagrad), plus one
-announcing the next batch's ids (embfs.torch.Prefetcher) while the current
-one trains: 3 requests a step.
+embfs.torch.RowWiseAdagrad, pipelined (embfs.torch.Collection with
+pipeline=True): while a batch trains, a background thread gathers the next
+batch's unique rows of all 26 tables (announced by embfs.torch.Prefetcher;
+new rows initialised by the daemon); the step's gradients are pushed (the
+daemon applies row-wise Adagrad) with the next forward's request, which
+also gathers again the rows they change: 2 requests a step.
 
 Data: synthetic and Criteo-like, generated per step from (--seed, step)
 only (numpy PCG64 seeded with [seed, step]), so any step's batch can be made
@@ -182,7 +183,7 @@ class DLRM(torch.nn.Module):
         self.emb = et.Collection(mount, [
             et.TableSpec(f"C{f + 1}.emb", DIM,
                          init=embfs.Init.uniform(-DIM ** -0.5, DIM ** -0.5, seed=seed * SPARSE + f, cols=DIM))
-            for f in range(SPARSE)], optimizer="adagrad")
+            for f in range(SPARSE)], optimizer="adagrad", pipeline=True)
         n = SPARSE + 1
         li, lj = torch.tril_indices(n, n, -1)
         self.register_buffer("li", li, persistent=False)
@@ -380,6 +381,7 @@ def main():
             losses = []
         w1 = time.perf_counter()
         if every and step % every == 0:
+            model.emb.flush()  # the snapshot holds this step's rows
             save_dense(m.path, model, opt, step, cfg)
             m.set_batch(max(step, m.batch))
             m.snapshot(f"step-{step}")
@@ -388,6 +390,7 @@ def main():
         gen[0] = 0.0
         rec["wall"].append(w1 - w0)
         w0 = time.perf_counter()
+    model.emb.flush()
     total = time.perf_counter() - t_start
 
     med = {k: statistics.median(v) * 1e3 for k, v in rec.items() if v}
