@@ -395,9 +395,32 @@ static inline void prefetch_entry(struct shard *sh, uint32_t idx)
  * go to g->miss, and so do rows to write that need a promise cr cannot pay
  * (cache_write() reserves it unlocked; the row's later occurrences go there
  * too, in order).  0 or -errno (a write stops at the first error). */
+/* An update's function and its argument (cache_update_rows). */
+struct cache_upd {
+	cache_update_fn *fn;
+	void *ctx;
+};
+
+/* A cached row updated in place by u, as apply_write() writes it (w from
+ * write_needs(), its promise taken).  Shard lock held. */
+static int apply_update(struct cache *c, struct shard *sh, struct centry *e, int w, uint64_t batch,
+			const struct cache_upd *u, size_t i)
+{
+	if (w & W_COPY) {
+		int r = cache_preserve(c, sh, e);
+		if (r)
+			return r;
+	}
+	u->fn(u->ctx, i, e_data(sh, e), e_stored(e));
+	e->flags |= F_REF;
+	mark_dirty(c, sh, e, batch, w);
+	return 0;
+}
+
 static int walk_shard(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs,
 		      const uint64_t *rows, struct rowgroup *g, const uint32_t *ord, size_t k,
-		      char *out, const char *src, uint64_t batch, struct credit *cr, size_t *hits)
+		      char *out, const char *src, const struct cache_upd *upd, uint64_t batch, struct credit *cr,
+		      size_t *hits)
 {
 	uint32_t mask = sh->nbucket - 1, lines = rs < 1024 ? rs : 1024;
 	const uint64_t *h = g->h;
@@ -429,13 +452,14 @@ static int walk_shard(struct cache *c, struct shard *sh, uint32_t table, uint32_
 			continue;
 		}
 		struct centry *e = &sh->e[idx];
-		if (src) {
+		if (src || upd) {
 			int w = write_needs(c, e, batch);
 			if ((w & W_PROMISE) && !credit_take(cr)) {
 				g->miss[g->nmiss++] = p;
 				continue;
 			}
-			int r = apply_write(c, sh, e, w, batch, src + (size_t)p * rs, 0, rs);
+			int r = upd ? apply_update(c, sh, e, w, batch, upd, p)
+				    : apply_write(c, sh, e, w, batch, src + (size_t)p * rs, 0, rs);
 			if (r) {
 				if (w & W_PROMISE)
 					credit_put(cr);
@@ -454,7 +478,8 @@ static int walk_shard(struct cache *c, struct shard *sh, uint32_t table, uint32_
 }
 
 static int walk_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows,
-		     struct rowgroup *g, char *out, const char *src, uint64_t batch, struct credit *cr)
+		     struct rowgroup *g, char *out, const char *src, const struct cache_upd *upd, uint64_t batch,
+		     struct credit *cr)
 {
 	size_t hits = 0;
 	int ret = 0;
@@ -464,7 +489,7 @@ static int walk_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_
 			continue;
 		struct shard *sh = &c->sh[s];
 		pthread_mutex_lock(&sh->lock);
-		ret = walk_shard(c, sh, table, rs, rows, g, g->ord + g->start[s], k, out, src, batch, cr,
+		ret = walk_shard(c, sh, table, rs, rows, g, g->ord + g->start[s], k, out, src, upd, batch, cr,
 				 &hits);
 		pthread_mutex_unlock(&sh->lock);
 	}
@@ -562,7 +587,7 @@ int cache_read_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t
 	if (rowgroup_make(c, table, rows, n, &g)) /* one at a time, then */
 		return read_each(c, table, rs, rows, NULL, n, out, present);
 	g.present = present;
-	walk_rows(c, table, rs, rows, &g, out, NULL, 0, NULL);
+	walk_rows(c, table, rs, rows, &g, out, NULL, NULL, 0, NULL);
 	if (g.nmiss > 1 && c->ops->fetch_rows) {
 		ret = fetch_misses(c, table, rs, rows, &g, out);
 		if (ret != -ENOSYS) {
@@ -610,7 +635,7 @@ int cache_read_range(struct cache *c, uint32_t table, uint32_t rs, uint64_t firs
 			return ret;
 		}
 		g.present = present;
-		walk_rows(c, table, rs, ids, &g, buf, NULL, 0, NULL);
+		walk_rows(c, table, rs, ids, &g, buf, NULL, NULL, 0, NULL);
 		memset(skip, 1, n);
 		for (size_t i = 0; i < g.nmiss; i++)
 			skip[g.miss[i]] = 0;
@@ -644,12 +669,52 @@ int cache_write_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_
 		cache_credit_end(c, &cr, table, rs);
 		return ret;
 	}
-	ret = walk_rows(c, table, rs, rows, &g, NULL, src, batch, &cr);
+	ret = walk_rows(c, table, rs, rows, &g, NULL, src, NULL, batch, &cr);
 	/* a row's occurrences all hit or all miss: misses keep their order */
 	for (size_t i = 0; i < g.nmiss && !ret; i++)
 		ret = write_one(c, table, rs, rows[g.miss[i]], 0, rs, src + (size_t)g.miss[i] * rs, batch, &cr);
 	cache_credit_end(c, &cr, table, rs);
 	rowgroup_free(&g);
+	return ret;
+}
+
+/* A row not cached (or needing a promise the credit cannot pay): read,
+ * updated in tmp and written, as cache_read() then cache_write(). */
+static int update_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, const struct cache_upd *u,
+		      size_t i, char *tmp, uint64_t batch, struct credit *cr)
+{
+	int stored = read_row(c, table, rs, row, 0, rs, tmp);
+	if (stored < 0)
+		return stored;
+	u->fn(u->ctx, i, tmp, stored);
+	return write_one(c, table, rs, row, 0, rs, tmp, batch, cr);
+}
+
+int cache_update_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows, size_t n,
+		      cache_update_fn *fn, void *ctx, uint64_t batch, int64_t *credit)
+{
+	struct credit cr = { credit, 0 };
+	struct cache_upd u = { fn, ctx };
+	struct rowgroup g;
+	int ret = 0;
+	if (table >= CACHE_MAX_TABLES || n > UINT32_MAX)
+		return -EINVAL;
+	char *tmp = malloc(rs);
+	if (!tmp)
+		return -ENOMEM;
+	if (batch > atomic_load_explicit(&c->last_batch, memory_order_relaxed))
+		atomic_store(&c->last_batch, batch);
+	if (rowgroup_make(c, table, rows, n, &g)) {
+		for (size_t i = 0; i < n && !ret; i++)
+			ret = update_one(c, table, rs, rows[i], &u, i, tmp, batch, &cr);
+	} else {
+		ret = walk_rows(c, table, rs, rows, &g, NULL, NULL, &u, batch, &cr);
+		for (size_t i = 0; i < g.nmiss && !ret; i++)
+			ret = update_one(c, table, rs, rows[g.miss[i]], &u, g.miss[i], tmp, batch, &cr);
+		rowgroup_free(&g);
+	}
+	cache_credit_end(c, &cr, table, rs);
+	free(tmp);
 	return ret;
 }
 

@@ -286,6 +286,23 @@ int front_scatter(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids
 	return ret ? ret : r;
 }
 
+int front_update(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, uint32_t n,
+		 cache_update_fn *fn, void *ctx, int64_t credit)
+{
+	uint64_t end = 0;
+	for (uint32_t i = 0; i < n; i++)
+		end = (ids[i] + 1) * rs > end ? (ids[i] + 1) * rs : end;
+	/* as a write: the batch id when it starts stamps its rows */
+	uint64_t batch = batch_begin(f);
+	int ret = store_space_links(f->st, id); /* a snapshot since the promise */
+	if (!ret)
+		ret = cache_update_rows(f->cache, id, rs, ids, n, fn, ctx, batch, &credit);
+	batch_end(f);
+	front_unreserve(f, id, rs, credit);
+	int r = store_table_extend(f->st, id, end);
+	return ret ? ret : r;
+}
+
 /* Punch a hole: whole rows are deleted, partly covered stored rows get the
  * covered bytes zeroed.  Stored rows are found through the seek index, so a
  * huge sparse range costs what it holds, not its length. */

@@ -7,8 +7,11 @@
  *
  * Atomicity: pushes to one table hold its push lock (struct front's
  * push_mu, by table id) from reading the rows to writing them, so two
- * pushers never update the same row from the same old bytes.  Gathers,
- * writes and scatters do not take it: each row they read or write is
+ * pushers never update the same row from the same old bytes.  Through the
+ * row cache (cache_update_rows) a cached row is updated in place under its
+ * shard's lock, so even a write racing the push is before or after it; a
+ * row not cached is read, updated and written back.  Gathers, writes and
+ * scatters do not take the push lock: each row they read or write is
  * whole, as always.
  *
  * The arithmetic follows torch's operation by operation in f32 (and the
@@ -18,6 +21,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,10 +208,11 @@ static void opt_make(const struct embfs_batch_push *p, struct opt *o)
 }
 
 /* One row's update: w (dim weights, then the state) in f32, g its summed
- * gradient (dim values; changed by weight decay). */
-static void opt_apply(const struct opt *o, float *w, float *g)
+ * gradient (dim values; with weight decay a copy, which it changes). */
+static void opt_apply(const struct opt *o, float *restrict w, const float *restrict gin)
 {
 	uint32_t d = o->dim;
+	float *g = (float *)gin;
 	if (o->wd != 0)
 		for (uint32_t j = 0; j < d; j++)
 			g[j] = g[j] + o->wd * w[j];
@@ -249,6 +254,17 @@ static void opt_apply(const struct opt *o, float *w, float *g)
 
 /* ---- a request ---------------------------------------------------------- */
 
+int front_finite(const float *v, size_t n)
+{
+	uint32_t bad = 0; /* no early exit: the loop vectorizes */
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, v + i, 4);
+		bad |= (u & 0x7F800000u) == 0x7F800000u;
+	}
+	return !bad;
+}
+
 struct idpos {
 	uint64_t id;
 	uint32_t i;
@@ -268,6 +284,13 @@ static int idpos_cmp(const void *a, const void *b)
 static int coalesce(const uint64_t *ids, const float *g, uint32_t n, uint32_t dim, const uint64_t **uids,
 		    const float **ug, uint32_t *m, int *owned)
 {
+	uint32_t up = 1;
+	while (up < n && ids[up] > ids[up - 1])
+		up++;
+	if (up >= n) { /* ascending (as np.unique gives them): no duplicate */
+		*uids = ids, *ug = g, *m = n, *owned = 0;
+		return 0;
+	}
 	struct idpos *s = malloc(n * sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -300,7 +323,58 @@ static int coalesce(const uint64_t *ids, const float *g, uint32_t n, uint32_t di
 	return 0;
 }
 
-/* The rows read, updated and written back, under the table's push lock. */
+/* One row's push, as the row cache's update function. */
+struct pushrow {
+	const struct embfs_batch_push *p;
+	struct opt o;
+	uint32_t dtype, cols;
+	const uint64_t *ids;
+	const float *g;
+	float *w, *gj; /* scratch: the row in f32, its gradient */
+};
+
+static void push_row(void *arg, size_t i, char *row, int stored)
+{
+	struct pushrow *x = arg;
+	const float *g = x->g + i * x->p->dim;
+	if (!stored)
+		init_row(&x->p->init, x->dtype, x->cols, x->ids[i], row);
+	if (x->o.wd != 0) { /* the decay is added to a copy */
+		memcpy(x->gj, g, x->p->dim * sizeof(float));
+		g = x->gj;
+	}
+	if (x->dtype == EMB_DT_F32 && !((uintptr_t)row & 3)) {
+		opt_apply(&x->o, (float *)row, g); /* in place */
+		return;
+	}
+	row_load(x->dtype, row, x->cols, x->w);
+	opt_apply(&x->o, x->w, g);
+	row_store(x->dtype, x->w, x->cols, row);
+}
+
+/* Through the row cache: each row updated in place (under its shard's
+ * lock when cached), under the table's push lock. */
+static int update_cached(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype, const uint64_t *ids,
+			 uint32_t m, const struct embfs_batch_push *p, const float *g, int64_t credit)
+{
+	struct pushrow x = { .p = p, .dtype = dtype, .cols = rs / front_dtype_size(dtype), .ids = ids, .g = g };
+	x.w = malloc(((size_t)x.cols + p->dim) * sizeof(float));
+	if (!x.w) {
+		front_unreserve(f, id, rs, credit);
+		return -ENOMEM;
+	}
+	x.gj = x.w + x.cols;
+	opt_make(p, &x.o);
+	pthread_mutex_t *mu = &f->push_mu[id % FRONT_PUSH_LOCKS];
+	pthread_mutex_lock(mu);
+	int ret = front_update(f, id, rs, ids, m, push_row, &x, credit);
+	pthread_mutex_unlock(mu);
+	free(x.w);
+	return ret;
+}
+
+/* Without a row cache: the rows read, updated and written back, under the
+ * table's push lock. */
 static int update_rows(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype, const uint64_t *ids,
 		       uint32_t m, const struct embfs_batch_push *p, const float *g, int64_t credit)
 {
@@ -342,11 +416,9 @@ static int update_rows(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype
 int front_push(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype, const uint64_t *ids, uint32_t n,
 	       const struct embfs_batch_push *p, const float *grads, int64_t credit)
 {
-	for (size_t i = 0; i < (size_t)n * p->dim; i++) {
-		if (!isfinite(grads[i])) {
-			front_unreserve(f, id, rs, credit);
-			return -EINVAL; /* refused whole: nothing changed */
-		}
+	if (!front_finite(grads, (size_t)n * p->dim)) {
+		front_unreserve(f, id, rs, credit);
+		return -EINVAL; /* refused whole: nothing changed */
 	}
 	const uint64_t *uids;
 	const float *ug;
@@ -357,7 +429,8 @@ int front_push(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype, const 
 		front_unreserve(f, id, rs, credit);
 		return ret;
 	}
-	ret = update_rows(f, id, rs, dtype, uids, m, p, ug, credit);
+	ret = f->cache ? update_cached(f, id, rs, dtype, uids, m, p, ug, credit)
+		       : update_rows(f, id, rs, dtype, uids, m, p, ug, credit);
 	if (owned) {
 		free((void *)uids);
 		free((void *)ug);

@@ -7,7 +7,6 @@
  */
 #include <endian.h>
 #include <errno.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,18 +126,6 @@ static int ids_take(uint64_t *ids, uint32_t n, uint32_t rs)
 	for (uint32_t i = 0; i < n; i++) {
 		ids[i] = le64toh(ids[i]);
 		if (ids[i] > max)
-			return -EINVAL;
-	}
-	return 0;
-}
-
-/* 0 unless a gradient is NaN or Inf (-EINVAL). */
-static int grads_finite(const char *g, uint64_t nvals)
-{
-	for (uint64_t i = 0; i < nvals; i++) {
-		float x;
-		memcpy(&x, g + 4 * i, 4);
-		if (!isfinite(x))
 			return -EINVAL;
 	}
 	return 0;
@@ -285,8 +272,8 @@ static int multi_part(struct embfs *fs, fuse_req_t req, struct bfd *f, uint32_t 
 		uint64_t nvals = (uint64_t)s->count * s->p.dim;
 		if (4 * nvals > EMBFS_BATCH_MAX_BYTES || *cur + 4 * nvals > end)
 			return -EINVAL;
-		if ((ret = grads_finite(f->req + *cur, nvals)))
-			return ret;
+		if (!front_finite((const float *)(f->req + *cur), nvals))
+			return -EINVAL;
 		*cur += 4 * nvals;
 	}
 	if (s->op == EMBFS_BATCH_GATHER) {

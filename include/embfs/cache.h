@@ -3,7 +3,8 @@
  *
  * Files (cache/cache_int.h, private to them, has what they share):
  *   cache.c      the front: cache_create/destroy, cache_read, cache_read_rows,
- *                cache_read_range, cache_write, cache_write_rows, cache_drop,
+ *                cache_read_range, cache_write, cache_write_rows,
+ *                cache_update_rows, cache_drop,
  *                cache_drop_rows, cache_pin/unpin, cache_stats_get
  *   rows.c       the row cache mechanism: arenas, hash table, CLOCK eviction,
  *                entries, pin counts; includes no store header (the Makefile
@@ -159,6 +160,17 @@ int cache_read_range(struct cache *c, uint32_t table, uint32_t row_size, uint64_
  * others not (never for want of room when the credit covers n rows). */
 int cache_write_rows(struct cache *c, uint32_t table, uint32_t row_size, const uint64_t *rows,
 		     size_t n, const void *data, uint64_t batch, int64_t *credit);
+/* Update rows[0..n) (no id twice) in place: fn(ctx, i, row, stored) gets
+ * row i's current bytes (row_size; a hole's are zeros, stored 0) and
+ * changes them; the result is written as by cache_write_rows() (each row
+ * whole, in batch, spending credit).  For a cached row fn runs under its
+ * shard's lock, so the update is atomic against every write through the
+ * cache; a row not cached is read, updated and written with no lock held
+ * in between (callers serialize their updates of the same rows).  fn must
+ * not call into the cache.  On an error some rows may be updated. */
+typedef void cache_update_fn(void *ctx, size_t i, char *row, int stored);
+int cache_update_rows(struct cache *c, uint32_t table, uint32_t row_size, const uint64_t *rows, size_t n,
+		      cache_update_fn *fn, void *ctx, uint64_t batch, int64_t *credit);
 /* batch: the batch id the write belongs to (stamped on the version it
  * becomes).  Batches: a dirty row remembers the batch of its latest write.
  * When cache_set_snapshot(B) has been called and a dirty row of batch <= B

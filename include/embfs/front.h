@@ -83,27 +83,11 @@ int front_write_ranges(struct front *f, uint32_t id, uint32_t rs, const struct f
  * of room promised for them (front_reserve), spent or given back here. */
 int front_scatter(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows, uint32_t n,
 		 int64_t credit);
-/* ---- cache/optim.c: PUSH ---------------------------------------------- */
-/* The state columns optimizer optim keeps after dim weights; -1 unknown. */
-int front_push_state_cols(uint32_t optim, uint32_t dim);
-/* 0 if push p (host order) fits a table of dtype with row_cols columns:
- * a float dtype, a known optimizer whose weights and state fit, sane
- * hyper-parameters and init spec; else -EINVAL. */
-int front_push_check(const struct embfs_batch_push *p, uint32_t dtype, uint32_t row_cols);
-/* 0 if init spec in (host order) is sane for a table of dtype (a float
- * dtype); else -EINVAL.  front_init_rows: rows i of buf (rs bytes each)
- * with present[i] 0 set to row ids[i]'s initial values. */
-int front_init_check(const struct embfs_batch_init *in, uint32_t dtype);
-void front_init_rows(const struct embfs_batch_init *in, uint32_t dtype, uint32_t rs, const uint64_t *ids,
-		     size_t n, const uint8_t *present, char *buf);
-/* Apply gradients grads (n rows of p->dim f32) to rows ids[0..n) of live
- * table id (rows of rs bytes of dtype), p checked by front_push_check:
- * duplicates' gradients summed, each row read, updated and written whole
- * under the table's push lock (rows never stored start from p's init
- * spec), the size raised to cover them.  -EINVAL, nothing changed, if a
- * gradient is NaN or Inf.  credit as front_scatter's. */
-int front_push(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype, const uint64_t *ids, uint32_t n,
-	       const struct embfs_batch_push *p, const float *grads, int64_t credit);
+/* Rows ids[0..n) (no id twice) of live table id updated in place through
+ * the row cache (there must be one) by fn, as cache_update_rows(), the
+ * size raised to cover them; credit as front_scatter's. */
+int front_update(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, uint32_t n,
+		 cache_update_fn *fn, void *ctx, int64_t credit);
 /* Punch bytes [off, off + len) of live table id (whole rows deleted, the
  * covered part of other stored rows zeroed); truncate it to size. */
 int front_punch(struct front *f, uint32_t id, uint64_t off, uint64_t len);
@@ -179,5 +163,29 @@ int front_table_unlink(struct front *f, const char *name);
 int front_view_getattr(struct front *f, const struct store_view *v, struct store_attr *a);
 int front_view_live(struct front *f, uint32_t id, struct store_view *v);
 int front_view_snap(struct front *f, uint32_t snap_idx, uint32_t id, struct store_view *v);
+
+/* ---- cache/optim.c: PUSH ---------------------------------------------- */
+/* The state columns optimizer optim keeps after dim weights; -1 unknown. */
+int front_push_state_cols(uint32_t optim, uint32_t dim);
+/* 0 if push p (host order) fits a table of dtype with row_cols columns:
+ * a float dtype, a known optimizer whose weights and state fit, sane
+ * hyper-parameters and init spec; else -EINVAL. */
+int front_push_check(const struct embfs_batch_push *p, uint32_t dtype, uint32_t row_cols);
+/* 0 if init spec in (host order) is sane for a table of dtype (a float
+ * dtype); else -EINVAL.  front_init_rows: rows i of buf (rs bytes each)
+ * with present[i] 0 set to row ids[i]'s initial values. */
+int front_init_check(const struct embfs_batch_init *in, uint32_t dtype);
+void front_init_rows(const struct embfs_batch_init *in, uint32_t dtype, uint32_t rs, const uint64_t *ids,
+		     size_t n, const uint8_t *present, char *buf);
+/* 1 if none of v[0..n) is NaN or infinite. */
+int front_finite(const float *v, size_t n);
+/* Apply gradients grads (n rows of p->dim f32) to rows ids[0..n) of live
+ * table id (rows of rs bytes of dtype), p checked by front_push_check:
+ * duplicates' gradients summed, each row read, updated and written whole
+ * under the table's push lock (rows never stored start from p's init
+ * spec), the size raised to cover them.  -EINVAL, nothing changed, if a
+ * gradient is NaN or Inf.  credit as front_scatter's. */
+int front_push(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype, const uint64_t *ids, uint32_t n,
+	       const struct embfs_batch_push *p, const float *grads, int64_t credit);
 
 #endif

@@ -4,7 +4,7 @@ same tables in DRAM, in one process, alternating, on the same ids.
 
     PYTHONPATH=TOP/python trainbench.py MNT [--tables T] [--rows N] [--dim D]
         [--bags B] [--per-bag K] [--steps S] [--warm W] [--runs R]
-        [--opt sgd|adagrad] [--seed SEED] [--collection] [--populate]
+        [--opt sgd|adagrad] [--seed SEED] [--collection [--pipeline]] [--populate] [--client-update]
 
 Each side: EmbeddingBag(mode="sum") per table, the loss a plain sum of the
 bags, backward, then the optimizer's step: embfs.torch.EmbeddingBag +
@@ -15,10 +15,15 @@ Ids: numpy zipf(1.05) draws times 2654435761 modulo the rows, drawn before
 the clock.  W warm-up steps (not timed) then R runs of S steps, embfs and
 torch alternating run by run; lookups/s = steps * tables * bags * per_bag /
 seconds.  With --collection the embfs side is one embfs.torch.Collection
-(one request a step for all tables).  With --populate every row the run's
+(one request a step for all tables); --pipeline makes it pipelined (the
+next step's rows gathered while this one computes, as announced by
+prefetch(), which the loop calls as embfs.torch.Prefetcher would).  With --populate every row the run's
 ids touch is written to the embfs tables first (uniform values, as torch's
 tables hold a value for every row from the start); without it the tables
 start empty and the steps create their rows (the daemon initialises them).
+--client-update: the optimizer runs in this process, which scatters the
+updated rows (embfs.torch's path before pushes, kept for an init that is
+not an embfs.Init), for comparison.
 
 Output: a line per run, then
   trainbench tables=T ... embfs_lookups_per_s=X torch_lookups_per_s=Y ratio=Z
@@ -50,7 +55,9 @@ def parse(argv):
     p.add_argument("--opt", choices=("sgd", "adagrad"), default="sgd")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--collection", action="store_true")
+    p.add_argument("--pipeline", action="store_true")
     p.add_argument("--populate", action="store_true")
+    p.add_argument("--client-update", action="store_true")
     return p.parse_args(argv)
 
 
@@ -87,9 +94,13 @@ def main(argv):
            for _ in range(steps_total)]
     optname = "sgd" if a.opt == "sgd" else "adagrad"
     init = embfs.Init.uniform(-0.01, 0.01, seed=a.seed, cols=a.dim)
+    if a.client_update:
+        spec = init
+        init = lambda ids, table: spec(ids, table)  # noqa: E731 (not an Init: rows updated here)
     names = [f"tb{t}.emb" for t in range(a.tables)]
     if a.collection:
-        emb = et.Collection(m, [et.TableSpec(n, a.dim, optimizer=optname, init=init) for n in names])
+        emb = et.Collection(m, [et.TableSpec(n, a.dim, init=init) for n in names], optimizer=optname,
+                            pipeline=a.pipeline)
         eopt = (et.SGD if a.opt == "sgd" else et.RowWiseAdagrad)([emb], lr=lr)
     else:
         emb = [et.EmbeddingBag(m, n, a.dim, mode="sum", optimizer=optname, init=init) for n in names]
@@ -112,6 +123,8 @@ def main(argv):
         TorchRowAdagrad([r.weight for r in ref], lr)
 
     def step_embfs(k):
+        if a.pipeline and k + 1 < steps_total:
+            emb.prefetch(ids[k + 1])
         if a.collection:
             outs = emb([ids[k][t] for t in range(a.tables)])
         else:
@@ -147,7 +160,7 @@ def main(argv):
     mt = statistics.median(p["torch"] for p in res)
     ratio = statistics.median(p["embfs"] / p["torch"] for p in res)
     print(f"trainbench tables={a.tables} rows={a.rows} dim={a.dim} bags={a.bags} per_bag={a.per_bag} opt={a.opt} "
-          f"collection={int(a.collection)} populate={int(a.populate)} embfs_lookups_per_s={me:.0f} torch_lookups_per_s={mt:.0f} "
+          f"collection={int(a.collection)} pipeline={int(a.pipeline)} populate={int(a.populate)} client_update={int(a.client_update)} embfs_lookups_per_s={me:.0f} torch_lookups_per_s={mt:.0f} "
           f"ratio={ratio:.3f}")
     embfs.close_all()
     return 0
