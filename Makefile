@@ -120,6 +120,12 @@ $(BUILD)/bench/missrate: tests/bench/missrate.c tests/bench/bench.h $(BUILD)/lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcache.a $(LDFLAGS) -pthread -lm
 
+# minfuse is a FUSE server (the gathermin section's baseline): libfuse's
+# flags and library
+$(BUILD)/bench/minfuse: tests/bench/minfuse.c tests/bench/bench.h include/embfs/batch.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LDFLAGS) $(FUSE_LIBS)
+
 $(BUILD)/bench/%: tests/bench/%.c tests/bench/bench.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm

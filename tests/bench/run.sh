@@ -38,6 +38,12 @@
 #             each, alternately; ratio python/C (target >= 0.7x).  On the
 #             main mount if setup ran, else on a pool of its own
 #   teardown  clean unmount of the main mount
+#   gathermin issue 27's anchor for the batched gather: gatherbench -m batch
+#             (1 client, BATCH_IDS Zipf ids) on embfs's .embfs/rows against
+#             the same batches on build/bench/minfuse (tests/bench/minfuse.c:
+#             a minimal FUSE server answering GATHERs from a DRAM array), a
+#             pool of its own on /dev/shm; GM_PAIRS pairs, alternately;
+#             ratio embfs/minfuse, target >= 0.8x
 #   cache1    row cache at 1% of the table vs cache_size=0, two daemons on
 #             copies of the pool, O_DIRECT read/write/rmw
 #   verify    the cost of checksum verification on the store's read path:
@@ -112,7 +118,7 @@
 #   CAP_LOW (spill_high/spill_low; the daemon's defaults if empty), CAP_OPTS
 #   (more mount options, e.g. spill_runs=0 for the stub tier), PY
 #   (/usr/bin/python3: Debian's, with python3-numpy), PY_RUNS (RUNS), PY_SECS
-#   (5 per run).
+#   (5 per run), GM_PAIRS (5: section gathermin's pairs of SECS s runs).
 #   TRAIN_RUNS (5), TRAIN_STEPS (10 a run), TRAIN_WARM (5), DLRM_STEPS (150).
 #   SECTIONS (or BENCH_SECTIONS): the sections to run, in order.
 # Exit 0 done, 1 failure, 77 skipped (no FUSE, no room on /dev/shm).
@@ -188,6 +194,7 @@ OVH_ROWS=${OVH_ROWS:-"300000 700000 1300000 2000000 4000000"} # its table sizes
 PY=${PY:-/usr/bin/python3}              # section pybatch: Debian's python3, with python3-numpy
 PY_RUNS=${PY_RUNS:-$RUNS}               # its runs per configuration, each side
 PY_SECS=${PY_SECS:-5}                   # per run
+GM_PAIRS=${GM_PAIRS:-5}                 # section gathermin: pairs of runs (embfs, minfuse)
 
 # /dev/shm stands in for PMem.  PMEM_IS_PMEM_FORCE=1 makes libpmemobj treat
 # the pool as PMem and persist with cache-line flushes instead of msync, as
@@ -315,9 +322,9 @@ cleanup() {
 			[ -s "$W/runs.log" ] && cp "$W/runs.log" "$BENCH_OUT.runs" 2>/dev/null
 			rm -f "$W/pool" "$W/pool0" "$W/base.emb" "$W/daemon.log" "$W/summary" "$W/runs.log" \
 				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool" "$W/spillpool" "$W/cappool" "$W/pypool" \
-				"$W/rspool" "$W/dpool0" "$W/dpool1" "$W/dpool2" "$W/dpool3" "$W/ovhpool"
+				"$W/rspool" "$W/dpool0" "$W/dpool1" "$W/dpool2" "$W/dpool3" "$W/ovhpool" "$W/tpool" "$W/apt.log" "$W/gmpool"
 			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/snapwbmnt" "$W/spillmnt" "$W/capmnt" "$W/pymnt" \
-				"$W/rsmnt" "$W/dmnt0" "$W/dmnt1" "$W/dmnt2" "$W/dmnt3" "$W/ovhmnt" 2>/dev/null
+				"$W/rsmnt" "$W/dmnt0" "$W/dmnt1" "$W/dmnt2" "$W/dmnt3" "$W/ovhmnt" "$W/gmmnt" "$W/minmnt" "$W/tmnt" 2>/dev/null
 			rmdir "$W" 2>/dev/null
 		fi
 	fi
@@ -914,6 +921,124 @@ $b"
 		rm -f "$W/pypool"
 		rmdir "$pm"
 	fi
+}
+
+# mount_minfuse MNT: build/bench/minfuse -f on MNT (in the background) with
+# a table of ROWS rows of ROW_SIZE bytes, which it fills in DRAM before it
+# mounts; wait (bounded: 2 min, the fill included) until MNT is mounted and
+# answers.  Sets DPID.
+mount_minfuse() {
+	"$BUILD/bench/minfuse" -f -o "rows=$ROWS,row_size=$ROW_SIZE" "$1" >>"$W/daemon.log" 2>&1 &
+	DPID=$!
+	DAEMONS="$DAEMONS $DPID:$1"
+	i=0
+	until is_mounted "$1"; do
+		kill -0 "$DPID" 2>/dev/null || fail "minfuse exited before mounting $1"
+		i=$((i + 1))
+		[ $i -gt 6000 ] && fail "minfuse: mount of $1 not ready after 2 min"
+		sleep 0.02
+	done
+	[ "$(stat -c %s "$1/t.emb")" = $((ROWS * ROW_SIZE)) ] || fail "minfuse mount $1 does not answer"
+}
+
+# cpu_ticks PID: user + system time of the process so far, in clock ticks
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# gathermin (issue 27, item 4): the batched gather against a floor of our
+# own.  build/bench/minfuse (tests/bench/minfuse.c) is a minimal FUSE server
+# (libfuse3 low-level, 2 worker threads) that answers .embfs/rows GATHERs of
+# one table from a DRAM array: per request the rows copied into the fd's
+# response buffer and one reply, nothing else.  embfs on a pool of its own
+# on /dev/shm (PMEM_IS_PMEM_FORCE=1, default row cache), one table of ROWS
+# rows of ROW_SIZE B populated as setup does (dd bs=1M + fsync, bytes from
+# /dev/urandom); minfuse with a table of the same geometry.  gatherbench -m
+# batch, 1 client, BATCH_IDS (4096) Zipf(0.99) ids per batch, the same ids
+# on both sides of a pair (seed SEED*1000+pair), GM_PAIRS pairs of SECS s
+# runs, which side goes first alternating; an untimed WARM_SECS run on each
+# first (ids of another seed).  Summary: mount = embfs, base = minfuse,
+# ratio embfs/minfuse of the medians, target >= 0.8x; the note gives the
+# per-pair ratios, FUSE requests per batch on embfs and each daemon's CPU
+# time per batch.
+section_gathermin() {
+	gb=$BUILD/bench/gatherbench
+	bsz=${BATCH_IDS:-4096}
+	[ -x "$gb" ] || fail "$gb not built (run make)"
+	[ -x "$BUILD/bench/minfuse" ] || fail "$BUILD/bench/minfuse not built (run make)"
+	[ -x "$EMBFS" ] && [ -x "$MKFS" ] || fail "$EMBFS or $MKFS not built (run make)"
+	[ -c /dev/fuse ] || skip "no /dev/fuse"
+	command -v fusermount3 >/dev/null || skip "no fusermount3"
+	ensure_w
+	say ""
+	room gathermin /dev/shm $((ROWS * ROW_SIZE / 1048576 * 2 + 512)) || return
+	avail_mb=$(awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo)
+	if [ "${avail_mb:-0}" -lt $((ROWS * ROW_SIZE / 1048576 * 3 + 1024)) ]; then
+		say "  gathermin: $avail_mb MiB of memory available, need ~$((ROWS * ROW_SIZE / 1048576 * 3 + 1024)) (pool, row cache, minfuse's table); skipped"
+		result gathermin "skipped" - - - - "not enough memory"
+		return
+	fi
+	"$MKFS" -f -s "$POOL_SIZE" -t "$TABLE:64:f32" "$W/gmpool" >/dev/null || fail "mkfs.embfs gmpool"
+	GM=$W/gmmnt; MM=$W/minmnt
+	mkdir -p "$GM" "$MM"
+	mount_pool "$W/gmpool" "$GM" "" 1
+	gmpid=$DPID
+	t=$(now)
+	head -c $((ROWS * ROW_SIZE)) /dev/urandom |
+		dd of="$GM/$TABLE.emb" bs=1M iflag=fullblock conv=notrunc,fsync status=none || fail "populate (gathermin)"
+	[ "$(stat_of "$GM" rows)" = "$ROWS" ] || fail "gathermin pool holds $(stat_of "$GM" rows) rows, want $ROWS"
+	say "gathermin: a pool of its own on $GM: $ROWS rows of $ROW_SIZE B from /dev/urandom by dd bs=1M + fsync ($(since "$t") s);" \
+		"row cache $(($(stat_of "$GM" cache.budget_bytes || echo 0) >> 20)) MiB"
+	t=$(now)
+	mount_minfuse "$MM"
+	mpid=$DPID
+	say "  minfuse (pid $mpid) on $MM: t.emb, $ROWS rows of $ROW_SIZE B generated in DRAM, mounted in $(since "$t") s"
+	say "  batches of $bsz Zipf(0.99) ids over $ROWS rows, 1 client, $GM_PAIRS pairs of $SECS s runs (embfs, minfuse), alternately"
+	for side in embfs minfuse; do
+		f=$GM/$TABLE.emb; [ $side = minfuse ] && f=$MM/t.emb
+		"$gb" -m batch -t 1 -b "$bsz" -r "$ROW_SIZE" -n "$ROWS" -d "$WARM_SECS" -s "$((SEED * 1000 + 999))" "$f" >/dev/null ||
+			fail "gatherbench warm-up ($side)"
+	done
+	hz=$(getconf CLK_TCK)
+	ev=""; mv=""; ep=""; mp=""; rv=""; eb=0; mb=0; eq=0; ec=0; mc=0
+	n=1
+	while [ $n -le "$GM_PAIRS" ]; do
+		seed=$((SEED * 1000 + n))
+		line="  gather 1thr pair $n/$GM_PAIRS:"
+		for side in $( [ $((n % 2)) = 1 ] && echo "embfs minfuse" || echo "minfuse embfs"); do
+			if [ $side = embfs ]; then f=$GM/$TABLE.emb; p=$gmpid; else f=$MM/t.emb; p=$mpid; fi
+			q0=$(stat_of "$GM" batch.write_requests); d0=$(stat_of "$GM" batch.read_requests)
+			c0=$(cpu_ticks "$p")
+			o=$("$gb" -m batch -t 1 -b "$bsz" -r "$ROW_SIZE" -n "$ROWS" -d "$SECS" -s "$seed" "$f") ||
+				fail "gatherbench ($side)"
+			c1=$(cpu_ticks "$p")
+			q1=$(stat_of "$GM" batch.write_requests); d1=$(stat_of "$GM" batch.read_requests)
+			echo "gathermin $side: $o daemon_ticks=$((c1 - c0))" >>"$W/runs.log"
+			r=$(field "$o" rows_per_s); pb=$(field "$o" p50_batch_us); nb=$(field "$o" batches)
+			if [ $side = embfs ]; then
+				ev="$ev $r"; ep="$ep $pb"; re=$r; eb=$((eb + nb)); eq=$((eq + q1 - q0 + d1 - d0)); ec=$((ec + c1 - c0))
+			else
+				mv="$mv $r"; mp="$mp $pb"; rm_=$r; mb=$((mb + nb)); mc=$((mc + c1 - c0))
+			fi
+			line="$line $side $(mrows "$r") p50 ${pb}us p99 $(field "$o" p99_batch_us)us;"
+		done
+		rv="$rv $(ratio "$re" "$rm_")"
+		say "$line embfs/minfuse $(ratio "$re" "$rm_")"
+		n=$((n + 1))
+	done
+	em=$(med $ev); mm=$(med $mv); r=$(ratio "$em" "$mm")
+	# each daemon's CPU time per batch (us), and embfs's FUSE requests per batch
+	cpu=$(awk -v a="$ec" -v na="$eb" -v b="$mc" -v nb="$mb" -v hz="$hz" \
+		'BEGIN { if (na > 0 && nb > 0) printf "daemon CPU per batch embfs %.0fus, minfuse %.0fus", a * 1e6 / hz / na, b * 1e6 / hz / nb; else print "-" }')
+	rq=$(awk -v q="$eq" -v n="$eb" 'BEGIN { if (n > 0) printf "%.2f", q / n; else print "-" }')
+	say "  gather 1thr: embfs $(mrows "$em") minfuse $(mrows "$mm") rows/s (medians), embfs/minfuse $r" \
+		"(median of the pairs' ratios $(med $rv)); $cpu; target >= 0.8x: $(meets "$r" 0.8)"
+	result gathermin "gather 1thr embfs/minfuse" "$em" "$mm" "$(med $ep)" "$(med $mp)" \
+		"base = minfuse (tests/bench/minfuse.c), same batches of $bsz; medians of $GM_PAIRS pairs, their ratios$(echo "$rv" | tr -s ' ' ' '); FUSE requests per batch on embfs $rq; $cpu"
+	LAST_MNT=$em; LAST_SHM=$mm
+	target 0.8
+	umount_pool "$mpid" "$MM"
+	umount_pool "$gmpid" "$GM"
+	rm -f "$W/gmpool"
+	rmdir "$GM" "$MM"
 }
 
 # teardown: clean unmount (flushes everything), timed
@@ -1951,7 +2076,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" (or BENCH_SECTIONS) runs a subset (setup
 # first, teardown after the sections that use its mount)
-for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown snapscale snapwb cache1 verify durable umount spill capacity overhead spillsnap missrate restore dist train}}; do
+for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown gathermin snapscale snapwb cache1 verify durable umount spill capacity overhead spillsnap missrate restore dist train}}; do
 	section "$s_name"
 done
 
