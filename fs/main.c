@@ -5,8 +5,9 @@
  * exit; mounts; goes to the background (go_background: the parent exits only
  * once the daemon answered the kernel, with the daemon's status if it
  * failed); then serves requests on a small worker pool (near the core
- * count: on 2 cores a batched gather ran at 17.4 M rows/s with 2 workers,
- * 12 M with 10).  `mount -t fuse.embfs POOL MNT` and fstab lines reach it
+ * count: on 2 cores, batched gathers from 2 clients once ran 17.4 M rows/s
+ * with 2 workers and 12 M with 10; the figures of a day are in
+ * docs/benchmarks.md).  `mount -t fuse.embfs POOL MNT` and fstab lines reach it
  * through mount.fuse.embfs (util/), which runs it by its installed path.
  */
 #include <errno.h>
