@@ -2,9 +2,10 @@
  * .embfs/rows: gather, scatter, push and prefetch many rows of one table
  * (or of many, MULTI) per FUSE round trip.  Wire format in
  * include/embfs/batch.h; what users see in docs/files.md "Batched rows".
- * This file: the FUSE entry points, targets, the prefetch map and thread,
- * page cache invalidations, the stats; requests themselves are
- * batchreq.c's (what the two share: batch_int.h).
+ * This file: targets, an fd's state, the prefetch map and thread, page
+ * cache invalidations, the stats; the FUSE entry points and the requests
+ * themselves are batchreq.c's, which calls this file (what the two share:
+ * batch_int.h).
  *
  * Each open file description (fi->fh) has a struct bfd: the request being
  * received, the gather response, and the rows this fd prefetched.  A request
@@ -438,83 +439,22 @@ int batch_inval_wait(struct embfs *fs, uint64_t seq, unsigned secs)
 	return ret;
 }
 
-/* ---- FUSE entry points (ll.c dispatches .embfs/rows here) ------------ */
+/* ---- an fd's state ------------------------------------------------------ */
 
-void batch_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+struct bfd *batch_fd_new(struct embfs *fs)
 {
-	(void)ino;
-	struct embfs *fs = fuse_req_userdata(req);
 	struct bfd *f = fs->batch ? calloc(1, sizeof(*f)) : NULL;
-	if (!f) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
+	if (!f)
+		return NULL;
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_mutex_init(&f->pf_lock, NULL);
 	atomic_init(&f->refs, 1);
-	fi->fh = (uintptr_t)f;
-	fi->direct_io = 1; /* requests and responses bypass the page cache */
-	fi->keep_cache = 0;
-	if (fuse_reply_open(req, fi))
-		bfd_put(f); /* no release will come */
+	return f;
 }
 
-void batch_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
-		 struct fuse_file_info *fi)
+void batch_fd_close(struct embfs *fs, struct bfd *f)
 {
-	(void)ino;
-	struct embfs *fs = fuse_req_userdata(req);
-	struct bfd *f = batch_fh(fi);
-	INC(fs->batch, writes, 1);
-	pthread_mutex_lock(&f->lock);
-	int ret = batch_req_take(fs, req, f, data, size, off);
-	pthread_mutex_unlock(&f->lock);
-	if (ret)
-		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_write(req, size);
-}
-
-void batch_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
-{
-	(void)ino;
-	struct embfs *fs = fuse_req_userdata(req);
-	struct bfd *f = batch_fh(fi);
-	INC(fs->batch, reads, 1);
-	pthread_mutex_lock(&f->lock);
-	if (f->state == S_GATHER) {
-		int ret = batch_req_gather(fs, f);
-		if (ret)
-			batch_req_fail(fs, f, ret);
-		else
-			f->state = S_RESP;
-	}
-	/* replied under the lock: a new request on this fd may not reuse resp yet */
-	if (f->state == S_RESP) {
-		uint64_t o = off < 0 ? UINT64_MAX : (uint64_t)off;
-		if (o >= f->resp_len)
-			fuse_reply_buf(req, NULL, 0);
-		else
-			fuse_reply_buf(req, f->resp + o, size < f->resp_len - o ? size : f->resp_len - o);
-	} else if (f->state == S_FAILED) {
-		fuse_reply_err(req, -f->err);
-	} else if (f->state == S_RECV) {
-		fuse_reply_err(req, EINVAL); /* a request is half written */
-	} else {
-		fuse_reply_err(req, EINVAL); /* no gather to read */
-	}
-	pthread_mutex_unlock(&f->lock);
-}
-
-void batch_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	(void)ino;
-	struct embfs *fs = fuse_req_userdata(req);
 	struct batch *b = fs->batch;
-	struct bfd *f = batch_fh(fi);
-	pthread_mutex_lock(&f->lock);
-	batch_req_reset(fs, f);
-	pthread_mutex_unlock(&f->lock);
 	uint64_t n = 0;
 	pthread_mutex_lock(&f->pf_lock);
 	f->closing = 1;
@@ -533,7 +473,6 @@ void batch_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		DEC(b, pf_held, n);
 	}
 	bfd_put(f);
-	fuse_reply_err(req, 0);
 }
 
 void batch_stats(struct embfs *fs, struct stats_out *o)
@@ -567,11 +506,3 @@ void batch_stats(struct embfs *fs, struct stats_out *o)
 	P("prefetch.pins_held", "prefetch_pinned_rows", GAUGE, "Rows pinned by prefetches now", pf_held);
 #undef P
 }
-
-/* FS_ROWS: .embfs/rows */
-const struct fs_kind_ops batch_kind = {
-	.open = batch_open,
-	.read = batch_read,
-	.write = batch_write,
-	.release = batch_release,
-};

@@ -1,11 +1,11 @@
 /*
  * What fs/batch.c and fs/batchreq.c share: .embfs/rows's per-fd state, the
  * prefetch thread's jobs, the counters.
- *   batch.c     the file's FUSE entry points, targets (a table inode's
- *               view), the prefetch map and thread, page cache invalidation,
- *               the stats
- *   batchreq.c  requests: receiving and checking them, running SCATTER,
- *               PUSH, GATHER and MULTI
+ *   batchreq.c  the file's FUSE entry points; requests: receiving and
+ *               checking them, running SCATTER, PUSH, GATHER and MULTI
+ *   batch.c     targets (a table inode's view), an fd's state, the
+ *               prefetch map and thread, page cache invalidation, the stats
+ * batchreq.c calls batch.c, never the other way.
  */
 #ifndef EMBFS_FS_BATCH_INT_H
 #define EMBFS_FS_BATCH_INT_H
@@ -141,14 +141,10 @@ uint32_t batch_pins_take(struct embfs *fs, struct bfd *f, const struct btarget *
 			 uint32_t n);
 void batch_pins_drop(struct embfs *fs, struct bfd *f, uint32_t table, uint32_t nun);
 
-/* ---- batchreq.c ---- */
-/* Forget the request in flight (and the room it reserved) and the response. */
-void batch_req_reset(struct embfs *fs, struct bfd *f);
-/* The request failed with err: it is forgotten, the fd answers err. */
-int batch_req_fail(struct embfs *fs, struct bfd *f, int err);
-/* Take one WRITE piece; run the request if it is complete: 0 or -errno. */
-int batch_req_take(struct embfs *fs, fuse_req_t req, struct bfd *f, const char *data, size_t size, off_t off);
-/* A complete GATHER or MULTI's gathers into f->resp (at the first READ). */
-int batch_req_gather(struct embfs *fs, struct bfd *f);
+/* A new fd's state (NULL: no memory, or no batch threads); at its
+ * release (the request forgotten first), its prefetch pins dropped and
+ * the state freed once the prefetch thread is done with it. */
+struct bfd *batch_fd_new(struct embfs *fs);
+void batch_fd_close(struct embfs *fs, struct bfd *f);
 
 #endif

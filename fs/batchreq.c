@@ -1,6 +1,6 @@
 /*
- * .embfs/rows requests (wire format: include/embfs/batch.h): receiving
- * them piece by piece, checking each part as soon as it is in, and running
+ * .embfs/rows: its FUSE entry points and its requests (wire format:
+ * include/embfs/batch.h): receiving them piece by piece, checking each part as soon as it is in, and running
  * them: SCATTER and PUSH in the WRITE that completes them, GATHER at the
  * first READ, PREFETCH handed to batch.c's thread, MULTI (one request over
  * many tables) as its parts.  State per fd: struct bfd (batch_int.h).
@@ -16,7 +16,7 @@
 /* ---- requests --------------------------------------------------------- */
 
 /* Forget the request in flight (and the room it reserved) and the response. */
-void batch_req_reset(struct embfs *fs, struct bfd *f)
+static void batch_req_reset(struct embfs *fs, struct bfd *f)
 {
 	front_unreserve(&fs->fr, f->t.id, f->t.row_size, f->promised);
 	f->promised = 0;
@@ -31,7 +31,7 @@ void batch_req_reset(struct embfs *fs, struct bfd *f)
 	f->resp_len = 0;
 }
 
-int batch_req_fail(struct embfs *fs, struct bfd *f, int err)
+static int batch_req_fail(struct embfs *fs, struct bfd *f, int err)
 {
 	batch_req_reset(fs, f);
 	f->state = S_FAILED;
@@ -419,7 +419,7 @@ static int gather_one(struct embfs *fs, struct bfd *f, const struct btarget *t, 
 	return 0;
 }
 
-int batch_req_gather(struct embfs *fs, struct bfd *f)
+static int batch_req_gather(struct embfs *fs, struct bfd *f)
 {
 	if (f->h.op != EMBFS_BATCH_MULTI) {
 		uint32_t n = f->h.count;
@@ -444,7 +444,7 @@ int batch_req_gather(struct embfs *fs, struct bfd *f)
 }
 
 /* Take one WRITE piece; run the request if it is complete. */
-int batch_req_take(struct embfs *fs, fuse_req_t req, struct bfd *f, const char *data, size_t size, off_t off)
+static int batch_req_take(struct embfs *fs, fuse_req_t req, struct bfd *f, const char *data, size_t size, off_t off)
 {
 	if (off == 0) {
 		batch_req_reset(fs, f);
@@ -496,3 +496,88 @@ int batch_req_take(struct embfs *fs, fuse_req_t req, struct bfd *f, const char *
 	f->state = S_IDLE;
 	return 0;
 }
+
+/* ---- FUSE entry points (ll.c dispatches .embfs/rows here) ------------ */
+
+void batch_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct embfs *fs = fuse_req_userdata(req);
+	struct bfd *f = batch_fd_new(fs);
+	if (!f) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fi->fh = (uintptr_t)f;
+	fi->direct_io = 1; /* requests and responses bypass the page cache */
+	fi->keep_cache = 0;
+	if (fuse_reply_open(req, fi))
+		batch_fd_close(fs, f); /* no release will come */
+}
+
+void batch_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
+		 struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct embfs *fs = fuse_req_userdata(req);
+	struct bfd *f = batch_fh(fi);
+	INC(fs->batch, writes, 1);
+	pthread_mutex_lock(&f->lock);
+	int ret = batch_req_take(fs, req, f, data, size, off);
+	pthread_mutex_unlock(&f->lock);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_write(req, size);
+}
+
+void batch_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct embfs *fs = fuse_req_userdata(req);
+	struct bfd *f = batch_fh(fi);
+	INC(fs->batch, reads, 1);
+	pthread_mutex_lock(&f->lock);
+	if (f->state == S_GATHER) {
+		int ret = batch_req_gather(fs, f);
+		if (ret)
+			batch_req_fail(fs, f, ret);
+		else
+			f->state = S_RESP;
+	}
+	/* replied under the lock: a new request on this fd may not reuse resp yet */
+	if (f->state == S_RESP) {
+		uint64_t o = off < 0 ? UINT64_MAX : (uint64_t)off;
+		if (o >= f->resp_len)
+			fuse_reply_buf(req, NULL, 0);
+		else
+			fuse_reply_buf(req, f->resp + o, size < f->resp_len - o ? size : f->resp_len - o);
+	} else if (f->state == S_FAILED) {
+		fuse_reply_err(req, -f->err);
+	} else if (f->state == S_RECV) {
+		fuse_reply_err(req, EINVAL); /* a request is half written */
+	} else {
+		fuse_reply_err(req, EINVAL); /* no gather to read */
+	}
+	pthread_mutex_unlock(&f->lock);
+}
+
+void batch_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct embfs *fs = fuse_req_userdata(req);
+	struct bfd *f = batch_fh(fi);
+	pthread_mutex_lock(&f->lock);
+	batch_req_reset(fs, f);
+	pthread_mutex_unlock(&f->lock);
+	batch_fd_close(fs, f);
+	fuse_reply_err(req, 0);
+}
+
+/* FS_ROWS: .embfs/rows */
+const struct fs_kind_ops batch_kind = {
+	.open = batch_open,
+	.read = batch_read,
+	.write = batch_write,
+	.release = batch_release,
+};

@@ -18,9 +18,10 @@
  *   restore.c .embfs/restore: a table or the whole mount back to a snapshot
  *   delta.c   .embfs/delta: the rows changed between two snapshots
  *   changes.c the rows that may differ between two views (restore, delta)
- *   batch.c   .embfs/rows: gather, scatter, push, prefetch of many rows
- *             (batch_int.h: what it shares with batchreq.c)
- *   batchreq.c  .embfs/rows requests: receiving, checking, running
+ *   batchreq.c  .embfs/rows: gather, scatter, push, prefetch of many rows
+ *             (its FUSE entry points, the requests)
+ *   batch.c   .embfs/rows's targets, prefetch thread, page cache
+ *             invalidations and stats (batch_int.h: what the two share)
  *   pcache.c  the kernel's pages of tables against scatters
  *   attr.c    attributes of every inode, table views, directory listings
  *   perm.c    who may do what: owners and modes of the directories
@@ -133,7 +134,7 @@ extern const struct fs_kind_ops ctl_batchid_kind; /* ctl.c: FS_BATCHID */
 extern const struct fs_kind_ops ctl_pid_kind;   /* ctl.c: FS_PID */
 extern const struct fs_kind_ops restore_kind;   /* restore.c: FS_RESTORE */
 extern const struct fs_kind_ops delta_kind;     /* delta.c: FS_DELTA */
-extern const struct fs_kind_ops batch_kind;     /* batch.c: FS_ROWS */
+extern const struct fs_kind_ops batch_kind;     /* batchreq.c: FS_ROWS */
 
 /* main.c: the kernel's INIT was answered; a daemon that went to the
  * background tells the waiting parent it mounted (once; then a no-op). */
