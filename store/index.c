@@ -231,7 +231,7 @@ static int lookup_h(struct store *s, struct stable *st, uint64_t key, struct iha
 	return 0;
 }
 
-static int lookup(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val)
+static int lookup_key(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val)
 {
 	*val = 0;
 	return st->segs ? lookup_h(s, st, key, ihash_of(s, key), pos, val) : 0;
@@ -484,7 +484,7 @@ int index_get_many(struct store *s, struct stable *st, const uint64_t *keys, siz
 
 int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val)
 {
-	int ret = lookup(s, st, key, pos, val);
+	int ret = lookup_key(s, st, key, pos, val);
 	if (ret || !st->segs)
 		return ret;
 	return probed_check(s, st, key);
