@@ -225,30 +225,33 @@ int front_write(struct front *f, uint32_t id, uint32_t rs, uint64_t off, size_t 
 	return front_write_ranges(f, id, rs, &r, 1, off, data);
 }
 
-struct idpos {
-	uint64_t row;
-	uint32_t pos;
-};
-
 static int cmp_idpos(const void *a, const void *b)
 {
-	const struct idpos *x = a, *y = b;
+	const struct front_idpos *x = a, *y = b;
 	if (x->row != y->row)
 		return x->row < y->row ? -1 : 1;
 	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+struct front_idpos *front_sort_ids(const uint64_t *ids, uint32_t n)
+{
+	struct front_idpos *v = malloc((n ? n : 1) * sizeof(*v));
+	if (!v)
+		return NULL;
+	for (uint32_t i = 0; i < n; i++)
+		v[i] = (struct front_idpos){ ids[i], i };
+	qsort(v, n, sizeof(*v), cmp_idpos);
+	return v;
 }
 
 /* A scatter without a cache: one group commit, the last of duplicates winning. */
 static int scatter_stored(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows,
 			  uint32_t n, uint64_t end)
 {
-	struct idpos *v = malloc(n * sizeof(*v));
+	struct front_idpos *v = front_sort_ids(ids, n);
 	struct store_rowop *ops = malloc(n * sizeof(*ops));
 	int ret = -ENOMEM;
 	if (v && ops) {
-		for (uint32_t i = 0; i < n; i++)
-			v[i] = (struct idpos){ ids[i], i };
-		qsort(v, n, sizeof(*v), cmp_idpos);
 		size_t k = 0;
 		for (uint32_t i = 0; i < n; i++) {
 			if (i + 1 < n && v[i + 1].row == v[i].row)

@@ -265,19 +265,6 @@ int front_finite(const float *v, size_t n)
 	return !bad;
 }
 
-struct idpos {
-	uint64_t id;
-	uint32_t i;
-};
-
-static int idpos_cmp(const void *a, const void *b)
-{
-	const struct idpos *x = a, *y = b;
-	if (x->id != y->id)
-		return x->id < y->id ? -1 : 1;
-	return x->i < y->i ? -1 : x->i > y->i;
-}
-
 /* The request's ids without duplicates (*uids, *m of them) and their
  * gradients summed in request order (*ug): the request's own arrays when
  * it has no duplicates (*owned 0), else malloc'd ones (*owned 1). */
@@ -291,15 +278,12 @@ static int coalesce(const uint64_t *ids, const float *g, uint32_t n, uint32_t di
 		*uids = ids, *ug = g, *m = n, *owned = 0;
 		return 0;
 	}
-	struct idpos *s = malloc(n * sizeof(*s));
+	struct front_idpos *s = front_sort_ids(ids, n);
 	if (!s)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++)
-		s[i] = (struct idpos){ ids[i], i };
-	qsort(s, n, sizeof(*s), idpos_cmp);
 	uint32_t k = n ? 1 : 0;
 	for (uint32_t i = 1; i < n; i++)
-		k += s[i].id != s[i - 1].id;
+		k += s[i].row != s[i - 1].row;
 	if (k == n) {
 		free(s);
 		*uids = ids, *ug = g, *m = n, *owned = 0;
@@ -312,11 +296,11 @@ static int coalesce(const uint64_t *ids, const float *g, uint32_t n, uint32_t di
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0, j = 0; i < n; j++) {
-		u[j] = s[i].id;
-		memcpy(sum + (size_t)j * dim, g + (size_t)s[i].i * dim, dim * sizeof(float));
-		for (i++; i < n && s[i].id == u[j]; i++)
+		u[j] = s[i].row;
+		memcpy(sum + (size_t)j * dim, g + (size_t)s[i].pos * dim, dim * sizeof(float));
+		for (i++; i < n && s[i].row == u[j]; i++)
 			for (uint32_t c = 0; c < dim; c++)
-				sum[(size_t)j * dim + c] += g[(size_t)s[i].i * dim + c];
+				sum[(size_t)j * dim + c] += g[(size_t)s[i].pos * dim + c];
 	}
 	free(s);
 	*uids = u, *ug = sum, *m = k, *owned = 1;

@@ -199,6 +199,20 @@ static void table_open(struct table *t, const char *mnt, const char *name)
 	t->ino = st.st_ino;
 }
 
+/* The buffers *iov[0..*n) less their first `got` bytes (changed in place). */
+static void iov_advance(struct iovec **iov, int *n, size_t got)
+{
+	while (*n && got >= (*iov)->iov_len) {
+		got -= (*iov)->iov_len;
+		(*iov)++;
+		(*n)--;
+	}
+	if (*n) {
+		(*iov)->iov_base = (char *)(*iov)->iov_base + got;
+		(*iov)->iov_len -= got;
+	}
+}
+
 /* Write a whole request at offset 0: the kernel may take it in pieces, and a
  * short write means "send the rest", which then fails with the error. */
 static void send_req(int fd, struct iovec *iov, int n)
@@ -211,15 +225,7 @@ static void send_req(int fd, struct iovec *iov, int n)
 		if (w < 0)
 			die("batch request to", ".embfs/rows");
 		done += (size_t)w;
-		while (n && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n) {
-			iov->iov_base = (char *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
+		iov_advance(&iov, &n, (size_t)w);
 	}
 }
 
@@ -295,15 +301,7 @@ static void step_request(int fd, struct part *p, int np)
 		if (r <= 0)
 			die("gather response from", ".embfs/rows");
 		got += (size_t)r;
-		while (no && (size_t)r >= o->iov_len) {
-			r -= (ssize_t)o->iov_len;
-			o++;
-			no--;
-		}
-		if (no) {
-			o->iov_base = (char *)o->iov_base + r;
-			o->iov_len -= (size_t)r;
-		}
+		iov_advance(&o, &no, (size_t)r);
 	}
 }
 

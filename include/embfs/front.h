@@ -83,6 +83,13 @@ int front_write_ranges(struct front *f, uint32_t id, uint32_t rs, const struct f
  * of room promised for them (front_reserve), spent or given back here. */
 int front_scatter(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows, uint32_t n,
 		 int64_t credit);
+/* ids[0..n) with their positions, sorted by id, then position (duplicates
+ * keep their order): malloc'd, NULL for want of memory. */
+struct front_idpos {
+	uint64_t row;
+	uint32_t pos;
+};
+struct front_idpos *front_sort_ids(const uint64_t *ids, uint32_t n);
 /* Rows ids[0..n) (no id twice) of live table id updated in place through
  * the row cache (there must be one) by fn, as cache_update_rows(), the
  * size raised to cover them; credit as front_scatter's. */
