@@ -11,7 +11,6 @@
  * through mount.fuse.embfs (util/), which runs it by its installed path.
  */
 #include <errno.h>
-#include <malloc.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
@@ -608,12 +607,6 @@ int main(int argc, char **argv)
 
 	memset(&fs, 0, sizeof(fs));
 	memset(&cl, 0, sizeof(cl));
-	/* A batch request's buffers (rows, ids, groups: up to tens of MiB)
-	 * come from the heap and go back to it: above glibc's mmap threshold
-	 * each would be a fresh mapping whose every page faults in (measured:
-	 * half the daemon's time in a push of 10,000 new rows). */
-	mallopt(M_MMAP_THRESHOLD, 128 << 20);
-	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 	fs.ready_fd = -1;
 	pthread_mutex_init(&fs.restore_lock, NULL);
 	pthread_rwlockattr_t ga;
