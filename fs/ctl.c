@@ -14,6 +14,7 @@
  *    can wait for the daemon serving a mount to exit.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,11 +63,21 @@ void ctl_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 	}
 }
 
-/* An open .embfs/stats or .embfs/metrics (fi->fh): the text rendered at open. */
+/* An open .embfs/stats or .embfs/metrics (fi->fh): the text rendered at open.
+ * The kernel may send a file's RELEASE while a READ of it is still being
+ * answered (a reader killed inside read(2) closes the file at once), so a
+ * READ answers from a text only while it is listed, under stats_mu, and a
+ * RELEASE unlists it under stats_mu before freeing it (found by
+ * ThreadSanitizer in tests/e2e/batch.sh: a reply's writev read the freed
+ * text). */
 struct stats_text {
+	struct stats_text *next, **pprev;
 	size_t len;
 	char data[];
 };
+
+static pthread_mutex_t stats_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct stats_text *stats_open; /* protected by stats_mu */
 
 void ctl_stats_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -85,6 +96,13 @@ void ctl_stats_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	t->len = len;
 	memcpy(t->data, buf, len);
 	free(buf);
+	pthread_mutex_lock(&stats_mu);
+	t->next = stats_open;
+	t->pprev = &stats_open;
+	if (stats_open)
+		stats_open->pprev = &t->next;
+	stats_open = t;
+	pthread_mutex_unlock(&stats_mu);
 	fi->fh = (uintptr_t)t;
 	fi->direct_io = 1;
 	fuse_reply_open(req, fi);
@@ -93,17 +111,29 @@ void ctl_stats_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 void ctl_stats_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	(void)ino;
-	struct stats_text *t = (void *)(uintptr_t)fi->fh;
-	if ((size_t)off >= t->len)
+	struct stats_text *t = (void *)(uintptr_t)fi->fh, *o;
+	pthread_mutex_lock(&stats_mu);
+	for (o = stats_open; o && o != t; o = o->next)
+		;
+	if (!o)
+		fuse_reply_err(req, EBADF); /* released meanwhile: its reader is gone */
+	else if ((size_t)off >= t->len)
 		fuse_reply_buf(req, NULL, 0);
 	else
 		fuse_reply_buf(req, t->data + off, size < t->len - (size_t)off ? size : t->len - (size_t)off);
+	pthread_mutex_unlock(&stats_mu);
 }
 
 void ctl_stats_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	free((void *)(uintptr_t)fi->fh);
+	struct stats_text *t = (void *)(uintptr_t)fi->fh;
+	pthread_mutex_lock(&stats_mu);
+	*t->pprev = t->next;
+	if (t->next)
+		t->next->pprev = t->pprev;
+	pthread_mutex_unlock(&stats_mu);
+	free(t);
 	fuse_reply_err(req, 0);
 }
 
