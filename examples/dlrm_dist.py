@@ -4,7 +4,7 @@ over W embfs mounts (embfs.dist), the dense part data-parallel (DDP).
 
     PYTHONPATH=python /usr/bin/python3 examples/dlrm_dist.py M0,M1,... --manifests DIR
         [--steps 40] [--every 10] [--batch 1024] [--tables 26] [--resume step-K]
-        [--kill-at STEP --kill-rank R] [--dense-opt adagrad|sgd]
+        [--kill-at STEP --kill-rank R] [--dense-opt adagrad|sgd] [--sparse-opt adagrad|sgd]
 
 One process per mount (torch.multiprocessing, gloo over loopback); rank r
 uses mount r, which holds the rows embfs.dist.shard_of gives to r.  Step s
@@ -54,10 +54,10 @@ import embfs.torch as et  # noqa: E402
 class DistDLRM(torch.nn.Module):
     """dlrm.DLRM with its first `tables` sparse features, over sharded tables."""
 
-    def __init__(self, mount, seed, tables):
+    def __init__(self, mount, seed, tables, sparse_opt="adagrad"):
         super().__init__()
         self.dense = torch.nn.ModuleDict({"bottom": dlrm.mlp(dlrm.BOTTOM, True)})
-        self.emb = [ed.ShardedEmbedding(mount, f"C{f + 1}.emb", dlrm.DIM, optimizer="adagrad",
+        self.emb = [ed.ShardedEmbedding(mount, f"C{f + 1}.emb", dlrm.DIM, optimizer=sparse_opt,
                                         init=embfs.Init.uniform(-dlrm.DIM ** -0.5, dlrm.DIM ** -0.5,
                                                                 seed=seed * dlrm.SPARSE + f, cols=dlrm.DIM))
                     for f in range(tables)]
@@ -103,13 +103,13 @@ def rank_main(rank, world, mounts, a):
     dist.init_process_group("gloo", init_method=a.init, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=a.timeout))
     m = embfs.Mount(mounts[rank])
-    model = DistDLRM(m, a.seed, a.tables)
+    model = DistDLRM(m, a.seed, a.tables, a.sparse_opt)
     ddp = torch.nn.parallel.DistributedDataParallel(Both(model.dense)) if world > 1 else Both(model.dense)
     if a.dense_opt == "sgd":
         opt = torch.optim.SGD(model.dense.parameters(), lr=a.lr)
     else:
         opt = torch.optim.Adagrad(model.dense.parameters(), lr=a.lr)
-    sopt = et.RowWiseAdagrad(model.emb, lr=a.emb_lr)
+    sopt = (et.SGD if a.sparse_opt == "sgd" else et.RowWiseAdagrad)(model.emb, lr=a.emb_lr)
     start = 0
     if a.resume:
         man = ed.restore(m, a.resume, a.manifests)
@@ -181,6 +181,8 @@ def main():
     ap.add_argument("--emb-lr", type=float, default=0.05)
     ap.add_argument("--dense-opt", choices=("adagrad", "sgd"), default="adagrad",
                     help="the dense part's optimizer (default adagrad)")
+    ap.add_argument("--sparse-opt", choices=("adagrad", "sgd"), default="adagrad",
+                    help="the tables' optimizer (default row-wise adagrad; its tables hold its state)")
     ap.add_argument("--resume")
     ap.add_argument("--kill-at", type=int)
     ap.add_argument("--kill-rank", type=int, default=0)
