@@ -108,9 +108,10 @@ class TestDist(unittest.TestCase):
                 # another order than one rank: rounding.  The runs compared
                 # so train both parts with SGD (--dense-opt sgd --sparse-opt
                 # sgd), which keeps that rounding at its size: seen at most
-                # 7.5e-9 (EMBFS_SEED 3151619427, 1, 329, 7, 11, 12345).  An optimizer that normalizes a step does not: a
-                # gradient that nearly cancels has a large relative rounding
-                # error, and Adagrad steps by about lr times it.  On the
+                # 7.5e-9 (EMBFS_SEED 3151619427, 1, 329, 7, 11, 12345).  An
+                # optimizer that normalizes a step does not: a gradient that
+                # nearly cancels has a large relative rounding error, and
+                # Adagrad steps by about lr times it.  On the
                 # dense part (data seed 329) weights ended 0.02 apart by step
                 # 8; on the rows, row-wise Adagrad put C1.emb 5.0e-5 apart
                 # for EMBFS_SEED=3151619427, before and after pushes.  A lost
