@@ -266,44 +266,49 @@ static int scatter_stored(struct front *f, uint32_t id, uint32_t rs, const uint6
 	return ret;
 }
 
-int front_scatter(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows, uint32_t n,
-		 int64_t credit)
+/* The end of the last of rows ids[0..n) of rs bytes. */
+static uint64_t rows_end(const uint64_t *ids, uint32_t n, uint32_t rs)
 {
 	uint64_t end = 0;
 	for (uint32_t i = 0; i < n; i++)
 		end = (ids[i] + 1) * rs > end ? (ids[i] + 1) * rs : end;
-	if (!f->cache) {
-		front_unreserve(f, id, rs, credit);
-		return scatter_stored(f, id, rs, ids, rows, n, end);
-	}
+	return end;
+}
+
+/* Rows ids[0..n) into the cache as one write: rows (row i at rows + i *
+ * rs) written, or (rows NULL) each updated in place by fn; the credit
+ * spent or given back, the size raised to cover them. */
+static int rows_to_cache(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, uint32_t n,
+			 const char *rows, cache_update_fn *fn, void *ctx, int64_t credit)
+{
 	/* as a write: the batch id when it starts stamps its rows */
 	uint64_t batch = batch_begin(f);
 	int ret = store_space_links(f->st, id); /* a snapshot since the promise */
 	if (!ret)
-		ret = cache_write_rows(f->cache, id, rs, ids, n, rows, batch, &credit);
+		ret = rows ? cache_write_rows(f->cache, id, rs, ids, n, rows, batch, &credit)
+			   : cache_update_rows(f->cache, id, rs, ids, n, fn, ctx, batch, &credit);
 	batch_end(f);
 	front_unreserve(f, id, rs, credit);
 	/* after an error some rows may be written: the size covers them all
 	 * (rows not written read as holes, as in any sparse file) */
-	int r = store_table_extend(f->st, id, end);
+	int r = store_table_extend(f->st, id, rows_end(ids, n, rs));
 	return ret ? ret : r;
+}
+
+int front_scatter(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, const char *rows, uint32_t n,
+		 int64_t credit)
+{
+	if (!f->cache) {
+		front_unreserve(f, id, rs, credit);
+		return scatter_stored(f, id, rs, ids, rows, n, rows_end(ids, n, rs));
+	}
+	return rows_to_cache(f, id, rs, ids, n, rows, NULL, NULL, credit);
 }
 
 int front_update(struct front *f, uint32_t id, uint32_t rs, const uint64_t *ids, uint32_t n,
 		 cache_update_fn *fn, void *ctx, int64_t credit)
 {
-	uint64_t end = 0;
-	for (uint32_t i = 0; i < n; i++)
-		end = (ids[i] + 1) * rs > end ? (ids[i] + 1) * rs : end;
-	/* as a write: the batch id when it starts stamps its rows */
-	uint64_t batch = batch_begin(f);
-	int ret = store_space_links(f->st, id); /* a snapshot since the promise */
-	if (!ret)
-		ret = cache_update_rows(f->cache, id, rs, ids, n, fn, ctx, batch, &credit);
-	batch_end(f);
-	front_unreserve(f, id, rs, credit);
-	int r = store_table_extend(f->st, id, end);
-	return ret ? ret : r;
+	return rows_to_cache(f, id, rs, ids, n, NULL, fn, ctx, credit);
 }
 
 /* Punch a hole: whole rows are deleted, partly covered stored rows get the
