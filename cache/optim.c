@@ -400,10 +400,6 @@ static int update_rows(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype
 int front_push(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype, const uint64_t *ids, uint32_t n,
 	       const struct embfs_batch_push *p, const float *grads, int64_t credit)
 {
-	if (!front_finite(grads, (size_t)n * p->dim)) {
-		front_unreserve(f, id, rs, credit);
-		return -EINVAL; /* refused whole: nothing changed */
-	}
 	const uint64_t *uids;
 	const float *ug;
 	uint32_t m;

@@ -231,6 +231,10 @@ static int check(struct embfs *fs, fuse_req_t req, struct bfd *f)
 			f->promised = f->h.count;
 		}
 	}
+	/* a PUSH with any NaN or Inf gradient is refused whole */
+	if (f->h.op == EMBFS_BATCH_PUSH && f->ids_ok && f->got == f->h.total_len &&
+	    !front_finite((const float *)(f->req + f->ids_off + 8ull * f->h.count), (size_t)f->h.count * f->p.dim))
+		return -EINVAL;
 	return 0;
 }
 

@@ -190,8 +190,9 @@ int front_finite(const float *v, size_t n);
  * table id (rows of rs bytes of dtype), p checked by front_push_check:
  * duplicates' gradients summed, each row read, updated and written whole
  * under the table's push lock (rows never stored start from p's init
- * spec), the size raised to cover them.  -EINVAL, nothing changed, if a
- * gradient is NaN or Inf.  credit as front_scatter's. */
+ * spec), the size raised to cover them.  The gradients are finite: the
+ * caller refuses a request with a NaN or Inf one (front_finite) before
+ * anything changes.  credit as front_scatter's. */
 int front_push(struct front *f, uint32_t id, uint32_t rs, uint32_t dtype, const uint64_t *ids, uint32_t n,
 	       const struct embfs_batch_push *p, const float *grads, int64_t credit);
 
