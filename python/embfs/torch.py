@@ -158,10 +158,14 @@ class _TableModule(torch.nn.Module):
         gathered) with summed gradients g: pushed to the daemon, or (an
         init the daemon cannot compute) updated here and scattered."""
         if isinstance(self.init, Init):
-            self.table.push(ids, g, _PUSH_KIND[self.optimizer], init=self.init, **opt._push_args())
+            self.table.push(ids, g, **self._push_kwargs(opt))
         else:
             opt._update(rows, g, self.embedding_dim)
             self._store(ids, rows)
+
+    def _push_kwargs(self, opt):
+        """Table.push's keyword arguments for a step of opt on this table."""
+        return dict(opt._push_args(), optimizer=_PUSH_KIND[self.optimizer], init=self.init)
 
     # ---- state_dict: the tables are the state ----
     def get_extra_state(self):
@@ -394,8 +398,7 @@ class Collection(torch.nn.Module):
             got = b._take_grads()
             if got is not None:
                 ids, _, g = got
-                pushes.append((b.table, ids, g, dict(opt._push_args(), optimizer=_PUSH_KIND[self.optimizer],
-                                                      init=b.init)))
+                pushes.append((b.table, ids, g, b._push_kwargs(opt)))
         if self._pushes:
             self.flush()
         if self.fuse_push:
