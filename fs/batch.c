@@ -456,6 +456,12 @@ void batch_fd_close(struct embfs *fs, struct bfd *f)
 {
 	struct batch *b = fs->batch;
 	uint64_t n = 0;
+	/* A READ's reply is written under f->lock, and the kernel may send
+	 * RELEASE as soon as the reply is in, before the worker that wrote it
+	 * leaves fuse_reply_buf: wait for it before resp can be freed (as
+	 * .embfs/stats, fs/ctl.c). */
+	pthread_mutex_lock(&f->lock);
+	pthread_mutex_unlock(&f->lock);
 	pthread_mutex_lock(&f->pf_lock);
 	f->closing = 1;
 	for (uint32_t i = 0; i < f->pf.cap; i++) {

@@ -244,6 +244,10 @@ void delta_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
 	struct dfd *f = (struct dfd *)(uintptr_t)fi->fh;
+	/* a READ's reply, written under f->lock, may still be leaving
+	 * fuse_reply_buf when the kernel sends RELEASE: wait for it */
+	pthread_mutex_lock(&f->lock);
+	pthread_mutex_unlock(&f->lock);
 	free(f->resp);
 	pthread_mutex_destroy(&f->lock);
 	free(f);

@@ -412,7 +412,7 @@ static int view_read(struct embfs *fs, const struct dres *r, uint64_t off, size_
 void dview_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct embfs *fs = fs_of(req);
-	const struct dres *r = (const struct dres *)(uintptr_t)fi->fh;
+	struct dres *r = (struct dres *)(uintptr_t)fi->fh;
 	enum fs_kind kind = fs_ino(ino).kind;
 	size_t nl;
 	const uint64_t *list = list_of(r, kind, &nl);
@@ -423,8 +423,14 @@ void dview_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct f
 	}
 	size_t len = fsize - (uint64_t)off < size ? (size_t)(fsize - (uint64_t)off) : size;
 	if (kind != FS_DVIEW) {
-		/* little-endian hosts (x86-64, aarch64): the ids as they are */
+		/* little-endian hosts (x86-64, aarch64): the ids as they are.
+		 * The kernel may send RELEASE as soon as the reply is in, before
+		 * this worker leaves fuse_reply_buf: hold a reference until then. */
+		pthread_mutex_lock(&fs->dv_lock);
+		r->refs++;
+		pthread_mutex_unlock(&fs->dv_lock);
 		fuse_reply_buf(req, (const char *)list + off, len);
+		dres_put(fs, r);
 		return;
 	}
 	char *buf = malloc(len);
