@@ -6,6 +6,10 @@
 # Exit 0 pass, 1 fail, 77 skip.
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$TOP/build}
+# The start of every file name a test makes in /dev/shm or /tmp: "embfs-",
+# then, under tests/run.sh, its run's tag and a dot (the runner's leftover
+# check looks at its own run's files only).
+EMBFS_PFX="embfs-${EMBFS_TEST_RUN:+$EMBFS_TEST_RUN.}"
 EMBFS="$BUILD/embfs"
 MKFS="$BUILD/mkfs.embfs"
 TOOLS="$BUILD/tools"
@@ -85,7 +89,7 @@ cleanup() {
 setup() {
 	[ -c /dev/fuse ] || skip "no /dev/fuse"
 	[ -x "$TOOLS/prng" ] || skip "$TOOLS/prng not built (make)"
-	T=$(mktemp -d "${TMPDIR:-/tmp}/embfs-test.XXXXXX")
+	T=$(mktemp -d "${TMPDIR:-/tmp}/${EMBFS_PFX}test.XXXXXX")
 	trap cleanup EXIT
 	trap 'exit 1' INT TERM
 	seed_line

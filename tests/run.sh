@@ -6,9 +6,12 @@
 # Each test's whole output goes to $BUILD/test-logs/NAME.log; for a failing
 # test the runner prints the log's path, every "seed" line in it and its last
 # lines.  The logs of passing tests are removed (VERBOSE=1 prints them all).
-# A test must leave nothing behind: an embfs* file or folder in /dev/shm, /tmp
-# or /var/tmp, or a fuse mount, that appeared while it ran fails it (listed,
-# not removed: the runner cannot know it is not another run's).
+# A test must leave nothing behind: a file or folder of this run in /dev/shm,
+# /tmp or /var/tmp, or a fuse mount in one, that appeared while it ran fails
+# it (listed, not removed).  A run's names start "embfs-TAG." (TAG is
+# EMBFS_TEST_RUN, exported here; tests name files through test_prefix(),
+# $EMBFS_PFX or mountutil.PREFIX), so another run's or a benchmark's files
+# never fail this one's tests.
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$TOP/build}
 TIMEOUT=${TEST_TIMEOUT:-600} # a guard against hangs, not a speed check: the slowest tests take ~300 s on a loaded 2-core machine
@@ -25,10 +28,14 @@ selected() {
 	return 1
 }
 
+EMBFS_TEST_RUN=${EMBFS_TEST_RUN:-r$$}
+export EMBFS_TEST_RUN
+P="embfs-$EMBFS_TEST_RUN."
+
 # what a test may leave behind, one a line
 leftovers() {
-	ls -d /dev/shm/embfs* /tmp/embfs* /var/tmp/embfs* 2>/dev/null
-	awk '$3 ~ /^fuse/ { print "mount " $2 }' /proc/mounts
+	ls -d /dev/shm/"$P"* /tmp/"$P"* /var/tmp/"$P"* 2>/dev/null
+	awk -v p="/$P" '$3 ~ /^fuse/ && (index($1, p) || index($2, p)) { print "mount " $2 }' /proc/mounts
 }
 
 run() {

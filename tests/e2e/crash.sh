@@ -17,7 +17,7 @@ WOPTS="-s $SEED -k 24 -n 32768"
 
 unset PMEM_IS_PMEM_FORCE
 setup
-S=$(mktemp -d /dev/shm/embfs-crash.XXXXXX) || fail "mktemp on /dev/shm"
+S=$(mktemp -d "/dev/shm/${EMBFS_PFX}crash.XXXXXX") || fail "mktemp on /dev/shm"
 WPID=""
 trap 'rc=$?; [ -n "$WPID" ] && kill "$WPID" 2>/dev/null; rm -rf "$S"; (exit $rc); cleanup' EXIT
 

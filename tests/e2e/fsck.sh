@@ -166,7 +166,7 @@ case $(stat -f -c %T "$SPILLDIR") in
 tmpfs|ramfs) say "spill part skipped: $SPILLDIR is tmpfs (the spill tier wants O_DIRECT)"; exit 0 ;;
 esac
 command -v python3 >/dev/null || { say "spill part skipped: no python3"; exit 0; }
-SP=$(mktemp -d "$SPILLDIR/embfs-fsck.XXXXXX") || fail "mktemp -d in $SPILLDIR"
+SP=$(mktemp -d "$SPILLDIR/${EMBFS_PFX}fsck.XXXXXX") || fail "mktemp -d in $SPILLDIR"
 trap 'rc=$?; rm -rf "$SP"; (exit $rc); cleanup' EXIT
 P5="$T/pool5"
 RS=256

@@ -21,7 +21,7 @@
 [ -z "$TMPDIR" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && TMPDIR=/dev/shm && export TMPDIR
 setup
 SPILLDIR=${SPILLDIR:-/var/tmp}
-SP=$(mktemp -d "$SPILLDIR/embfs-range.XXXXXX") || fail "mktemp -d in $SPILLDIR"
+SP=$(mktemp -d "$SPILLDIR/${EMBFS_PFX}range.XXXXXX") || fail "mktemp -d in $SPILLDIR"
 trap 'rc=$?; rm -rf "$SP"; (exit $rc); cleanup' EXIT
 case $(stat -f -c %T "$SP") in
 tmpfs|ramfs) skip "$SPILLDIR is $(stat -f -c %T "$SP"): the spill tier wants a disk file system (O_DIRECT)" ;;

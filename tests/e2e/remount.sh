@@ -13,7 +13,7 @@
 SIZES=${SIZES:-"10240 102400 409600"}
 REPS=3
 setup
-S=$(mktemp -d /dev/shm/embfs-remount.XXXXXX) || fail "mktemp on /dev/shm"
+S=$(mktemp -d "/dev/shm/${EMBFS_PFX}remount.XXXXXX") || fail "mktemp on /dev/shm"
 trap 'rc=$?; rm -rf "$S"; (exit $rc); cleanup' EXIT
 POOL="$S/pool"
 M="$T/mnt"

@@ -27,7 +27,7 @@
 [ -z "$TMPDIR" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && TMPDIR=/dev/shm && export TMPDIR
 setup
 SPILLDIR=${SPILLDIR:-/var/tmp}
-SP=$(mktemp -d "$SPILLDIR/embfs-spill.XXXXXX") || fail "mktemp -d in $SPILLDIR"
+SP=$(mktemp -d "$SPILLDIR/${EMBFS_PFX}spill.XXXXXX") || fail "mktemp -d in $SPILLDIR"
 WPID=""
 trap 'rc=$?; [ -n "$WPID" ] && kill "$WPID" 2>/dev/null; rm -rf "$SP"; (exit $rc); cleanup' EXIT
 case $(stat -f -c %T "$SP") in

@@ -18,6 +18,10 @@ import unittest
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("BUILD", os.path.join(TOP, "build"))
+# The start of every file name a test makes in /dev/shm or /tmp: "embfs-",
+# then, under tests/run.sh, its run's tag and a dot (the runner's leftover
+# check looks at its own run's files only).
+PREFIX = "embfs-" + (os.environ["EMBFS_TEST_RUN"] + "." if os.environ.get("EMBFS_TEST_RUN") else "")
 
 
 def mounted(mnt):
@@ -41,7 +45,7 @@ class Pooled:
         self.proc = None
 
     def __enter__(self):
-        self.dir = tempfile.mkdtemp(prefix="embfs-pytest.", dir=self.base)
+        self.dir = tempfile.mkdtemp(prefix=PREFIX + "pytest.", dir=self.base)
         self.pool = os.path.join(self.dir, "pool.embfs")
         self.mnt = os.path.join(self.dir, "mnt")
         os.mkdir(self.mnt)

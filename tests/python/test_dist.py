@@ -23,7 +23,7 @@ import unittest
 import numpy as np
 
 import embfs
-from mountutil import TOP, Pooled
+from mountutil import PREFIX, TOP, Pooled
 
 SEED = int(os.environ.get("EMBFS_SEED") or random.SystemRandom().randrange(1 << 32))
 print(f"test_dist: seed {SEED} (replay: EMBFS_SEED={SEED})", flush=True)
@@ -89,7 +89,7 @@ class Pools:
 
 class TestDist(unittest.TestCase):
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="embfs-dist.", dir=SHM)
+        self.tmp = tempfile.mkdtemp(prefix=PREFIX + "dist.", dir=SHM)
 
     def tearDown(self):
         subprocess.run(["rm", "-rf", self.tmp])

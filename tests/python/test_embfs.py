@@ -15,7 +15,7 @@ import zlib
 import numpy as np
 
 import embfs
-from mountutil import Pooled, PooledCase
+from mountutil import PREFIX, Pooled, PooledCase
 
 SEED = int(os.environ.get("EMBFS_SEED") or random.SystemRandom().randrange(1 << 32))
 print(f"test_embfs: seed {SEED} (replay: EMBFS_SEED={SEED})", flush=True)
@@ -673,7 +673,7 @@ class TestSpill(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         import tempfile
-        cls.sdir = tempfile.mkdtemp(prefix="embfs-pyspill.")
+        cls.sdir = tempfile.mkdtemp(prefix=PREFIX + "pyspill.")
 
     @classmethod
     def tearDownClass(cls):

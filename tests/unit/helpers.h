@@ -8,6 +8,18 @@
 #include <time.h>
 #include <unistd.h>
 
+/* "embfs-" then, under tests/run.sh, its run's tag (EMBFS_TEST_RUN) and a
+ * dot: the start of every file name a test makes in /dev/shm or /tmp, so
+ * the runner's leftover check sees its own run's files only. */
+static inline const char *test_prefix(void)
+{
+	static char p[64];
+	const char *t = getenv("EMBFS_TEST_RUN");
+	if (!p[0])
+		snprintf(p, sizeof(p), "embfs-%s%s", t && *t ? t : "", t && *t ? "." : "");
+	return p;
+}
+
 /* The seed of a randomized test and how to replay it. */
 struct test_seed {
 	unsigned long long v;

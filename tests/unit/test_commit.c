@@ -463,7 +463,7 @@ int main(void)
 	const char *dir = getenv("TMPDIR");
 	if (!dir && access("/dev/shm", W_OK) == 0)
 		dir = "/dev/shm";
-	snprintf(path, sizeof(path), "%s/embfs-commit-%d.pool", dir ? dir : "/tmp", (int)getpid());
+	snprintf(path, sizeof(path), "%s/%scommit-%d.pool", dir ? dir : "/tmp", test_prefix(), (int)getpid());
 	main_pid = getpid();
 	atexit(cleanup);
 	test_group_enospc();

@@ -642,8 +642,8 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	snprintf(src, sizeof(src), "%s", keep ? keep : "");
 	if (!keep)
-		snprintf(src, sizeof(src), "%s/embfs-damage-src-%d", dir, (int)getpid());
-	snprintf(cpath, sizeof(cpath), "%s/embfs-damage-case-%d", dir, (int)getpid());
+		snprintf(src, sizeof(src), "%s/%sdamage-src-%d", dir, test_prefix(), (int)getpid());
+	snprintf(cpath, sizeof(cpath), "%s/%sdamage-case-%d", dir, test_prefix(), (int)getpid());
 	if (reuse)
 		build(NULL);
 	else

@@ -1895,9 +1895,9 @@ int main(int argc, char **argv)
 	(void)argc;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	main_pid = getpid();
-	snprintf(path, sizeof(path), "%s/embfs-spill-%d.pool",
-		 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", (int)main_pid);
-	snprintf(spath, sizeof(spath), "/tmp/embfs-spill-%d.spill", (int)main_pid);
+	snprintf(path, sizeof(path), "%s/%sspill-%d.pool",
+		 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", test_prefix(), (int)main_pid);
+	snprintf(spath, sizeof(spath), "/tmp/%sspill-%d.spill", test_prefix(), (int)main_pid);
 	atexit(cleanup);
 	const char *only = getenv("TEST_SPILL_ONLY"); /* one part by name, to repeat it */
 	char how[160];

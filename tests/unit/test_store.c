@@ -1085,8 +1085,8 @@ int main(int argc, char **argv)
 	(void)argc;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	main_pid = getpid();
-	snprintf(path, sizeof(path), "%s/embfs-unit-%d.pool",
-		 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", (int)main_pid);
+	snprintf(path, sizeof(path), "%s/%sunit-%d.pool",
+		 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", test_prefix(), (int)main_pid);
 	atexit(cleanup);
 	seed = test_seed(argv[0]);
 	srand((unsigned)mix(seed)); /* the kill points */
