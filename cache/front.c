@@ -276,6 +276,17 @@ int front_table_rename(struct front *f, const char *oldname, const char *newname
 	return store_table_rename(f->st, oldname, newname);
 }
 
+int front_table_create_orphan(struct front *f, const char *label, uint32_t mode, uint32_t uid, uint32_t gid,
+			      uint32_t dim, uint32_t dtype, uint32_t *id)
+{
+	return store_table_create_orphan(f->st, label, mode, uid, gid, dim, dtype, id);
+}
+
+int front_table_replace(struct front *f, uint32_t orphan_id, uint32_t id)
+{
+	return store_table_replace(f->st, orphan_id, id);
+}
+
 int front_table_set_geometry(struct front *f, uint32_t id, uint32_t dim, uint32_t dtype)
 {
 	return store_table_set_geometry(f->st, id, dim, dtype);

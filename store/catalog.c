@@ -268,8 +268,10 @@ static int slot_find(struct store *s, uint32_t *id)
 	return -ENOSPC;
 }
 
-int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_t uid,
-		       uint32_t gid, uint32_t dim, uint32_t dtype, uint32_t *id)
+/* A new table; orphan: unlinked from the start (no name in the tree; freed
+ * at its release or at mount after a crash), name kept only as its label. */
+static int table_create(struct store *s, const char *name, int orphan, uint32_t mode, uint32_t uid,
+			uint32_t gid, uint32_t dim, uint32_t dtype, uint32_t *id)
 {
 	if (pm_writable(s))
 		return -EROFS; /* the pool failed (pm.c) */
@@ -279,7 +281,7 @@ int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_
 	if (store_geometry_check(dim, dtype))
 		return -EINVAL;
 	pthread_rwlock_wrlock(&s->cat_lock);
-	if (name_find(s, name)) {
+	if (!orphan && name_find(s, name)) {
 		ret = -EEXIST;
 		goto out;
 	}
@@ -303,7 +305,7 @@ int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_
 		t->atime_ns = t->mtime_ns = t->ctime_ns = now;
 		t->trim_from = EMB_NONE;
 		strcpy(t->name, name);
-		t->flags = EMB_T_USED;
+		t->flags = EMB_T_USED | (orphan ? EMB_T_ORPHAN : 0);
 		catalog_seal_tx(t);
 		super_seal_tx(s);
 	} TX_ONABORT {
@@ -318,10 +320,23 @@ int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_
 		ret = -ENOMEM;
 		goto out;
 	}
-	name_insert(s, st);
+	if (!orphan)
+		name_insert(s, st);
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
 	return ret;
+}
+
+int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_t uid,
+		       uint32_t gid, uint32_t dim, uint32_t dtype, uint32_t *id)
+{
+	return table_create(s, name, 0, mode, uid, gid, dim, dtype, id);
+}
+
+int store_table_create_orphan(struct store *s, const char *label, uint32_t mode, uint32_t uid,
+			      uint32_t gid, uint32_t dim, uint32_t dtype, uint32_t *id)
+{
+	return table_create(s, label, 1, mode, uid, gid, dim, dtype, id);
 }
 
 int store_table_lookup(struct store *s, const char *name, uint32_t *id)
@@ -499,6 +514,52 @@ int store_table_rename(struct store *s, const char *oldname, const char *newname
 	if (ret && victim)
 		name_insert(s, victim);
 	name_insert(s, st);
+out:
+	pthread_rwlock_unlock(&s->cat_lock);
+	pthread_mutex_unlock(&s->commit_lock);
+	return ret;
+}
+
+int store_table_replace(struct store *s, uint32_t orphan_id, uint32_t id)
+{
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
+	volatile int ret = 0;
+	pthread_mutex_lock(&s->commit_lock); /* both entries' flags (store_table_unlink) */
+	pthread_rwlock_wrlock(&s->cat_lock);
+	struct stable *old = tab_get(s, id), *st = tab_get(s, orphan_id);
+	if (!old || !st || old == st || (old->t->flags & EMB_T_ORPHAN)) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if ((st->t->flags & (EMB_T_ORPHAN | EMB_T_ZOMBIE | EMB_T_DYING)) != EMB_T_ORPHAN) {
+		ret = -EINVAL;
+		goto out;
+	}
+	name_remove(s, old);
+	pthread_mutex_lock(&s->meta_lock);
+	TX_BEGIN(s->pop) {
+		/* not size, nrows and the times (store_table_unlink) */
+		pmemobj_tx_add_range_direct(old->t, offsetof(struct emb_table, size));
+		pmemobj_tx_add_range_direct(st->t, offsetof(struct emb_table, size));
+		pmemobj_tx_add_range_direct(st->t->name, sizeof(st->t->name));
+		old->t->flags |= EMB_T_ORPHAN;
+		st->t->flags &= ~EMB_T_ORPHAN;
+		memcpy(st->t->name, old->t->name, sizeof(st->t->name));
+		catalog_seal_tx(old->t);
+		catalog_seal_tx(st->t);
+	} TX_ONABORT {
+		ret = pm_tx_errno();
+	} TX_END
+	ret = pm_tx_end(s, ret);
+	pthread_mutex_unlock(&s->meta_lock);
+	if (ret) {
+		name_insert(s, old);
+	} else {
+		st64(&old->t->ctime_ns, now_ns());
+		pm_flush(s, &old->t->ctime_ns, 8);
+		name_insert(s, st);
+	}
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
 	pthread_mutex_unlock(&s->commit_lock);

@@ -105,7 +105,11 @@ int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_
 		goto out;
 	}
 	struct emb_table *t = st->t;
-	if (t->nrows || snapset_refs(s, st) || runs_count(s, id, NULL)) {
+	/* rows of the same size are only read otherwise; rows of another
+	 * size would have to be cut again (fs/relay.c does it, into a new
+	 * table) */
+	int same = dim * store_dtype_size(dtype) == t->row_size;
+	if (snapset_refs(s, st) || (!same && (t->nrows || runs_count(s, id, NULL)))) {
 		ret = -EBUSY;
 		goto out;
 	}

@@ -163,6 +163,9 @@ int front_table_lookup(struct front *f, const char *name, uint32_t *id);
 int front_table_next(struct front *f, uint32_t *cursor, struct store_attr *a);
 int front_table_release(struct front *f, uint32_t id);
 int front_table_rename(struct front *f, const char *oldname, const char *newname);
+int front_table_create_orphan(struct front *f, const char *label, uint32_t mode, uint32_t uid, uint32_t gid,
+			      uint32_t dim, uint32_t dtype, uint32_t *id);
+int front_table_replace(struct front *f, uint32_t orphan_id, uint32_t id);
 int front_table_set_geometry(struct front *f, uint32_t id, uint32_t dim, uint32_t dtype);
 int front_table_setattr(struct front *f, uint32_t id, const struct store_attr *a, unsigned mask);
 int front_table_snaps(struct front *f, uint32_t id);

@@ -125,10 +125,20 @@ int store_table_create(struct store *s, const char *name, uint32_t mode, uint32_
 int store_table_lookup(struct store *s, const char *name, uint32_t *id);
 int store_table_getattr(struct store *s, uint32_t id, struct store_attr *a);
 int store_table_setattr(struct store *s, uint32_t id, const struct store_attr *a, unsigned mask);
-/* -EBUSY once the table holds rows. */
+/* -EBUSY while a snapshot holds versions of the table, or when it holds
+ * rows and the row size would change. */
 int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_t dtype);
 /* Removes the name; rows stay until store_table_release() (last close). */
 int store_table_unlink(struct store *s, const char *name);
+/* A table made unlinked (an orphan: freed at its release, or at mount
+ * after a crash); label is its name in the catalog only. */
+int store_table_create_orphan(struct store *s, const char *label, uint32_t mode, uint32_t uid,
+			      uint32_t gid, uint32_t dim, uint32_t dtype, uint32_t *id);
+/* Orphan orphan_id takes live table id's name, and id is unlinked (an
+ * orphan), in one step: a rename over id of a table that had no name.
+ * -ENOENT when id is no longer linked, -EINVAL when orphan_id is not a
+ * plain orphan. */
+int store_table_replace(struct store *s, uint32_t orphan_id, uint32_t id);
 /* Atomic; an existing newname is unlinked in the same step. */
 int store_table_rename(struct store *s, const char *oldname, const char *newname);
 /* Frees an orphaned table's rows and slot.  No-op for linked tables. */
