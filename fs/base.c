@@ -84,12 +84,12 @@ int ctl_words(const char *data, size_t size, off_t off, char (*w)[EMB_NAME_MAX +
 }
 
 /* Changes (to table id, or GATE_NS) may go on: 0, or -EBUSY while a restore
- * runs on it. */
+ * runs on it or a re-lay on table id. */
 int restore_gate_enter(struct embfs *fs, uint32_t id)
 {
 	pthread_rwlock_rdlock(&fs->gate_rw);
 	uint32_t r = atomic_load(&fs->restoring);
-	if (r == GATE_NONE || (r != GATE_ALL && r != id && id != GATE_ANY))
+	if ((r == GATE_NONE || (r != GATE_ALL && r != id && id != GATE_ANY)) && atomic_load(&fs->relaying) != id)
 		return 0;
 	pthread_rwlock_unlock(&fs->gate_rw);
 	return -EBUSY;

@@ -54,7 +54,7 @@ int batch_resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
 {
 	struct store_view v;
 	struct store_attr a;
-	if (fs_view(fs, ino, &v, &a))
+	if (fs_view(fs, alias_ino(fs, ino), &v, &a)) /* a re-lay's table (relay.c) */
 		return -EINVAL;
 	if (a.orphan)
 		return -ESTALE;

@@ -328,13 +328,16 @@ static int change_rows(struct embfs *fs, const struct btarget *t, uint32_t op, c
 {
 	uint32_t rs = t->row_size;
 	struct btarget now;
-	if (batch_resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs || now.dtype != t->dtype) {
-		front_unreserve(&fs->fr, t->id, rs, promised);
-		return -ESTALE; /* the table went away or changed geometry meanwhile */
+	/* checked inside the gate: a re-lay moves the table behind an inode
+	 * only with the gate closed to it (relay.c) */
+	int ret = restore_gate_enter(fs, t->id);
+	if (!ret && (batch_resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs ||
+		     now.dtype != t->dtype)) {
+		restore_gate_leave(fs);
+		ret = -ESTALE; /* the table went away or changed geometry meanwhile */
 	}
 	/* pages the kernel caches must not bring the old rows back (pcache.c) */
 	struct pc_scatter pcs;
-	int ret = restore_gate_enter(fs, t->id);
 	if (!ret && (ret = pc_scatter_begin(fs, &pcs, t->id, rs, ids, n)))
 		restore_gate_leave(fs);
 	if (ret) {
@@ -397,10 +400,8 @@ static void pack_bits(const uint8_t *present, uint32_t n, uint8_t *bits)
 static int gather_one(struct embfs *fs, struct bfd *f, const struct btarget *t, const uint64_t *ids, uint32_t n,
 		      uint32_t flags, const struct embfs_batch_init *init, char *out)
 {
-	uint32_t rs = t->row_size;
+	uint32_t rs = t->row_size, held;
 	struct btarget now;
-	if (batch_resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs)
-		return -ESTALE;
 	int want = flags & (EMBFS_BATCH_F_PRESENT | EMBFS_BATCH_F_INIT);
 	if (want && f->present_cap < n) {
 		uint8_t *p = realloc(f->present, n);
@@ -409,9 +410,17 @@ static int gather_one(struct embfs *fs, struct bfd *f, const struct btarget *t, 
 		f->present = p;
 		f->present_cap = n;
 	}
+	/* a user of the table while it reads it: a re-lay drops the old rows
+	 * only once they have none (relay.c) */
+	alias_get(fs, t->ino, &held);
+	if (batch_resolve(fs, t->ino, &now) || now.gen != t->gen || now.row_size != rs) {
+		alias_put(fs, held);
+		return -ESTALE;
+	}
 	uint32_t nun = batch_pins_take(fs, f, t, ids, n);
 	int ret = front_rows_get(&fs->fr, &t->view, rs, ids, n, out, want ? f->present : NULL);
 	batch_pins_drop(fs, f, t->id, nun);
+	alias_put(fs, held);
 	if (ret)
 		return ret == -ENOENT ? -ESTALE : ret; /* removed since the check */
 	if (flags & EMBFS_BATCH_F_INIT)

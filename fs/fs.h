@@ -10,6 +10,9 @@
  *   table.c   table files, live and in snapshots: open, read, write, seek,
  *             attributes, xattrs, punch
  *   copy.c    copy_file_range between tables, inside the daemon
+ *   relay.c   a table's geometry set while it holds rows of another size:
+ *             its bytes cut again, into a table that takes its name; the
+ *             kernel's inode forwarded to it
  *   snap.c    .snapshots and its directories: take, drop, list, sync
  *   dview.c   .snapshots/A/.delta/B/TABLE: deltas as sparse files
  *   ctl.c     .embfs and its control files (stats.c renders stats and
@@ -71,6 +74,14 @@ struct embfs {
 	_Atomic uint64_t *nlookup;  /* kernel references per table id */
 	_Atomic uint64_t n_read, n_write, n_read_bytes, n_write_bytes, n_fsync, n_snaps;
 	_Atomic uint64_t n_copy, n_copy_bytes, n_copy_rows, n_copy_geometry; /* copy.c */
+	_Atomic uint64_t n_relays, n_relay_rows; /* relay.c */
+	/* relay.c: a live table replaced by a re-lay forwards the inode the
+	 * kernel holds (fwd[its id]) to the table now under its name, whose
+	 * name gives that inode (rev[new id]); both id + 1, 0 = none, indexed
+	 * by table id, changed under alias_mu */
+	_Atomic uint32_t *fwd, *rev;
+	_Atomic uint32_t *users; /* relay.c: reads in flight per table id (alias_get) */
+	pthread_mutex_t alias_mu;
 	pthread_mutex_t restore_lock; /* restore.c: one restore at a time */
 	char restore_last[1024];      /* protected by restore_lock */
 	/* restore.c: changes to tables and to the namespace hold gate_rw shared
@@ -79,6 +90,10 @@ struct embfs {
 	 * exclusive to wait out changes in flight */
 	pthread_rwlock_t gate_rw;
 	_Atomic uint32_t restoring; /* GATE_NONE, a table id or GATE_ALL */
+	/* relay.c: the table being re-laid (GATE_NONE): its changes fail, as
+	 * a restore's, but a snapshot may be taken (the re-lay's new table
+	 * is unlinked until it takes the name, in one step) */
+	_Atomic uint32_t relaying;
 	_Atomic uint64_t n_restore_recovered; /* restores finished at mount */
 	pthread_mutex_t dv_lock;    /* dview.c: the deltas' answers kept */
 	struct dres *dv[32];        /* protected by dv_lock */
@@ -163,13 +178,33 @@ void table_removexattr(fuse_req_t req, const char *name);
 void table_write(fuse_req_t req, uint32_t id, const char *data, size_t size, off_t off,
 		 struct fuse_file_info *fi);
 void table_setattr(fuse_req_t req, uint32_t id, struct stat *attr, int to_set);
-void table_setxattr(fuse_req_t req, uint32_t id, const char *name, const char *value, size_t size,
-		    int flags);
+/* 1 when the geometry change needs a re-lay (table_relay: *dim x *dtype,
+ * nothing replied), else 0 (replied). */
+int table_setxattr(fuse_req_t req, uint32_t id, const char *name, const char *value, size_t size,
+		   int flags, uint32_t *dim, uint32_t *dtype);
 void table_fallocate(fuse_req_t req, uint32_t id, int mode, off_t off, off_t len);
 /* copy.c: copy_file_range into live table id from table ino_in (live or a
  * snapshot's), served inside the daemon. */
 void table_copy_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, uint32_t id, fuse_ino_t ino_out,
 		      off_t off_out, size_t len, int flags);
+/* relay.c: set table id's geometry when it holds rows of another size
+ * (the gate closed to its changes meanwhile): 0 or -errno. */
+int table_relay(struct embfs *fs, uint32_t id, uint32_t dim, uint32_t dtype);
+/* The live table behind the kernel's inode of table id (itself unless a
+ * re-lay replaced it); the id whose inode the kernel holds for live table
+ * id; ino with a table's forwarded.  alias_drop: the kernel forgot table
+ * kid's inode: its forwarding ends; the table it forwarded to, or
+ * GATE_NONE.  relay_free: free unlinked table id, which the kernel no
+ * longer references. */
+uint32_t alias_live(struct embfs *fs, uint32_t id);
+uint32_t alias_kernel(struct embfs *fs, uint32_t id);
+fuse_ino_t alias_ino(struct embfs *fs, fuse_ino_t ino);
+uint32_t alias_drop(struct embfs *fs, uint32_t kid);
+/* A read's inode: alias_ino's, counted as a user of that table until
+ * alias_put(*held) (a re-lay frees the old rows once they have none). */
+fuse_ino_t alias_get(struct embfs *fs, fuse_ino_t asked, uint32_t *held);
+void alias_put(struct embfs *fs, uint32_t held);
+int relay_free(struct embfs *fs, uint32_t id);
 /* A table as one view sees it: the view and its attributes (copy.c,
  * restore.c, delta.c). */
 struct tview {

@@ -122,9 +122,12 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct stat st;
+	uint32_t held;
 	(void)fi;
 	fs_read_ahead(fs_of(req));
-	int ret = fs_stat(fs_of(req), ino, &st, NULL);
+	int ret = fs_stat(fs_of(req), alias_get(fs_of(req), ino, &held), &st, NULL);
+	alias_put(fs_of(req), held);
+	st.st_ino = ino; /* the kernel's inode, also when a re-lay forwards it */
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
@@ -141,14 +144,33 @@ static int gated(fuse_req_t req, uint32_t id)
 	return 1;
 }
 
+/* gated() for the table behind the kernel's inode `asked`: in the gate,
+ * *ino and *k name that table until the gate is left (a re-lay moves an
+ * inode's forwarding only with the gate closed to its table, relay.c). */
+static int gated_table(fuse_req_t req, fuse_ino_t asked, fuse_ino_t *ino, struct fs_ino *k)
+{
+	struct embfs *fs = fs_of(req);
+	for (;;) {
+		*ino = alias_ino(fs, asked);
+		*k = fs_ino(*ino);
+		if (gated(req, k->id))
+			return 1;
+		if (alias_ino(fs, asked) == *ino)
+			return 0;
+		restore_gate_leave(fs); /* re-laid meanwhile: the new table's gate */
+	}
+}
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
+	fuse_ino_t asked = ino;
+	ino = alias_ino(fs_of(req), ino); /* a re-lay's (relay.c) */
 	struct fs_ino k = fs_ino(ino);
 	(void)fi;
 	if (k.kind == FS_TABLE) {
 		struct embfs *fs = fs_of(req);
-		if (!gated(req, k.id)) {
+		if (!gated_table(req, asked, &ino, &k)) {
 			table_setattr(req, k.id, attr, to_set);
 			restore_gate_leave(fs);
 		}
@@ -268,15 +290,20 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct embfs *fs = fs_of(req); /* req is gone once replied */
+	uint32_t held; /* a re-lay's table, in use (relay.c) */
+	ino = alias_get(fs, ino, &held);
 	const struct fs_kind_ops *o = kind_ops(fs_ino(ino));
 	if (o->open)
 		o->open(req, ino, fi);
 	else
 		fuse_reply_err(req, EISDIR);
+	alias_put(fs, held);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	ino = alias_ino(fs_of(req), ino); /* a re-lay's (relay.c) */
 	const struct fs_kind_ops *o = kind_ops(fs_ino(ino));
 	if (o->release)
 		o->release(req, ino, fi);
@@ -286,16 +313,22 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
+	struct embfs *fs = fs_of(req); /* req is gone once replied */
+	uint32_t held; /* a re-lay's table, in use (relay.c) */
+	ino = alias_get(fs, ino, &held);
 	const struct fs_kind_ops *o = kind_ops(fs_ino(ino));
 	if (o->read)
 		o->read(req, ino, size, off, fi);
 	else
 		fuse_reply_err(req, EISDIR);
+	alias_put(fs, held);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
+	fuse_ino_t asked = ino;
+	ino = alias_ino(fs_of(req), ino); /* a re-lay's (relay.c) */
 	struct fs_ino k = fs_ino(ino);
 	const struct fs_kind_ops *o = kind_ops(k);
 	if (!o->write) {
@@ -304,7 +337,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 		o->write(req, ino, data, size, off, fi);
 	} else {
 		struct embfs *fs = fs_of(req);
-		if (!gated(req, k.id)) {
+		if (!gated_table(req, asked, &ino, &k)) {
 			o->write(req, ino, data, size, off, fi);
 			restore_gate_leave(fs);
 		}
@@ -321,6 +354,7 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 /* fsync of a live table writes back its rows; of anything else, every table. */
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
+	ino = alias_ino(fs_of(req), ino); /* a re-lay's (relay.c) */
 	struct embfs *fs = fs_of(req);
 	struct fs_ino k = fs_ino(ino);
 	(void)datasync;
@@ -361,10 +395,14 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
+	struct embfs *fs = fs_of(req); /* req is gone once replied */
+	uint32_t held; /* a re-lay's table, in use (relay.c) */
+	ino = alias_get(fs, ino, &held);
 	if (fs_ino_is_table(fs_ino(ino)))
 		table_getxattr(req, ino, name, size);
 	else
 		fuse_reply_err(req, ENODATA);
+	alias_put(fs, held);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
@@ -380,13 +418,19 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
+	fuse_ino_t asked = ino;
+	ino = alias_ino(fs_of(req), ino); /* a re-lay's (relay.c) */
 	struct fs_ino k = fs_ino(ino);
 	if (k.kind == FS_TABLE) {
 		struct embfs *fs = fs_of(req);
-		if (!gated(req, k.id)) {
-			table_setxattr(req, k.id, name, value, size, flags);
-			restore_gate_leave(fs);
-		}
+		uint32_t dim, dtype;
+		if (gated_table(req, asked, &ino, &k))
+			return;
+		int relay = table_setxattr(req, k.id, name, value, size, flags, &dim, &dtype);
+		restore_gate_leave(fs);
+		/* rows of another size: the bytes cut again, the gate closed */
+		if (relay)
+			fuse_reply_err(req, -table_relay(fs, k.id, dim, dtype));
 	} else
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : ENOTSUP);
 }
@@ -403,11 +447,13 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 			 struct fuse_file_info *fi)
 {
+	fuse_ino_t asked = ino;
+	ino = alias_ino(fs_of(req), ino); /* a re-lay's (relay.c) */
 	struct fs_ino k = fs_ino(ino);
 	(void)fi;
 	if (k.kind == FS_TABLE) {
 		struct embfs *fs = fs_of(req);
-		if (!gated(req, k.id)) {
+		if (!gated_table(req, asked, &ino, &k)) {
 			table_fallocate(req, k.id, mode, off, len);
 			restore_gate_leave(fs);
 		}
@@ -419,26 +465,35 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, 
 			       fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len,
 			       int flags)
 {
+	fuse_ino_t asked = ino_out;
+	struct embfs *fs = fs_of(req); /* req is gone once replied */
+	uint32_t held; /* the source: a re-lay's table, in use (relay.c) */
+	ino_in = alias_get(fs, ino_in, &held);
+	ino_out = alias_ino(fs_of(req), ino_out);
 	struct fs_ino k = fs_ino(ino_out);
 	(void)fi_in;
 	(void)fi_out;
 	if (k.kind == FS_TABLE && fs_ino_is_table(fs_ino(ino_in))) {
-		struct embfs *fs = fs_of(req);
-		if (!gated(req, k.id)) {
+		if (!gated_table(req, asked, &ino_out, &k)) {
 			table_copy_range(req, ino_in, off_in, k.id, ino_out, off_out, len, flags);
 			restore_gate_leave(fs);
 		}
 	} else
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : EOPNOTSUPP);
+	alias_put(fs, held);
 }
 
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
 {
+	struct embfs *fs = fs_of(req); /* req is gone once replied */
+	uint32_t held; /* a re-lay's table, in use (relay.c) */
+	ino = alias_get(fs, ino, &held);
 	const struct fs_kind_ops *o = kind_ops(fs_ino(ino));
 	if (o->lseek)
 		o->lseek(req, ino, off, whence, fi);
 	else
 		fuse_reply_err(req, EINVAL);
+	alias_put(fs, held);
 }
 
 const struct fuse_lowlevel_ops embfs_ops = {

@@ -616,6 +616,7 @@ int main(int argc, char **argv)
 	pthread_rwlock_init(&fs.gate_rw, &ga);
 	pthread_rwlockattr_destroy(&ga);
 	atomic_store(&fs.restoring, GATE_NONE);
+	atomic_store(&fs.relaying, GATE_NONE);
 	pthread_mutex_init(&fs.dv_lock, NULL);
 	int r = parse_args(&args, &fs, &cl, argv[0]);
 	if (r)
@@ -623,7 +624,11 @@ int main(int argc, char **argv)
 	if (r || check_conf(&fs))
 		goto out_args;
 	fs.nlookup = calloc(INO_NTABLES, sizeof(*fs.nlookup));
-	if (!fs.nlookup || new_session(&fs, &args))
+	fs.fwd = calloc(INO_NTABLES, sizeof(*fs.fwd));
+	fs.rev = calloc(INO_NTABLES, sizeof(*fs.rev));
+	fs.users = calloc(INO_NTABLES, sizeof(*fs.users));
+	pthread_mutex_init(&fs.alias_mu, NULL);
+	if (!fs.nlookup || !fs.fwd || !fs.rev || !fs.users || new_session(&fs, &args))
 		goto out_args;
 	if (front_open(&fs.fr, fs.conf.pool, err, sizeof(err))) {
 		fprintf(stderr, "embfs: %s\n", err);
@@ -667,6 +672,9 @@ out_session:
 out_args:
 	free(cl.mountpoint);
 	free(fs.nlookup);
+	free(fs.fwd);
+	free(fs.rev);
+	free(fs.users);
 	free_conf(&fs.conf);
 	fuse_opt_free_args(&args);
 	return ret;

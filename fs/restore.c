@@ -193,7 +193,7 @@ static int restore(struct embfs *fs, const char *snap, const char *table, struct
 	}
 	/* pages and attributes the kernel holds of the old table: dropped
 	 * before the reply (restore_write) */
-	uint64_t q = batch_inval(fs, INO_TABLE0 + lid);
+	uint64_t q = batch_inval(fs, fs_ino_table(alias_kernel(fs, lid)));
 	if (q > c->inval)
 		c->inval = q;
 	return ret;
@@ -241,12 +241,9 @@ static int unlink_table(struct embfs *fs, const char *name)
 	if (ret)
 		return ret;
 	front_dir_touch(&fs->fr, STORE_DIR_ROOT);
-	if (atomic_load(&fs->nlookup[id]) == 0) {
-		if (front_table_snaps(&fs->fr, id) > 0)
-			front_before_change(&fs->fr, id);
-		front_after_change(&fs->fr, id, 0, UINT64_MAX);
-		ret = front_table_release(&fs->fr, id);
-	}
+	/* the kernel's references to it are its inode's (relay.c) */
+	if (atomic_load(&fs->nlookup[alias_kernel(fs, id)]) == 0)
+		ret = relay_free(fs, id);
 	return ret;
 }
 

@@ -24,14 +24,23 @@ static int reply_table(fuse_req_t req, uint32_t id, struct fuse_file_info *fi)
 {
 	struct embfs *fs = fs_of(req);
 	struct fuse_entry_param e;
+	struct store_attr ka;
 	int ret = fs_entry(fs, fs_ino_table(id), &e);
 	if (ret)
 		return ret;
-	atomic_fetch_add(&fs->nlookup[id], 1);
+	/* a re-lay's table: the inode the kernel already has (relay.c) */
+	uint32_t kid = alias_kernel(fs, id);
+	if (kid != id) {
+		if ((ret = front_table_getattr(&fs->fr, kid, &ka)))
+			return ret;
+		e.ino = e.attr.st_ino = fs_ino_table(kid);
+		e.generation = ka.gen;
+	}
+	atomic_fetch_add(&fs->nlookup[kid], 1);
 	if (fi)
 		fi->keep_cache = 1;
 	if (fi ? fuse_reply_create(req, &e, fi) : fuse_reply_entry(req, &e))
-		atomic_fetch_sub(&fs->nlookup[id], 1);
+		atomic_fetch_sub(&fs->nlookup[kid], 1);
 	return 0;
 }
 
@@ -133,7 +142,7 @@ void root_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off)
 	fs_dir_add_list(&b, fixed, sizeof(fixed) / sizeof(fixed[0]));
 	uint32_t cur = off > 16 ? (uint32_t)(off - 16) : 0;
 	while (!b.full && front_table_next(&fs->fr, &cur, &a) == 1)
-		fs_dir_add(&b, a.name, fs_ino_table(a.id), S_IFREG, 16 + (off_t)cur);
+		fs_dir_add(&b, a.name, fs_ino_table(alias_kernel(fs, a.id)), S_IFREG, 16 + (off_t)cur);
 	fs_dir_reply(&b);
 }
 

@@ -494,6 +494,11 @@ static void put_fs(struct embfs *fs, struct stats_out *o)
 	    atomic_load(&fs->n_copy_rows));
 	PUT("fs.copy_geometry_taken", "fs_copy_geometry_taken_total", COUNTER,
 	    "Copies into an empty table that took the source's geometry", atomic_load(&fs->n_copy_geometry));
+	PUT("fs.relays", "fs_relays_total", COUNTER,
+	    "Tables whose geometry was set while they held rows of another size (bytes cut again)",
+	    atomic_load(&fs->n_relays));
+	PUT("fs.relay_rows", "fs_relay_rows_total", COUNTER, "Rows written by those re-lays",
+	    atomic_load(&fs->n_relay_rows));
 	struct store_intent in;
 	PUT("restore.pending", "restore_pending", GAUGE,
 	    "1 while a restore or rollback is recorded and not finished (store/intent.c)",

@@ -352,12 +352,11 @@ static int xa_geometry(const char *name, const char *v, const struct store_attr 
 	return 0;
 }
 
-void table_setxattr(fuse_req_t req, uint32_t id, const char *name, const char *value, size_t size,
-		    int flags)
+int table_setxattr(fuse_req_t req, uint32_t id, const char *name, const char *value, size_t size,
+		   int flags, uint32_t *dim, uint32_t *dtype)
 {
 	struct embfs *fs = fs_of(req);
 	struct store_attr a;
-	uint32_t dim, dtype;
 	char v[32];
 	int ret = 0;
 	if (!xa_known(name))
@@ -375,16 +374,21 @@ void table_setxattr(fuse_req_t req, uint32_t id, const char *name, const char *v
 		ret = strcmp(v, cur) ? -EPERM : 1;
 	}
 	if (!ret)
-		ret = xa_geometry(name, v, &a, &dim, &dtype);
-	if (!ret && dim == a.dim && dtype == a.dtype)
+		ret = xa_geometry(name, v, &a, dim, dtype);
+	if (!ret && *dim == a.dim && *dtype == a.dtype)
 		ret = 1; /* what it is already: nothing to change, also with rows */
 	if (!ret)
 		ret = front_before_change(&fs->fr, id);
-	if (!ret)
-		ret = front_table_set_geometry(&fs->fr, id, dim, dtype);
-	if (!ret)
+	if (!ret) {
+		ret = front_table_set_geometry(&fs->fr, id, *dim, *dtype);
 		front_after_change(&fs->fr, id, 0, UINT64_MAX);
+	}
+	/* rows of another size, or versions a snapshot holds: the bytes cut
+	 * again into a table that takes the name (the caller, table_relay) */
+	if (ret == -EBUSY)
+		return 1;
 	fuse_reply_err(req, ret > 0 ? 0 : -ret);
+	return 0;
 }
 
 void table_fallocate(fuse_req_t req, uint32_t id, int mode, off_t off, off_t len)
@@ -399,20 +403,27 @@ void table_fallocate(fuse_req_t req, uint32_t id, int mode, off_t off, off_t len
 	fuse_reply_err(req, -ret);
 }
 
-void table_forget(struct embfs *fs, uint32_t id, uint64_t n)
+/* Unlinked table id, which the kernel no longer references, freed. */
+static void forgotten(struct embfs *fs, uint32_t id)
 {
 	struct store_attr a;
-	if (atomic_fetch_sub(&fs->nlookup[id], n) != n || front_table_getattr(&fs->fr, id, &a) || !a.orphan)
+	if (front_table_getattr(&fs->fr, id, &a) || !a.orphan)
 		return;
-	/* the last reference to an unlinked table: rows written before a
-	 * snapshot belong to it even when the table is gone from the live
-	 * tree: write them back, do not drop them */
-	if (front_table_snaps(&fs->fr, id) > 0)
-		front_before_change(&fs->fr, id);
-	front_after_change(&fs->fr, id, 0, UINT64_MAX);
-	int ret = front_table_release(&fs->fr, id);
-	if (ret)
-		fprintf(stderr, "embfs: freeing unlinked table %u: %s\n", id, strerror(-ret));
+	/* rows written before a snapshot belong to it even when the table is
+	 * gone from the live tree: relay_free writes them back */
+	relay_free(fs, id);
+}
+
+void table_forget(struct embfs *fs, uint32_t id, uint64_t n)
+{
+	if (atomic_fetch_sub(&fs->nlookup[id], n) != n)
+		return;
+	/* a re-lay forwarded this inode: the table it names, unlinked since
+	 * (its references were this inode's), goes too */
+	uint32_t live = alias_drop(fs, id);
+	forgotten(fs, id);
+	if (live != GATE_NONE && atomic_load(&fs->nlookup[live]) == 0)
+		forgotten(fs, live);
 }
 
 /* write by inode (the kind table's op) */
