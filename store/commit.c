@@ -426,7 +426,7 @@ static int chunk_intents(struct store *s, struct stable *st, struct group *g, si
 	uint64_t nrec = 0;
 	for (size_t i = from; i < to; i++)
 		if (!u[i].skip)
-			j->rec[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_ref, u[i].new_ref,
+			j->ent[nrec++] = (struct emb_jrec){ u[i].row, u[i].old_ref, u[i].new_ref,
 							    (u[i].new_link ? u[i].new_ver : 0) |
 								    (u[i].damaged ? EMB_JR_DAMAGED : 0) };
 	return journal_seal(s, st, EMB_J_COMMIT, nrec, size_hint);
@@ -687,7 +687,7 @@ int commit_replay(struct store *s, struct emb_journal *j)
 	int64_t nrows = (int64_t)j->nrows_before;
 	int any = 0;
 	for (uint64_t i = 0; i < j->count; i++) {
-		struct emb_jrec *r = &j->rec[i];
+		struct emb_jrec *r = &j->ent[i];
 		uint64_t cur;
 		if (index_get(s, st, r->row, &cur))
 			continue; /* damaged: keep both versions (a leak, never a loss) */

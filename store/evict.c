@@ -58,11 +58,11 @@ static int evict_apply(struct store *s, struct stable *st, const struct evict_ro
 	uint64_t nrec = 0;
 	for (size_t i = from; i < to; i++) {
 		const struct evict_row *e = er[i];
-		j->rec[nrec++] = (struct emb_jrec){ e->row, first_ref(e), 0, 0 };
+		j->ent[nrec++] = (struct emb_jrec){ e->row, first_ref(e), 0, 0 };
 		for (uint32_t k = 1; k < e->nv; k++) {
-			j->rec[nrec++] = (struct emb_jrec){ e->row, e->off[k], 0, EMB_JR_CHAIN };
+			j->ent[nrec++] = (struct emb_jrec){ e->row, e->off[k], 0, EMB_JR_CHAIN };
 			if (e->link[k])
-				j->rec[nrec++] = (struct emb_jrec){ e->row, e->link[k], 0, EMB_JR_CHAIN };
+				j->ent[nrec++] = (struct emb_jrec){ e->row, e->link[k], 0, EMB_JR_CHAIN };
 		}
 	}
 	int ret = journal_seal(s, st, EMB_J_COMMIT, nrec, 0);

@@ -17,13 +17,13 @@ uint64_t journal_csum(const struct emb_journal *j, uint64_t count)
 	XXH64_state_t *x = XXH64_createState();
 	XXH64_reset(x, 0);
 	XXH64_update(x, j, offsetof(struct emb_journal, csum));
-	XXH64_update(x, j->rec, count * sizeof(j->rec[0]));
+	XXH64_update(x, j->ent, count * sizeof(j->ent[0]));
 	uint64_t h = XXH64_digest(x);
 	XXH64_freeState(x);
 	return h;
 }
 
-/* Seal records rec[0..n) of one table's change in the journal and make them
+/* Seal entries ent[0..n) of one table's change in the journal and make them
  * durable (one barrier): 0 or -EIO.  commit_lock held. */
 int journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, uint64_t size_hint)
 {
@@ -35,7 +35,7 @@ int journal_seal(struct store *s, struct stable *st, uint32_t kind, uint64_t n, 
 	j->nrows_before = st->t->nrows;
 	j->size_hint = size_hint;
 	j->csum = journal_csum(j, n);
-	pm_flush(s, j, 64 + n * sizeof(j->rec[0]));
+	pm_flush(s, j, 64 + n * sizeof(j->ent[0]));
 	return pm_barrier(s);
 }
 
@@ -65,7 +65,7 @@ int journal_check(struct store *s, char *err, size_t n)
 	if (j->kind > EMB_J_RELINK || j->table >= EMB_NTABLES)
 		return store_err(err, n, -EIO, "journal is damaged (kind or table)");
 	for (uint64_t i = 0; i < j->count; i++) {
-		const struct emb_jrec *r = &j->rec[i];
+		const struct emb_jrec *r = &j->ent[i];
 		uint64_t flags = r->aux & EMB_JR_FLAGS, aux = r->aux & ~EMB_JR_FLAGS;
 		int old_ok = !r->old_off || (flags & EMB_JR_DAMAGED) ||
 			     (r->old_off <= EMB_REF_MASK && pool_range_ok(s, ref_obj(r->old_off), EMB_SMALL_SLOT, 8));

@@ -536,7 +536,7 @@ static int journal_replay(struct store *s)
 		/* index changes of these rows may be torn from their bucket checksums */
 		struct stable *st = tab_get(s, j->table);
 		for (uint64_t i = 0; st && i < j->count; i++)
-			index_reseal(s, st, j->rec[i].row);
+			index_reseal(s, st, j->ent[i].row);
 		switch (j->kind) {
 		case EMB_J_RECLAIM:
 			ret = reclaim_replay(s, j);

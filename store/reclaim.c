@@ -86,10 +86,10 @@ static int reclaim_apply(struct reclaim *rc)
 	}
 	uint64_t n = 0;
 	for (size_t i = 0; i < rc->nfrees; i++)
-		j->rec[n++] = (struct emb_jrec){ 0, rc->frees[i], 0, 0 };
+		j->ent[n++] = (struct emb_jrec){ 0, rc->frees[i], 0, 0 };
 	for (size_t c = 0; c < rc->nch; c++)
 		for (uint32_t k = 0; k < rc->ch[c].nfree; k++)
-			j->rec[rc->ch[c].first_free + k].row = rc->ch[c].row;
+			j->ent[rc->ch[c].first_free + k].row = rc->ch[c].row;
 	int ret = journal_seal(s, st, EMB_J_RECLAIM, n, 0);
 	if (ret) {
 		free(pos);
@@ -152,7 +152,7 @@ static void reclaim_keep(struct reclaim *rc, uint64_t row, struct elems *e)
 		e->keep[i] = h > 0;
 		older_kept |= e->keep[i];
 		if (h == 1 && rc->count) {
-			struct emb_snap *r = rec(s, rc->refi[only]);
+			struct emb_snap *r = snap_rec(s, rc->refi[only]);
 			st64(&r->excl_bytes, r->excl_bytes + rc->slot);
 		}
 	}
@@ -163,7 +163,7 @@ static void reclaim_keep(struct reclaim *rc, uint64_t row, struct elems *e)
 	else
 		e->keep[0] = h0 > 0;
 	if (!rc->live && h0 == 1 && rc->count) {
-		struct emb_snap *r = rec(s, rc->refi[only]);
+		struct emb_snap *r = snap_rec(s, rc->refi[only]);
 		st64(&r->excl_bytes, r->excl_bytes + rc->slot);
 	}
 }
@@ -268,7 +268,7 @@ int reclaim_table(struct store *s, struct stable *st, int count)
 	size_t nref = 0;
 	pthread_rwlock_rdlock(&s->snap_lock);
 	for (uint32_t i = 0; i < s->n_live; i++)
-		if (snapset_holds(s, rec(s, s->live_idx[i]), st->id, st->t->gen)) {
+		if (snapset_holds(s, snap_rec(s, s->live_idx[i]), st->id, st->t->gen)) {
 			refb[nref] = s->live_batch[i];
 			refi[nref++] = s->live_idx[i];
 		}
@@ -298,8 +298,8 @@ int reclaim_replay(struct store *s, struct emb_journal *j)
 	if (!st)
 		return -EIO;
 	for (uint64_t i = 0; i < j->count; i++)
-		if (!chain_has(s, st, j->rec[i].row, j->rec[i].old_off))
-			ver_free(s, st, j->rec[i].old_off);
+		if (!chain_has(s, st, j->ent[i].row, j->ent[i].old_off))
+			ver_free(s, st, j->ent[i].old_off);
 	/* recount the live rows: the head updates may have been partial */
 	uint64_t n = 0;
 	struct kv all = { 0 };
@@ -325,8 +325,8 @@ int snap_reclaim_all(struct store *s)
 {
 	int ret = 0;
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS; i++)
-		if (rec_live(rec(s, i)))
-			st64(&rec(s, i)->excl_bytes, 0);
+		if (rec_live(snap_rec(s, i)))
+			st64(&snap_rec(s, i)->excl_bytes, 0);
 	for (uint32_t i = 0; i < EMB_NTABLES && ret >= 0; i++) {
 		struct stable *st = tab_get(s, i);
 		if (!st)

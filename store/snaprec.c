@@ -133,7 +133,7 @@ int snap_load(struct store *s)
 	s->snap_gen = s->sb->snap_seq;
 	int ret = 0;
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS && !ret; i++) {
-		struct emb_snap *r = rec(s, i);
+		struct emb_snap *r = snap_rec(s, i);
 		uint32_t f = rec_flags(r);
 		if (!(f & EMB_S_USED)) {
 			continue; /* may hold a pending record's torn stores: unused */
@@ -181,7 +181,7 @@ static void fill_snap(const struct emb_snap *r, uint32_t idx, struct store_snap 
 static int find_locked(struct store *s, const char *name)
 {
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS; i++)
-		if (rec_live(rec(s, i)) && !strcmp(rec(s, i)->name, name))
+		if (rec_live(snap_rec(s, i)) && !strcmp(snap_rec(s, i)->name, name))
 			return (int)i;
 	return -1;
 }
@@ -248,7 +248,7 @@ static void rec_fill(struct store *s, struct emb_snap *r, const char *name, uint
 static int take_durable(struct store *s, uint32_t idx, const char *name, uint32_t n)
 {
 	volatile int ret = 0;
-	struct emb_snap *r = rec(s, idx);
+	struct emb_snap *r = snap_rec(s, idx);
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		uint64_t toff = 0;
@@ -283,7 +283,7 @@ static int take_pending(struct store *s, uint32_t idx, const char *name, uint32_
 		return -ENOMEM;
 	if (n)
 		tables_copy(s, t, n);
-	struct emb_snap *r = rec(s, idx);
+	struct emb_snap *r = snap_rec(s, idx);
 	s->pend_tables[idx] = t;
 	rec_fill(s, r, name, n, 0);
 	__atomic_store_n(&r->flags, flags_word(EMB_S_USED | EMB_S_PENDING), __ATOMIC_RELEASE);
@@ -310,7 +310,7 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 		goto out;
 	}
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS && idx < 0; i++)
-		if (!(rec_flags(rec(s, i)) & EMB_S_USED))
+		if (!(rec_flags(snap_rec(s, i)) & EMB_S_USED))
 			idx = (int)i;
 	if (idx < 0) {
 		ret = -ENOSPC;
@@ -327,7 +327,7 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 	if (!ret) {
 		snapset_rebuild(s);
 		if (out)
-			fill_snap(rec(s, (uint32_t)idx), (uint32_t)idx, out);
+			fill_snap(snap_rec(s, (uint32_t)idx), (uint32_t)idx, out);
 	}
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
@@ -340,7 +340,7 @@ out:
  * (no drop runs); snap_lock not held: a snapshot may be taken meanwhile. */
 static int make_durable(struct store *s, uint32_t idx)
 {
-	struct emb_snap *r = rec(s, idx);
+	struct emb_snap *r = snap_rec(s, idx);
 	const struct emb_snap_table *t = s->pend_tables[idx];
 	volatile int ret = 0;
 	pthread_mutex_lock(&s->meta_lock);
@@ -377,7 +377,7 @@ int store_snap_set_durable(struct store *s, uint32_t idx, uint64_t gen)
 {
 	if (idx >= EMB_MAX_SNAPS)
 		return -EINVAL;
-	struct emb_snap *r = rec(s, idx);
+	struct emb_snap *r = snap_rec(s, idx);
 	int ret = 0;
 	/* commit_lock: no drop runs meanwhile, so the record stays the one
 	 * named by gen; snap_lock only to look, not across the persist */
@@ -400,7 +400,7 @@ int store_snap_set_durable(struct store *s, uint32_t idx, uint64_t gen)
  * commit_lock held; the record is already marked dropping. */
 static int drop_locked(struct store *s, uint32_t idx)
 {
-	struct emb_snap *r = rec(s, idx);
+	struct emb_snap *r = snap_rec(s, idx);
 	volatile int ret = snap_reclaim_all(s);
 	if (ret)
 		return ret;
@@ -428,7 +428,7 @@ static int drop_locked(struct store *s, uint32_t idx)
 
 static int mark_dropping(struct store *s, uint32_t idx)
 {
-	struct emb_snap *r = rec(s, idx);
+	struct emb_snap *r = snap_rec(s, idx);
 	int ret = rec_flags_set(s, r, rec_flags(r) | EMB_S_DROPPING);
 	snapset_rebuild(s);
 	return ret;
@@ -456,7 +456,7 @@ int store_snap_table_count(struct store *s, uint32_t idx, uint32_t id, uint64_t 
 		return -EINVAL;
 	pthread_rwlock_wrlock(&s->snap_lock);
 	struct emb_snap_table *t = s->pend_tables[idx];
-	uint32_t n = rec(s, idx)->ntables;
+	uint32_t n = snap_rec(s, idx)->ntables;
 	for (uint32_t k = 0; t && k < n; k++) {
 		if (t[k].id == id) {
 			t[k].nrows = nrows;
@@ -474,7 +474,7 @@ int snap_recover(struct store *s)
 	int ret = 0;
 	pthread_mutex_lock(&s->commit_lock);
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS && !ret; i++) {
-		uint32_t f = rec_flags(rec(s, i));
+		uint32_t f = rec_flags(snap_rec(s, i));
 		if (!(f & EMB_S_USED) || ((f & EMB_S_DURABLE) && !(f & EMB_S_DROPPING)))
 			continue;
 		s->recovered = 1;
@@ -493,7 +493,7 @@ int store_snap_lookup(struct store *s, const char *name, struct store_snap *out)
 	pthread_rwlock_rdlock(&s->snap_lock);
 	int idx = find_locked(s, name);
 	if (idx >= 0)
-		fill_snap(rec(s, (uint32_t)idx), (uint32_t)idx, out);
+		fill_snap(snap_rec(s, (uint32_t)idx), (uint32_t)idx, out);
 	pthread_rwlock_unlock(&s->snap_lock);
 	return idx >= 0 ? 0 : -ENOENT;
 }
@@ -503,9 +503,9 @@ int store_snap_get(struct store *s, uint32_t idx, struct store_snap *out)
 	if (idx >= EMB_MAX_SNAPS)
 		return -ENOENT;
 	pthread_rwlock_rdlock(&s->snap_lock);
-	int ok = rec_live(rec(s, idx));
+	int ok = rec_live(snap_rec(s, idx));
 	if (ok)
-		fill_snap(rec(s, idx), idx, out);
+		fill_snap(snap_rec(s, idx), idx, out);
 	pthread_rwlock_unlock(&s->snap_lock);
 	return ok ? 0 : -ENOENT;
 }
@@ -514,8 +514,8 @@ int store_snap_next(struct store *s, uint32_t *cursor, struct store_snap *out)
 {
 	pthread_rwlock_rdlock(&s->snap_lock);
 	for (uint32_t i = *cursor; i < EMB_MAX_SNAPS; i++)
-		if (rec_live(rec(s, i))) {
-			fill_snap(rec(s, i), i, out);
+		if (rec_live(snap_rec(s, i))) {
+			fill_snap(snap_rec(s, i), i, out);
 			*cursor = i + 1;
 			pthread_rwlock_unlock(&s->snap_lock);
 			return 1;
@@ -544,7 +544,7 @@ static const struct emb_snap_table *snap_table(struct store *s, uint32_t idx, ui
 {
 	if (idx >= EMB_MAX_SNAPS)
 		return NULL;
-	const struct emb_snap *r = rec(s, idx);
+	const struct emb_snap *r = snap_rec(s, idx);
 	if (!rec_live(r))
 		return NULL;
 	const struct emb_snap_table *t = rec_tables(s, r);
@@ -582,7 +582,7 @@ int store_snap_table_lookup(struct store *s, uint32_t idx, const char *name, uin
 	if (idx >= EMB_MAX_SNAPS)
 		return ret;
 	pthread_rwlock_rdlock(&s->snap_lock);
-	const struct emb_snap *r = rec(s, idx);
+	const struct emb_snap *r = snap_rec(s, idx);
 	if (rec_live(r)) {
 		const struct emb_snap_table *t = rec_tables(s, r);
 		for (uint32_t k = 0; k < r->ntables; k++)
@@ -602,7 +602,7 @@ int store_snap_table_next(struct store *s, uint32_t idx, uint32_t *cursor, struc
 	if (idx >= EMB_MAX_SNAPS)
 		return -ENOENT;
 	pthread_rwlock_rdlock(&s->snap_lock);
-	const struct emb_snap *r = rec(s, idx);
+	const struct emb_snap *r = snap_rec(s, idx);
 	if (!rec_live(r)) {
 		ret = -ENOENT;
 	} else if (*cursor < r->ntables) {

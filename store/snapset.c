@@ -17,7 +17,7 @@ void snapset_rebuild(struct store *s)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < EMB_MAX_SNAPS; i++) {
-		struct emb_snap *r = rec(s, i);
+		struct emb_snap *r = snap_rec(s, i);
 		if (!rec_live(r))
 			continue;
 		uint32_t k = n++;
@@ -54,7 +54,7 @@ void snapset_charge(struct store *s, uint64_t b_old, uint64_t b_new, uint64_t by
 {
 	size_t only;
 	if (snapset_holders(s->live_batch, s->n_live, b_old, b_new, &only) == 1) {
-		struct emb_snap *r = rec(s, s->live_idx[only]);
+		struct emb_snap *r = snap_rec(s, s->live_idx[only]);
 		st64(&r->excl_bytes, r->excl_bytes + bytes);
 	}
 }
@@ -72,6 +72,6 @@ int snapset_refs(struct store *s, const struct stable *st)
 {
 	int n = 0;
 	for (uint32_t i = 0; i < s->n_live; i++)
-		n += snapset_holds(s, rec(s, s->live_idx[i]), st->id, st->t->gen);
+		n += snapset_holds(s, snap_rec(s, s->live_idx[i]), st->id, st->t->gen);
 	return n;
 }

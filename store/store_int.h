@@ -540,7 +540,7 @@ int catalog_trim_done(struct store *s, struct stable *st);
 int catalog_free_locked(struct store *s, struct stable *st);
 
 /* ---- snapshot records (snaprec.c owns them; these read them) ------------ */
-static inline struct emb_snap *rec(struct store *s, uint32_t i)
+static inline struct emb_snap *snap_rec(struct store *s, uint32_t i)
 {
 	return &s->snaps->s[i];
 }

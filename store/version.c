@@ -176,7 +176,7 @@ int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t n)
 		}
 	}
 	for (size_t i = 0; i < n; i++)
-		j->rec[i] = (struct emb_jrec){ r[i].row, r[i].old, r[i].new_, 0 };
+		j->ent[i] = (struct emb_jrec){ r[i].row, r[i].old, r[i].new_, 0 };
 	int ret = journal_seal(s, st, EMB_J_RELINK, n, 0);
 	if (ret) {
 		free(pos);
@@ -208,7 +208,7 @@ int relink_replay(struct store *s, struct emb_journal *j)
 	if (!st)
 		return -EIO;
 	for (uint64_t i = 0; i < j->count; i++) {
-		struct emb_jrec *r = &j->rec[i];
+		struct emb_jrec *r = &j->ent[i];
 		int linked = chain_has(s, st, r->row, r->new_off);
 		if (linked < 0)
 			continue; /* a damaged chain: keep both (a leak, never a loss) */

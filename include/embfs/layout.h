@@ -320,7 +320,7 @@ struct emb_journal {
 	uint64_t csum;         /* XXH64 of the fields above and the records */
 	uint64_t magic;        /* EMB_JOURNAL_MAGIC */
 	uint8_t pad[8];
-	struct emb_jrec rec[EMB_JOURNAL_CAP];
+	struct emb_jrec ent[EMB_JOURNAL_CAP];
 };
 #define EMB_JOURNAL_MAGIC 0x4c4e524a424d45ull /* "EMBJRNL" */
 
@@ -518,7 +518,7 @@ _Static_assert(4 * (64 + 64 + 256 * EMB_SEG_SMALL) <= 262144 - 1024 &&
 	       3 * (64 + 64 + 256 * EMB_SEG_LARGE) <= 262144 - 1024, "segments fill a chunk");
 _Static_assert(sizeof(struct emb_table) == 512, "catalog entry");
 _Static_assert(sizeof(struct emb_jrec) == 32, "journal record");
-_Static_assert(offsetof(struct emb_journal, rec) == 64, "journal header");
+_Static_assert(offsetof(struct emb_journal, ent) == 64, "journal header");
 _Static_assert(offsetof(struct emb_super, static_csum) % 8 == 0, "csum aligned");
 _Static_assert(sizeof(struct emb_slab) == 64, "slab header");
 
