@@ -26,21 +26,7 @@ mkdir "$P"
 expect() { [ "$2" = "$3" ] || fail "$1: expected '$3', got '$2'"; }
 geom() { printf '%s %s' "$(getfattr --absolute-names --only-values -n user.embfs.dim "$1")" "$(getfattr --absolute-names --only-values -n user.embfs.dtype "$1")"; }
 # the SEEK_DATA extents of a file, one "start end" a line
-extents() {
-	python3 - "$1" <<'EOF'
-import os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY)
-o, end = 0, os.fstat(fd).st_size
-while o < end:
-    try:
-        o = os.lseek(fd, o, os.SEEK_DATA)
-    except OSError:
-        break
-    h = os.lseek(fd, o, os.SEEK_HOLE)
-    print(o, h)
-    o = h
-EOF
-}
+extents() { python3 "$TOP/tests/tools/extents.py" "$1"; }
 # same CASE SRC DST: DST is a copy of SRC: geometry, mode, bytes, stored rows
 same() {
 	expect "$1: geometry" "$(geom "$3")" "$(geom "$2")"
@@ -144,29 +130,7 @@ EOF
 
 say "the old rows are freed at once, also while an fd holds the old inode"
 # rows the live tables store, by their SEEK_DATA extents
-live_rows() {
-	python3 - "$M" <<'EOF'
-import os, sys
-n = 0
-for name in os.listdir(sys.argv[1]):
-    p = os.path.join(sys.argv[1], name)
-    if name.startswith(".") or not os.path.isfile(p):
-        continue
-    rs = int(os.getxattr(p, "user.embfs.row_size"))
-    fd = os.open(p, os.O_RDONLY)
-    o, end = 0, os.fstat(fd).st_size
-    while o < end:
-        try:
-            o = os.lseek(fd, o, os.SEEK_DATA)
-        except OSError:
-            break
-        h = os.lseek(fd, o, os.SEEK_HOLE)
-        n += (h - o) // rs
-        o = h
-    os.close(fd)
-print(n)
-EOF
-}
+live_rows() { python3 "$TOP/tests/tools/extents.py" --rows "$M"; }
 # the snapshot's rows that the live tables no longer share count too: take
 # it out of the count by dropping it
 rmdir "$M/.snapshots/s" || fail "rmdir the snapshot"

@@ -19,23 +19,7 @@ export LC_ALL=C
 stored_rows() { sync "$M" 2>/dev/null || echo "fsync-of-the-mount-root-failed"; stat_field "$M" rows; }
 # rows table F stores, by its SEEK_DATA extents (an unlinked table's rows
 # that the kernel still holds open count in .embfs/stats, not here)
-rows_of() {
-	python3 - "$M/$1" <<'EOF'
-import os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY)
-rs = int(os.getxattr(sys.argv[1], "user.embfs.row_size"))
-o, end, n = 0, os.fstat(fd).st_size, 0
-while o < end:
-    try:
-        o = os.lseek(fd, o, os.SEEK_DATA)
-    except OSError:
-        break
-    h = os.lseek(fd, o, os.SEEK_HOLE)
-    n += (h - o) // rs
-    o = h
-print(n)
-EOF
-}
+rows_of() { python3 "$TOP/tests/tools/extents.py" --rows "$M/$1"; }
 expect() { [ "$2" = "$3" ] || fail "$1: expected '$3', got '$2'"; }
 xget() { getfattr --absolute-names --only-values -n "user.embfs.$2" "$M/$1" 2>&1; }
 geom() { echo "$(xget "$1" dim) $(xget "$1" dtype) $(xget "$1" row_size)"; }
