@@ -463,27 +463,16 @@ out:
 	return ret;
 }
 
-int store_table_rename(struct store *s, const char *oldname, const char *newname)
+/* st (out of the name hash) takes name and is linked; victim (out of the
+ * hash, or NULL) is unlinked: one transaction.  Both go back into the hash
+ * as they then are.  commit_lock and cat_lock held. */
+static int take_name(struct store *s, struct stable *st, struct stable *victim, const char *name)
 {
-	if (pm_writable(s))
-		return -EROFS; /* the pool failed (pm.c) */
-	volatile int ret = name_check(newname);
-	if (ret)
-		return ret;
-	pthread_mutex_lock(&s->commit_lock); /* the victim's flags (store_table_unlink) */
-	pthread_rwlock_wrlock(&s->cat_lock);
-	struct stable *st = name_find(s, oldname);
-	struct stable *victim = name_find(s, newname);
-	if (!st) {
-		ret = -ENOENT;
-		goto out;
-	}
-	if (st == victim)
-		goto out;
-	/* the name hash is keyed by name: take both out under their old names */
-	name_remove(s, st);
-	if (victim)
-		name_remove(s, victim);
+	char nm[EMB_NAME_MAX + 1];
+	volatile int ret = 0;
+	size_t len = strnlen(name, EMB_NAME_MAX); /* name may be victim's */
+	memcpy(nm, name, len);
+	nm[len] = 0;
 	pthread_mutex_lock(&s->meta_lock);
 	TX_BEGIN(s->pop) {
 		/* not size, nrows and the times: extends change them atomically
@@ -493,9 +482,11 @@ int store_table_rename(struct store *s, const char *oldname, const char *newname
 			victim->t->flags |= EMB_T_ORPHAN;
 			catalog_seal_tx(victim->t);
 		}
+		pmemobj_tx_add_range_direct(st->t, offsetof(struct emb_table, size));
 		pmemobj_tx_add_range_direct(st->t->name, sizeof(st->t->name));
+		st->t->flags &= ~EMB_T_ORPHAN;
 		memset(st->t->name, 0, sizeof(st->t->name));
-		strcpy(st->t->name, newname);
+		strcpy(st->t->name, nm);
 		catalog_seal_tx(st->t);
 	} TX_ONABORT {
 		ret = pm_tx_errno();
@@ -511,10 +502,33 @@ int store_table_rename(struct store *s, const char *oldname, const char *newname
 		st64(&st->t->ctime_ns, now);
 		pm_flush(s, &st->t->ctime_ns, 8);
 	}
-	if (ret && victim)
+	if (victim && !(victim->t->flags & EMB_T_ORPHAN))
 		name_insert(s, victim);
-	name_insert(s, st);
-out:
+	if (!(st->t->flags & EMB_T_ORPHAN))
+		name_insert(s, st);
+	return ret;
+}
+
+int store_table_rename(struct store *s, const char *oldname, const char *newname)
+{
+	if (pm_writable(s))
+		return -EROFS; /* the pool failed (pm.c) */
+	int ret = name_check(newname);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&s->commit_lock); /* the victim's flags (store_table_unlink) */
+	pthread_rwlock_wrlock(&s->cat_lock);
+	struct stable *st = name_find(s, oldname);
+	struct stable *victim = name_find(s, newname);
+	if (!st)
+		ret = -ENOENT;
+	if (st && st != victim) {
+		/* the name hash is keyed by name: take both out under their old names */
+		name_remove(s, st);
+		if (victim)
+			name_remove(s, victim);
+		ret = take_name(s, st, victim, newname);
+	}
 	pthread_rwlock_unlock(&s->cat_lock);
 	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
@@ -524,43 +538,18 @@ int store_table_replace(struct store *s, uint32_t orphan_id, uint32_t id)
 {
 	if (pm_writable(s))
 		return -EROFS; /* the pool failed (pm.c) */
-	volatile int ret = 0;
+	int ret = 0;
 	pthread_mutex_lock(&s->commit_lock); /* both entries' flags (store_table_unlink) */
 	pthread_rwlock_wrlock(&s->cat_lock);
 	struct stable *old = tab_get(s, id), *st = tab_get(s, orphan_id);
-	if (!old || !st || old == st || (old->t->flags & EMB_T_ORPHAN)) {
+	if (!old || !st || old == st || (old->t->flags & EMB_T_ORPHAN))
 		ret = -ENOENT;
-		goto out;
-	}
-	if ((st->t->flags & (EMB_T_ORPHAN | EMB_T_ZOMBIE | EMB_T_DYING)) != EMB_T_ORPHAN) {
+	else if ((st->t->flags & (EMB_T_ORPHAN | EMB_T_ZOMBIE | EMB_T_DYING)) != EMB_T_ORPHAN)
 		ret = -EINVAL;
-		goto out;
+	if (!ret) {
+		name_remove(s, old);
+		ret = take_name(s, st, old, old->t->name);
 	}
-	name_remove(s, old);
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
-		/* not size, nrows and the times (store_table_unlink) */
-		pmemobj_tx_add_range_direct(old->t, offsetof(struct emb_table, size));
-		pmemobj_tx_add_range_direct(st->t, offsetof(struct emb_table, size));
-		pmemobj_tx_add_range_direct(st->t->name, sizeof(st->t->name));
-		old->t->flags |= EMB_T_ORPHAN;
-		st->t->flags &= ~EMB_T_ORPHAN;
-		memcpy(st->t->name, old->t->name, sizeof(st->t->name));
-		catalog_seal_tx(old->t);
-		catalog_seal_tx(st->t);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
-	if (ret) {
-		name_insert(s, old);
-	} else {
-		st64(&old->t->ctime_ns, now_ns());
-		pm_flush(s, &old->t->ctime_ns, 8);
-		name_insert(s, st);
-	}
-out:
 	pthread_rwlock_unlock(&s->cat_lock);
 	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
