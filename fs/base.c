@@ -1,9 +1,12 @@
 /*
  * The helpers every file of fs/ may call, calling none of them: a table
  * inode's read view, readdir buffers, the words of a control file's
- * request and the gate of changes a restore closes (see struct embfs).
+ * request, the gate of changes a restore closes (see struct embfs), the
+ * inode forwarding a re-lay sets (relay.c writes it, everyone reads it) and
+ * the freeing of an unlinked table the kernel no longer references.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -98,4 +101,73 @@ int restore_gate_enter(struct embfs *fs, uint32_t id)
 void restore_gate_leave(struct embfs *fs)
 {
 	pthread_rwlock_unlock(&fs->gate_rw);
+}
+
+/* ---- inode forwarding (relay.c) and unlinked tables ------------------ */
+
+/* fwd/rev hold id + 1; 0 is none */
+uint32_t alias_live(struct embfs *fs, uint32_t id)
+{
+	uint32_t f = id < INO_NTABLES ? atomic_load(&fs->fwd[id]) : 0;
+	return f ? f - 1 : id;
+}
+
+uint32_t alias_kernel(struct embfs *fs, uint32_t id)
+{
+	uint32_t r = id < INO_NTABLES ? atomic_load(&fs->rev[id]) : 0;
+	return r ? r - 1 : id;
+}
+
+fuse_ino_t alias_ino(struct embfs *fs, fuse_ino_t ino)
+{
+	struct fs_ino k = fs_ino(ino);
+	return k.kind == FS_TABLE ? fs_ino_table(alias_live(fs, k.id)) : ino;
+}
+
+uint32_t alias_drop(struct embfs *fs, uint32_t kid)
+{
+	pthread_mutex_lock(&fs->alias_mu);
+	uint32_t f = atomic_exchange(&fs->fwd[kid], 0);
+	if (f)
+		atomic_store(&fs->rev[f - 1], 0);
+	pthread_mutex_unlock(&fs->alias_mu);
+	return f ? f - 1 : GATE_NONE;
+}
+
+fuse_ino_t alias_get(struct embfs *fs, fuse_ino_t asked, uint32_t *held)
+{
+	struct fs_ino k = fs_ino(asked);
+	*held = GATE_NONE;
+	if (k.kind != FS_TABLE)
+		return asked;
+	for (;;) {
+		uint32_t id = alias_live(fs, k.id);
+		atomic_fetch_add(&fs->users[id], 1);
+		/* seq_cst both sides: either relay_locked sees this user, or
+		 * this sees its new forwarding */
+		if (alias_live(fs, k.id) == id) {
+			*held = id;
+			return fs_ino_table(id);
+		}
+		atomic_fetch_sub(&fs->users[id], 1);
+	}
+}
+
+void alias_put(struct embfs *fs, uint32_t held)
+{
+	if (held != GATE_NONE)
+		atomic_fetch_sub(&fs->users[held], 1);
+}
+
+int table_free_unlinked(struct embfs *fs, uint32_t id)
+{
+	/* rows written before a snapshot belong to it: written back, not
+	 * dropped */
+	if (front_table_snaps(&fs->fr, id) > 0)
+		front_before_change(&fs->fr, id);
+	front_after_change(&fs->fr, id, 0, UINT64_MAX);
+	int ret = front_table_release(&fs->fr, id);
+	if (ret)
+		fprintf(stderr, "embfs: freeing unlinked table %u: %s\n", id, strerror(-ret));
+	return ret;
 }

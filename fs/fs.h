@@ -29,7 +29,8 @@
  *   attr.c    attributes of every inode, table views, directory listings
  *   perm.c    who may do what: owners and modes of the directories
  *   base.c    helpers every file may call (read views, readdir buffers,
- *             control-file words, the restore gate), calling none of them
+ *             control-file words, the restore gate, the inode forwarding
+ *             of a re-lay, freeing an unlinked table), calling none of them
  *
  * Every file of fs/ may reply to the kernel (once per request); functions
  * that do not take a request return 0 or -errno.
@@ -190,12 +191,12 @@ void table_copy_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, uint32_t 
 /* relay.c: set table id's geometry when it holds rows of another size
  * (the gate closed to its changes meanwhile): 0 or -errno. */
 int table_relay(struct embfs *fs, uint32_t id, uint32_t dim, uint32_t dtype);
-/* The live table behind the kernel's inode of table id (itself unless a
- * re-lay replaced it); the id whose inode the kernel holds for live table
- * id; ino with a table's forwarded.  alias_drop: the kernel forgot table
- * kid's inode: its forwarding ends; the table it forwarded to, or
- * GATE_NONE.  relay_free: free unlinked table id, which the kernel no
- * longer references. */
+/* base.c: the inode forwarding relay.c sets.  alias_live: the live table
+ * behind the kernel's inode of table id (itself unless a re-lay replaced
+ * it); alias_kernel: the id whose inode the kernel holds for live table
+ * id; alias_ino: ino with a table's forwarded; alias_drop: the kernel
+ * forgot table kid's inode: its forwarding ends; the table it forwarded to,
+ * or GATE_NONE. */
 uint32_t alias_live(struct embfs *fs, uint32_t id);
 uint32_t alias_kernel(struct embfs *fs, uint32_t id);
 fuse_ino_t alias_ino(struct embfs *fs, fuse_ino_t ino);
@@ -204,7 +205,10 @@ uint32_t alias_drop(struct embfs *fs, uint32_t kid);
  * alias_put(*held) (a re-lay frees the old rows once they have none). */
 fuse_ino_t alias_get(struct embfs *fs, fuse_ino_t asked, uint32_t *held);
 void alias_put(struct embfs *fs, uint32_t held);
-int relay_free(struct embfs *fs, uint32_t id);
+/* base.c: free unlinked table id, which the kernel no longer references
+ * (rows a snapshot holds written back first): 0 or -errno, also said on
+ * stderr. */
+int table_free_unlinked(struct embfs *fs, uint32_t id);
 /* A table as one view sees it: the view and its attributes (copy.c,
  * restore.c, delta.c). */
 struct tview {

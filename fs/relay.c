@@ -19,7 +19,8 @@
  * The kernel keeps the inode it knows (the open fd of the cp that set the
  * xattr): that inode number now forwards to the new table (fwd), and a
  * lookup of the name gives it, not the new table's own (rev), so the file
- * has one inode and one page cache.  The forwarding ends when the kernel
+ * has one inode and one page cache (base.c reads the forwarding, this file
+ * alone moves it).  The forwarding ends when the kernel
  * forgets the inode (table_forget).  A change resolves an inode (alias_ino)
  * before it enters the gate of changes and checks it again inside (ll.c,
  * batchreq.c): the forwarding moves only while the gate is closed to the
@@ -37,60 +38,6 @@
 #include "fs.h"
 
 #define RELAY_BYTES (1u << 20) /* bytes read and cut per step */
-
-/* fwd/rev hold id + 1; 0 is none */
-uint32_t alias_live(struct embfs *fs, uint32_t id)
-{
-	uint32_t f = id < INO_NTABLES ? atomic_load(&fs->fwd[id]) : 0;
-	return f ? f - 1 : id;
-}
-
-uint32_t alias_kernel(struct embfs *fs, uint32_t id)
-{
-	uint32_t r = id < INO_NTABLES ? atomic_load(&fs->rev[id]) : 0;
-	return r ? r - 1 : id;
-}
-
-fuse_ino_t alias_ino(struct embfs *fs, fuse_ino_t ino)
-{
-	struct fs_ino k = fs_ino(ino);
-	return k.kind == FS_TABLE ? fs_ino_table(alias_live(fs, k.id)) : ino;
-}
-
-uint32_t alias_drop(struct embfs *fs, uint32_t kid)
-{
-	pthread_mutex_lock(&fs->alias_mu);
-	uint32_t f = atomic_exchange(&fs->fwd[kid], 0);
-	if (f)
-		atomic_store(&fs->rev[f - 1], 0);
-	pthread_mutex_unlock(&fs->alias_mu);
-	return f ? f - 1 : GATE_NONE;
-}
-
-fuse_ino_t alias_get(struct embfs *fs, fuse_ino_t asked, uint32_t *held)
-{
-	struct fs_ino k = fs_ino(asked);
-	*held = GATE_NONE;
-	if (k.kind != FS_TABLE)
-		return asked;
-	for (;;) {
-		uint32_t id = alias_live(fs, k.id);
-		atomic_fetch_add(&fs->users[id], 1);
-		/* seq_cst both sides: either relay_locked sees this user, or
-		 * this sees its new forwarding */
-		if (alias_live(fs, k.id) == id) {
-			*held = id;
-			return fs_ino_table(id);
-		}
-		atomic_fetch_sub(&fs->users[id], 1);
-	}
-}
-
-void alias_put(struct embfs *fs, uint32_t held)
-{
-	if (held != GATE_NONE)
-		atomic_fetch_sub(&fs->users[held], 1);
-}
 
 /* Live table id was replaced by nid: the kernel's inode for id now names
  * nid.  1 when the kernel holds id's own inode (the old table is freed when
@@ -175,19 +122,6 @@ static int relay_rows(struct embfs *fs, uint32_t id, const struct store_attr *a,
 	return ret;
 }
 
-int relay_free(struct embfs *fs, uint32_t id)
-{
-	/* rows written before a snapshot belong to it: written back, not
-	 * dropped */
-	if (front_table_snaps(&fs->fr, id) > 0)
-		front_before_change(&fs->fr, id);
-	front_after_change(&fs->fr, id, 0, UINT64_MAX);
-	int ret = front_table_release(&fs->fr, id);
-	if (ret)
-		fprintf(stderr, "embfs: freeing unlinked table %u: %s\n", id, strerror(-ret));
-	return ret;
-}
-
 /* With the gate closed to changes of id. */
 static int relay_locked(struct embfs *fs, uint32_t id, uint32_t dim, uint32_t dtype)
 {
@@ -213,7 +147,7 @@ static int relay_locked(struct embfs *fs, uint32_t id, uint32_t dim, uint32_t dt
 	if (!ret)
 		ret = front_table_replace(&fs->fr, nid, id);
 	if (ret) {
-		relay_free(fs, nid);
+		table_free_unlinked(fs, nid);
 		return ret;
 	}
 	atomic_fetch_add_explicit(&fs->n_relays, 1, memory_order_relaxed);
@@ -227,7 +161,7 @@ static int relay_locked(struct embfs *fs, uint32_t id, uint32_t dim, uint32_t dt
 	if (kernel_has)
 		front_truncate(&fs->fr, id, 0); /* the entry goes when the kernel forgets it */
 	else
-		relay_free(fs, id);
+		table_free_unlinked(fs, id);
 	return 0;
 }
 

@@ -243,7 +243,7 @@ static int unlink_table(struct embfs *fs, const char *name)
 	front_dir_touch(&fs->fr, STORE_DIR_ROOT);
 	/* the kernel's references to it are its inode's (relay.c) */
 	if (atomic_load(&fs->nlookup[alias_kernel(fs, id)]) == 0)
-		ret = relay_free(fs, id);
+		ret = table_free_unlinked(fs, id);
 	return ret;
 }
 

@@ -410,8 +410,8 @@ static void forgotten(struct embfs *fs, uint32_t id)
 	if (front_table_getattr(&fs->fr, id, &a) || !a.orphan)
 		return;
 	/* rows written before a snapshot belong to it even when the table is
-	 * gone from the live tree: relay_free writes them back */
-	relay_free(fs, id);
+	 * gone from the live tree: table_free_unlinked writes them back */
+	table_free_unlinked(fs, id);
 }
 
 void table_forget(struct embfs *fs, uint32_t id, uint64_t n)
