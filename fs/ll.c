@@ -146,7 +146,8 @@ static int gated(fuse_req_t req, uint32_t id)
 
 /* gated() for the table behind the kernel's inode `asked`: in the gate,
  * *ino and *k name that table until the gate is left (a re-lay moves an
- * inode's forwarding only with the gate closed to its table, relay.c). */
+ * inode's forwarding only with the gate closed to its table, relay.c).
+ * The ops that change a table pass their inode as it came from the kernel. */
 static int gated_table(fuse_req_t req, fuse_ino_t asked, fuse_ino_t *ino, struct fs_ino *k)
 {
 	struct embfs *fs = fs_of(req);
@@ -164,13 +165,11 @@ static int gated_table(fuse_req_t req, fuse_ino_t asked, fuse_ino_t *ino, struct
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
-	fuse_ino_t asked = ino;
-	ino = alias_ino(fs_of(req), ino); /* a re-lay's (relay.c) */
 	struct fs_ino k = fs_ino(ino);
 	(void)fi;
 	if (k.kind == FS_TABLE) {
 		struct embfs *fs = fs_of(req);
-		if (!gated_table(req, asked, &ino, &k)) {
+		if (!gated_table(req, ino, &ino, &k)) {
 			table_setattr(req, k.id, attr, to_set);
 			restore_gate_leave(fs);
 		}
@@ -327,8 +326,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	fuse_ino_t asked = ino;
-	ino = alias_ino(fs_of(req), ino); /* a re-lay's (relay.c) */
 	struct fs_ino k = fs_ino(ino);
 	const struct fs_kind_ops *o = kind_ops(k);
 	if (!o->write) {
@@ -337,7 +334,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 		o->write(req, ino, data, size, off, fi);
 	} else {
 		struct embfs *fs = fs_of(req);
-		if (!gated_table(req, asked, &ino, &k)) {
+		if (!gated_table(req, ino, &ino, &k)) {
 			o->write(req, ino, data, size, off, fi);
 			restore_gate_leave(fs);
 		}
@@ -418,13 +415,11 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
-	fuse_ino_t asked = ino;
-	ino = alias_ino(fs_of(req), ino); /* a re-lay's (relay.c) */
 	struct fs_ino k = fs_ino(ino);
 	if (k.kind == FS_TABLE) {
 		struct embfs *fs = fs_of(req);
 		uint32_t dim, dtype;
-		if (gated_table(req, asked, &ino, &k))
+		if (gated_table(req, ino, &ino, &k))
 			return;
 		int relay = table_setxattr(req, k.id, name, value, size, flags, &dim, &dtype);
 		restore_gate_leave(fs);
@@ -447,13 +442,11 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 			 struct fuse_file_info *fi)
 {
-	fuse_ino_t asked = ino;
-	ino = alias_ino(fs_of(req), ino); /* a re-lay's (relay.c) */
 	struct fs_ino k = fs_ino(ino);
 	(void)fi;
 	if (k.kind == FS_TABLE) {
 		struct embfs *fs = fs_of(req);
-		if (!gated_table(req, asked, &ino, &k)) {
+		if (!gated_table(req, ino, &ino, &k)) {
 			table_fallocate(req, k.id, mode, off, len);
 			restore_gate_leave(fs);
 		}
@@ -465,16 +458,14 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, 
 			       fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len,
 			       int flags)
 {
-	fuse_ino_t asked = ino_out;
 	struct embfs *fs = fs_of(req); /* req is gone once replied */
 	uint32_t held; /* the source: a re-lay's table, in use (relay.c) */
 	ino_in = alias_get(fs, ino_in, &held);
-	ino_out = alias_ino(fs_of(req), ino_out);
 	struct fs_ino k = fs_ino(ino_out);
 	(void)fi_in;
 	(void)fi_out;
 	if (k.kind == FS_TABLE && fs_ino_is_table(fs_ino(ino_in))) {
-		if (!gated_table(req, asked, &ino_out, &k)) {
+		if (!gated_table(req, ino_out, &ino_out, &k)) {
 			table_copy_range(req, ino_in, off_in, k.id, ino_out, off_out, len, flags);
 			restore_gate_leave(fs);
 		}
