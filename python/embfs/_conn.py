@@ -8,23 +8,27 @@ _read_response reads a response into the caller's buffers, each looping
 over short transfers.
 """
 import os
+import threading
 import weakref
 
 from ._wire import MAX_COUNT
 
 _all_conns = weakref.WeakSet()
+# An fd is taken from its _Conn under this lock and closed once: close_all,
+# Mount.close and a thread's exit (its _Conn freed, __del__ in that thread)
+# may race for one, and a second os.close could hit an fd reused meanwhile.
+# Reentrant: a __del__ run by the garbage collector inside close() takes it.
+_close_lock = threading.RLock()
 
 
 def _after_fork():
     # the child's copies of the parent's fds: closed here (the parent's
     # stay open); the child's threads open their own on first use
     for c in list(_all_conns):
-        if c.fd >= 0:
-            try:
-                os.close(c.fd)
-            except OSError:
-                pass
-            c.fd = -1
+        try:
+            c.close()
+        except OSError:
+            pass
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -47,9 +51,10 @@ class _Conn:
         _all_conns.add(self)
 
     def close(self):
-        if self.fd >= 0:
-            os.close(self.fd)
-        self.fd = -1
+        with _close_lock:
+            fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def __del__(self):
         try:
