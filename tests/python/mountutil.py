@@ -89,8 +89,14 @@ class Pooled:
         if self.proc is None:
             return
         emb = sys.modules.get("embfs")
-        if emb is not None:
-            emb.close_all()  # our own fds would keep the mount busy
+        try:
+            if emb is not None:
+                emb.close_all()  # our own fds would keep the mount busy
+        finally:
+            self._stop()
+
+    def _stop(self):
+        """Unmount and reap the daemon (also when closing our fds failed)."""
         if mounted(self.mnt):
             r = subprocess.run(["fusermount3", "-u", self.mnt], stderr=subprocess.DEVNULL)
             if r.returncode:
