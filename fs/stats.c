@@ -394,6 +394,8 @@ static void put_spill(struct stats_out *o, const struct store_spill_stats *sp)
 	    sp->merge_in_bytes);
 	PUT("spill.merge_write_bytes", "spill_merge_write_bytes_total", COUNTER, "Bytes written by merges",
 	    sp->merge_out_bytes);
+	PUT("spill.merge_moves", "spill_merge_moves_total", COUNTER,
+	    "Sorted runs moved down a level without a rewrite (their rows are disjoint)", sp->merge_moves);
 	PUT("spill.recounting", "spill_recounting", GAUGE, "1 while segment live counts are being recounted",
 	    sp->recounting);
 }

@@ -528,7 +528,11 @@ static void chunk_free(struct store *s, struct stable *st, struct group *g, size
 		if (u[i].retain)
 			snapset_charge(s, ver_batch(u[i].ov), u[i].batch,
 				       s->cls[g->cls].slot_size + (u[i].new_link ? EMB_SMALL_SLOT : 0));
-		if (s->sp)
+		/* a row's first write into the pool does not make it hot: a load's
+		 * rows, written once, then leave in row order (the mover's hand),
+		 * and one pass over rows never touched again (a scan) does not
+		 * push the rows in use out */
+		if (s->sp && u[i].found)
 			spill_note_use(s, st->id, u[i].row);
 	}
 	if (g->stamped)

@@ -410,6 +410,7 @@ struct store_spill_stats {
 	uint64_t run_ra_loads;     /* requests that read read-ahead windows of runs */
 	uint64_t run_ra_blocks;    /* blocks requests found in read-ahead windows */
 	uint64_t merges, merge_in_bytes, merge_out_bytes;
+	uint64_t merge_moves;      /* runs moved down a level without a rewrite (disjoint rows) */
 };
 void store_spill_stats_get(struct store *s, struct store_spill_stats *st);
 

@@ -378,7 +378,7 @@ static int64_t evict_pass(struct store *s, int all, uint64_t target)
 	uint32_t wraps = 0;
 	if (all) {
 		sp->ev_table = 0;
-		sp->ev_di = 0;
+		sp->ev_hand = 0;
 	}
 	uint32_t start_table = sp->ev_table;
 	for (;;) {
@@ -391,19 +391,15 @@ static int64_t evict_pass(struct store *s, int all, uint64_t target)
 		int zombie = st && (st->t->flags & EMB_T_ZOMBIE);
 		pthread_rwlock_unlock(&s->cat_lock);
 		int64_t n = 0;
-		size_t ndir = 0;
 		if (st && !zombie) {
-			n = evict_table(s, st, &sp->ev_di, all ? UINT64_MAX / 2 : used - target, all);
+			n = evict_table(s, st, &sp->ev_hand, all ? UINT64_MAX / 2 : used - target, all);
 			if (n < 0 && n != -ENOENT)
 				return moved ? moved : n;
 			if (n > 0)
 				moved += n;
-			pthread_rwlock_rdlock(&st->lock);
-			ndir = st->segs ? (size_t)1 << st->gd : 0;
-			pthread_rwlock_unlock(&st->lock);
 		}
-		if (!st || n <= 0 || sp->ev_di >= ndir) {
-			sp->ev_di = 0;
+		if (!st || n <= 0 || sp->ev_hand == EMB_NONE) {
+			sp->ev_hand = 0;
 			sp->ev_table = (sp->ev_table + 1) % EMB_NTABLES;
 			if (sp->ev_table == start_table && ++wraps >= (all ? 1u : 2u))
 				break; /* two sweeps: every reference bit had its second chance */

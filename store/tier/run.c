@@ -37,6 +37,12 @@
  * device read.  When the device is half full, all runs of the table with
  * the most are merged (that drops every copy newer runs
  * replaced).  Merges read and write the device without commit_lock.
+ * A merge that would only copy its inputs (disjoint rows, no tombstone) is
+ * a move: the runs take the next level as they are.  Rows are disjoint
+ * when the ranges are, or when the runs are fresh (an eviction's whose rows
+ * no other run held, or a merge's of fresh runs; DRAM only): a load's runs
+ * are written once.  Sparse fresh runs (under half the rows of their
+ * range) merge among themselves, MERGE_FANOUT of about one size.
  *
  * Crash safety.  A run's blocks and meta blocks are written and
  * fdatasync'ed into segments that are still FREE in the pool; one
@@ -60,8 +66,11 @@
  *                deciding rows
  *   runahead.c   read-ahead windows and their thread
  *   runbuild.c   writing a run: blocks, meta, installing it
- *   runevict.c   eviction of cold rows into new runs
- *   runmerge.c   merges (and the room they need), truncation
+ *   runevict.c   eviction of cold rows into new runs (a CLOCK hand in row
+ *                order; whether a new run is fresh: its rows in no other run)
+ *   runmerge.c   merges (and the room they need; trivial moves of runs of
+ *                disjoint rows, size-tiered merges of sparse fresh runs),
+ *                truncation
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -328,16 +337,25 @@ void srun_put(struct srun *x)
 	atomic_fetch_sub_explicit(&x->refs, 1, memory_order_acq_rel);
 }
 
-/* The runs of table id, newest first, each with a reference: *n of them in
- * a malloc'ed array (NULL when none).  */
 int runs_get(struct spill *sp, uint32_t id, struct srun ***out, size_t *n)
+{
+	return runs_get_range(sp, id, 0, UINT64_MAX, out, n);
+}
+
+/* Run x holds rows in [lo, hi]. */
+static int run_meets(const struct srun *x, uint64_t lo, uint64_t hi)
+{
+	return x->r->min_row <= hi && lo <= x->r->max_row;
+}
+
+int runs_get_range(struct spill *sp, uint32_t id, uint64_t lo, uint64_t hi, struct srun ***out, size_t *n)
 {
 	*out = NULL;
 	*n = 0;
 	pthread_rwlock_rdlock(&sp->run_lock);
 	size_t k = 0;
 	for (struct srun *x = sp->runs[id]; x; x = x->next)
-		k++;
+		k += run_meets(x, lo, hi);
 	struct srun **v = k ? malloc(k * sizeof(*v)) : NULL;
 	if (k && !v) {
 		pthread_rwlock_unlock(&sp->run_lock);
@@ -345,6 +363,8 @@ int runs_get(struct spill *sp, uint32_t id, struct srun ***out, size_t *n)
 	}
 	k = 0;
 	for (struct srun *x = sp->runs[id]; x; x = x->next) {
+		if (!run_meets(x, lo, hi))
+			continue;
 		atomic_fetch_add_explicit(&x->refs, 1, memory_order_acq_rel);
 		v[k++] = x;
 	}
@@ -429,6 +449,32 @@ void run_fence_walk(const struct srun *x, uint64_t row, uint64_t *j, uint64_t *a
 int run_bloom_row(const struct srun *x, uint64_t row)
 {
 	return run_bloom_has(x->bloom, x->r->bloom_bits, x->r->bloom_k, row);
+}
+
+int run_holds_row(struct store *s, struct srun *x, uint64_t row, char **buf)
+{
+	struct spill *sp = s->sp;
+	if (row < x->r->min_row || row > x->r->max_row)
+		return 0;
+	if (srun_load(s, x))
+		return 1;
+	if (!run_bloom_row(x, row))
+		return 0;
+	uint64_t j = run_fence_floor(x, row);
+	if (x->fence[j] == row)
+		return 1; /* the first record of block j */
+	uint32_t bs = x->r->blk_size;
+	if (!*buf && posix_memalign((void **)buf, BLK, bs))
+		return 1;
+	struct sreq q = { .blk = run_blk_loc(sp, x, j), .span = bs, .boff = 0 };
+	struct bref b = { j, *buf, 0, NULL };
+	if (device_read_raw(sp, &q, 1, *buf) || run_blk_ok(sp, x, &b))
+		return 1;
+	const struct emb_rblk *h = (const struct emb_rblk *)*buf;
+	for (uint32_t i = 0; i < h->nrec; i++)
+		if (rec_row(rec_at(x, *buf, i)) == row)
+			return 1;
+	return 0;
 }
 
 
@@ -800,6 +846,7 @@ void runs_stats(struct store *s, struct store_spill_stats *st)
 	st->merges = atomic_load(&sp->merges);
 	st->merge_in_bytes = atomic_load(&sp->merge_in_bytes);
 	st->merge_out_bytes = atomic_load(&sp->merge_out_bytes);
+	st->merge_moves = atomic_load(&sp->moves);
 }
 
 /* Read run x front to back: 0 when its blocks are sound, in row order and

@@ -10,6 +10,7 @@
 #include "spill.h"
 
 #define MERGE_FANOUT 4u
+#define RUNS_SETTLED_MAX 512u /* runs of a table past which settled runs are merged too */
 #define BLOOM_BITS_PER_REC 12u
 #define BLOOM_K 8u
 #define EVICT_MAX_BYTES (64ull << 20) /* row bytes one eviction gathers */
@@ -121,6 +122,7 @@ struct run_build {
 	uint32_t list_cap;       /* segments to a list block of its meta */
 	uint32_t keep;           /* free segments its claims leave (seg_claim) */
 	int dry;                 /* count the segments it would take, write nothing */
+	int fresh;               /* its srun's fresh (run_install) */
 	uint64_t dry_segs;       /* build_finish of a dry build: that count */
 	int err;
 };
@@ -131,6 +133,10 @@ uint64_t run_blk_loc(const struct spill *sp, const struct srun *x, uint64_t i);
 /* Check block b of run x once: 0 or -EIO (counted). */
 int run_blk_ok(struct spill *sp, const struct srun *x, struct bref *b);
 int run_bloom_row(const struct srun *x, uint64_t row);
+/* Does run x hold a record of row?  Its filter, then the one block that
+ * would hold it (read into *buf, allocated at first use: the caller frees
+ * it).  A run or block that cannot be read may hold any row: 1. */
+int run_holds_row(struct store *s, struct srun *x, uint64_t row, char **buf);
 /* The last block of run x whose fence is <= row (row >= its first fence). */
 uint64_t run_fence_floor(const struct srun *x, uint64_t row);
 /* Blocks [*a, *b] of run x that may hold row (row in the run's range), for
@@ -141,6 +147,8 @@ void run_fence_walk(const struct srun *x, uint64_t row, uint64_t *j, uint64_t *a
 /* The runs of table id, newest first, each with a reference: *n of them in
  * a malloc'ed array (NULL when none).  */
 int runs_get(struct spill *sp, uint32_t id, struct srun ***out, size_t *n);
+/* ... only those whose range meets rows [lo, hi]. */
+int runs_get_range(struct spill *sp, uint32_t id, uint64_t lo, uint64_t hi, struct srun ***out, size_t *n);
 void runs_put(struct srun **v, size_t n);
 /* Read x's segments, fences and filter from its meta blocks: 0 or -EIO
  * (counted; the run's rows then read as EIO). */

@@ -277,6 +277,7 @@ int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t lev
 	if (!x)
 		return -ENOMEM; /* listed at the next mount */
 	w->arrays = NULL;
+	x->fresh = w->fresh;
 	segs_release(sp, &w->segs);
 	w->segs.n = 0;
 	pthread_rwlock_wrlock(&sp->run_lock);

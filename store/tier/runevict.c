@@ -83,11 +83,10 @@ struct gather {
 	int all;
 };
 
-/* index_scan's callback: take one row's chain if it is cold; 1 when es is
- * full (the segment is gathered again next time). */
-static int gather_one(void *arg, uint64_t row, uint64_t ref)
+/* Take one row's chain if it is cold: 1 taken, 0 passed over (hot, a stub,
+ * or a lone tombstone that reclaim drops), -1 es is full. */
+static int gather_one(struct gather *g, uint64_t row, uint64_t ref)
 {
-	struct gather *g = arg;
 	struct store *s = g->s;
 	struct stable *st = g->st;
 	struct chain c;
@@ -97,18 +96,81 @@ static int gather_one(void *arg, uint64_t row, uint64_t ref)
 		return 0; /* reclaim drops it */
 	if (!g->all && heat_test_clear(s->sp, st->id, row))
 		return 0;
-	return ev_take(s, st, g->es, row, ref) < 0;
+	return ev_take(s, st, g->es, row, ref);
 }
 
-/* Gather cold rows of st (their whole chains) from index position *di on,
- * until es is full.  commit_lock held. */
-static int evict_gather(struct store *s, struct stable *st, size_t *di, int all, struct evset *es)
+/* A row of the index and its chain's head. */
+struct cand {
+	uint64_t row, ref;
+};
+
+struct cands {
+	struct cand *v;
+	size_t n, cap;
+	uint64_t from;
+	int err;
+};
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+	return x->row < y->row ? -1 : x->row > y->row;
+}
+
+/* index_scan's callback: keep the rows at or past the hand. */
+static int cand_add(void *arg, uint64_t row, uint64_t ref)
+{
+	struct cands *c = arg;
+	if (row < c->from)
+		return 0;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 4096;
+		struct cand *v = realloc(c->v, cap * sizeof(*v));
+		if (!v) {
+			c->err = -ENOMEM;
+			return 1;
+		}
+		c->v = v;
+		c->cap = cap;
+	}
+	c->v[c->n++] = (struct cand){ row, ref };
+	return 0;
+}
+
+/* Gather cold rows of st (their whole chains), want of them, in row order
+ * from the hand *hand on: a CLOCK whose hand sweeps the row ids, so that
+ * rows written in row order leave in row order and the runs of one sweep
+ * hold disjoint ranges of rows (a load makes runs that no merge needs to
+ * rewrite).  Past want, while the rows taken stay contiguous (a load's),
+ * it goes on until es is full: a load's runs are few and large, and the
+ * hand stops at the first row a load has not written back yet instead of
+ * passing it.  *hand: the first row not passed, or EMB_NONE when the sweep
+ * reached the table's end.  commit_lock held. */
+static int evict_gather(struct store *s, struct stable *st, uint64_t *hand, int all, size_t want,
+			struct evset *es)
 {
 	struct gather g = { s, st, es, all };
+	struct cands c = { .from = *hand };
+	size_t di = 0, i = 0;
 	pthread_rwlock_rdlock(&st->lock);
-	index_scan(s, st, di, gather_one, &g);
+	index_scan(s, st, &di, cand_add, &c);
+	if (!c.err && c.n)
+		qsort(c.v, c.n, sizeof(*c.v), cand_cmp);
+	int dense = 1; /* every row from the first taken on was taken */
+	for (; !c.err && i < c.n; i++) {
+		if (es->n >= want && (!dense || c.v[i].row != es->e[es->n - 1].row + 1))
+			break;
+		size_t had = es->n;
+		int r = gather_one(&g, c.v[i].row, c.v[i].ref);
+		if (r < 0 && es->n)
+			break; /* full: this row first next time */
+		dense &= es->n > had && (!had || c.v[i].row == es->e[had - 1].row + 1);
+	}
 	pthread_rwlock_unlock(&st->lock);
-	return 0;
+	if (!c.err)
+		*hand = i < c.n ? c.v[i].row : EMB_NONE;
+	free(c.v);
+	return c.err;
 }
 
 /* Mark the rows of e[0..n) (sorted) of table id in flight (n = 0: none). */
@@ -173,6 +235,28 @@ static void evset_free(struct evset *es)
 	free(es->arena);
 }
 
+/* Are the rows of the run w built (w->rows) in none of st's runs?  Then it
+ * is fresh: a merge of it with other fresh runs would drop nothing.  Mover
+ * only (round_lock): no run that may be fresh comes meanwhile. */
+static int ev_fresh(struct store *s, struct stable *st, const struct run_build *w)
+{
+	struct srun **v;
+	size_t n;
+	char *buf = NULL;
+	if (!w->rows.n || runs_get(s->sp, st->id, &v, &n))
+		return 0;
+	int fresh = 1;
+	for (size_t i = 0; i < n && fresh; i++) {
+		struct srun *x = v[i];
+		size_t k = u64_lower_bound(w->rows.v, w->rows.n, x->r->min_row);
+		for (; fresh && k < w->rows.n && w->rows.v[k] <= x->r->max_row; k++)
+			fresh = !run_holds_row(s, x, w->rows.v[k], &buf);
+	}
+	free(buf);
+	runs_put(v, n);
+	return fresh;
+}
+
 /* Install the run w built of st's rows, then take its *nrows rows (er) out of
  * the index, EVICT_SLICE at a time, commit_lock let go in between (and the
  * table checked again).  commit_lock held.  0, -ENOENT (the table went
@@ -210,11 +294,11 @@ static int ev_install_locked(struct store *s, struct stable *st, uint32_t tid, s
 	return ret;
 }
 
-int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t budget, int all)
+int64_t evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t budget, int all)
 {
 	struct spill *sp = s->sp;
 	uint32_t rs = st->t->row_size, tid = st->id;
-	size_t max = ev_max_rows(sp, rs, budget);
+	size_t want = ev_max_rows(sp, rs, budget), max = ev_max_rows(sp, rs, EVICT_MAX_BYTES);
 	struct evset es = { .max = max, .vmax = max };
 	uint64_t *plain = NULL;
 	struct evict_row *er = NULL;
@@ -228,7 +312,7 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 		 * or a truncation meanwhile leaves a tombstone for them, and the
 		 * run's id orders it before any run made meanwhile */
 		pthread_mutex_lock(&s->commit_lock);
-		ret = evict_gather(s, st, di, all, &es);
+		ret = evict_gather(s, st, hand, all, want, &es);
 		n = es.n;
 		if (!ret && n) {
 			qsort(es.e, n, sizeof(*es.e), ev_cmp);
@@ -253,6 +337,7 @@ int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t bud
 		ret = run_build_finish(&w);
 	if (ret)
 		goto out;
+	w.fresh = ev_fresh(s, st, &w);
 	plain = malloc(es.nv * sizeof(*plain));
 	er = malloc(n * sizeof(*er));
 	if (!plain || !er) {

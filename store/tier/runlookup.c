@@ -468,7 +468,14 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 	size_t nr;
 	if (!sp || !n)
 		return 0;
-	int ret = runs_get(sp, st->id, &v, &nr);
+	uint64_t lo = UINT64_MAX, hi = 0;
+	for (size_t i = 0; i < n; i++) {
+		lo = q[i].row < lo ? q[i].row : lo;
+		hi = q[i].row > hi ? q[i].row : hi;
+	}
+	/* the runs that may hold one of them (a long list of a load's
+	 * disjoint runs costs a lookup only the runs it meets) */
+	int ret = runs_get_range(sp, st->id, lo, hi, &v, &nr);
 	if (ret || !nr)
 		return ret;
 	struct lreq L = { .s = s, .q = q, .batch = b, .rs = st->t->row_size };

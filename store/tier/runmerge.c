@@ -87,6 +87,75 @@ static int runs_apart(const struct srun *x, struct srun *const *v, size_t m)
 	return 1;
 }
 
+/* Runs v[0..m) hold disjoint rows and no tombstone: a merge of them would
+ * write their records again as they are (but for older versions no
+ * snapshot needs any more, which merge_fitting drops when the device is
+ * short of room).  Disjoint rows: their ranges are disjoint, or they are
+ * fresh (runevict.c). */
+static int runs_settled(struct srun *const *v, size_t m)
+{
+	for (size_t i = 0; i < m; i++)
+		if (v[i]->r->nlive != v[i]->r->nrecs)
+			return 0;
+	for (size_t i = 0; i < m; i++)
+		for (size_t k = i + 1; k < m; k++)
+			if (!runs_apart(v[i], v + k, 1) && !(v[i]->fresh && v[k]->fresh))
+				return 0;
+	return 1;
+}
+
+/* A fresh run that holds fewer than half the rows of its range: the rows a
+ * load's writer had not written back when the mover's hand passed them,
+ * or a run of a load in no order.  Its range meets other runs' ranges, so
+ * that lookups there try its filter too. */
+static int run_sparse(const struct srun *x)
+{
+	return x->fresh && x->r->nlive == x->r->nrecs && x->r->nrecs * 2 < x->r->max_row - x->r->min_row + 1;
+}
+
+static int nrecs_cmp(const void *a, const void *b)
+{
+	const struct srun *x = *(struct srun *const *)a, *y = *(struct srun *const *)b;
+	return x->r->nrecs < y->r->nrecs ? -1 : x->r->nrecs > y->r->nrecs;
+}
+
+/* Move runs v[0..m) of table tid (settled: see runs_settled) to level
+ * without writing them again (a merge's trivial move), if they are all
+ * still listed.  Takes commit_lock.  1 moved, 0 not (a list changed),
+ * -errno. */
+static int runs_relevel(struct store *s, uint32_t tid, struct srun **v, size_t m, uint32_t level)
+{
+	struct spill *sp = s->sp;
+	volatile int ret = 0;
+	volatile int listed = 1;
+	pthread_mutex_lock(&s->commit_lock);
+	pthread_rwlock_wrlock(&sp->run_lock);
+	for (size_t i = 0; i < m && listed; i++) {
+		struct srun *p = sp->runs[tid];
+		while (p && p != v[i])
+			p = p->next;
+		listed = p != NULL;
+	}
+	if (listed) {
+		TX_BEGIN(s->pop) {
+			for (size_t i = 0; i < m; i++) {
+				struct emb_run *r = v[i]->r;
+				pmemobj_tx_add_range_direct(r, sizeof(*r));
+				r->level = level;
+				r->csum = run_rec_csum(r);
+			}
+		} TX_ONABORT {
+			ret = pm_tx_errno();
+		} TX_END
+		ret = pm_tx_end(s, ret);
+	}
+	pthread_rwlock_unlock(&sp->run_lock);
+	pthread_mutex_unlock(&s->commit_lock);
+	if (!ret && listed)
+		atomic_fetch_add(&sp->moves, 1);
+	return ret ? ret : listed;
+}
+
 /* Load the merge's inputs v[0..m) and start an iterator on each (it[i]:
  * its buffer, to free); *level: one above the highest input's level (of
  * those loaded).  0 or -errno (an unreadable run, -ENOMEM, an iterator's). */
@@ -147,8 +216,11 @@ static int merge_install(struct store *s, struct stable *st, uint32_t tid, uint6
 	int ret;
 	pthread_mutex_lock(&s->commit_lock);
 	/* the inputs must still be listed, in order, with nothing between
-	 * them that holds rows of theirs */
-	int listed = 1;
+	 * them that holds rows of theirs (fresh runs hold none of each
+	 * other's) */
+	int listed = 1, fresh = 1;
+	for (size_t i = 0; i < m; i++)
+		fresh &= v[i]->fresh;
 	pthread_rwlock_rdlock(&sp->run_lock);
 	struct srun *p = sp->runs[tid];
 	while (p && p != v[0])
@@ -159,7 +231,7 @@ static int merge_install(struct store *s, struct stable *st, uint32_t tid, uint6
 		else if (p == v[i])
 			i++;
 		else
-			listed = runs_apart(p, v, m);
+			listed = runs_apart(p, v, m) || (fresh && p->fresh);
 		if (p)
 			p = p->next;
 	}
@@ -207,6 +279,9 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 	w.id = plan ? 0 : run_next_id(sp);
 	w.keep = keep; /* a merge may take the reserve */
 	w.dry = plan != NULL;
+	w.fresh = 1;
+	for (size_t i = 0; i < m; i++)
+		w.fresh &= v[i]->fresh;
 	uint32_t level = 0;
 	ret = merge_load(s, v, m, it, &level);
 	struct mvers mv = { 0 };
@@ -246,6 +321,60 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 	free(it);
 	mvers_free(&mv);
 	return ret;
+}
+
+/* Merge MERGE_FANOUT sparse runs of v[0..n) (table st's list) of about one
+ * size (the largest at most 4x the smallest: a size-tiered merge, so that a
+ * row is rewritten once per tier), the smallest such: the ranges of sparse
+ * runs that lookups meet stay few, and the dense runs (a load's) are not
+ * rewritten.  Fresh runs hold disjoint rows, so the inputs need not be next
+ * to each other in the list.  1 merged, 0 none, -errno. */
+static int merge_sparse(struct store *s, struct stable *st, struct srun **v, size_t n)
+{
+	struct srun *sv[EMB_RUNDIR_CAP];
+	size_t k = 0;
+	for (size_t i = 0; i < n && k < EMB_RUNDIR_CAP; i++)
+		if (run_sparse(v[i]))
+			sv[k++] = v[i];
+	if (k < MERGE_FANOUT)
+		return 0;
+	qsort(sv, k, sizeof(sv[0]), nrecs_cmp);
+	for (size_t i = 0; i + MERGE_FANOUT <= k; i++) {
+		if (sv[i + MERGE_FANOUT - 1]->r->nrecs > 4 * sv[i]->r->nrecs)
+			continue;
+		struct srun *set[MERGE_FANOUT];
+		size_t m = 0;
+		int ok = 1;
+		for (size_t j = 0; j < n && m < MERGE_FANOUT; j++) { /* in list order */
+			int in = 0;
+			for (size_t q = i; q < i + MERGE_FANOUT; q++)
+				in |= v[j] == sv[q];
+			if (in)
+				set[m++] = v[j];
+			else if (m) /* between inputs: fresh, or apart (merge_install) */
+				ok &= v[j]->fresh || runs_apart(v[j], sv + i, MERGE_FANOUT);
+		}
+		if (!ok)
+			continue;
+		int ret = merge_runs(s, st, set, m, 0, 1, NULL);
+		return ret == -ESTALE ? 0 : ret ? ret : 1;
+	}
+	return 0;
+}
+
+/* May settled runs of a table of n runs stay as they are?  While the table
+ * and the run directory (shared by all tables) have room for more. */
+static int may_settle(struct spill *sp, size_t n)
+{
+	size_t all = 0;
+	if (n > RUNS_SETTLED_MAX)
+		return 0;
+	pthread_rwlock_rdlock(&sp->run_lock);
+	for (uint32_t id = 0; id < EMB_NTABLES && all < EMB_RUNDIR_CAP / 2; id++)
+		for (struct srun *x = sp->runs[id]; x; x = x->next)
+			all++;
+	pthread_rwlock_unlock(&sp->run_lock);
+	return all < EMB_RUNDIR_CAP / 2;
 }
 
 /* Segments runs v[0..m) hold. */
@@ -431,11 +560,13 @@ int merge_some(struct store *s)
 		struct srun **v;
 		size_t n;
 		if (st && !runs_get(sp, best, &v, &n)) {
-			int ret = n > 1 ? merge_runs(s, st, v, n, 1, 1, NULL) : 0;
+			/* settled runs (a load's) have nothing to drop */
+			int whole = n > 1 && !(may_settle(sp, n) && runs_settled(v, n));
+			int ret = whole ? merge_runs(s, st, v, n, 1, 1, NULL) : 0;
 			runs_put(v, n);
 			if (ret == -ENOSPC)
 				return merge_fitting(s); /* no room for it: smaller ones */
-			if (n > 1)
+			if (whole)
 				return ret ? ret : 1;
 		}
 	}
@@ -458,8 +589,16 @@ int merge_some(struct store *s)
 			}
 			i = j - 1;
 		}
-		int ret = 0;
-		if (at < n)
+		int ret = 0, settle = may_settle(sp, n);
+		/* settled runs move down a level as they are, while there is
+		 * room for more runs; sparse ones merge among themselves */
+		if (settle && (ret = merge_sparse(s, st, v, n)) != 0) {
+			runs_put(v, n);
+			return ret == -ENOSPC ? merge_fitting(s) : ret;
+		}
+		if (at < n && settle && runs_settled(v + at, len))
+			ret = runs_relevel(s, id, v + at, len, v[at]->r->level + 1);
+		else if (at < n)
 			ret = merge_runs(s, st, v + at, len, at + len == n, 1, NULL);
 		runs_put(v, n);
 		if (ret == -ENOSPC)

@@ -55,6 +55,9 @@ struct srun {
 	uint64_t *bloom;
 	_Atomic int refs;        /* 1 for its list, +1 per reader */
 	_Atomic uint64_t ra_next; /* past the furthest block a sequential reader's walks reached (run.c) */
+	int fresh;               /* its rows were in no other run when it came (an eviction's: runevict.c;
+				  * a merge's of fresh runs), so fresh runs hold disjoint rows; DRAM only:
+				  * a mount starts with none (the mover's, round_lock; read by merges) */
 	struct srun *next;       /* the next older run of its table, or the next dead one (run_lock) */
 };
 
@@ -114,8 +117,8 @@ struct spill {
 	char *rbuf;               /* one segment, aligned (compaction) */
 	uint32_t cur_table;
 	size_t cur_di;
-	uint32_t ev_table;        /* run.c's eviction cursor (the mover's, round_lock) */
-	size_t ev_di;
+	uint32_t ev_table;        /* runevict.c's eviction cursor (the mover's, round_lock): */
+	uint64_t ev_hand;         /* the table, and the row its sweep is at */
 	int recount;              /* live counts are hints from before a crash */
 	uint64_t heap_seen;       /* s->heap_refusals as the last round saw it */
 
@@ -163,6 +166,7 @@ struct spill {
 	size_t ev_n;
 	uint32_t ev_id;
 	_Atomic uint64_t run_evicted, run_reads, run_blocks, bloom_fp, merges, merge_in_bytes, merge_out_bytes;
+	_Atomic uint64_t moves;   /* runmerge.c: runs moved down a level without a rewrite */
 	/* run.c: read-ahead windows of sequential readers (ra_mu, a leaf;
 	 * ra_cv: a window finished loading) */
 	pthread_mutex_t ra_mu;
@@ -227,9 +231,10 @@ int device_read_raw(struct spill *sp, struct sreq *q, size_t n, char *buf);
 /* run.c */
 int runs_load(struct store *s, char *err, size_t n);
 void runs_unload(struct spill *sp);
-/* Evict cold single-version rows of st, from index position *di, about
- * budget bytes of slots: rows evicted or -errno.  Takes commit_lock. */
-int64_t evict_table(struct store *s, struct stable *st, size_t *di, uint64_t budget, int all);
+/* Evict cold rows of st (whole chains), about budget bytes of slots, in
+ * row order from row *hand on (then *hand: the next row, or EMB_NONE at
+ * the table's end): rows evicted or -errno.  Takes commit_lock. */
+int64_t evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t budget, int all);
 int merge_some(struct store *s);
 /* Merges that give room back while the device is nearly full (round_lock
  * held): how many were made, or -errno. */

@@ -18,7 +18,11 @@
 #     -o spill= (clear message, non-zero exit), and mounts once it is back;
 #  4. a 6 MiB spill file fills: dd gets ENOSPC, every write that succeeded
 #     reads back, before and after an fsync and a remount;
-#  5. one flipped byte in a spilled record: reading that row is EIO (direct
+#  5. a load in row order (128 MiB, 8x what the pool keeps of rows): no
+#     merge rewrites a run (the runs hold disjoint rows: spill.merges stays
+#     0), the device writes at most 1.3x the rows, every byte reads back
+#     before and after a remount;
+#  6. one flipped byte in a spilled record: reading that row is EIO (direct
 #     I/O, row by row), its neighbours and the rows whose records share its
 #     4 KiB block read fine, spill.checksum_errors counts.
 # EMBFS_TEST_OPTS adds daemon arguments to every mount.
@@ -236,7 +240,30 @@ say "after fsync and remount: all $got bytes read back"
 unmount_pool "$M"
 rm -rf "$S4" "$T/d.src"
 
-# ---- 5. a flipped byte in the spill file: EIO on that row -----------------
+# ---- 5. a load in row order: runs that no merge rewrites -------------------
+
+P6="$T/pool6"; S6="$SP/load"
+mkdir -p "$S6"
+mkpool "$P6" -s 64M -t "l.emb:64:f32"
+mount_pool "$P6" "$M" -o spill="$S6",spill_size=1G $OPTS
+rand_bytes 128M >"$T/l.src"
+dd if="$T/l.src" of="$M/l.emb" bs=1M conv=fsync,notrunc status=none || fail "loading 128 MiB"
+say "load of 128 MiB: $(sf spill.runs spill.run_rows spill.merges spill.merge_moves spill.write_bytes)"
+if ! echo "$OPTS" | grep -q "spill_runs=0"; then
+	[ "$(stat_field "$M" spill.run_rows)" -gt 262144 ] || fail "the load left less than half its rows in runs"
+	[ "$(stat_field "$M" spill.merges)" = 0 ] || fail "a load in row order merged runs"
+	wb=$(stat_field "$M" spill.write_bytes)
+	[ "$wb" -le $((128 * 1048576 * 13 / 10)) ] || fail "the device wrote $wb bytes for 128 MiB of rows (more than 1.3x)"
+fi
+cmp "$M/l.emb" "$T/l.src" || fail "l.emb differs after the load"
+unmount_pool "$M"
+mount_pool "$P6" "$M" -o spill="$S6",spill_size=1G $OPTS
+cmp "$M/l.emb" "$T/l.src" || fail "l.emb differs after a remount"
+say "  reads back whole, before and after a remount"
+unmount_pool "$M"
+rm -rf "$S6" "$T/l.src" "$P6"
+
+# ---- 6. a flipped byte in the spill file: EIO on that row -----------------
 
 P5="$T/pool5"; S5="$SP/csum"
 mkdir -p "$S5"
@@ -357,4 +384,3 @@ ce=$(stat_field "$M" spill.checksum_errors)
 [ "${ce:-0}" -ge 1 ] || fail "spill.checksum_errors is '${ce:-none}'"
 say "row $R: Input/output error (twice); rows $((R - 8))..$((R + 8)) and those sharing its block read fine; checksum_errors=$ce"
 unmount_pool "$M"
-exit 0
