@@ -63,6 +63,9 @@
 #             pool a plain file in DISK_DIR; fusermount3 -u -> remount vs
 #             the fsync write-back of the same rows, UMOUNT_RUNS (RUNS)
 #             pairs; target <= 1.5x
+#   load      a table 8x the pool loaded through the mount, in row order and
+#             shuffled, against the same fill of a plain file on DISK_DIR;
+#             device write amplification (LOAD_* knobs)
 #   spill     SSD spill tier: a 256 MiB pool on /dev/shm + 16 MiB row cache
 #             + spill file in DISK_DIR, a 1 GiB table of 512-byte rows filled
 #             sequentially (~95% of rows end up on the device); batched
@@ -166,6 +169,11 @@ SNAPWB_MEDIA=${SNAPWB_MEDIA:-"disk shm"}
 SS_ROWS=${SS_ROWS:-1048576}              # spillsnap: the table (256-byte rows)
 SS_POOL_SIZE=${SS_POOL_SIZE:-64M}        # spillsnap: its pool
 SS_PAIRS=${SS_PAIRS:-7}                  # spillsnap: pairs of training runs (with, without snapshots)
+LOAD_BYTES=${LOAD_BYTES:-2G}            # section load: the table's bytes
+LOAD_DIM=${LOAD_DIM:-64}                # ... its f32 dim (256-byte rows)
+LOAD_POOL_SIZE=${LOAD_POOL_SIZE:-256M}  # ... its pool on /dev/shm (the table is 8x)
+LOAD_CACHE=${LOAD_CACHE:-64M}           # ... the row cache
+LOAD_SPILL_SIZE=${LOAD_SPILL_SIZE:-6G}  # ... the spill file in DISK_DIR
 SPILL_POOL_SIZE=${SPILL_POOL_SIZE:-256M} # section spill: pool on /dev/shm
 SPILL_CACHE=${SPILL_CACHE:-16M}         # its row cache
 SPILL_DIM=${SPILL_DIM:-128}             # f32: 512-byte rows
@@ -310,7 +318,7 @@ cleanup() {
 		if [ -n "$W" ] && still_mounted "$W"; then
 			echo "bench: a mount under $W is still there; leaving $SW" >&2
 		else
-			rm -f "$SW"/embfs-*.spill
+			rm -f "$SW"/embfs-*.spill "$SW/plain"
 			rmdir "$SW" 2>/dev/null
 		fi
 	fi
@@ -321,9 +329,9 @@ cleanup() {
 			[ $rc -ne 0 ] && [ -s "$W/daemon.log" ] && { echo "daemon log:" >&2; tail -20 "$W/daemon.log" >&2; }
 			[ -s "$W/runs.log" ] && cp "$W/runs.log" "$BENCH_OUT.runs" 2>/dev/null
 			rm -f "$W/pool" "$W/pool0" "$W/base.emb" "$W/daemon.log" "$W/summary" "$W/runs.log" \
-				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool" "$W/spillpool" "$W/cappool" "$W/pypool" \
+				"$W/mr.zipf" "$W/mr.uniform" "$W/snappool" "$W/spillpool" "$W/cappool" "$W/loadpool" "$W/pypool" \
 				"$W/rspool" "$W/dpool0" "$W/dpool1" "$W/dpool2" "$W/dpool3" "$W/ovhpool" "$W/tpool" "$W/apt.log" "$W/gmpool"
-			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/snapwbmnt" "$W/spillmnt" "$W/capmnt" "$W/pymnt" \
+			rmdir "$W/mnt" "$W/mnt0" "$W/snapmnt" "$W/snapwbmnt" "$W/spillmnt" "$W/capmnt" "$W/loadmnt" "$W/pymnt" \
 				"$W/rsmnt" "$W/dmnt0" "$W/dmnt1" "$W/dmnt2" "$W/dmnt3" "$W/ovhmnt" "$W/gmmnt" "$W/minmnt" "$W/tmnt" 2>/dev/null
 			rmdir "$W" 2>/dev/null
 		fi
@@ -1490,6 +1498,63 @@ section_umount() {
 	DW=""
 }
 
+# load: a table 8x the pool loaded through the mount (issue 28).  A pool of
+# LOAD_POOL_SIZE on /dev/shm, a row cache of LOAD_CACHE, a spill file in
+# DISK_DIR; LOAD_BYTES of LOAD_DIM f32 rows written with 1 MiB pwrites and
+# an fsync (spillbench fill), in row order and in a shuffled order of
+# chunks; against the same spillbench fill of a plain file in DISK_DIR in
+# the same order (the rate a user gets without embfs), RUNS pairs.  The
+# device's bytes written (spill.write_bytes) over the row bytes is the
+# write amplification.
+section_load() {
+	SPB=$BUILD/bench/spillbench
+	[ -x "$SPB" ] || fail "$SPB not built (run make)"
+	ensure_w
+	say ""
+	lb=$(numfmt --from=iec "$LOAD_BYTES") || fail "bad LOAD_BYTES"
+	rs=$((LOAD_DIM * 4)); rows=$((lb / rs))
+	say "load: $LOAD_BYTES of $rs-byte rows ($rows) into a pool of $LOAD_POOL_SIZE on /dev/shm, row cache $LOAD_CACHE," \
+		"spill file $LOAD_SPILL_SIZE in $DISK_DIR; 1 MiB pwrites + fsync, row order and shuffled chunks," \
+		"against the same fill of a plain file in $DISK_DIR; $RUNS pairs"
+	if [ ! -c /dev/fuse ] || ! command -v fusermount3 >/dev/null; then
+		say "  no FUSE; skipped"
+		result load "skipped" - - - - "no FUSE"
+		return
+	fi
+	room load "$DISK_DIR" $(((lb >> 20) * 2 + ($(numfmt --from=iec "$LOAD_SPILL_SIZE") >> 20) + 512)) &&
+		room load /dev/shm $((($(numfmt --from=iec "$LOAD_POOL_SIZE") >> 20) + 256)) || return
+	SW=$(mktemp -d "$DISK_DIR/embfs-bench-spill.XXXXXX") || fail "mktemp in $DISK_DIR"
+	LMNT=$W/loadmnt
+	mkdir -p "$LMNT"
+	for order in rows shuffled; do
+		oo=""; [ $order = shuffled ] && oo="-O -s 7"
+		e_l=""; p_l=""; r_l=""; wa_l=""; mg_l=""
+		for r in $(seq 1 "$RUNS"); do
+			"$MKFS" -f -s "$LOAD_POOL_SIZE" -t "load.emb:$LOAD_DIM:f32" "$W/loadpool" >/dev/null || fail "load: mkfs.embfs"
+			mount_pool "$W/loadpool" "$LMNT" "cache_size=$LOAD_CACHE,spill=$SW,spill_size=$LOAD_SPILL_SIZE" 1
+			o=$("$SPB" -m fill $oo -r "$rs" -n "$rows" "$LMNT/load.emb") || fail "load: spillbench fill ($order)"
+			echo "load $order: $o" >>"$W/runs.log"
+			e=$(field "$o" mb_per_s)
+			wa=$(awk -v w="$(stat_of "$LMNT" spill.write_bytes)" -v b="$lb" 'BEGIN { printf "%.2f", w / b }')
+			mg="$(stat_of "$LMNT" spill.merges)/$(stat_of "$LMNT" spill.merge_moves)"
+			umount_pool "$DPID" "$LMNT"
+			rm -f "$W/loadpool" "$SW"/embfs-*.spill
+			o=$("$SPB" -m fill $oo -r "$rs" -n "$rows" "$SW/plain") || fail "load: spillbench fill of a plain file"
+			rm -f "$SW/plain"
+			p=$(field "$o" mb_per_s)
+			e_l="$e_l $e"; p_l="$p_l $p"; r_l="$r_l $(ratio "$e" "$p")"; wa_l="$wa_l $wa"; mg_l="$mg_l $mg"
+		done
+		em=$(med $e_l); pm=$(med $p_l); rm_=$(med $r_l); wam=$(med $wa_l)
+		say "  $order: embfs MB/s:$e_l; plain file:$p_l; ratio:$r_l; device write amp:$wa_l; merges/moves:$mg_l"
+		say "  $order: median $em MB/s vs $pm MB/s = ${rm_}x, device wrote ${wam}x the rows"
+		tgt=""
+		[ $order = rows ] && tgt=" (targets >= 0.5x: $(awk -v r="$rm_" 'BEGIN { print (r >= 0.5 ? "met" : "MISSED") }'), write amp <= 1.3: $(awk -v r="$wam" 'BEGIN { print (r <= 1.3 ? "met" : "MISSED") }'))"
+		result load "$LOAD_BYTES, $order" - - - - "${em} MB/s vs plain file ${pm} MB/s: ${rm_}x; device wrote ${wam}x the rows$tgt"
+	done
+	rmdir "$LMNT" "$SW" 2>/dev/null
+	SW=""
+}
+
 # spill: rows that live on the SSD spill tier.  A pool of SPILL_POOL_SIZE on
 # /dev/shm, a row cache of SPILL_CACHE, a spill file in DISK_DIR (the root
 # disk), one table of SPILL_ROWS rows of SPILL_DIM f32 (1 GiB of 512-byte
@@ -2076,7 +2141,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" (or BENCH_SECTIONS) runs a subset (setup
 # first, teardown after the sections that use its mount)
-for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown gathermin snapscale snapwb cache1 verify durable umount spill capacity overhead spillsnap missrate restore dist train}}; do
+for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown gathermin snapscale snapwb cache1 verify durable umount load spill capacity overhead spillsnap missrate restore dist train}}; do
 	section "$s_name"
 done
 

@@ -85,7 +85,7 @@ struct conf {
 	enum mode mode;
 	uint32_t row_size, batch;
 	uint64_t rows, seed, ino, chunk;
-	int threads, uniform, direct, stop_enospc, lat, per_batch;
+	int threads, uniform, direct, stop_enospc, lat, per_batch, shuffle;
 	double secs, theta, fill_secs;
 };
 
@@ -187,7 +187,26 @@ static int open_chunked(const struct conf *c, int flags, int *fd, char **buf, ui
 	return 0;
 }
 
-/* rows [0, rows) front to back; with -E the first ENOSPC ends the writes */
+/* The order of a fill's nchunk chunks: front to back, or (-O) shuffled
+ * with the seed.  NULL when out of memory. */
+static uint64_t *chunk_order(const struct conf *c, uint64_t nchunk)
+{
+	uint64_t *o = malloc((nchunk ? nchunk : 1) * sizeof(*o));
+	if (!o)
+		return NULL;
+	for (uint64_t i = 0; i < nchunk; i++)
+		o[i] = i;
+	uint64_t x = c->seed;
+	for (uint64_t i = nchunk; c->shuffle && i > 1; i--) {
+		uint64_t j = splitmix64(&x) % i, t = o[i - 1];
+		o[i - 1] = o[j];
+		o[j] = t;
+	}
+	return o;
+}
+
+/* rows [0, rows) front to back (or in a shuffled order of chunks: -O);
+ * with -E the first ENOSPC ends the writes */
 static int fill(const struct conf *c)
 {
 	int fd;
@@ -195,6 +214,12 @@ static int fill(const struct conf *c)
 	uint64_t rows_per;
 	if (open_chunked(c, O_WRONLY | O_CREAT, &fd, &buf, &rows_per))
 		return 1;
+	uint64_t nchunk = (c->rows + rows_per - 1) / rows_per;
+	uint64_t *order = chunk_order(c, nchunk);
+	if (!order) {
+		fprintf(stderr, "spillbench: %s\n", strerror(ENOMEM));
+		return 1;
+	}
 	static uint64_t lat[HIST_N];
 	uint64_t nlat = 0, lat_max = 0, s0[NKEYS], s1[NKEYS];
 	stats_read(c->stats_path, s0);
@@ -202,7 +227,8 @@ static int fill(const struct conf *c)
 	const char *stop = "rows";
 	uint64_t accepted = 0; /* bytes */
 	uint64_t t0 = now_ns(), limit = t0 + (uint64_t)(c->fill_secs * 1e9);
-	for (uint64_t r = 0; r < c->rows; r += rows_per) {
+	for (uint64_t ci = 0; ci < nchunk; ci++) {
+		uint64_t r = order[ci] * rows_per;
 		if (c->fill_secs > 0 && now_ns() >= limit) {
 			stop = "time";
 			break;
@@ -235,7 +261,7 @@ static int fill(const struct conf *c)
 			}
 			done += (size_t)w;
 		}
-		accepted = r * c->row_size + done;
+		accepted += done;
 		if (done < len)
 			break;
 	}
@@ -249,12 +275,14 @@ static int fill(const struct conf *c)
 	stats_read(c->stats_path, s1);
 	close(fd);
 	free(buf);
+	free(order);
 	double el = (double)(t2 - t0) * 1e-9;
 	uint64_t rows = accepted / c->row_size;
 	printf("spillbench mode=fill row_size=%u rows=%llu bytes=%llu stop=%s chunk=%llu secs=%.3f fsync_s=%.3f "
-	       "rows_per_s=%.0f mb_per_s=%.1f moved=%llu spill_writes=%llu dev_write_bytes=%llu writer_waits=%llu",
+	       "order=%s rows_per_s=%.0f mb_per_s=%.1f moved=%llu spill_writes=%llu dev_write_bytes=%llu writer_waits=%llu",
 	       c->row_size, (unsigned long long)rows, (unsigned long long)accepted, stop,
-	       (unsigned long long)(rows_per * c->row_size), el, (double)(t2 - t1) * 1e-9, (double)rows / el,
+	       (unsigned long long)(rows_per * c->row_size), el, (double)(t2 - t1) * 1e-9, c->shuffle ? "shuffled" : "rows",
+	       (double)rows / el,
 	       (double)accepted / el / 1e6, (unsigned long long)(s1[K_MOVED] - s0[K_MOVED]),
 	       (unsigned long long)(s1[K_WRITES] - s0[K_WRITES]),
 	       (unsigned long long)(s1[K_WBYTES] - s0[K_WBYTES]),
@@ -538,12 +566,13 @@ static int reads(const struct conf *c)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: spillbench -m fill [-r ROWSIZE] [-n ROWS] [-c CHUNK] [-E] [-T SECONDS] [-L] FILE\n"
+	fprintf(f, "usage: spillbench -m fill [-r ROWSIZE] [-n ROWS] [-c CHUNK] [-E] [-T SECONDS] [-L] [-O [-s SEED]] FILE\n"
 		   "       spillbench -m check [-r ROWSIZE] [-n ROWS] [-c CHUNK] FILE\n"
 		   "       spillbench -m gather|pread [-r ROWSIZE] [-n ROWS] [-b BATCH] [-t THREADS]\n"
 		   "                  [-d SECONDS] [-s SEED] [-u | -z THETA] [-D] [-P] [-S STATS] FILE\n"
 		   "  defaults: -r 512 -n 2097152 -c 1048576 -b 4096 -t 1 -d 3 -s 1 -z 0.99;\n"
-		   "  -E stop at the first ENOSPC, -T stop writing after SECONDS, -L pwrite latencies;\n"
+		   "  -E stop at the first ENOSPC, -T stop writing after SECONDS, -L pwrite latencies,\n"
+		   "  -O chunks in a shuffled order (seed -s);\n"
 		   "  -u uniform ids, -D O_DIRECT (pread), -P device reads per row per batch (gather, 1 thread);\n"
 		   "  STATS = dirname(FILE)/.embfs/stats\n");
 }
@@ -554,7 +583,7 @@ int main(int argc, char **argv)
 			  .secs = 3, .theta = 0.99, .chunk = 1u << 20, .mode = (enum mode)-1 };
 	int opt;
 	uint64_t v;
-	while ((opt = getopt(argc, argv, "m:r:n:c:b:t:d:s:uz:DS:ET:LPh")) != -1) {
+	while ((opt = getopt(argc, argv, "m:r:n:c:b:t:d:s:uz:DS:ET:LOPh")) != -1) {
 		switch (opt) {
 		case 'm':
 			c.mode = !strcmp(optarg, "fill")     ? M_FILL
@@ -604,6 +633,7 @@ int main(int argc, char **argv)
 				goto bad;
 			break;
 		case 'L': c.lat = 1; break;
+		case 'O': c.shuffle = 1; break;
 		case 'P': c.per_batch = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: goto bad;
