@@ -284,9 +284,17 @@ static int write_through(struct cache *c, struct shard *sh, uint32_t table, uint
 	return r;
 }
 
-/* cache_write() spending the units of cr. */
+/* What the layer below said of a row before a write of it (a batch's
+ * probe): stored or not, its batch, and the table's gen before the probe. */
+struct probed {
+	int stored;
+	uint64_t sbatch, gen;
+};
+
+/* cache_write() spending the units of cr; pr: the row was probed (a whole
+ * row's write), NULL: probe it here. */
 static int write_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off,
-		     uint32_t len, const void *data, uint64_t batch, struct credit *cr)
+		     uint32_t len, const void *data, uint64_t batch, struct credit *cr, const struct probed *pr)
 {
 	uint64_t h = hash(table, row);
 	uint32_t si;
@@ -298,10 +306,21 @@ static int write_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row,
 			continue;
 		if (r != W_MISS)
 			return r;
-		/* miss: the stored row is the base of a partial write */
+		/* miss: the stored row is the base of a partial write (a probe
+		 * made before gen moved is stale: write_insert says W_AGAIN) */
 		uint64_t gen = atomic_load(&tst(c, table)->gen), sbatch;
 		char *base;
-		int stored = write_base(c, table, rs, row, off, len, data, &base, &sbatch);
+		int stored;
+		if (pr) {
+			gen = pr->gen;
+			stored = (base = malloc(rs)) ? pr->stored : -ENOMEM;
+			sbatch = pr->sbatch;
+			if (base)
+				memcpy(base, data, rs);
+			pr = NULL; /* once: a retry probes again */
+		} else {
+			stored = write_base(c, table, rs, row, off, len, data, &base, &sbatch);
+		}
 		if (stored < 0)
 			return stored;
 		int err = 0;
@@ -326,7 +345,7 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 		return -EINVAL;
 	if (batch > atomic_load_explicit(&c->last_batch, memory_order_relaxed))
 		atomic_store(&c->last_batch, batch);
-	int ret = write_one(c, table, rs, row, off, len, data, batch, &cr);
+	int ret = write_one(c, table, rs, row, off, len, data, batch, &cr, NULL);
 	cache_credit_end(c, &cr, table, rs);
 	return ret;
 }
@@ -652,6 +671,36 @@ int cache_read_range(struct cache *c, uint32_t table, uint32_t rs, uint64_t firs
 	return ret < 0 ? ret : 0;
 }
 
+/* The misses of a batch of whole-row writes, probed in one ops->fetch_rows
+ * call: an array (to free) in g's miss order, or NULL (no memory, or the
+ * probe failed: each row is probed as it is written). */
+static struct probed *probe_misses(struct cache *c, uint32_t table, const uint64_t *rows, const struct rowgroup *g)
+{
+	uint64_t *ids = malloc(g->nmiss * sizeof(*ids));
+	uint8_t *stored = malloc(g->nmiss);
+	uint64_t *sbatch = calloc(g->nmiss, sizeof(*sbatch));
+	struct probed *pr = malloc(g->nmiss * sizeof(*pr));
+	if (ids && stored && sbatch && pr) {
+		for (size_t i = 0; i < g->nmiss; i++)
+			ids[i] = rows[g->miss[i]];
+		uint64_t gen = atomic_load(&tst(c, table)->gen);
+		if (c->ops->fetch_rows(c->ctx, table, ids, g->nmiss, NULL, stored, sbatch) >= 0) {
+			for (size_t i = 0; i < g->nmiss; i++)
+				pr[i] = (struct probed){ stored[i], sbatch[i], gen };
+		} else {
+			free(pr);
+			pr = NULL;
+		}
+	} else {
+		free(pr);
+		pr = NULL;
+	}
+	free(ids);
+	free(stored);
+	free(sbatch);
+	return pr;
+}
+
 int cache_write_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows, size_t n,
 		     const void *data, uint64_t batch, int64_t *credit)
 {
@@ -665,14 +714,19 @@ int cache_write_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_
 		atomic_store(&c->last_batch, batch);
 	if (rowgroup_make(c, table, rows, n, &g)) {
 		for (size_t i = 0; i < n && !ret; i++)
-			ret = write_one(c, table, rs, rows[i], 0, rs, src + i * rs, batch, &cr);
+			ret = write_one(c, table, rs, rows[i], 0, rs, src + i * rs, batch, &cr, NULL);
 		cache_credit_end(c, &cr, table, rs);
 		return ret;
 	}
 	ret = walk_rows(c, table, rs, rows, &g, NULL, src, NULL, batch, &cr);
-	/* a row's occurrences all hit or all miss: misses keep their order */
+	/* a row's occurrences all hit or all miss: misses keep their order;
+	 * they are probed below in one ops->fetch_rows call (the store then
+	 * looks them up in one pass) */
+	struct probed *pr = !ret && g.nmiss > 1 && c->ops->fetch_rows ? probe_misses(c, table, rows, &g) : NULL;
 	for (size_t i = 0; i < g.nmiss && !ret; i++)
-		ret = write_one(c, table, rs, rows[g.miss[i]], 0, rs, src + (size_t)g.miss[i] * rs, batch, &cr);
+		ret = write_one(c, table, rs, rows[g.miss[i]], 0, rs, src + (size_t)g.miss[i] * rs, batch, &cr,
+				pr ? &pr[i] : NULL);
+	free(pr);
 	cache_credit_end(c, &cr, table, rs);
 	rowgroup_free(&g);
 	return ret;
@@ -687,7 +741,7 @@ static int update_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row
 	if (stored < 0)
 		return stored;
 	u->fn(u->ctx, i, tmp, stored);
-	return write_one(c, table, rs, row, 0, rs, tmp, batch, cr);
+	return write_one(c, table, rs, row, 0, rs, tmp, batch, cr, NULL);
 }
 
 int cache_update_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows, size_t n,

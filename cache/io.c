@@ -163,6 +163,20 @@ static uint64_t range_rows(uint32_t rs, uint64_t lo, uint64_t hi)
 	return hi > lo ? (hi - 1) / rs - lo / rs + 1 : 0;
 }
 
+/* Rows [first, first + n) whole, from data, as one cache_write_rows. */
+static int write_whole(struct front *f, uint32_t id, uint32_t rs, uint64_t first, size_t n, const char *data,
+		       uint64_t batch, int64_t *credit)
+{
+	uint64_t *ids = malloc(n * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		ids[i] = first + i;
+	int ret = cache_write_rows(f->cache, id, rs, ids, n, data, batch, credit);
+	free(ids);
+	return ret;
+}
+
 /* One range into the cache: room for every row it touches is promised
  * before any changes, so the write is refused whole (ENOSPC) or taken whole. */
 static int write_cached(struct front *f, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
@@ -177,7 +191,13 @@ static int write_cached(struct front *f, uint32_t id, uint32_t rs, uint64_t off,
 		uint64_t pos = off + done;
 		uint32_t in = (uint32_t)(pos % rs);
 		size_t take = rs - in < len - done ? rs - in : len - done;
-		ret = cache_write(f->cache, id, rs, pos / rs, in, (uint32_t)take, data + done, batch, &credit);
+		size_t whole = in ? 0 : (len - done) / rs;
+		if (whole > 1) { /* whole rows: one batch (their misses probed at once) */
+			ret = write_whole(f, id, rs, pos / rs, whole, data + done, batch, &credit);
+			take = whole * rs;
+		} else {
+			ret = cache_write(f->cache, id, rs, pos / rs, in, (uint32_t)take, data + done, batch, &credit);
+		}
 		done += take;
 	}
 	batch_end(f);
