@@ -1498,6 +1498,14 @@ section_umount() {
 	DW=""
 }
 
+# spillbench_start: SPB (built), the work dir, a blank line
+spillbench_start() {
+	SPB=$BUILD/bench/spillbench
+	[ -x "$SPB" ] || fail "$SPB not built (run make)"
+	ensure_w
+	say ""
+}
+
 # load: a table 8x the pool loaded through the mount (issue 28).  A pool of
 # LOAD_POOL_SIZE on /dev/shm, a row cache of LOAD_CACHE, a spill file in
 # DISK_DIR; LOAD_BYTES of LOAD_DIM f32 rows written with 1 MiB pwrites and
@@ -1507,10 +1515,7 @@ section_umount() {
 # device's bytes written (spill.write_bytes) over the row bytes is the
 # write amplification.
 section_load() {
-	SPB=$BUILD/bench/spillbench
-	[ -x "$SPB" ] || fail "$SPB not built (run make)"
-	ensure_w
-	say ""
+	spillbench_start
 	lb=$(numfmt --from=iec "$LOAD_BYTES") || fail "bad LOAD_BYTES"
 	rs=$((LOAD_DIM * 4)); rows=$((lb / rs))
 	say "load: $LOAD_BYTES of $rs-byte rows ($rows) into a pool of $LOAD_POOL_SIZE on /dev/shm, row cache $LOAD_CACHE," \
@@ -1588,10 +1593,7 @@ fio_run() {
 }
 
 section_spill() {
-	SPB=$BUILD/bench/spillbench
-	[ -x "$SPB" ] || fail "$SPB not built (run make)"
-	ensure_w
-	say ""
+	spillbench_start
 	srs=$((SPILL_DIM * 4))
 	tbytes=$((SPILL_ROWS * srs))
 	pool_b=$(numfmt --from=iec "$SPILL_POOL_SIZE") || fail "bad SPILL_POOL_SIZE"
@@ -1804,10 +1806,7 @@ drop_caches() {
 }
 
 section_capacity() {
-	SPB=$BUILD/bench/spillbench
-	[ -x "$SPB" ] || fail "$SPB not built (run make)"
-	ensure_w
-	say ""
+	spillbench_start
 	pool_b=$(numfmt --from=iec "$CAP_POOL_SIZE") || fail "bad CAP_POOL_SIZE"
 	spill_b=$(numfmt --from=iec "$CAP_SPILL_SIZE") || fail "bad CAP_SPILL_SIZE"
 	maxb=$(numfmt --from=iec "$CAP_MAX_BYTES") || fail "bad CAP_MAX_BYTES"
