@@ -24,6 +24,9 @@ struct store_test_spill {
 	 * a block holds, 1014 in 4 KiB), so that small runs list their
 	 * segments in several blocks */
 	uint32_t run_list_cap;
+	/* row versions in the pool past which the mover's eviction hand goes
+	 * in the index's order, not in row order (0: 1 Mi; 1: nearly always) */
+	uint64_t evict_order_max;
 };
 
 /* Set the spill tier's test hooks of s (a copy of *h; NULL: none) for the

@@ -725,6 +725,7 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->stubs_only = c->stubs_only;
 	sp->unlocked = s->test_spill.unlocked;
 	sp->list_cap = s->test_spill.run_list_cap;
+	sp->order_max = s->test_spill.evict_order_max ? s->test_spill.evict_order_max : EVICT_ORDER_MAX;
 	sp->unlocked_arg = s->test_spill.unlocked_arg;
 	sp->open_seg = -1;
 	sp->reserve_min = pm->nsegs / 8 > 2 ? (uint32_t)(pm->nsegs / 8) : 2;

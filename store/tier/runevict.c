@@ -99,6 +99,13 @@ static int gather_one(struct gather *g, uint64_t row, uint64_t ref)
 	return ev_take(s, st, g->es, row, ref);
 }
 
+/* index_scan's callback (index order): take one row's chain if it is
+ * cold; 1 when es is full (the segment is gathered again next time). */
+static int gather_cb(void *arg, uint64_t row, uint64_t ref)
+{
+	return gather_one(arg, row, ref) < 0;
+}
+
 /* A row of the index and its chain's head. */
 struct cand {
 	uint64_t row, ref;
@@ -145,14 +152,24 @@ static int cand_add(void *arg, uint64_t row, uint64_t ref)
  * it goes on until es is full: a load's runs are few and large, and the
  * hand stops at the first row a load has not written back yet instead of
  * passing it.  *hand: the first row not passed, or EMB_NONE when the sweep
- * reached the table's end.  commit_lock held. */
-static int evict_gather(struct store *s, struct stable *st, uint64_t *hand, int all, size_t want,
+ * reached the table's end.  A pool of sp->order_max row versions or more
+ * (ordered 0) is swept in its index's order instead, *hand then
+ * the index position: a sort of its rows would hold commit_lock too long.
+ * commit_lock held. */
+static int evict_gather(struct store *s, struct stable *st, uint64_t *hand, int all, size_t want, int ordered,
 			struct evset *es)
 {
 	struct gather g = { s, st, es, all };
 	struct cands c = { .from = *hand };
 	size_t di = 0, i = 0;
 	pthread_rwlock_rdlock(&st->lock);
+	if (!ordered) {
+		di = *hand;
+		index_scan(s, st, &di, gather_cb, &g);
+		*hand = di >= index_ndir(st) ? EMB_NONE : di;
+		pthread_rwlock_unlock(&st->lock);
+		return 0;
+	}
 	index_scan(s, st, &di, cand_add, &c);
 	if (!c.err && c.n)
 		qsort(c.v, c.n, sizeof(*c.v), cand_cmp);
@@ -299,6 +316,11 @@ int64_t evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t
 	struct spill *sp = s->sp;
 	uint32_t rs = st->t->row_size, tid = st->id;
 	size_t want = ev_max_rows(sp, rs, budget), max = ev_max_rows(sp, rs, EVICT_MAX_BYTES);
+	uint64_t used, slabs, nv;
+	slab_row_usage(s, &used, &slabs, &nv);
+	int ordered = nv < sp->order_max;
+	if (!ordered)
+		max = want;
 	struct evset es = { .max = max, .vmax = max };
 	uint64_t *plain = NULL;
 	struct evict_row *er = NULL;
@@ -312,7 +334,7 @@ int64_t evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t
 		 * or a truncation meanwhile leaves a tombstone for them, and the
 		 * run's id orders it before any run made meanwhile */
 		pthread_mutex_lock(&s->commit_lock);
-		ret = evict_gather(s, st, hand, all, want, &es);
+		ret = evict_gather(s, st, hand, all, want, ordered, &es);
 		n = es.n;
 		if (!ret && n) {
 			qsort(es.e, n, sizeof(*es.e), ev_cmp);

@@ -21,6 +21,7 @@
 #define CHUNK_BYTES (1u << 20)     /* one device write */
 #define NRINGS 4u
 #define HEAT_BITS 20u
+#define EVICT_ORDER_MAX (1u << 20) /* row versions in the pool past which evictions go in index order */
 #define HEAT_REF 0x80u             /* reference bit: read or written lately */
 #define HEAT_HITS 0x7fu            /* device reads of a spilled row */
 #define PROMOTE_AFTER 2u
@@ -118,7 +119,9 @@ struct spill {
 	uint32_t cur_table;
 	size_t cur_di;
 	uint32_t ev_table;        /* runevict.c's eviction cursor (the mover's, round_lock): */
-	uint64_t ev_hand;         /* the table, and the row its sweep is at */
+	uint64_t ev_hand;         /* the table, and the row its sweep is at (the index
+				   * position past order_max row versions in the pool) */
+	uint64_t order_max;       /* EVICT_ORDER_MAX, or a test's */
 	int recount;              /* live counts are hints from before a crash */
 	uint64_t heap_seen;       /* s->heap_refusals as the last round saw it */
 

@@ -58,6 +58,7 @@ static int stubs_only = 1;
 static void (*unlocked_fn)(void *);
 /* segments to a new run's list block (0: a block's worth) */
 static uint32_t list_cap;
+static uint64_t order_max; /* store_test_spill.evict_order_max */
 
 /* A 64-bit mix of x (splitmix64). */
 static uint64_t mix(uint64_t x)
@@ -72,7 +73,8 @@ static void attach(struct store *s, uint64_t spill_size)
 {
 	struct store_spill_conf c = { .path = spath, .size = spill_size, .manual = 1, .high = 40, .low = 30,
 				      .stubs_only = stubs_only };
-	store_test_spill_hooks(s, &(struct store_test_spill){ .unlocked = unlocked_fn, .run_list_cap = list_cap });
+	store_test_spill_hooks(s, &(struct store_test_spill){ .unlocked = unlocked_fn, .run_list_cap = list_cap,
+								  .evict_order_max = order_max });
 	if (store_spill_attach(s, &c, err, sizeof(err))) {
 		fprintf(stderr, "attach: %s\n", err);
 		exit(1);
@@ -1865,6 +1867,15 @@ static void runs_lists(void)
 	list_cap = 0;
 }
 
+/* Random rows again, the mover's hand in the index's order (as in a pool
+ * of more than EVICT_ORDER_MAX row versions), not in row order. */
+static void runs_hashed(void)
+{
+	order_max = 1;
+	runs_random();
+	order_max = 0;
+}
+
 static const struct part {
 	const char *name;
 	void (*fn)(void);
@@ -1886,6 +1897,7 @@ static const struct part {
 	{ "runs_crash", runs_crash },
 	{ "unlocked", test_unlocked },
 	{ "runs_lists", runs_lists },
+	{ "runs_hashed", runs_hashed },
 	{ "kfilter", test_kfilter },
 	{ "range", test_range },
 	{ "trim_tomb", test_trim_tomb },
