@@ -208,17 +208,25 @@ static int write_hit(struct cache *c, struct shard *sh, uint32_t table, uint32_t
 	return r;
 }
 
+/* What the layer below said of a row before a write of it (a batch's
+ * probe): stored or not, its batch, and the table's gen before the probe. */
+struct probed {
+	int stored;
+	uint64_t sbatch, gen;
+};
+
 /* The row after a write of [off, off + len) that missed: its stored bytes
  * (not read for a whole-row write) with data over them, into a malloc'd
- * *base; 1 stored, 0 a hole, -errno. */
+ * *base; 1 stored, 0 a hole, -errno.  pr: a whole row's write the batch
+ * probed (what the layer below said), NULL: ask it here. */
 static int write_base(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off, uint32_t len,
-		      const void *data, char **base, uint64_t *sbatch)
+		      const void *data, char **base, uint64_t *sbatch, const struct probed *pr)
 {
 	char *b = malloc(rs);
 	if (!b)
 		return -ENOMEM;
-	*sbatch = 0;
-	int stored = c->ops->fetch(c->ctx, table, row, off == 0 && len == rs ? NULL : b, sbatch);
+	*sbatch = pr ? pr->sbatch : 0;
+	int stored = pr ? pr->stored : c->ops->fetch(c->ctx, table, row, off == 0 && len == rs ? NULL : b, sbatch);
 	if (stored < 0) {
 		free(b);
 		return stored;
@@ -284,13 +292,6 @@ static int write_through(struct cache *c, struct shard *sh, uint32_t table, uint
 	return r;
 }
 
-/* What the layer below said of a row before a write of it (a batch's
- * probe): stored or not, its batch, and the table's gen before the probe. */
-struct probed {
-	int stored;
-	uint64_t sbatch, gen;
-};
-
 /* cache_write() spending the units of cr; pr: the row was probed (a whole
  * row's write), NULL: probe it here. */
 static int write_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off,
@@ -308,19 +309,10 @@ static int write_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row,
 			return r;
 		/* miss: the stored row is the base of a partial write (a probe
 		 * made before gen moved is stale: write_insert says W_AGAIN) */
-		uint64_t gen = atomic_load(&tst(c, table)->gen), sbatch;
+		uint64_t gen = pr ? pr->gen : atomic_load(&tst(c, table)->gen), sbatch;
 		char *base;
-		int stored;
-		if (pr) {
-			gen = pr->gen;
-			stored = (base = malloc(rs)) ? pr->stored : -ENOMEM;
-			sbatch = pr->sbatch;
-			if (base)
-				memcpy(base, data, rs);
-			pr = NULL; /* once: a retry probes again */
-		} else {
-			stored = write_base(c, table, rs, row, off, len, data, &base, &sbatch);
-		}
+		int stored = write_base(c, table, rs, row, off, len, data, &base, &sbatch, pr);
+		pr = NULL; /* once: a retry probes again */
 		if (stored < 0)
 			return stored;
 		int err = 0;
@@ -679,21 +671,15 @@ static struct probed *probe_misses(struct cache *c, uint32_t table, const uint64
 	uint64_t *ids = malloc(g->nmiss * sizeof(*ids));
 	uint8_t *stored = malloc(g->nmiss);
 	uint64_t *sbatch = calloc(g->nmiss, sizeof(*sbatch));
-	struct probed *pr = malloc(g->nmiss * sizeof(*pr));
-	if (ids && stored && sbatch && pr) {
+	struct probed *pr = NULL;
+	if (ids && stored && sbatch) {
 		for (size_t i = 0; i < g->nmiss; i++)
 			ids[i] = rows[g->miss[i]];
 		uint64_t gen = atomic_load(&tst(c, table)->gen);
-		if (c->ops->fetch_rows(c->ctx, table, ids, g->nmiss, NULL, stored, sbatch) >= 0) {
+		if (c->ops->fetch_rows(c->ctx, table, ids, g->nmiss, NULL, stored, sbatch) >= 0 &&
+		    (pr = malloc(g->nmiss * sizeof(*pr))))
 			for (size_t i = 0; i < g->nmiss; i++)
 				pr[i] = (struct probed){ stored[i], sbatch[i], gen };
-		} else {
-			free(pr);
-			pr = NULL;
-		}
-	} else {
-		free(pr);
-		pr = NULL;
 	}
 	free(ids);
 	free(stored);
