@@ -260,7 +260,7 @@ static int ev_fresh(struct store *s, struct stable *st, const struct run_build *
 	struct srun **v;
 	size_t n;
 	char *buf = NULL;
-	if (!w->rows.n || runs_get(s->sp, st->id, &v, &n))
+	if (!w->rows.n || runs_get_range(s->sp, st->id, w->min_row, w->max_row, &v, &n))
 		return 0;
 	int fresh = 1;
 	for (size_t i = 0; i < n && fresh; i++) {

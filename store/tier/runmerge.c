@@ -362,19 +362,25 @@ static int merge_sparse(struct store *s, struct stable *st, struct srun **v, siz
 	return 0;
 }
 
-/* May settled runs of a table of n runs stay as they are?  While the table
- * and the run directory (shared by all tables) have room for more. */
-static int may_settle(struct spill *sp, size_t n)
+/* The runs of all tables' lists, counted up to half the run directory:
+ * past that, settled runs are merged too (may_settle). */
+static size_t runs_listed(struct spill *sp)
 {
 	size_t all = 0;
-	if (n > RUNS_SETTLED_MAX)
-		return 0;
 	pthread_rwlock_rdlock(&sp->run_lock);
 	for (uint32_t id = 0; id < EMB_NTABLES && all < EMB_RUNDIR_CAP / 2; id++)
 		for (struct srun *x = sp->runs[id]; x; x = x->next)
 			all++;
 	pthread_rwlock_unlock(&sp->run_lock);
-	return all < EMB_RUNDIR_CAP / 2;
+	return all;
+}
+
+/* May settled runs of a table of n runs stay as they are, all runs of the
+ * directory listed (runs_listed)?  While the table and the run directory
+ * (shared by all tables) have room for more. */
+static int may_settle(size_t n, size_t all)
+{
+	return n <= RUNS_SETTLED_MAX && all < EMB_RUNDIR_CAP / 2;
 }
 
 /* Segments runs v[0..m) hold. */
@@ -541,6 +547,7 @@ int runs_make_room(struct store *s)
 int merge_some(struct store *s)
 {
 	struct spill *sp = s->sp;
+	size_t all = runs_listed(sp);
 	/* the device is half full: merge all runs of the table with the most,
 	 * which drops every copy newer runs replaced (while the output still
 	 * finds room) */
@@ -561,7 +568,7 @@ int merge_some(struct store *s)
 		size_t n;
 		if (st && !runs_get(sp, best, &v, &n)) {
 			/* settled runs (a load's) have nothing to drop */
-			int whole = n > 1 && !(may_settle(sp, n) && runs_settled(v, n));
+			int whole = n > 1 && !(may_settle(n, all) && runs_settled(v, n));
 			int ret = whole ? merge_runs(s, st, v, n, 1, 1, NULL) : 0;
 			runs_put(v, n);
 			if (ret == -ENOSPC)
@@ -589,7 +596,7 @@ int merge_some(struct store *s)
 			}
 			i = j - 1;
 		}
-		int ret = 0, settle = may_settle(sp, n);
+		int ret = 0, settle = may_settle(n, all);
 		/* settled runs move down a level as they are, while there is
 		 * room for more runs; sparse ones merge among themselves */
 		if (settle && (ret = merge_sparse(s, st, v, n)) != 0) {
