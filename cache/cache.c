@@ -344,13 +344,15 @@ int cache_write(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint
 
 /* ---- many rows at once (the batch path) -------------------------------
  * Rows are grouped by shard (a stable counting sort, so duplicates keep their
- * request order); each shard is locked once for all its rows, and their
- * lookups are pipelined: the bucket PF_BUCKET rows ahead, the entry
- * PF_ENTRY ahead, the row bytes PF_DATA ahead, so the memory latency of many
- * lookups overlaps.  Rows not cached go through cache_read()/cache_write(). */
-#define PF_BUCKET 12
-#define PF_ENTRY 8
-#define PF_DATA 4
+ * request order); each shard is locked once for all its rows.  Their lookups
+ * go in blocks of WALK_BLOCK rows, stage by stage over the whole block: the
+ * buckets are prefetched, then the chains' first entries, then the second
+ * entries of chains whose first is another row's, then each row's entry is
+ * found and its bytes prefetched, and only then are the rows copied (or
+ * written).  The memory latency of a block's lookups and row bytes overlaps,
+ * and each row's bytes have the whole block's time to arrive.  Rows not
+ * cached go through cache_read()/cache_write(). */
+#define WALK_BLOCK 64
 
 struct rowgroup {
 	uint64_t *h;
@@ -401,11 +403,6 @@ static inline void prefetch_entry(struct shard *sh, uint32_t idx)
 	__builtin_prefetch(p + sizeof(struct centry) - 1);
 }
 
-/* The rows ord[0..k) of one shard: copied into out (src == NULL) or written
- * from src as cache_write() does on a hit.  Shard lock held.  Rows not cached
- * go to g->miss, and so do rows to write that need a promise cr cannot pay
- * (cache_write() reserves it unlocked; the row's later occurrences go there
- * too, in order).  0 or -errno (a write stops at the first error). */
 /* An update's function and its argument (cache_update_rows). */
 struct cache_upd {
 	cache_update_fn *fn;
@@ -428,62 +425,86 @@ static int apply_update(struct cache *c, struct shard *sh, struct centry *e, int
 	return 0;
 }
 
+/* The entries of rows ord[0..k) (k <= WALK_BLOCK) into idx[] (NIL: not
+ * cached), their bytes prefetched (up to 1 KiB of each).  Shard lock held. */
+static void walk_find(struct shard *sh, uint32_t table, uint32_t rs, const uint64_t *rows, const uint64_t *h,
+		      const uint32_t *ord, size_t k, uint32_t *idx)
+{
+	uint32_t mask = sh->nbucket - 1, lines = rs < 1024 ? rs : 1024;
+	for (size_t i = 0; i < k; i++)
+		__builtin_prefetch(&sh->bucket[h[ord[i]] & mask]);
+	for (size_t i = 0; i < k; i++) {
+		idx[i] = sh->bucket[h[ord[i]] & mask];
+		if (idx[i] != NIL)
+			prefetch_entry(sh, idx[i]);
+	}
+	/* the first entry of each chain: the row's, or the next one prefetched */
+	uint8_t more[WALK_BLOCK];
+	for (size_t i = 0; i < k; i++) {
+		uint32_t p = ord[i], x = idx[i];
+		more[i] = x != NIL && !e_is(&sh->e[x], table, rows[p]);
+		if (more[i] && (idx[i] = sh->e[x].hnext) != NIL)
+			prefetch_entry(sh, idx[i]);
+	}
+	for (size_t i = 0; i < k; i++) {
+		uint32_t p = ord[i], x = idx[i];
+		while (more[i] && x != NIL && !e_is(&sh->e[x], table, rows[p]))
+			x = sh->e[x].hnext;
+		idx[i] = x;
+		if (x != NIL) {
+			const char *d = e_data(sh, &sh->e[x]);
+			for (uint32_t o = 0; o < lines; o += 64)
+				__builtin_prefetch(d + o);
+		}
+	}
+}
+
+/* The rows ord[0..k) of one shard: copied into out (src == NULL) or written
+ * from src as cache_write() does on a hit.  Shard lock held.  Rows not cached
+ * go to g->miss, and so do rows to write that need a promise cr cannot pay
+ * (cache_write() reserves it unlocked; the row's later occurrences go there
+ * too, in order).  0 or -errno (a write stops at the first error). */
 static int walk_shard(struct cache *c, struct shard *sh, uint32_t table, uint32_t rs,
 		      const uint64_t *rows, struct rowgroup *g, const uint32_t *ord, size_t k,
 		      char *out, const char *src, const struct cache_upd *upd, uint64_t batch, struct credit *cr,
 		      size_t *hits)
 {
-	uint32_t mask = sh->nbucket - 1, lines = rs < 1024 ? rs : 1024;
-	const uint64_t *h = g->h;
-	for (size_t j = 0; j < k + PF_BUCKET; j++) {
-		if (j < k)
-			__builtin_prefetch(&sh->bucket[h[ord[j]] & mask]);
-		if (j >= PF_BUCKET - PF_ENTRY && j - (PF_BUCKET - PF_ENTRY) < k) {
-			uint32_t b = sh->bucket[h[ord[j - (PF_BUCKET - PF_ENTRY)]] & mask];
-			if (b != NIL)
-				prefetch_entry(sh, b);
-		}
-		if (j >= PF_BUCKET - PF_DATA && j - (PF_BUCKET - PF_DATA) < k) {
-			uint32_t p = ord[j - (PF_BUCKET - PF_DATA)];
-			uint32_t b = sh->bucket[h[p] & mask];
-			if (b != NIL && sh->e[b].row_lo == (uint32_t)rows[p]) {
-				const char *d = e_data(sh, &sh->e[b]);
-				for (uint32_t o = 0; o < lines; o += 64)
-					__builtin_prefetch(d + o);
-			} else if (b != NIL && sh->e[b].hnext != NIL) {
-				prefetch_entry(sh, sh->e[b].hnext);
-			}
-		}
-		if (j < PF_BUCKET)
-			continue;
-		uint32_t p = ord[j - PF_BUCKET];
-		uint32_t idx = lookup(sh, table, rows[p], h[p]);
-		if (idx == NIL) {
-			g->miss[g->nmiss++] = p;
-			continue;
-		}
-		struct centry *e = &sh->e[idx];
-		if (src || upd) {
-			int w = write_needs(c, e, batch);
-			if ((w & W_PROMISE) && !credit_take(cr)) {
+	uint32_t idx[WALK_BLOCK];
+	for (size_t b = 0; b < k; b += WALK_BLOCK) {
+		size_t m = k - b < WALK_BLOCK ? k - b : WALK_BLOCK;
+		walk_find(sh, table, rs, rows, g->h, ord + b, m, idx);
+		for (size_t i = 0; i < m; i++) {
+			uint32_t p = ord[b + i], x = idx[i];
+			if (src || upd) /* an earlier row's write may have moved entries */
+				x = lookup(sh, table, rows[p], g->h[p]);
+			if (x == NIL) {
 				g->miss[g->nmiss++] = p;
 				continue;
 			}
-			int r = upd ? apply_update(c, sh, e, w, batch, upd, p)
-				    : apply_write(c, sh, e, w, batch, src + (size_t)p * rs, 0, rs);
-			if (r) {
-				if (w & W_PROMISE)
-					credit_put(cr);
-				return r;
+			struct centry *e = &sh->e[x];
+			if (src || upd) {
+				int w = write_needs(c, e, batch);
+				if ((w & W_PROMISE) && !credit_take(cr)) {
+					g->miss[g->nmiss++] = p;
+					continue;
+				}
+				int r = upd ? apply_update(c, sh, e, w, batch, upd, p)
+					    : apply_write(c, sh, e, w, batch, src + (size_t)p * rs, 0, rs);
+				if (r) {
+					if (w & W_PROMISE)
+						credit_put(cr);
+					return r;
+				}
+			} else {
+				memcpy(out + (size_t)p * rs, e_data(sh, e), rs);
+				if (!(e->flags & F_REF)) /* a hot row's entry line stays clean */
+					e->flags |= F_REF;
+				if (g->present)
+					g->present[p] = (uint8_t)e_stored(e);
 			}
-		} else {
-			memcpy(out + (size_t)p * rs, e_data(sh, e), rs);
-			e->flags |= F_REF;
-			if (g->present)
-				g->present[p] = (uint8_t)e_stored(e);
+			sh->hits++;
+			(*hits)++;
 		}
-		sh->hits++;
-		(*hits)++;
 	}
 	return 0;
 }

@@ -68,7 +68,7 @@ enum {
 	X_HELD = 1, /* clean; its stored version is of a batch <= the newest snapshot's */
 };
 
-/* 28 bytes: with 2–4 bytes of bucket, at most CACHE_ROW_OVERHEAD per row. */
+/* 28 bytes: with 4–8 bytes of bucket, at most CACHE_ROW_OVERHEAD per row. */
 struct centry {
 	uint32_t row_lo, row_hi;
 	uint32_t data;     /* slot in the class arena */
@@ -87,9 +87,10 @@ _Static_assert(sizeof(struct centry) == 28, "cache entry");
 
 #define INIT_BUCKETS 16u /* hash buckets of an empty shard */
 
-/* Row bytes of one size: 64 KiB chunks, a free list threaded through slots. */
+/* Row bytes of one size: chunks of a power of two of slots (at most 64 KiB),
+ * a free list threaded through slots. */
 struct arena {
-	uint32_t rs, stride, per_chunk;
+	uint32_t rs, stride, per_chunk, chunk_shift; /* per_chunk = 1 << chunk_shift */
 	char **chunks;
 	uint32_t nchunks, hwm, free;
 };
@@ -199,7 +200,7 @@ static inline struct tstat *tst(struct cache *c, uint32_t table)
 
 static inline char *slot_ptr(struct arena *a, uint32_t i)
 {
-	return a->chunks[i / a->per_chunk] + (size_t)(i % a->per_chunk) * a->stride;
+	return a->chunks[i >> a->chunk_shift] + (size_t)(i & (a->per_chunk - 1)) * a->stride;
 }
 
 static inline char *e_data(struct shard *sh, struct centry *e)
@@ -207,13 +208,16 @@ static inline char *e_data(struct shard *sh, struct centry *e)
 	return slot_ptr(&sh->ar[e->cls], e->data);
 }
 
+static inline int e_is(const struct centry *e, uint32_t table, uint64_t row)
+{
+	return e->row_lo == (uint32_t)row && e->row_hi == (uint32_t)(row >> 32) && e->table == table;
+}
+
 static inline uint32_t lookup(struct shard *sh, uint32_t table, uint64_t row, uint64_t h)
 {
-	for (uint32_t i = sh->bucket[h & (sh->nbucket - 1)]; i != NIL; i = sh->e[i].hnext) {
-		struct centry *e = &sh->e[i];
-		if (e->row_lo == (uint32_t)row && e->row_hi == (uint32_t)(row >> 32) && e->table == table)
+	for (uint32_t i = sh->bucket[h & (sh->nbucket - 1)]; i != NIL; i = sh->e[i].hnext)
+		if (e_is(&sh->e[i], table, row))
 			return i;
-	}
 	return NIL;
 }
 

@@ -1,10 +1,10 @@
 /*
  * cache/rows.c: the row cache mechanism.  Per shard: the arenas that hold
- * row bytes (one per row size, 64 KiB chunks, no per-row header), the hash
- * table of entries (chains through the entry array, buckets grown to keep
- * two entries per bucket), CLOCK eviction of clean unpinned rows, inserting
- * and removing entries, pin counts; and setting the shards up and tearing
- * them down.  The lookup itself is inline in cache_int.h.
+ * row bytes (one per row size, chunks of up to 64 KiB, no per-row header),
+ * the hash table of entries (chains through the entry array, buckets grown
+ * to keep one entry per bucket), CLOCK eviction of clean unpinned rows,
+ * inserting and removing entries, pin counts; and setting the shards up and
+ * tearing them down.  The lookup itself is inline in cache_int.h.
  *
  * It knows nothing of the layer below: it never calls ops, and includes no
  * store header (the Makefile checks it).  What to do when only dirty rows
@@ -32,7 +32,12 @@ static int class_of(struct shard *sh, uint32_t rs)
 	struct arena *a = &sh->ar[sh->ncls];
 	a->rs = rs;
 	a->stride = rs < 8 ? 8 : rs;
-	a->per_chunk = CHUNK_BYTES / a->stride ? CHUNK_BYTES / a->stride : 1;
+	/* a power of two of slots a chunk (at most CHUNK_BYTES, at least one
+	 * slot): slot_ptr() then shifts and masks instead of dividing */
+	a->chunk_shift = 0;
+	while (((uint64_t)a->stride << (a->chunk_shift + 1)) <= CHUNK_BYTES)
+		a->chunk_shift++;
+	a->per_chunk = 1u << a->chunk_shift;
 	a->free = NIL;
 	return (int)sh->ncls++;
 }
@@ -74,10 +79,11 @@ static void unlink_entry(struct shard *sh, uint32_t idx)
 	*pp = e->hnext;
 }
 
-/* Keep at most two entries per bucket on average. */
+/* Keep at most one entry per bucket on average (a batch's lookups prefetch
+ * the first two of a chain: cache.c's walk_find). */
 static void maybe_grow_buckets(struct shard *sh)
 {
-	if (sh->nvalid <= 2 * sh->nbucket)
+	if (sh->nvalid <= sh->nbucket)
 		return;
 	uint32_t nb = sh->nbucket * 2;
 	uint32_t *b = malloc(nb * sizeof(*b));

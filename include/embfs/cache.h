@@ -27,10 +27,11 @@
  *   (by default), chosen by a hash of (table, row); each has its own mutex, so lookups take
  *   no global lock.  The byte budget (row bytes + CACHE_ROW_OVERHEAD per row)
  *   is split evenly between shards.
- * - Per cached row, besides the row bytes: a 28-byte entry and 2–4 bytes of
- *   hash bucket (buckets grow to keep at most 2 entries per bucket on
- *   average): at most CACHE_ROW_OVERHEAD = 32 bytes.  Row bytes live in
- *   per-size-class arenas of 64 KiB chunks, with no per-row allocator header.
+ * - Per cached row, besides the row bytes: a 28-byte entry and 4–8 bytes of
+ *   hash bucket (buckets grow to keep at most 1 entry per bucket on average,
+ *   so that most lookups find their row at the head of its chain): at most
+ *   CACHE_ROW_OVERHEAD = 36 bytes.  Row bytes live in per-size-class arenas
+ *   of chunks of up to 64 KiB, with no per-row allocator header.
  * - Write-back: cache_write() leaves the row dirty.  Dirty rows are written
  *   back when evicted, by cache_flush() (fsync, unmount), and by a background
  *   flusher at most dirty_age_ms after they became dirty (a round every
@@ -66,7 +67,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CACHE_ROW_OVERHEAD 32u
+#define CACHE_ROW_OVERHEAD 36u
 #define CACHE_MAX_TABLES 65536u
 
 struct cache; /* valid until cache_destroy() */

@@ -190,7 +190,7 @@ def files(mnt, readme, everything):
             if got and got != want:
                 fail(f"{fam}: {key} labels {sorted(got)} want {sorted(want)}")
     # per-row metadata is what one more cached row costs: a 28-byte entry and
-    # 2-4 bytes of bucket, not the empty cache's buckets spread over few rows
+    # 4-8 bytes of bucket, not the empty cache's buckets spread over few rows
     k = st["keys"]
     if "cache.rows" in k:
         if not 0 < k["cache.rows"] < 100 or not 28 <= k["cache.meta_bytes_per_row"] <= 36 \
