@@ -107,6 +107,8 @@ sync "$M" || fail "fsync of the mount root fails after a write refused with ENOS
 sync "$M/big.emb" || fail "fsync of big.emb fails after a write refused with ENOSPC"
 free_now
 sf1=$FREE
+pool_line() { grep -E '^(rows|pool\.(used|free|index)_bytes|pool\.slabs) ' "$M/.embfs/stats" | tr '\n' ' '; }
+st1=$(pool_line)
 # nothing of the refused write may be stored: growing the file shows zeros
 truncate -s $((S + 65536)) "$M/big.emb" || fail "grow big.emb by 64 KiB on a full pool"
 cmp -n 65536 -i "$S:0" "$M/big.emb" /dev/zero >/dev/null ||
@@ -134,7 +136,9 @@ P=$((S - 2 * MiB))
 fallocate -p -o $P -l $((2 * MiB)) "$M/big.emb" || fail "punch on a full pool"
 cmp -n $((2 * MiB)) -i $P:0 "$M/big.emb" /dev/zero || fail "punched range not zero"
 free_now
-[ "$FREE" -ge $((sf1 + 2 * MiB)) ] || fail "punching 2 MiB on a full pool freed too little"
+[ "$FREE" -ge $((sf1 + 2 * MiB)) ] ||
+	fail "punching 2 MiB on a full pool freed too little: free $FREE, at ENOSPC $sf1 (+$((FREE - sf1)), want +$((2 * MiB))); now: $(pool_line); at ENOSPC: $st1"
+say "  the punch freed $((FREE - sf1)) bytes (want at least $((2 * MiB))); $S bytes fit before ENOSPC"
 # the same rows fit again in the space they left
 dd if="$T/src" of="$M/big.emb" bs=64k skip=$((P / 65536)) seek=$((P / 65536)) count=32 \
 	oflag=dsync conv=notrunc status=none || fail "rewriting punched rows on a full pool"
