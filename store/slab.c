@@ -206,8 +206,10 @@ static int class_load(struct store *s, uint32_t cls)
 	if (c->loaded)
 		return 0;
 	c->slot_size = s->sb->classes[cls].slot_size;
-	for (uint64_t off = s->sb->classes[cls].head; off;) {
+	/* a load that stopped goes on where it stopped: the slabs before are in */
+	for (uint64_t off = c->load_at ? c->load_at : s->sb->classes[cls].head; off;) {
 		struct emb_slab *h = S_PTR(s, off);
+		c->load_at = off;
 		if (h->magic != EMB_SLAB_MAGIC || h->slot_size != c->slot_size)
 			return -EIO;
 		int ret = class_push(s, cls, h);
@@ -215,6 +217,7 @@ static int class_load(struct store *s, uint32_t cls)
 			return ret;
 		off = h->next;
 	}
+	c->load_at = 0;
 	c->loaded = 1;
 	return 0;
 }
@@ -750,12 +753,16 @@ void slab_release_all(struct store *s)
 	s->nby_addr = s->cap_by_addr = 0;
 }
 
-/* Slab bytes from the superblock; free (unpromised) slot bytes only for
- * loaded classes. */
+/* Slab bytes from the superblock; free (unpromised) slot bytes of every
+ * class (each read in first, if no use since the mount has). */
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs)
 {
 	*slab_bytes = *free_slot_bytes = *nslabs = 0;
 	pthread_mutex_lock(&s->space_lock);
+	/* a class is read in at its first use after a mount; free space counts
+	 * the free slots of every class (a failure to read one, a damaged
+	 * slab, leaves its free slots out) */
+	(void)load_all_locked(s);
 	for (uint32_t i = 0; i < EMB_MAX_CLASSES; i++) {
 		struct emb_class *pc = &s->sb->classes[i];
 		if (!pc->slot_size)

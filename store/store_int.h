@@ -101,6 +101,7 @@ struct sslab {
 struct sclass {
 	uint32_t slot_size;
 	int loaded;            /* slabs of this class read in */
+	uint64_t load_at;      /* a load that stopped (a damaged slab, ENOMEM): the slab it stopped at */
 	uint64_t nfree;        /* free slots over all its slabs */
 	uint64_t nslots;       /* slots of all its slabs */
 	uint64_t promised;     /* slots promised to rows not yet written */

@@ -130,6 +130,12 @@ mount_pool "$T/small" "$M" $OPTS
 expect "size after remount" "$(stat -c %s "$M/big.emb")" "$S"
 cmp -n "$S" "$T/src" "$M/big.emb" || fail "data differs after remount"
 expect "rows after remount" "$(stat_field "$M" rows)" $((S / 256)) # nothing written since mount
+# the free slots of slab classes not yet used since the mount count too (they
+# were left out: df said 0 free here, and the punch below freed "too little"
+# when a class read in before the remount was not read in again)
+free_now
+[ "$FREE" -ge $((sf1 - 256 * 1024)) ] ||
+	fail "free space after the remount $FREE, before it $sf1: $(pool_line)"
 
 say "space comes back: punch, then rm"
 P=$((S - 2 * MiB))
