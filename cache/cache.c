@@ -447,9 +447,7 @@ static void walk_find(struct shard *sh, uint32_t table, uint32_t rs, const uint6
 			prefetch_entry(sh, idx[i]);
 	}
 	for (size_t i = 0; i < k; i++) {
-		uint32_t p = ord[i], x = idx[i];
-		while (more[i] && x != NIL && !e_is(&sh->e[x], table, rows[p]))
-			x = sh->e[x].hnext;
+		uint32_t x = more[i] ? chain_find(sh, idx[i], table, rows[ord[i]]) : idx[i];
 		idx[i] = x;
 		if (x != NIL) {
 			const char *d = e_data(sh, &sh->e[x]);

@@ -213,12 +213,17 @@ static inline int e_is(const struct centry *e, uint32_t table, uint64_t row)
 	return e->row_lo == (uint32_t)row && e->row_hi == (uint32_t)(row >> 32) && e->table == table;
 }
 
+/* The entry of (table, row) in the hash chain from entry i on, or NIL. */
+static inline uint32_t chain_find(const struct shard *sh, uint32_t i, uint32_t table, uint64_t row)
+{
+	while (i != NIL && !e_is(&sh->e[i], table, row))
+		i = sh->e[i].hnext;
+	return i;
+}
+
 static inline uint32_t lookup(struct shard *sh, uint32_t table, uint64_t row, uint64_t h)
 {
-	for (uint32_t i = sh->bucket[h & (sh->nbucket - 1)]; i != NIL; i = sh->e[i].hnext)
-		if (e_is(&sh->e[i], table, row))
-			return i;
-	return NIL;
+	return chain_find(sh, sh->bucket[h & (sh->nbucket - 1)], table, row);
 }
 
 /* The entry holds a row (stored below, or written here), not a hole that
