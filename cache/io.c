@@ -228,10 +228,25 @@ static int write_stored(struct front *f, uint32_t id, uint32_t rs, const struct 
 	return ret;
 }
 
+/* Whole rows past the end of a table the pool holds no row of go straight
+ * into a sorted run on the spill device (a bulk load: store_rows_append).
+ * 1 taken, 0 not (write them through the cache), or -errno. */
+static int write_bulk(struct front *f, uint32_t id, uint32_t rs, uint64_t off, size_t len, const char *data)
+{
+	if (off % rs || len % rs)
+		return 0;
+	uint64_t batch = batch_begin(f); /* its rows take the batch as a write's */
+	int ret = store_rows_append(f->st, id, off / rs, len / rs, data, batch);
+	batch_end(f);
+	return ret;
+}
+
 int front_write_ranges(struct front *f, uint32_t id, uint32_t rs, const struct front_range *r, size_t n,
 		      uint64_t off, const char *data)
 {
 	int ret = 0;
+	if (n == 1 && (ret = write_bulk(f, id, rs, r[0].lo, r[0].hi - r[0].lo, data + (r[0].lo - off))) != 0)
+		return ret < 0 ? ret : 0;
 	if (!f->cache)
 		return write_stored(f, id, rs, r, n, off, data);
 	for (size_t i = 0; i < n && !ret; i++)

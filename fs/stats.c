@@ -315,6 +315,42 @@ static int collect(struct embfs *fs, struct store_snap **sn, size_t *nsn, struct
 	return 0;
 }
 
+/* The spill tier's sorted runs: merges and bulk loads. */
+static void put_runs(struct stats_out *o, const struct store_spill_stats *sp)
+{
+	PUT("spill.runs", "spill_runs", GAUGE, "Sorted runs on the spill device", sp->runs);
+	PUT("spill.runs_dead", "spill_runs_dead", GAUGE, "Sorted runs waiting to be freed", sp->runs_dead);
+	PUT("spill.run_levels", "spill_run_levels", GAUGE, "Levels of sorted runs", sp->run_levels);
+	PUT("spill.run_rows", "spill_run_rows", GAUGE, "Row records in sorted runs", sp->run_rows);
+	PUT("spill.run_bytes", "spill_run_bytes", GAUGE, "Bytes of sorted runs on the device", sp->run_bytes);
+	PUT("spill.run_pool_bytes", "spill_run_pool_bytes", GAUGE, "Pool bytes of sorted runs' records",
+	    sp->run_pool_bytes);
+	PUT("spill.run_meta_bytes", "spill_run_meta_bytes", GAUGE, "Segment lists, fences and filters of sorted runs",
+	    sp->run_meta_bytes);
+	PUT("spill.run_evicted", "spill_run_evicted_rows_total", COUNTER, "Rows evicted into sorted runs",
+	    sp->run_evicted);
+	PUT("spill.run_lookups", "spill_run_lookups_total", COUNTER, "Row lookups in sorted runs", sp->run_reads);
+	PUT("spill.run_blocks_read", "spill_run_blocks_read_total", COUNTER, "Blocks of sorted runs read",
+	    sp->run_blocks);
+	PUT("spill.run_ra_loads", "spill_run_ra_loads_total", COUNTER,
+	    "Reads of sorted runs that loaded read-ahead windows for a sequential reader", sp->run_ra_loads);
+	PUT("spill.run_ra_blocks", "spill_run_ra_blocks_total", COUNTER,
+	    "Blocks of sorted runs found in read-ahead windows", sp->run_ra_blocks);
+	PUT("spill.bloom_false_positives", "spill_bloom_false_positives_total", COUNTER,
+	    "Run lookups a Bloom filter let through in vain", sp->bloom_fp);
+	PUT("spill.merges", "spill_merges_total", COUNTER, "Merges of sorted runs", sp->merges);
+	PUT("spill.merge_read_bytes", "spill_merge_read_bytes_total", COUNTER, "Bytes read by merges",
+	    sp->merge_in_bytes);
+	PUT("spill.merge_write_bytes", "spill_merge_write_bytes_total", COUNTER, "Bytes written by merges",
+	    sp->merge_out_bytes);
+	PUT("spill.merge_moves", "spill_merge_moves_total", COUNTER,
+	    "Sorted runs moved down a level without a rewrite (their rows are disjoint)", sp->merge_moves);
+	PUT("spill.bulk_runs", "spill_bulk_runs_total", COUNTER,
+	    "Sorted runs a bulk load wrote straight to the device (rows in row order past a table's end)", sp->bulk_runs);
+	PUT("spill.bulk_rows", "spill_bulk_rows_total", COUNTER,
+	    "Rows a bulk load wrote straight into sorted runs, past the pool", sp->bulk_rows);
+}
+
 /* The spill tier's values (attached device only). */
 static void put_spill(struct stats_out *o, const struct store_spill_stats *sp)
 {
@@ -369,33 +405,7 @@ static void put_spill(struct stats_out *o, const struct store_spill_stats *sp)
 	PUT("spill.full_events", "spill_full_events_total", COUNTER, "Times the spill device was full", sp->full);
 	PUT("spill.row_slabs_returned", "spill_row_slabs_returned_total", COUNTER,
 	    "Row slabs given back to the pool heap", sp->slabs_returned);
-	PUT("spill.runs", "spill_runs", GAUGE, "Sorted runs on the spill device", sp->runs);
-	PUT("spill.runs_dead", "spill_runs_dead", GAUGE, "Sorted runs waiting to be freed", sp->runs_dead);
-	PUT("spill.run_levels", "spill_run_levels", GAUGE, "Levels of sorted runs", sp->run_levels);
-	PUT("spill.run_rows", "spill_run_rows", GAUGE, "Row records in sorted runs", sp->run_rows);
-	PUT("spill.run_bytes", "spill_run_bytes", GAUGE, "Bytes of sorted runs on the device", sp->run_bytes);
-	PUT("spill.run_pool_bytes", "spill_run_pool_bytes", GAUGE, "Pool bytes of sorted runs' records",
-	    sp->run_pool_bytes);
-	PUT("spill.run_meta_bytes", "spill_run_meta_bytes", GAUGE, "Segment lists, fences and filters of sorted runs",
-	    sp->run_meta_bytes);
-	PUT("spill.run_evicted", "spill_run_evicted_rows_total", COUNTER, "Rows evicted into sorted runs",
-	    sp->run_evicted);
-	PUT("spill.run_lookups", "spill_run_lookups_total", COUNTER, "Row lookups in sorted runs", sp->run_reads);
-	PUT("spill.run_blocks_read", "spill_run_blocks_read_total", COUNTER, "Blocks of sorted runs read",
-	    sp->run_blocks);
-	PUT("spill.run_ra_loads", "spill_run_ra_loads_total", COUNTER,
-	    "Reads of sorted runs that loaded read-ahead windows for a sequential reader", sp->run_ra_loads);
-	PUT("spill.run_ra_blocks", "spill_run_ra_blocks_total", COUNTER,
-	    "Blocks of sorted runs found in read-ahead windows", sp->run_ra_blocks);
-	PUT("spill.bloom_false_positives", "spill_bloom_false_positives_total", COUNTER,
-	    "Run lookups a Bloom filter let through in vain", sp->bloom_fp);
-	PUT("spill.merges", "spill_merges_total", COUNTER, "Merges of sorted runs", sp->merges);
-	PUT("spill.merge_read_bytes", "spill_merge_read_bytes_total", COUNTER, "Bytes read by merges",
-	    sp->merge_in_bytes);
-	PUT("spill.merge_write_bytes", "spill_merge_write_bytes_total", COUNTER, "Bytes written by merges",
-	    sp->merge_out_bytes);
-	PUT("spill.merge_moves", "spill_merge_moves_total", COUNTER,
-	    "Sorted runs moved down a level without a rewrite (their rows are disjoint)", sp->merge_moves);
+	put_runs(o, sp);
 	PUT("spill.recounting", "spill_recounting", GAUGE, "1 while segment live counts are being recounted",
 	    sp->recounting);
 }

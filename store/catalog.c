@@ -430,7 +430,9 @@ int store_table_unlink(struct store *s, const char *name)
 {
 	if (pm_writable(s))
 		return -EROFS; /* the pool failed (pm.c) */
-	volatile int ret = 0;
+	volatile int ret = bulk_settle(s, BULK_ANY, EMB_NONE); /* an open bulk run's table may go */
+	if (ret)
+		return ret;
 	/* a catalog entry's flags change under commit_lock and cat_lock: the
 	 * store's own walks (reclaim, release) read them under commit_lock */
 	pthread_mutex_lock(&s->commit_lock);
@@ -538,7 +540,9 @@ int store_table_replace(struct store *s, uint32_t orphan_id, uint32_t id)
 {
 	if (pm_writable(s))
 		return -EROFS; /* the pool failed (pm.c) */
-	int ret = 0;
+	int ret = bulk_settle(s, BULK_ANY, EMB_NONE);
+	if (ret)
+		return ret;
 	pthread_mutex_lock(&s->commit_lock); /* both entries' flags (store_table_unlink) */
 	pthread_rwlock_wrlock(&s->cat_lock);
 	struct stable *old = tab_get(s, id), *st = tab_get(s, orphan_id);

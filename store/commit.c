@@ -643,6 +643,12 @@ static int write_group(struct store *s, uint32_t id, const struct store_rowop *o
 	 * write-back cannot make its rows durable (EIO) */
 	if (pm_writable(s))
 		return promised ? -EIO : -EROFS;
+	uint64_t hi = 0;
+	for (size_t i = 0; i < n; i++)
+		hi = ops[i].row > hi ? ops[i].row : hi;
+	int r = n ? bulk_settle(s, id, hi) : 0; /* the rows these replace may be in the open bulk run */
+	if (r)
+		return r;
 	for (int waits = 0;; waits++) {
 		pthread_mutex_lock(&s->commit_lock);
 		int ret = commit_locked(s, st, ops, n, size_hint, promised);

@@ -274,6 +274,7 @@ struct kfilter {
 	uint64_t *k;    /* chunk + 1, 0 = empty */
 	uint32_t *c;    /* entries in the chunk */
 	size_t cap, n;
+	uint64_t hi;    /* 1 + the highest row an entry was added for */
 	int bad;        /* not to be used */
 };
 
@@ -288,7 +289,7 @@ static size_t kf_slot(const struct kfilter *f, uint64_t ch)
 static int kf_grow(struct kfilter *f)
 {
 	size_t cap = f->cap ? 2 * f->cap : 1024;
-	struct kfilter g = { calloc(cap, sizeof(uint64_t)), calloc(cap, sizeof(uint32_t)), cap, 0, 0 };
+	struct kfilter g = { calloc(cap, sizeof(uint64_t)), calloc(cap, sizeof(uint32_t)), cap, 0, f->hi, 0 };
 	if (!g.k || !g.c) {
 		free(g.k);
 		free(g.c);
@@ -312,6 +313,8 @@ static void kf_add(struct kfilter *f, uint64_t row, int d)
 {
 	if (f->bad)
 		return;
+	if (d > 0 && row + 1 > f->hi)
+		f->hi = row + 1;
 	uint64_t ch = row >> KF_SHIFT;
 	if ((f->n + 1) * 4 > f->cap * 3 && kf_grow(f)) {
 		f->bad = 1;
@@ -397,6 +400,16 @@ static struct kfilter *kf_make(struct store *s, struct stable *st)
 	atomic_store_explicit(&st->kf, f, memory_order_release);
 	pthread_mutex_unlock(&st->kf_mu);
 	return f;
+}
+
+int index_none_from(struct store *s, struct stable *st, uint64_t row)
+{
+	if (!st->segs)
+		return 1; /* no index yet */
+	struct kfilter *f = atomic_load_explicit(&st->kf, memory_order_acquire);
+	if (!f)
+		f = kf_make(s, st);
+	return f && !f->bad && f->hi <= row;
 }
 
 /* A miss of a key of hash h: check (or find remembered) the buckets it

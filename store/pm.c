@@ -136,6 +136,14 @@ int pm_failed(struct store *s)
 	return -EIO;
 }
 
+void pm_fail(struct store *s, int err, const char *why)
+{
+	int zero = 0, e = err < 0 ? -err : err;
+	if (atomic_compare_exchange_strong(&s->failed, &zero, e ? e : EIO))
+		snprintf(s->fail_why, sizeof(s->fail_why), "%s (%s): changes are refused until it is mounted again",
+			 why, strerror(e ? e : EIO));
+}
+
 int pm_writable(struct store *s)
 {
 	return pm_failed(s) ? -EROFS : 0;

@@ -712,8 +712,10 @@ int store_open(const char *path, struct store **out, char *err, size_t n)
 
 int store_sync(struct store *s)
 {
+	int r = bulk_settle(s, BULK_ANY, EMB_NONE); /* an open bulk run's rows are made durable too */
 	pthread_mutex_lock(&s->commit_lock);
 	int ret = pm_barrier(s);
+	ret = ret ? ret : r;
 	pthread_mutex_unlock(&s->commit_lock);
 	return ret;
 }

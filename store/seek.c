@@ -99,6 +99,8 @@ static int view_keys(struct store *s, const struct store_view *v, struct stable 
 	struct stable *st;
 	uint64_t batch;
 	int ret = view_resolve(s, v, &st, &batch, NULL);
+	if (!ret)
+		ret = bulk_settle(s, st->id, EMB_NONE); /* its rows in the open bulk run, if any */
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&st->seek_lock);
@@ -188,6 +190,8 @@ int store_rows_since(struct store *s, uint32_t id, uint64_t batch, uint64_t **ro
 	int ret = store_view_live(s, id, &v);
 	if (!ret)
 		ret = view_resolve(s, &v, &st, &vb, NULL);
+	if (!ret)
+		ret = bulk_settle(s, id, EMB_NONE);
 	if (ret)
 		return ret;
 	if (runs_count(s, id, NULL))

@@ -299,6 +299,8 @@ int store_snap_create(struct store *s, const char *name, int durable, struct sto
 	if (pm_writable(s))
 		return -EROFS; /* the pool failed (pm.c) */
 	int ret = name_ok(name);
+	if (!ret)
+		ret = bulk_settle(s, BULK_ANY, EMB_NONE); /* rows of the open bulk run are in it */
 	if (ret)
 		return ret;
 	/* waits for commits that stamp rows with the current batch (commit.c) */

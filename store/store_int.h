@@ -36,6 +36,8 @@
  * Lock order (take them in this order, release in any; never call up into a
  * lock taken earlier in the list while holding a later one):
  *
+ *   sp->bulk_mu        the open bulk-load run (tier/bulk.c): taken only at the
+ *                      store's entry points, before any other store lock
  *   sp->round_lock     one spill mover round at a time (tier/spill.h): the open
  *                      segment, the mover's cursors and buffers
  *   commit_lock        journal, index structure, PMem slab bitmaps, spill
@@ -356,6 +358,8 @@ void pm_open(struct store *s);
 void pm_close(struct store *s);
 /* -EIO once the pool has failed (an msync failed), else 0. */
 int pm_failed(struct store *s);
+/* Refuse changes from now on (as a failed msync does), saying why. */
+void pm_fail(struct store *s, int err, const char *why);
 /* Before a change: 0, or -EROFS once the pool has failed. */
 int pm_writable(struct store *s);
 /* After a transaction that returned ret: ret, or -EIO if a persist inside it failed. */
@@ -478,6 +482,11 @@ void index_kf_free(struct stable *st);
 /* The same for a writer about to change the entry (commit_lock held): also
  * its position, and the buckets it would change are verified. */
 int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val);
+/* Has st's index no entry (row, tombstone or stub) at or past row?  1 sure,
+ * 0 it may have (the key filter, made now if need be, knows the highest row
+ * ever entered since it was made; unknown when it cannot be made).
+ * st->lock shared. */
+int index_none_from(struct store *s, struct stable *st, uint64_t row);
 struct claims;
 struct claims *claims_new(size_t n);
 void claims_free(struct claims *c);

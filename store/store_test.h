@@ -27,6 +27,9 @@ struct store_test_spill {
 	/* row versions in the pool past which the mover's eviction hand goes
 	 * in the index's order, not in row order (0: 1 Mi; 1: nearly always) */
 	uint64_t evict_order_max;
+	/* bulk loads go straight into runs even while the pool has room for
+	 * their rows below the low watermark (store/tier/bulk.c) */
+	int bulk_always;
 };
 
 /* Set the spill tier's test hooks of s (a copy of *h; NULL: none) for the

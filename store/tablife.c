@@ -92,7 +92,9 @@ int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_
 {
 	if (pm_writable(s))
 		return -EROFS; /* the pool failed (pm.c) */
-	volatile int ret = store_geometry_check(dim, dtype);
+	volatile int ret = bulk_settle(s, id, EMB_NONE); /* its rows count */
+	if (!ret)
+		ret = store_geometry_check(dim, dtype);
 	if (ret)
 		return ret;
 	/* lock order (store_int.h): commit_lock, snap_lock, cat_lock */
@@ -172,6 +174,9 @@ int store_table_release(struct store *s, uint32_t id)
 {
 	if (pm_writable(s))
 		return -EROFS; /* the pool failed (pm.c) */
+	int r = bulk_settle(s, id, EMB_NONE); /* its open bulk run is installed, then dropped with it */
+	if (r)
+		return r;
 	pthread_mutex_lock(&s->commit_lock);
 	struct stable *st = tab_get(s, id);
 	int ret = 0;
@@ -185,7 +190,9 @@ int store_table_truncate(struct store *s, uint32_t id, uint64_t size)
 {
 	if (pm_writable(s))
 		return -EROFS; /* the pool failed (pm.c) */
-	volatile int ret = 0;
+	volatile int ret = bulk_settle(s, id, EMB_NONE); /* the rows it cuts must be in runs */
+	if (ret)
+		return ret;
 	pthread_mutex_lock(&s->commit_lock);
 	struct stable *st = tab_get(s, id);
 	if (!st) {

@@ -79,6 +79,11 @@ int store_rows_read(struct store *s, const struct store_view *v, const uint64_t 
 	struct stable *st = NULL;
 	uint64_t b;
 	int ret = view_resolve(s, v, &st, &b, NULL);
+	uint64_t hi = 0;
+	for (size_t i = 0; i < n; i++)
+		hi = rows[i] > hi ? rows[i] : hi;
+	if (!ret && n)
+		ret = bulk_settle(s, st->id, hi); /* rows of the open bulk run, if any */
 	if (ret)
 		return ret;
 	return rows_read_ver(s, st, rows, n, buf, b, stored, vbatch);
@@ -90,6 +95,8 @@ int store_rows_read_range(struct store *s, const struct store_view *v, uint64_t 
 	struct stable *st = NULL;
 	uint64_t b;
 	int ret = view_resolve(s, v, &st, &b, NULL);
+	if (!ret && n)
+		ret = bulk_settle(s, st->id, first + n - 1 < first ? EMB_NONE : first + n - 1);
 	if (ret)
 		return ret;
 	if (n && first + n < first)

@@ -242,6 +242,16 @@ struct store_rowop {
 int store_rows_write(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n,
 		     uint64_t size_hint);
 
+/* A bulk load: rows [first, first + n) of table id, whole (row i at rows +
+ * i * row size), written in batch `batch` straight into a sorted run on the
+ * spill device, the size raised to cover them.  Only where that is sound
+ * and the device has room: a table without a row in the pool, the rows at
+ * or past its end, a spill device with runs (store/tier/bulk.c).  1 taken,
+ * 0 not (write them another way), or -errno.  Durable with the next
+ * store_sync(), like a write-back cache's rows. */
+int store_rows_append(struct store *s, uint32_t id, uint64_t first, size_t n, const void *rows,
+		      uint64_t batch);
+
 /* store_rows_write() of rows a write-back cache promised room for
  * (store_space_reserve): they may use the promised slots. */
 int store_rows_writeback(struct store *s, uint32_t id, const struct store_rowop *ops, size_t n);
@@ -411,6 +421,7 @@ struct store_spill_stats {
 	uint64_t run_ra_blocks;    /* blocks requests found in read-ahead windows */
 	uint64_t merges, merge_in_bytes, merge_out_bytes;
 	uint64_t merge_moves;      /* runs moved down a level without a rewrite (disjoint rows) */
+	uint64_t bulk_runs, bulk_rows; /* runs a bulk load wrote straight (store_rows_append), their rows */
 };
 void store_spill_stats_get(struct store *s, struct store_spill_stats *st);
 

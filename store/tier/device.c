@@ -726,6 +726,7 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->unlocked = s->test_spill.unlocked;
 	sp->list_cap = s->test_spill.run_list_cap;
 	sp->order_max = s->test_spill.evict_order_max ? s->test_spill.evict_order_max : EVICT_ORDER_MAX;
+	sp->bulk_always = s->test_spill.bulk_always;
 	sp->unlocked_arg = s->test_spill.unlocked_arg;
 	sp->open_seg = -1;
 	sp->reserve_min = pm->nsegs / 8 > 2 ? (uint32_t)(pm->nsegs / 8) : 2;
@@ -744,6 +745,7 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	}
 	pthread_mutex_init(&sp->mu, NULL);
 	pthread_mutex_init(&sp->round_lock, NULL);
+	pthread_mutex_init(&sp->bulk_mu, NULL);
 	pthread_cond_init(&sp->cv, NULL);
 	pthread_cond_init(&sp->done_cv, NULL);
 	if (sp->fd < 0 || !sp->pins || !sp->seg_busy || !sp->heat || !sp->wbuf || !sp->rbuf) {

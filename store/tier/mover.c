@@ -673,6 +673,7 @@ void spill_close(struct store *s)
 	struct spill *sp = s->sp;
 	if (!sp)
 		return;
+	bulk_settle(s, BULK_ANY, EMB_NONE); /* a failure is the pool's: reported by store_health */
 	if (sp->thr_started) {
 		pthread_mutex_lock(&sp->mu);
 		sp->stop = 1;

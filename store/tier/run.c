@@ -847,6 +847,8 @@ void runs_stats(struct store *s, struct store_spill_stats *st)
 	st->merge_in_bytes = atomic_load(&sp->merge_in_bytes);
 	st->merge_out_bytes = atomic_load(&sp->merge_out_bytes);
 	st->merge_moves = atomic_load(&sp->moves);
+	st->bulk_runs = atomic_load(&sp->bulk_runs);
+	st->bulk_rows = atomic_load(&sp->bulk_rows);
 }
 
 /* Read run x front to back: 0 when its blocks are sound, in row order and

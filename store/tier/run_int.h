@@ -123,6 +123,7 @@ struct run_build {
 	uint32_t keep;           /* free segments its claims leave (seg_claim) */
 	int dry;                 /* count the segments it would take, write nothing */
 	int fresh;               /* its srun's fresh (run_install) */
+	int64_t slot;            /* run directory slot held for it (bulk.c), or -1: any free one */
 	uint64_t dry_segs;       /* build_finish of a dry build: that count */
 	int err;
 };

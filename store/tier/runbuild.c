@@ -39,6 +39,7 @@ int run_build_open(struct run_build *w, struct store *s, struct stable *st)
 	w->per_blk = run_blk_recs(w->rs);
 	w->cap = CHUNK_BYTES / w->bs ? CHUNK_BYTES / w->bs : 1;
 	w->min_row = EMB_NONE;
+	w->slot = -1;
 	w->keep = 1 + atomic_load(&sp->reserve); /* an eviction leaves the merge reserve */
 	if (posix_memalign((void **)&w->buf, BLK, (w->cap + 1) * (size_t)w->bs))
 		return -ENOMEM;
@@ -241,9 +242,9 @@ int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t lev
 {
 	struct spill *sp = s->sp;
 	struct emb_rundir *rd = sp->rd;
-	volatile size_t slot = EMB_RUNDIR_CAP;
+	volatile size_t slot = w->slot >= 0 ? (size_t)w->slot : EMB_RUNDIR_CAP;
 	for (size_t i = 0; i < EMB_RUNDIR_CAP && slot == EMB_RUNDIR_CAP; i++)
-		if (!rd->run[i].state)
+		if (!rd->run[i].state && !sp->rd_held[i])
 			slot = i;
 	if (slot == EMB_RUNDIR_CAP)
 		return -ENOSPC;
@@ -273,6 +274,10 @@ int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t lev
 	ret = pm_tx_end(s, ret);
 	if (ret)
 		return ret;
+	if (w->slot >= 0) {
+		sp->rd_held[w->slot] = 0;
+		w->slot = -1;
+	}
 	struct srun *x = srun_new(sp, &rd->run[slot], w->arrays);
 	if (!x)
 		return -ENOMEM; /* listed at the next mount */

@@ -122,6 +122,7 @@ struct spill {
 	uint64_t ev_hand;         /* the table, and the row its sweep is at (the index
 				   * position past order_max row versions in the pool) */
 	uint64_t order_max;       /* EVICT_ORDER_MAX, or a test's */
+	int bulk_always;          /* test hook: bulk loads whatever the pool's room */
 	int recount;              /* live counts are hints from before a crash */
 	uint64_t heap_seen;       /* s->heap_refusals as the last round saw it */
 
@@ -182,6 +183,18 @@ struct spill {
 	int ra_stop, ra_queued;
 	pthread_cond_t ra_job;    /* a window was queued, or stop */
 	_Atomic uint64_t ra_loads, ra_blocks, ra_ahead;
+	/* bulk.c: the open bulk-load run (bulk_mu: before commit_lock); its
+	 * table + 1 (0: none) for a check without the lock; the first seal
+	 * that failed (then every later one fails: the pool refuses changes) */
+	pthread_mutex_t bulk_mu;
+	struct bulk *bulk;
+	_Atomic uint32_t bulk_tab;
+	_Atomic uint64_t bulk_lo;  /* its first row (EMB_NONE: none yet) */
+	_Atomic int bulk_err;
+	/* run directory slots held for open bulk runs, which other runs do
+	 * not take (commit_lock) */
+	uint8_t rd_held[EMB_RUNDIR_CAP];
+	_Atomic uint64_t bulk_runs, bulk_rows;
 };
 
 
@@ -212,6 +225,8 @@ void seg_live_add(struct store *s, uint64_t loc, uint32_t rsz, int sign);
 void device_read(struct spill *sp, struct sreq *q, size_t n);
 /* A reader enters (d = 1) or leaves (-1) the segment of loc. */
 void pin(struct spill *sp, uint64_t loc, int d);
+/* mover.c: bytes of row slots the pool's row versions use. */
+uint64_t row_usage(struct store *s);
 uint32_t free_segs(struct spill *sp);
 /* A free segment nobody writes, marked busy (sp->mu), leaving `keep` free
  * ones: its index, or EMB_NONE. */

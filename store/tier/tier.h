@@ -72,6 +72,14 @@ void spill_note_device_hit(struct store *s, uint32_t table, uint64_t row);
 #define SPILL_MAX_WAITS 8
 int spill_wait_room(struct store *s, uint64_t need);
 
+/* bulk.c: seal the open bulk-load run if it holds rows of table id (or
+ * of any table: BULK_ANY) at or below row hi (EMB_NONE: any), so that they
+ * are in a run before those rows are read, written, truncated or dropped,
+ * a snapshot is taken or the pool syncs or closes.  0, or -errno (then the
+ * pool refuses changes). */
+#define BULK_ANY UINT32_MAX
+int bulk_settle(struct store *s, uint32_t id, uint64_t hi);
+
 /* run.c: sorted runs on the spill device (see there).  Does a run of table
  * id perhaps hold row (Bloom filters)?  How many runs, and their records
  * that are not tombstones (*live, may be NULL)? */

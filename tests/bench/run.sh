@@ -1541,7 +1541,7 @@ section_load() {
 			echo "load $order: $o" >>"$W/runs.log"
 			e=$(field "$o" mb_per_s)
 			wa=$(awk -v w="$(stat_of "$LMNT" spill.write_bytes)" -v b="$lb" 'BEGIN { printf "%.2f", w / b }')
-			mg="$(stat_of "$LMNT" spill.merges)/$(stat_of "$LMNT" spill.merge_moves)"
+			mg="$(stat_of "$LMNT" spill.merges)/$(stat_of "$LMNT" spill.merge_moves)/$(stat_of "$LMNT" spill.bulk_rows)"
 			umount_pool "$DPID" "$LMNT"
 			rm -f "$W/loadpool" "$SW"/embfs-*.spill
 			o=$("$SPB" -m fill $oo -r "$rs" -n "$rows" "$SW/plain") || fail "load: spillbench fill of a plain file"
@@ -1550,7 +1550,7 @@ section_load() {
 			e_l="$e_l $e"; p_l="$p_l $p"; r_l="$r_l $(ratio "$e" "$p")"; wa_l="$wa_l $wa"; mg_l="$mg_l $mg"
 		done
 		em=$(med $e_l); pm=$(med $p_l); rm_=$(med $r_l); wam=$(med $wa_l)
-		say "  $order: embfs MB/s:$e_l; plain file:$p_l; ratio:$r_l; device write amp:$wa_l; merges/moves:$mg_l"
+		say "  $order: embfs MB/s:$e_l; plain file:$p_l; ratio:$r_l; device write amp:$wa_l; merges/moves/rows written straight to runs:$mg_l"
 		say "  $order: median $em MB/s vs $pm MB/s = ${rm_}x, device wrote ${wam}x the rows"
 		tgt=""
 		[ $order = rows ] && tgt=" (targets >= 0.5x: $(awk -v r="$rm_" 'BEGIN { print (r >= 0.5 ? "met" : "MISSED") }'), write amp <= 1.3: $(awk -v r="$wam" 'BEGIN { print (r <= 1.3 ? "met" : "MISSED") }'))"

@@ -167,7 +167,10 @@ crash_round() {
 	name=$1; tab=$2; shift 2
 	mount_pool "$POOL" "$M" -o spill="$SP" "$@" $OPTS
 	rand_bytes 32M >"$T/$tab.src"
-	dd if="$T/$tab.src" of="$M/$tab" bs=1M count=16 conv=fsync status=none || fail "$name: writing $tab"
+	# the size set first: writes below it go through the pool and spill
+	# (writes past the end of a new table would go straight into runs)
+	truncate -s 32M "$M/$tab" || fail "$name: sizing $tab"
+	dd if="$T/$tab.src" of="$M/$tab" bs=1M count=16 conv=fsync,notrunc status=none || fail "$name: writing $tab"
 	moved=$(moved "$M")
 	dd if="$T/$tab.src" of="$M/$tab" bs=256K skip=64 seek=64 conv=notrunc status=none 2>/dev/null &
 	WPID=$!
@@ -240,7 +243,7 @@ say "after fsync and remount: all $got bytes read back"
 unmount_pool "$M"
 rm -rf "$S4" "$T/d.src"
 
-# ---- 5. a load in row order: runs that no merge rewrites -------------------
+# ---- 5. a load in row order: runs written straight, that no merge rewrites --
 
 P6="$T/pool6"; S6="$SP/load"
 mkdir -p "$S6"
@@ -248,9 +251,13 @@ mkpool "$P6" -s 64M -t "l.emb:64:f32"
 mount_pool "$P6" "$M" -o spill="$S6",spill_size=1G $OPTS
 rand_bytes 128M >"$T/l.src"
 dd if="$T/l.src" of="$M/l.emb" bs=1M conv=fsync,notrunc status=none || fail "loading 128 MiB"
-say "load of 128 MiB: $(sf spill.runs spill.run_rows spill.merges spill.merge_moves spill.write_bytes)"
+say "load of 128 MiB: $(sf spill.runs spill.run_rows spill.bulk_runs spill.bulk_rows spill.run_evicted spill.merges spill.merge_moves spill.write_bytes)"
 if ! echo "$OPTS" | grep -q "spill_runs=0"; then
 	[ "$(stat_field "$M" spill.run_rows)" -gt 262144 ] || fail "the load left less than half its rows in runs"
+	# once the pool holds rows to its low watermark (16 MiB of 64), whole
+	# rows in order past the table's end go straight into runs (a bulk load)
+	b=$(stat_field "$M" spill.bulk_rows)
+	[ "$b" -ge $((524288 * 3 / 4)) ] || fail "the load wrote $b of 524288 rows straight into runs (want 3/4 or more)"
 	[ "$(stat_field "$M" spill.merges)" = 0 ] || fail "a load in row order merged runs"
 	wb=$(stat_field "$M" spill.write_bytes)
 	[ "$wb" -le $((128 * 1048576 * 13 / 10)) ] || fail "the device wrote $wb bytes for 128 MiB of rows (more than 1.3x)"

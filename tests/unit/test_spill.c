@@ -23,7 +23,10 @@
  *  - range reads (store_rows_read_range) against a model of the live view
  *    and two snapshots and against the per-row path, over the pool, runs,
  *    tombstones and holes, with skip masks and read-ahead windows; a
- *    damaged run block: EIO for exactly the reads that touch it.
+ *    damaged run block: EIO for exactly the reads that touch it;
+ *  - bulk loads straight into runs (store_rows_append): random appends
+ *    with gaps, reads, a snapshot, pool writes over them, truncation,
+ *    merges, reopening; a device too small; SIGKILL during loads.
  * The pool is on /dev/shm when there is one; the spill file in /tmp (O_DIRECT
  * needs a disk file system).  EMBFS_SEED replays a run (the pools' index
  * layout, the operations, the kill points); TEST_SPILL_ONLY=PART runs one
@@ -59,6 +62,7 @@ static void (*unlocked_fn)(void *);
 /* segments to a new run's list block (0: a block's worth) */
 static uint32_t list_cap;
 static uint64_t order_max; /* store_test_spill.evict_order_max */
+static int bulk_always;    /* store_test_spill.bulk_always */
 
 /* A 64-bit mix of x (splitmix64). */
 static uint64_t mix(uint64_t x)
@@ -74,7 +78,7 @@ static void attach(struct store *s, uint64_t spill_size)
 	struct store_spill_conf c = { .path = spath, .size = spill_size, .manual = 1, .high = 40, .low = 30,
 				      .stubs_only = stubs_only };
 	store_test_spill_hooks(s, &(struct store_test_spill){ .unlocked = unlocked_fn, .run_list_cap = list_cap,
-								  .evict_order_max = order_max });
+								  .evict_order_max = order_max, .bulk_always = bulk_always });
 	if (store_spill_attach(s, &c, err, sizeof(err))) {
 		fprintf(stderr, "attach: %s\n", err);
 		exit(1);
@@ -1876,6 +1880,368 @@ static void runs_hashed(void)
 	order_max = 0;
 }
 
+
+/* ---- bulk loads (store_rows_append) -------------------------------------- */
+
+#define BN 60000u /* 15 MiB of rows: runs of at most 4 MiB on a 64 MiB device */
+
+/* Append rows [first, first + k) of generation g as one bulk write: its result. */
+static int bulk_put(struct store *s, uint32_t id, uint64_t first, size_t k, uint8_t g)
+{
+	static uint8_t buf[1024][RS];
+	CHECK(k <= 1024);
+	for (size_t i = 0; i < k; i++)
+		fill_rs(buf[i], first + i, g);
+	return store_rows_append(s, id, first, k, buf, store_batch_get(s));
+}
+
+/* Every row of [0, n) as gen[] says (0: a hole), through the view snap
+ * (-1: live), read in batches and as ranges. */
+static void bulk_check(struct store *s, int64_t snap, uint32_t id, const uint8_t *gen, uint64_t n)
+{
+	static uint8_t got[512][RS];
+	uint8_t want[RS], stored[512];
+	uint64_t ids[512];
+	for (uint64_t r = 0; r < n; r += 512) {
+		size_t k = n - r < 512 ? (size_t)(n - r) : 512;
+		for (size_t i = 0; i < k; i++)
+			ids[i] = r + (i * 7) % k; /* not in order */
+		OK(t_rows_read_at(s, snap, id, ids, k, got, stored));
+		for (size_t i = 0; i < k; i++) {
+			uint8_t g = gen[ids[i]];
+			if (stored[i] != (g != 0)) {
+				fprintf(stderr, "row %llu: stored %d, want %d\n", (unsigned long long)ids[i], stored[i], g != 0);
+				CHECK(0);
+			}
+			if (g) {
+				fill_rs(want, ids[i], g);
+				CHECK(!memcmp(got[i], want, RS));
+			}
+		}
+	}
+}
+
+/* Bulk loads into a table past the pool: appends of random sizes, in row
+ * order with gaps, read back while a run is open (which seals it), around
+ * a snapshot, then overwritten, deleted and truncated through the pool,
+ * merged and compacted by the mover, and reopened; writes that may not go
+ * straight to a run (below the end, into a table with pool rows) are
+ * refused (0) and the open run of a table that is unlinked goes with it. */
+static void test_bulk(void)
+{
+	stubs_only = 0;
+	bulk_always = 1;
+	struct store *s = fresh(64 << 20, 64 << 20);
+	srand((unsigned)mix(seed ^ 0x62756c6b));
+	uint32_t id, id2;
+	OK(store_table_create(s, "b", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+	static uint8_t gen[BN], sgen[BN];
+	memset(gen, 0, sizeof(gen));
+	uint64_t r = 0, appended = 0, snap_at = 0;
+	struct store_snap sn = { 0 };
+	int snapped = 0;
+	while (r < BN - 100) {
+		if (rand() % 8 == 0)
+			r += (uint64_t)(rand() % 50); /* a gap: holes */
+		size_t k = 1 + (size_t)(rand() % 700);
+		if (k > BN - 100 - r)
+			k = BN - 100 - r;
+		if (!k)
+			break;
+		uint8_t g = (uint8_t)(1 + rand() % 250);
+		CHECK(bulk_put(s, id, r, k, g) == 1);
+		memset(gen + r, g, k);
+		r += k;
+		appended += k;
+		if (rand() % 16 == 0) { /* a read seals the open run */
+			uint8_t got[RS], want[RS];
+			uint64_t q = (uint64_t)rand() % r;
+			CHECK(t_row_read(s, id, q, got) == (gen[q] != 0));
+			if (gen[q]) {
+				fill_rs(want, q, gen[q]);
+				CHECK(!memcmp(got, want, RS));
+			}
+		}
+		if (!snapped && r > BN / 2) {
+			OK(store_snap_create(s, "half", 1, &sn));
+			memcpy(sgen, gen, sizeof(gen));
+			snap_at = r;
+			snapped = 1;
+		}
+	}
+	struct store_attr a;
+	OK(store_table_getattr(s, id, &a));
+	CHECK(a.size == r * RS);
+	CHECK(bulk_put(s, id, r - 1, 1, 9) == 0); /* below the end */
+	bulk_check(s, -1, id, gen, BN);
+	bulk_check(s, sn.idx, id, sgen, snap_at);
+	struct store_spill_stats x = sstats(s);
+	printf("bulk: %llu rows in %llu runs (%llu runs listed), %llu evicted, %llu merges\n",
+	       (unsigned long long)x.bulk_rows, (unsigned long long)x.bulk_runs, (unsigned long long)x.runs,
+	       (unsigned long long)x.run_evicted, (unsigned long long)x.merges);
+	CHECK(x.bulk_rows == appended && x.bulk_runs >= 4 && x.run_evicted == 0);
+	CHECK(x.pmem_versions == 0); /* none went through the pool */
+	/* the pool's writes win over the runs' rows */
+	static uint8_t data[64][RS];
+	struct store_rowop ops[64];
+	for (int i = 0; i < 64; i++) {
+		uint64_t q = (uint64_t)rand() % r;
+		uint8_t g = (uint8_t)(251 + i % 4);
+		fill_rs(data[i], q, g);
+		ops[i] = (struct store_rowop){ q, 0, RS, i % 8 ? data[i] : NULL, 0 };
+		gen[q] = i % 8 ? g : 0;
+	}
+	for (int i = 0; i < 64; i++) /* the last of duplicates wins */
+		OK(store_rows_write(s, id, &ops[i], 1, 0));
+	bulk_check(s, -1, id, gen, BN);
+	/* past every row of the index: still straight into a run */
+	CHECK(bulk_put(s, id, r, 8, 3) == 1);
+	memset(gen + r, 3, 8);
+	r += 8;
+	/* a row of the index past the end (a snapshot keeps it through a
+	 * truncation): rows up to it may not go to a run, the live view must
+	 * read it as a hole, not as a run's newer row */
+	fill_rs(data[0], r + 20, 4);
+	ops[0] = (struct store_rowop){ r + 20, 0, RS, data[0], 0 };
+	OK(store_rows_write(s, id, ops, 1, (r + 21) * RS));
+	struct store_snap sn2;
+	uint8_t got1[RS], want1[RS];
+	OK(store_snap_create(s, "kept", 1, &sn2));
+	OK(store_table_truncate(s, id, (r + 10) * RS));
+	CHECK(bulk_put(s, id, r + 10, 20, 5) == 0);
+	CHECK(bulk_put(s, id, r + 21, 30, 6) == 1);
+	memset(gen + r + 21, 6, 30);
+	bulk_check(s, -1, id, gen, BN);
+	fill_rs(want1, r + 20, 4);
+	CHECK(t_snap_row_read(s, sn2.idx, id, r + 20, got1) == 1 && !memcmp(got1, want1, RS));
+	OK(store_snap_drop(s, "kept"));
+	OK(store_table_truncate(s, id, (BN / 3) * RS));
+	memset(gen + BN / 3, 0, BN - BN / 3);
+	bulk_check(s, -1, id, gen, BN);
+	/* a table unlinked with its run open */
+	OK(store_table_create(s, "c", 0644, 0, 0, RS / 4, EMB_DT_F32, &id2));
+	CHECK(bulk_put(s, id2, 0, 500, 5) == 1);
+	OK(store_table_unlink(s, "c"));
+	OK(store_table_release(s, id2));
+	for (int i = 0; i < 3; i++)
+		OK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL | STORE_SPILL_COMPACT));
+	bulk_check(s, -1, id, gen, BN);
+	bulk_check(s, sn.idx, id, sgen, snap_at);
+	fsck_clean(s);
+	store_close(s);
+	s = open_pool();
+	fsck_clean(s);
+	bulk_check(s, -1, id, gen, BN);
+	bulk_check(s, sn.idx, id, sgen, snap_at);
+	OK(store_snap_drop(s, "half"));
+	OK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL | STORE_SPILL_COMPACT));
+	bulk_check(s, -1, id, gen, BN);
+	fsck_clean(s);
+	store_close(s);
+	bulk_always = 0;
+	stubs_only = 1;
+}
+
+/* Bulk loads wait for a full pool: appends to a new table go to the pool
+ * while its rows fit below the low watermark (0), straight into runs once
+ * they do not (1). */
+static void test_bulk_policy(void)
+{
+	stubs_only = 0;
+	struct store *s = fresh(64 << 20, 64 << 20);
+	uint32_t id, fid;
+	OK(store_table_create(s, "p", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+	OK(store_table_create(s, "fill", 0644, 0, 0, RS / 4, EMB_DT_F32, &fid));
+	static uint8_t data[512][RS];
+	struct store_rowop ops[512];
+	CHECK(bulk_put(s, id, 0, 512, 1) == 0); /* the pool has room: written there */
+	for (int i = 0; i < 512; i++) {
+		fill_rs(data[i], i, 1);
+		ops[i] = (struct store_rowop){ i, 0, RS, data[i], 0 };
+	}
+	OK(store_rows_write(s, id, ops, 512, 512 * RS));
+	uint64_t r = 0;
+	struct store_spill_stats x = sstats(s);
+	while (x.pmem_row_bytes + 512 * RS <= x.pmem_low) { /* the mover is manual: nothing leaves */
+		for (int i = 0; i < 512; i++) {
+			fill_rs(data[i], r + i, 2);
+			ops[i] = (struct store_rowop){ r + i, 0, RS, data[i], 0 };
+		}
+		OK(store_rows_write(s, fid, ops, 512, (r + 512) * RS));
+		r += 512;
+		x = sstats(s);
+	}
+	CHECK(bulk_put(s, id, 512, 512, 3) == 1);
+	CHECK(bulk_put(s, fid, r, 512, 3) == 1); /* past the pool's rows of the table */
+	uint8_t got[RS], want[RS];
+	fill_rs(want, 700, 3);
+	CHECK(t_row_read(s, id, 700, got) == 1 && !memcmp(got, want, RS));
+	fill_rs(want, 100, 1);
+	CHECK(t_row_read(s, id, 100, got) == 1 && !memcmp(got, want, RS));
+	fill_rs(want, r + 5, 3);
+	CHECK(t_row_read(s, fid, r + 5, got) == 1 && !memcmp(got, want, RS));
+	x = sstats(s);
+	CHECK(x.bulk_rows == 1024);
+	fsck_clean(s);
+	store_close(s);
+	stubs_only = 1;
+}
+
+/* A bulk load into a device too small for it: appends go straight to runs
+ * while the device has room past the merge reserve, then are refused (0),
+ * and the ordinary path takes the rest up to its ENOSPC; nothing is lost. */
+static void test_bulk_full(void)
+{
+	stubs_only = 0;
+	bulk_always = 1;
+	struct store *s = fresh(64 << 20, 32 << 20);
+	uint32_t id;
+	OK(store_table_create(s, "f", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+	uint64_t cap = (32u << 20) / RS, r = 0;
+	static uint8_t gen[(32u << 20) / RS];
+	memset(gen, 0, sizeof(gen));
+	int ret;
+	while (r + 512 <= cap && (ret = bulk_put(s, id, r, 512, 7)) == 1) {
+		memset(gen + r, 7, 512);
+		r += 512;
+	}
+	CHECK(r + 512 <= cap && ret == 0);
+	uint64_t bulk_end = r;
+	static uint8_t data[512][RS];
+	struct store_rowop ops[512];
+	for (;;) {
+		for (int i = 0; i < 512; i++) {
+			fill_rs(data[i], r + i, 8);
+			ops[i] = (struct store_rowop){ r + i, 0, RS, data[i], 0 };
+		}
+		if (r + 512 > cap || (ret = store_rows_write(s, id, ops, 512, 0)) != 0)
+			break;
+		memset(gen + r, 8, 512);
+		r += 512;
+	}
+	CHECK(ret == -ENOSPC || (r + 512 > cap && !ret)); /* the pool may hold what the device does not */
+	printf("bulk_full: %llu rows straight to runs, %llu through the pool, of %llu that fit the device\n",
+	       (unsigned long long)bulk_end, (unsigned long long)(r - bulk_end), (unsigned long long)cap);
+	CHECK(bulk_end > 0);
+	bulk_check(s, -1, id, gen, cap);
+	store_close(s);
+	s = open_pool();
+	fsck_clean(s);
+	bulk_check(s, -1, id, gen, cap);
+	store_close(s);
+	bulk_always = 0;
+	stubs_only = 1;
+}
+
+#define BCN 120000u
+
+/* The crash child: appends rows of generation g in random chunks, syncing
+ * every few thousand rows and telling the parent how many are durable. */
+static void bulk_child(int fd, const char *name, uint8_t g)
+{
+	struct store *s = open_pool();
+	uint32_t id;
+	if (store_table_lookup(s, name, &id))
+		_exit(2);
+	uint64_t r = 0, synced = 0;
+	while (r < BCN) {
+		size_t k = 1 + (size_t)(rand() % 1000);
+		if (k > BCN - r)
+			k = BCN - r;
+		if (bulk_put(s, id, r, k, g) != 1)
+			_exit(3);
+		r += k;
+		if (r - synced >= 3000 || r == BCN) {
+			if (store_sync(s))
+				_exit(4);
+			synced = r;
+			uint32_t v = (uint32_t)synced;
+			if (write(fd, &v, sizeof(v)) != sizeof(v))
+				_exit(5);
+		}
+	}
+	pause(); /* killed */
+	_exit(0);
+}
+
+/* SIGKILL at random points of bulk loads: every row synced before is
+ * there, whole; a later row is whole or a hole; the pool checks clean. */
+static void test_bulk_crash(void)
+{
+	stubs_only = 0;
+	bulk_always = 1;
+	struct store *s = fresh(64 << 20, 128 << 20);
+	store_close(s);
+	srand((unsigned)mix(seed ^ 0x62637261)); /* the kill points and chunks */
+	for (int round = 0; round < 5; round++) {
+		char name[16];
+		snprintf(name, sizeof(name), "k%d", round);
+		uint8_t g = (uint8_t)(10 + round);
+		s = open_pool();
+		uint32_t id;
+		if (round) { /* the last round's table goes: the device holds about four */
+			char old[16];
+			snprintf(old, sizeof(old), "k%d", round - 1);
+			OK(store_table_lookup(s, old, &id));
+			OK(store_table_unlink(s, old));
+			OK(store_table_release(s, id));
+		}
+		OK(store_table_create(s, name, 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+		store_close(s);
+		int pfd[2];
+		CHECK(pipe(pfd) == 0);
+		unsigned cseed = (unsigned)rand();
+		pid_t pid = fork();
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			close(pfd[0]);
+			srand(cseed);
+			bulk_child(pfd[1], name, g);
+		}
+		close(pfd[1]);
+		uint32_t synced = 0, v;
+		CHECK(read(pfd[0], &synced, sizeof(synced)) == sizeof(synced));
+		struct timespec ts = { 0, (long)(rand() % 60) * 1000000L };
+		nanosleep(&ts, NULL); /* a random point, on purpose */
+		kill(pid, SIGKILL);
+		while (read(pfd[0], &v, sizeof(v)) == sizeof(v))
+			synced = v;
+		close(pfd[0]);
+		int st;
+		waitpid(pid, &st, 0);
+		if (!WIFSIGNALED(st))
+			fprintf(stderr, "bulk child ended before the kill: status %d\n", WEXITSTATUS(st));
+		CHECK(WIFSIGNALED(st));
+		s = open_pool();
+		fsck_clean(s);
+		struct store_attr a;
+		OK(store_table_getattr(s, id, &a));
+		CHECK(a.size >= (uint64_t)synced * RS);
+		static uint8_t got[512][RS];
+		uint8_t want[RS], stored[512];
+		uint64_t ids[512], holes = 0;
+		for (uint64_t r = 0; r < BCN; r += 512) {
+			size_t k = BCN - r < 512 ? (size_t)(BCN - r) : 512;
+			for (size_t i = 0; i < k; i++)
+				ids[i] = r + i;
+			OK(t_rows_read(s, id, ids, k, got, stored));
+			for (size_t i = 0; i < k; i++) {
+				CHECK(stored[i] || ids[i] >= synced);
+				holes += !stored[i];
+				if (stored[i]) {
+					fill_rs(want, ids[i], g);
+					CHECK(!memcmp(got[i], want, RS));
+				}
+			}
+		}
+		printf("bulk_crash round %d: %u rows synced, %llu of %u past them lost\n", round, synced,
+		       (unsigned long long)holes, BCN - synced);
+		store_close(s);
+	}
+	bulk_always = 0;
+	stubs_only = 1;
+}
+
 static const struct part {
 	const char *name;
 	void (*fn)(void);
@@ -1901,6 +2267,10 @@ static const struct part {
 	{ "kfilter", test_kfilter },
 	{ "range", test_range },
 	{ "trim_tomb", test_trim_tomb },
+	{ "bulk", test_bulk },
+	{ "bulk_policy", test_bulk_policy },
+	{ "bulk_full", test_bulk_full },
+	{ "bulk_crash", test_bulk_crash },
 };
 
 int main(int argc, char **argv)
