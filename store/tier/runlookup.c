@@ -228,6 +228,54 @@ static void wins_point(struct lreq *L)
 	}
 }
 
+/* The buffer a thread reads a request's blocks into, kept for its next
+ * request (up to RBUF_KEEP bytes; freed when the thread ends).  A request
+ * of a training step reads thousands of blocks: tens of MiB, which malloc
+ * maps afresh each time (past glibc's largest mmap threshold), and the
+ * first touch of each fresh page after the device filled it was 30% of
+ * the daemon's time in a spilled training run. */
+#define RBUF_KEEP (64u << 20)
+static __thread char *rbuf_kept;
+static __thread size_t rbuf_cap;
+static pthread_key_t rbuf_key;
+static pthread_once_t rbuf_once = PTHREAD_ONCE_INIT;
+
+static void rbuf_key_make(void)
+{
+	pthread_key_create(&rbuf_key, free);
+}
+
+/* A buffer of total bytes (BLK-aligned), or NULL. */
+static char *rbuf_get(size_t total)
+{
+	char *b = NULL;
+	if (total > RBUF_KEEP)
+		return posix_memalign((void **)&b, BLK, total) ? NULL : b;
+	if (rbuf_cap < total) {
+		size_t cap = 1u << 20;
+		while (cap < total)
+			cap *= 2;
+		pthread_once(&rbuf_once, rbuf_key_make);
+		free(rbuf_kept);
+		rbuf_kept = NULL;
+		rbuf_cap = 0;
+		pthread_setspecific(rbuf_key, NULL);
+		if (posix_memalign((void **)&b, BLK, cap))
+			return NULL;
+		rbuf_kept = b;
+		rbuf_cap = cap;
+		pthread_setspecific(rbuf_key, b);
+	}
+	return rbuf_kept;
+}
+
+/* Done with a buffer of rbuf_get. */
+static void rbuf_put(char *b)
+{
+	if (b != rbuf_kept)
+		free(b);
+}
+
 /* Read every planned block: those of windows L loads into them, the others
  * into one buffer (adjacent blocks of a run in one read), all in one
  * submission; then wait for the windows others load.  0 or -errno.  *bufp:
@@ -241,7 +289,7 @@ static int read_planned(struct lreq *L, char **bufp)
 	*bufp = NULL;
 	char *buf = NULL;
 	struct sreq *q = malloc((nreads ? nreads : 1) * sizeof(*q));
-	if (!q || (total && posix_memalign((void **)&buf, BLK, total))) {
+	if (!q || (total && !(buf = rbuf_get(total)))) {
 		free(q);
 		return -ENOMEM;
 	}
@@ -283,7 +331,7 @@ static int read_planned(struct lreq *L, char **bufp)
 	free(q);
 	ret = wins_wait(L, ret);
 	if (ret) {
-		free(buf);
+		rbuf_put(buf);
 		return ret;
 	}
 	wins_point(L);
@@ -509,7 +557,8 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 				memcpy(r->dst, o->dst, L.rs);
 		}
 	ra_win_put_all(&L);
-	free(buf);
+	if (buf)
+		rbuf_put(buf);
 	free(L.br);
 	free(L.lk);
 	free(L.win);
