@@ -147,6 +147,7 @@ struct cache {
 	pthread_mutex_t pres_lock;   /* writeback.c's, as are all fields below */
 	struct pres *pres;           /* protected by pres_lock */
 	uint64_t npres;
+	_Atomic int kicked;     /* dirty rows fill a full shard: write back now (cache_dirty_kick) */
 	int stop;               /* protected by wake_lock */
 	pthread_mutex_t wake_lock;
 	pthread_cond_t wake;
@@ -319,6 +320,14 @@ static inline int write_needs(struct cache *c, struct centry *e, uint64_t batch)
 	return W_COPY | (prom ? W_PROMISE : 0);
 }
 
+/* A shard nearly full (7/8 of its budget) is half dirty (256 rows or
+ * more): the flusher writes back every dirty row now, not only those of
+ * dirty_age_ms, so that writers that need room do not find only dirty rows
+ * and write back themselves (a training step on a spilled table waited
+ * 1.6-3 s a window for that).  Shard lock held. */
+#define DIRTY_KICK_MIN 256u
+void cache_dirty_kick(struct cache *c);
+
 /* The entry was written in `batch`; w: what write_needs() said (its promise
  * taken, its copy made). */
 static inline void mark_dirty(struct cache *c, struct shard *sh, struct centry *e, uint64_t batch, int w)
@@ -338,6 +347,8 @@ static inline void mark_dirty(struct cache *c, struct shard *sh, struct centry *
 	TS_ADD(t, dirty, 1);
 	if (e->flags & F_NEW)
 		TS_ADD(t, new_dirty, 1);
+	if (sh->ndirty >= DIRTY_KICK_MIN && sh->ndirty > sh->nvalid / 2 && sh->bytes > sh->budget - sh->budget / 8)
+		cache_dirty_kick(c);
 }
 
 /* ---- lent by rows.c (the mechanism); shard lock held ---------------------- */

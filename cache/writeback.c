@@ -501,6 +501,12 @@ static uint64_t oldest_dirty(struct cache *c)
 	return low;
 }
 
+void cache_dirty_kick(struct cache *c)
+{
+	if (!atomic_load_explicit(&c->kicked, memory_order_relaxed) && !atomic_exchange(&c->kicked, 1))
+		pthread_cond_signal(&c->wake);
+}
+
 static void *flusher_main(void *arg)
 {
 	struct cache *c = arg;
@@ -515,13 +521,15 @@ static void *flusher_main(void *arg)
 			t.tv_sec++;
 			t.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&c->wake, &c->wake_lock, &t);
+		if (!atomic_load(&c->kicked)) /* a kick while the last round ran is not lost */
+			pthread_cond_timedwait(&c->wake, &c->wake_lock, &t);
 		if (c->stop)
 			break;
+		int kicked = atomic_exchange(&c->kicked, 0);
 		pthread_mutex_unlock(&c->wake_lock);
 		/* rows dirtied before this round began go now: none waits past
-		 * two rounds, i.e. dirty_age_ms */
-		struct pick p = { -1, 1, 0 };
+		 * two rounds, i.e. dirty_age_ms; after a kick, every dirty row */
+		struct pick p = { -1, !kicked, 0 };
 		pthread_mutex_lock(&c->flush_lock);
 		int r = writeback_rounds(c, 0, c->nshards, &p);
 		atomic_fetch_add(&c->round, 1);

@@ -799,6 +799,30 @@ static void test_age(void)
 	cache_destroy(c);
 }
 
+/* Dirty rows that fill a shard (7/8 of its budget, half of its rows) make
+ * the flusher write every dirty row back at once, whatever their age:
+ * writers that need room then find clean rows to evict. */
+static void test_kick(void)
+{
+	reset();
+	struct cache *c = mk(4000, 1, 600000); /* the age would be 10 minutes */
+	uint8_t w[RS];
+	memset(w, 5, RS);
+	for (uint64_t r = 0; r < 1000; r++)
+		CHECK(cache_write(c, 0, RS, r, 0, RS, w, 1, NULL) == 0);
+	struct timespec d = { 0, 2000000 };
+	for (int i = 0; i < 50; i++)
+		nanosleep(&d, NULL);
+	CHECK(F.writebacks == 0); /* a quarter full: the age decides */
+	for (uint64_t r = 1000; r < 3800; r++)
+		CHECK(cache_write(c, 0, RS, r, 0, RS, w, 1, NULL) == 0);
+	for (int i = 0; i < 2500 && F.writebacks < 3800; i++)
+		nanosleep(&d, NULL); /* waits for the condition, bounded at ~5 s */
+	printf("  %ld of 3800 dirty rows written back by the flusher (dirty_age_ms 600000)\n", (long)F.writebacks);
+	CHECK(F.writebacks == 3800 && F.rows[3799][0] == 5 && F.rows[0][0] == 5);
+	cache_destroy(c);
+}
+
 /* Entry and bucket bytes per cached row, measured. */
 static void test_overhead(void)
 {
@@ -1073,6 +1097,8 @@ int main(void)
 	printf("busy snapshot ok\n");
 	test_age();
 	printf("age ok\n");
+	test_kick();
+	printf("kick ok\n");
 	test_overhead();
 	printf("overhead ok\n");
 	test_threads();
