@@ -172,7 +172,8 @@ static int apply_write(struct cache *c, struct shard *sh, struct centry *e, int 
 	}
 	memcpy(e_data(sh, e) + off, data, len);
 	e->flags |= F_REF;
-	mark_dirty(c, sh, e, batch, w);
+	if (mark_dirty(c, sh, e, batch, w))
+		cache_dirty_kick(c);
 	return 0;
 }
 
@@ -267,7 +268,8 @@ static int write_insert(struct cache *c, struct shard *sh, uint32_t table, uint3
 	memcpy(e_data(sh, e), base, rs);
 	if (!stored)
 		e->flags |= F_NEW;
-	mark_dirty(c, sh, e, batch, w);
+	if (mark_dirty(c, sh, e, batch, w))
+		cache_dirty_kick(c);
 	sh->misses++;
 	pthread_mutex_unlock(&sh->lock);
 	TS_ADD(t, misses, 1);
@@ -421,7 +423,8 @@ static int apply_update(struct cache *c, struct shard *sh, struct centry *e, int
 	}
 	u->fn(u->ctx, i, e_data(sh, e), e_stored(e));
 	e->flags |= F_REF;
-	mark_dirty(c, sh, e, batch, w);
+	if (mark_dirty(c, sh, e, batch, w))
+		cache_dirty_kick(c);
 	return 0;
 }
 

@@ -321,16 +321,17 @@ static inline int write_needs(struct cache *c, struct centry *e, uint64_t batch)
 }
 
 /* A shard nearly full (7/8 of its budget) is half dirty (256 rows or
- * more): the flusher writes back every dirty row now, not only those of
- * dirty_age_ms, so that writers that need room do not find only dirty rows
- * and write back themselves (a training step on a spilled table waited
- * 1.6-3 s a window for that).  Shard lock held. */
+ * more): the flusher is to write back every dirty row now, not only those
+ * of dirty_age_ms, so that writers that need room do not find only dirty
+ * rows and write back themselves (a training step on a spilled table
+ * waited 1.6-3 s a window for that): mark_dirty says so, its caller calls
+ * cache_dirty_kick (writeback.c). */
 #define DIRTY_KICK_MIN 256u
-void cache_dirty_kick(struct cache *c);
 
 /* The entry was written in `batch`; w: what write_needs() said (its promise
- * taken, its copy made). */
-static inline void mark_dirty(struct cache *c, struct shard *sh, struct centry *e, uint64_t batch, int w)
+ * taken, its copy made).  1: the shard is full of dirty rows (see
+ * DIRTY_KICK_MIN), 0 otherwise. */
+static inline int mark_dirty(struct cache *c, struct shard *sh, struct centry *e, uint64_t batch, int w)
 {
 	if (w == W_PROMISE)
 		e->flags |= F_PROM; /* with W_COPY the copy holds it */
@@ -339,7 +340,7 @@ static inline void mark_dirty(struct cache *c, struct shard *sh, struct centry *
 	if (e->flags & F_BUSY)
 		e->flags |= F_REDIRTY;
 	if (e->flags & F_DIRTY)
-		return;
+		return 0;
 	struct tstat *t = tst(c, e->table);
 	e->flags |= F_DIRTY;
 	e->round = atomic_load_explicit(&c->round, memory_order_relaxed);
@@ -347,8 +348,7 @@ static inline void mark_dirty(struct cache *c, struct shard *sh, struct centry *
 	TS_ADD(t, dirty, 1);
 	if (e->flags & F_NEW)
 		TS_ADD(t, new_dirty, 1);
-	if (sh->ndirty >= DIRTY_KICK_MIN && sh->ndirty > sh->nvalid / 2 && sh->bytes > sh->budget - sh->budget / 8)
-		cache_dirty_kick(c);
+	return sh->ndirty >= DIRTY_KICK_MIN && sh->ndirty > sh->nvalid / 2 && sh->bytes > sh->budget - sh->budget / 8;
 }
 
 /* ---- lent by rows.c (the mechanism); shard lock held ---------------------- */
@@ -388,6 +388,8 @@ int cache_drain_preserved(struct cache *c);
 /* An inserting thread found only dirty rows to evict in shard si: write
  * some of them back. */
 int cache_make_clean(struct cache *c, uint32_t si);
+/* Wake the flusher for a round of every dirty row (mark_dirty said so). */
+void cache_dirty_kick(struct cache *c);
 /* The flusher thread (when dirty_age_ms): started by cache_create(),
  * stopped by cache_destroy(); 0 or -EAGAIN. */
 int cache_flusher_start(struct cache *c);

@@ -341,6 +341,16 @@ static inline size_t u64_lower_bound(const uint64_t *v, size_t n, uint64_t x)
  * or -EIO once the pool file has failed a write-back: callers stop and pass
  * it up. */
 void pm_flush(struct store *s, const void *addr, size_t len);
+/* Raise st's size to at least size and set mtime/ctime, without a commit:
+ * durable with the next commit or barrier (store_table_extend, bulk loads). */
+static inline void table_extend(struct store *s, struct stable *st, uint64_t size)
+{
+	uint64_t now = now_ns();
+	max64(&st->t->size, size);
+	st64(&st->t->mtime_ns, now);
+	st64(&st->t->ctime_ns, now);
+	pm_flush(s, st->t, 128);
+}
 int pm_barrier(struct store *s) __attribute__((warn_unused_result));
 /* Durable by the next barrier of any thread, without waiting for the device
  * now: on PMem flushed and fenced here (cheap), on a plain file left to the

@@ -256,10 +256,6 @@ int store_table_extend(struct store *s, uint32_t id, uint64_t size)
 	struct stable *st = tab_get(s, id);
 	if (!st)
 		return -ENOENT;
-	uint64_t now = now_ns();
-	max64(&st->t->size, size);
-	st64(&st->t->mtime_ns, now);
-	st64(&st->t->ctime_ns, now);
-	pm_flush(s, st->t, 128);
+	table_extend(s, st, size);
 	return 0;
 }

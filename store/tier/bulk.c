@@ -226,7 +226,9 @@ static int bulk_may(struct store *s, struct stable *st, const struct bulk *b, ui
 	if (first * (uint64_t)rs < ld64(&st->t->size) || (st->t->flags & EMB_T_DYING))
 		return 0;
 	int follows = b && b->table == st->id && b->gen == st->t->gen && first >= b->next;
-	if (!follows && !sp->bulk_always && row_usage(s) + n * (uint64_t)slab_row_slot(rs) <= sp->low_bytes)
+	uint64_t used, slabs, nv;
+	slab_row_usage(s, &used, &slabs, &nv);
+	if (!follows && !sp->bulk_always && used + n * (uint64_t)slab_row_slot(rs) <= sp->low_bytes)
 		return 0;
 	pthread_rwlock_rdlock(&st->lock);
 	int ok = index_none_from(s, st, first);
@@ -245,7 +247,10 @@ int store_rows_append(struct store *s, uint32_t id, uint64_t first, size_t n, co
 	if (!st)
 		return -ENOENT;
 	uint32_t rs = st->t->row_size;
-	if (first + n < first || first + n > store_max_row(rs) + 1)
+	uint64_t max_row = (uint64_t)INT64_MAX / rs - 1; /* as store_max_row */
+	if (max_row > EMB_ROW_ID_MAX)
+		max_row = EMB_ROW_ID_MAX;
+	if (first + n < first || first + n > max_row + 1)
 		return 0; /* the ordinary path says what is wrong */
 	if (first * (uint64_t)rs < ld64(&st->t->size))
 		return 0; /* the common case of a write that is not a load's */
@@ -290,7 +295,7 @@ int store_rows_append(struct store *s, uint32_t id, uint64_t first, size_t n, co
 		if (!ret) {
 			b->rows += n;
 			b->next = first + n;
-			ret = store_table_extend(s, id, (first + n) * (uint64_t)rs);
+			table_extend(s, st, (first + n) * (uint64_t)rs);
 		}
 		if (ret) /* a device error: what it took is lost, and so are the run's rows */
 			bulk_seal_locked(s);

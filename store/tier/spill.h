@@ -225,8 +225,6 @@ void seg_live_add(struct store *s, uint64_t loc, uint32_t rsz, int sign);
 void device_read(struct spill *sp, struct sreq *q, size_t n);
 /* A reader enters (d = 1) or leaves (-1) the segment of loc. */
 void pin(struct spill *sp, uint64_t loc, int d);
-/* mover.c: bytes of row slots the pool's row versions use. */
-uint64_t row_usage(struct store *s);
 uint32_t free_segs(struct spill *sp);
 /* A free segment nobody writes, marked busy (sp->mu), leaving `keep` free
  * ones: its index, or EMB_NONE. */
