@@ -51,8 +51,7 @@ uint32_t store_dtype_size(uint32_t dtype)
 
 uint64_t store_max_row(uint32_t row_size)
 {
-	uint64_t off_max = (uint64_t)INT64_MAX / (row_size ? row_size : 1) - 1;
-	return off_max < EMB_ROW_ID_MAX ? off_max : EMB_ROW_ID_MAX;
+	return row_id_max(row_size);
 }
 
 uint64_t store_max_size(uint32_t row_size)

@@ -341,6 +341,14 @@ static inline size_t u64_lower_bound(const uint64_t *v, size_t n, uint64_t x)
  * or -EIO once the pool file has failed a write-back: callers stop and pass
  * it up. */
 void pm_flush(struct store *s, const void *addr, size_t len);
+/* The largest row id of a table of row_size-byte rows (store_max_row): its
+ * bytes' end fits an off_t, the id fits the version key. */
+static inline uint64_t row_id_max(uint32_t row_size)
+{
+	uint64_t off_max = (uint64_t)INT64_MAX / (row_size ? row_size : 1) - 1;
+	return off_max < EMB_ROW_ID_MAX ? off_max : EMB_ROW_ID_MAX;
+}
+
 /* Raise st's size to at least size and set mtime/ctime, without a commit:
  * durable with the next commit or barrier (store_table_extend, bulk loads). */
 static inline void table_extend(struct store *s, struct stable *st, uint64_t size)

@@ -43,16 +43,13 @@ static uint64_t bulk_max_rows(const struct spill *sp, uint32_t rs)
 	return cap ? cap : 1;
 }
 
-/* Segments the run takes with `rows` rows (data, lists, fences, filter). */
+/* Segments the run takes with `rows` rows (data, lists, fences, filter):
+ * one record a row, as run_build_finish will count them. */
 static uint64_t bulk_segs(const struct run_build *w, uint64_t rows)
 {
-	uint64_t bps = w->sp->pm->seg_size / w->bs;
-	uint64_t nblocks = (rows + w->per_blk - 1) / w->per_blk;
-	uint64_t bits = rows * BLOOM_BITS_PER_REC < 64 ? 64 : rows * BLOOM_BITS_PER_REC;
-	size_t ab = nblocks * 8 + run_bloom_words(bits) * 8;
-	uint64_t cap = w->sp->list_cap && w->sp->list_cap < run_list_room(w->bs) ? w->sp->list_cap
-										 : run_list_room(w->bs);
-	return run_segs(nblocks, ab, w->bs, bps, cap);
+	uint64_t bits, cap;
+	size_t ab;
+	return run_build_segs(w, (rows + w->per_blk - 1) / w->per_blk, rows, &bits, &ab, &cap);
 }
 
 /* Give back the open run's claimed segments past the first `keep`. */
@@ -137,7 +134,7 @@ static int bulk_seal_locked(struct store *s)
 	}
 	if (w->slot >= 0) { /* not installed: its directory slot goes back */
 		pthread_mutex_lock(&s->commit_lock);
-		sp->rd_held[w->slot] = 0;
+		sp->bulk_slot = -1;
 		pthread_mutex_unlock(&s->commit_lock);
 	}
 	run_build_free(w, 1);
@@ -188,10 +185,10 @@ static int bulk_open(struct store *s, struct stable *st, uint64_t first)
 	size_t nfree = 0;
 	pthread_mutex_lock(&s->commit_lock);
 	for (size_t i = 0; i < EMB_RUNDIR_CAP; i++)
-		if (!sp->rd->run[i].state && !sp->rd_held[i] && nfree++ == 0)
+		if (!sp->rd->run[i].state && (int64_t)i != sp->bulk_slot && nfree++ == 0)
 			b->w.slot = (int64_t)i;
 	if (nfree > BULK_DIR_SPARE)
-		sp->rd_held[b->w.slot] = 1;
+		sp->bulk_slot = b->w.slot;
 	pthread_mutex_unlock(&s->commit_lock);
 	if (nfree <= BULK_DIR_SPARE) {
 		b->w.slot = -1;
@@ -247,59 +244,50 @@ int store_rows_append(struct store *s, uint32_t id, uint64_t first, size_t n, co
 	if (!st)
 		return -ENOENT;
 	uint32_t rs = st->t->row_size;
-	uint64_t max_row = (uint64_t)INT64_MAX / rs - 1; /* as store_max_row */
-	if (max_row > EMB_ROW_ID_MAX)
-		max_row = EMB_ROW_ID_MAX;
-	if (first + n < first || first + n > max_row + 1)
+	if (first + n < first || first + n > row_id_max(rs) + 1)
 		return 0; /* the ordinary path says what is wrong */
 	if (first * (uint64_t)rs < ld64(&st->t->size))
 		return 0; /* the common case of a write that is not a load's */
 	pthread_mutex_lock(&sp->bulk_mu);
-	int ret = atomic_load(&sp->bulk_err);
+	int ret = atomic_load(&sp->bulk_err), ok = 0;
 	struct bulk *b = sp->bulk;
-	int ok = !ret && bulk_may(s, st, b, first, n);
-	if (!ok) {
-		pthread_mutex_unlock(&sp->bulk_mu);
-		return ret;
-	}
+	if (ret || n > bulk_max_rows(sp, rs) || !bulk_may(s, st, b, first, n))
+		goto out; /* (more rows than a run holds: the ordinary path) */
 	if (b && (b->table != id || b->gen != st->t->gen || first < b->next || b->rows + n > b->max_rows)) {
-		if (!ret)
-			ret = bulk_seal_locked(s);
 		b = NULL;
+		if ((ret = bulk_seal_locked(s)))
+			goto out;
 	}
-	if (!ret && ok && !b) {
+	if (!b) {
 		int r = bulk_open(s, st, first);
-		ret = r < 0 ? r : 0;
-		ok = r > 0;
+		if (r <= 0) {
+			ret = r;
+			goto out;
+		}
 		b = sp->bulk;
 	}
-	if (!ret && ok && b && n > b->max_rows)
-		ok = 0; /* a run could not hold it */
-	if (!ret && ok) {
-		/* room first: a write that cannot be placed takes the
-		 * ordinary path (and its ENOSPC, or the mover's room) */
-		int r = bulk_claim(b, b->rows + n);
-		if (r == -ENOSPC) {
+	/* room first: a write that cannot be placed takes the ordinary path
+	 * (and its ENOSPC, or the mover's room) */
+	ret = bulk_claim(b, b->rows + n);
+	if (ret) {
+		if (ret == -ENOSPC)
 			ret = bulk_seal_locked(s);
-			ok = 0;
-		} else {
-			ret = r;
-		}
+		goto out;
 	}
-	if (!ret && ok) {
-		const char *p = rows;
-		for (size_t i = 0; i < n && !ret; i++) {
-			const char *d = p + i * (size_t)rs;
-			ret = run_build_row(&b->w, first + i, &batch, &d, 1);
-		}
-		if (!ret) {
-			b->rows += n;
-			b->next = first + n;
-			table_extend(s, st, (first + n) * (uint64_t)rs);
-		}
-		if (ret) /* a device error: what it took is lost, and so are the run's rows */
-			bulk_seal_locked(s);
+	const char *p = rows;
+	for (size_t i = 0; i < n && !ret; i++) {
+		const char *d = p + i * (size_t)rs;
+		ret = run_build_row(&b->w, first + i, &batch, &d, 1);
 	}
+	if (ret) { /* a device error: what it took is lost, and so are the run's rows */
+		bulk_seal_locked(s);
+		goto out;
+	}
+	b->rows += n;
+	b->next = first + n;
+	table_extend(s, st, (first + n) * (uint64_t)rs);
+	ok = 1;
+out:
 	pthread_mutex_unlock(&sp->bulk_mu);
 	return ret ? ret : ok;
 }

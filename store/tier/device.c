@@ -746,6 +746,7 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	pthread_mutex_init(&sp->mu, NULL);
 	pthread_mutex_init(&sp->round_lock, NULL);
 	pthread_mutex_init(&sp->bulk_mu, NULL);
+	sp->bulk_slot = -1;
 	pthread_cond_init(&sp->cv, NULL);
 	pthread_cond_init(&sp->done_cv, NULL);
 	if (sp->fd < 0 || !sp->pins || !sp->seg_busy || !sp->heat || !sp->wbuf || !sp->rbuf) {

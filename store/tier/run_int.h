@@ -128,6 +128,13 @@ struct run_build {
 	int err;
 };
 
+/* runbuild.c: segments a run w builds takes with nblocks blocks of nrows
+ * rows, with its list blocks, fences and filter; *bloom_bits, *ab (bytes
+ * of fences and filter) and *cap (segments to a list block) as it makes
+ * them.  run_build_finish claims that many; a bulk load claims them ahead. */
+uint64_t run_build_segs(const struct run_build *w, uint64_t nblocks, uint64_t nrows, uint64_t *bloom_bits,
+			size_t *ab, uint64_t *cap);
+
 /* run.c */
 /* The device offset of block i of run x (its arrays loaded). */
 uint64_t run_blk_loc(const struct spill *sp, const struct srun *x, uint64_t i);

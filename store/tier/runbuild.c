@@ -148,6 +148,16 @@ static int run_build_raw(struct run_build *w, const void *src, size_t len)
 	return w->nbuf == w->cap ? run_build_flush(w) : 0;
 }
 
+uint64_t run_build_segs(const struct run_build *w, uint64_t nblocks, uint64_t nrows, uint64_t *bloom_bits,
+			size_t *ab, uint64_t *cap)
+{
+	const struct spill *sp = w->sp;
+	*bloom_bits = nrows * BLOOM_BITS_PER_REC < 64 ? 64 : nrows * BLOOM_BITS_PER_REC;
+	*ab = nblocks * 8 + run_bloom_words(*bloom_bits) * 8;
+	*cap = sp->list_cap && sp->list_cap < run_list_room(w->bs) ? sp->list_cap : run_list_room(w->bs);
+	return run_segs(nblocks, *ab, w->bs, sp->pm->seg_size / w->bs, *cap);
+}
+
 /* Write what is left, then the meta blocks (segments, fences, filter), and
  * make it all durable. */
 int run_build_finish(struct run_build *w)
@@ -160,11 +170,9 @@ int run_build_finish(struct run_build *w)
 	if (w->err)
 		return w->err;
 	w->nblocks = w->fences.n;
-	w->bloom_bits = w->rows.n * BLOOM_BITS_PER_REC < 64 ? 64 : w->rows.n * BLOOM_BITS_PER_REC;
-	size_t ab = w->nblocks * 8 + run_bloom_words(w->bloom_bits) * 8;
-	uint64_t nmeta = (ab + w->bs - 1) / w->bs, bps = sp->pm->seg_size / w->bs;
-	uint64_t cap = sp->list_cap && sp->list_cap < run_list_room(w->bs) ? sp->list_cap : run_list_room(w->bs);
-	uint64_t nsegs = run_segs(w->nblocks, ab, w->bs, bps, cap), nl = run_list_blocks(nsegs, cap);
+	size_t ab;
+	uint64_t cap, nsegs = run_build_segs(w, w->nblocks, w->rows.n, &w->bloom_bits, &ab, &cap);
+	uint64_t nmeta = (ab + w->bs - 1) / w->bs, bps = sp->pm->seg_size / w->bs, nl = run_list_blocks(nsegs, cap);
 	w->list_cap = (uint32_t)cap;
 	if (nsegs > UINT32_MAX)
 		return w->err = -EFBIG;
@@ -244,7 +252,7 @@ int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t lev
 	struct emb_rundir *rd = sp->rd;
 	volatile size_t slot = w->slot >= 0 ? (size_t)w->slot : EMB_RUNDIR_CAP;
 	for (size_t i = 0; i < EMB_RUNDIR_CAP && slot == EMB_RUNDIR_CAP; i++)
-		if (!rd->run[i].state && !sp->rd_held[i])
+		if (!rd->run[i].state && (int64_t)i != sp->bulk_slot)
 			slot = i;
 	if (slot == EMB_RUNDIR_CAP)
 		return -ENOSPC;
@@ -275,7 +283,7 @@ int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t lev
 	if (ret)
 		return ret;
 	if (w->slot >= 0) {
-		sp->rd_held[w->slot] = 0;
+		sp->bulk_slot = -1;
 		w->slot = -1;
 	}
 	struct srun *x = srun_new(sp, &rd->run[slot], w->arrays);

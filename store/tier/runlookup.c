@@ -557,8 +557,7 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 				memcpy(r->dst, o->dst, L.rs);
 		}
 	ra_win_put_all(&L);
-	if (buf)
-		rbuf_put(buf);
+	rbuf_put(buf);
 	free(L.br);
 	free(L.lk);
 	free(L.win);

@@ -191,9 +191,9 @@ struct spill {
 	_Atomic uint32_t bulk_tab;
 	_Atomic uint64_t bulk_lo;  /* its first row (EMB_NONE: none yet) */
 	_Atomic int bulk_err;
-	/* run directory slots held for open bulk runs, which other runs do
-	 * not take (commit_lock) */
-	uint8_t rd_held[EMB_RUNDIR_CAP];
+	/* the run directory slot held for the open bulk run, which other runs
+	 * do not take, or -1 (commit_lock) */
+	int64_t bulk_slot;
 	_Atomic uint64_t bulk_runs, bulk_rows;
 };
 
