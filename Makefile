@@ -64,7 +64,7 @@ $(BUILD)/mkfs.embfs: $(BUILD)/mkfs/mkfs.o $(BUILD)/libstore.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(STORE_LIBS)
 
 # embfsctl uses only the files of a mount: no library of the daemon
-$(BUILD)/embfsctl: embfsctl/embfsctl.c include/embfs/version.h
+$(BUILD)/embfsctl: embfsctl/embfsctl.c include/embfs/version.h include/embfs/utf8.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
 

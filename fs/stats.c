@@ -22,38 +22,12 @@
 #include <string.h>
 
 #include "fs.h"
+#include "embfs/utf8.h"
 
 struct stats_out {
 	FILE *f;
 	int metrics;
 };
-
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if none. */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-	size_t len;
-	uint32_t c;
-	if (p[0] < 0x80)
-		return 1;
-	if (p[0] >= 0xc2 && p[0] <= 0xdf)
-		len = 2, c = p[0] & 0x1f;
-	else if (p[0] >= 0xe0 && p[0] <= 0xef)
-		len = 3, c = p[0] & 0x0f;
-	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-		len = 4, c = p[0] & 0x07;
-	else
-		return 0;
-	if (n < len)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		c = c << 6 | (p[i] & 0x3f);
-	}
-	if ((len == 3 && (c < 0x800 || (c >= 0xd800 && c <= 0xdfff))) || (len == 4 && (c < 0x10000 || c > 0x10ffff)))
-		return 0;
-	return len;
-}
 
 /* s into .embfs/stats; key: s is part of a key (space and '=' escaped too). */
 static void put_stats_text(FILE *f, const char *s, int key)
@@ -61,7 +35,7 @@ static void put_stats_text(FILE *f, const char *s, int key)
 	const unsigned char *p = (const unsigned char *)s;
 	size_t n = strlen(s);
 	while (n) {
-		size_t len = utf8_seq(p, n);
+		size_t len = embfs_utf8_seq(p, n);
 		if (len == 1 && (*p < 0x20 || *p == 0x7f || *p == '\\' || (key && (*p == ' ' || *p == '='))))
 			len = 0;
 		if (len == 0) {
@@ -81,7 +55,7 @@ static void put_label(FILE *f, const char *s)
 	const unsigned char *p = (const unsigned char *)s;
 	size_t n = strlen(s);
 	while (n) {
-		size_t len = utf8_seq(p, n);
+		size_t len = embfs_utf8_seq(p, n);
 		if (len == 0) {
 			fprintf(f, "\\\\x%02x", *p);
 			len = 1;
