@@ -238,8 +238,7 @@ static int slot_find(struct store *s, uint32_t *id)
 			volatile int ret = 0;
 			static const struct emb_table zero;
 			uint64_t free_sum = catalog_entry_csum(&zero);
-			pthread_mutex_lock(&s->meta_lock);
-			TX_BEGIN(s->pop) {
+			META_TX(s) {
 				PMEMoid o = pmemobj_tx_zalloc(EMB_CHUNK_ALLOC, 0);
 				struct emb_table *tab = pmemobj_direct(o);
 				for (uint32_t k = 0; k < EMB_CAT_PER_CHUNK; k++)
@@ -248,11 +247,7 @@ static int slot_find(struct store *s, uint32_t *id)
 				pmemobj_tx_add_range_direct(&s->sb->cat_chunks[c], 8);
 				s->sb->cat_chunks[c] = o.off;
 				super_seal_tx(s);
-			} TX_ONABORT {
-				ret = pm_tx_errno();
-			} TX_END
-			ret = pm_tx_end(s, ret);
-			pthread_mutex_unlock(&s->meta_lock);
+			} META_TX_END(s, ret);
 			if (ret)
 				return ret;
 		}
@@ -289,8 +284,7 @@ static int table_create(struct store *s, const char *name, int orphan, uint32_t 
 		goto out;
 	struct emb_table *volatile t = entry(s, *id);
 	uint64_t now = now_ns();
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		pmemobj_tx_add_range_direct(t, sizeof(*t));
 		pmemobj_tx_add_range_direct(&s->sb->next_gen, 8);
 		memset(t, 0, sizeof(*t));
@@ -307,11 +301,7 @@ static int table_create(struct store *s, const char *name, int orphan, uint32_t 
 		t->flags = EMB_T_USED | (orphan ? EMB_T_ORPHAN : 0);
 		catalog_seal_tx(t);
 		super_seal_tx(s);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (ret)
 		goto out;
 	struct stable *st = stable_new(s, *id, t);
@@ -396,8 +386,7 @@ int store_table_setattr(struct store *s, uint32_t id, const struct store_attr *a
 	 * those atomically without cat_lock, and a transaction's undo would
 	 * put back stale copies.  The times are set atomically too, after it. */
 	if (mask & (STORE_SET_MODE | STORE_SET_UID | STORE_SET_GID)) {
-		pthread_mutex_lock(&s->meta_lock);
-		TX_BEGIN(s->pop) {
+		META_TX(s) {
 			pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, size));
 			if (mask & STORE_SET_MODE)
 				t->mode = a->mode;
@@ -406,11 +395,7 @@ int store_table_setattr(struct store *s, uint32_t id, const struct store_attr *a
 			if (mask & STORE_SET_GID)
 				t->gid = a->gid;
 			catalog_seal_tx(t);
-		} TX_ONABORT {
-			ret = pm_tx_errno();
-		} TX_END
-		ret = pm_tx_end(s, ret);
-		pthread_mutex_unlock(&s->meta_lock);
+		} META_TX_END(s, ret);
 		if (ret)
 			goto out;
 	}
@@ -441,18 +426,13 @@ int store_table_unlink(struct store *s, const char *name)
 		ret = -ENOENT;
 		goto out;
 	}
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		/* not size, nrows and the times: extends change them atomically
 		 * without these locks (store_table_setattr) */
 		pmemobj_tx_add_range_direct(st->t, offsetof(struct emb_table, size));
 		st->t->flags |= EMB_T_ORPHAN;
 		catalog_seal_tx(st->t);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (!ret) {
 		st64(&st->t->ctime_ns, now_ns());
 		pm_flush(s, &st->t->ctime_ns, 8);
@@ -474,8 +454,7 @@ static int take_name(struct store *s, struct stable *st, struct stable *victim, 
 	size_t len = strnlen(name, EMB_NAME_MAX); /* name may be victim's */
 	memcpy(nm, name, len);
 	nm[len] = 0;
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		/* not size, nrows and the times: extends change them atomically
 		 * without these locks (store_table_setattr) */
 		if (victim) {
@@ -489,11 +468,7 @@ static int take_name(struct store *s, struct stable *st, struct stable *victim, 
 		memset(st->t->name, 0, sizeof(st->t->name));
 		strcpy(st->t->name, nm);
 		catalog_seal_tx(st->t);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (!ret) {
 		uint64_t now = now_ns();
 		if (victim) {
@@ -568,16 +543,11 @@ int catalog_free_locked(struct store *s, struct stable *st)
 	/* the entry is cleared under cat_lock: stats and listings read it
 	 * (s->tab still names it) under cat_lock shared */
 	pthread_rwlock_wrlock(&s->cat_lock);
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		pmemobj_tx_add_range_direct(st->t, sizeof(*st->t));
 		memset(st->t, 0, sizeof(*st->t));
 		st->t->csum = catalog_entry_csum(st->t); /* a free entry's */
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (!ret)
 		stable_free(s, st);
 	pthread_rwlock_unlock(&s->cat_lock);
@@ -604,15 +574,10 @@ int store_table_next(struct store *s, uint32_t *cursor, struct store_attr *a)
 int catalog_trim_done(struct store *s, struct stable *st)
 {
 	volatile int ret = 0;
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		pmemobj_tx_add_range_direct(&st->t->trim_from, 8);
 		st->t->trim_from = EMB_NONE;
 		catalog_seal_tx(st->t);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	return ret;
 }

@@ -91,13 +91,11 @@ static int perm_put(struct store *s, struct emb_dirperm *f, const struct emb_dir
 	volatile int ret = pm_writable(s);
 	if (ret)
 		return ret;
-	TX_BEGIN(s->pop) {
+	PM_TX(s) {
 		pmemobj_tx_add_range_direct(f, sizeof(*f));
 		*f = *r;
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	return pm_tx_end(s, ret);
+	} PM_TX_END(s, ret);
+	return ret;
 }
 
 int store_dir_perm_set(struct store *s, enum store_dir which, const struct store_dir_perm *p)

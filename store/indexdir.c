@@ -143,8 +143,7 @@ static int seg_put(struct emb_seg *seg, struct ihash h, uint64_t v)
 static int index_create(struct store *s, struct stable *st)
 {
 	volatile int ret = 0;
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		struct emb_seg *seg = seg_new_tx(s, 0, 0, EMB_SEG_SMALL);
 		PMEMoid d = pmemobj_tx_xalloc(sizeof(struct emb_dir) + 8, 0, POBJ_XALLOC_ZERO | s->xa_dir[0]);
 		struct emb_dir *dir = pmemobj_direct(d);
@@ -157,11 +156,7 @@ static int index_create(struct store *s, struct stable *st)
 		pmemobj_tx_add_range_direct(&st->t->nsegs, 8);
 		st->t->nsegs = 1;
 		catalog_seal_tx(st->t);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (ret)
 		return ret;
 	atomic_fetch_add(&s->idx_segs, 1);
@@ -248,8 +243,7 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 			if (!ref_sound(s, st, ld64(&b->slot[__builtin_ctzll(m)]) & EMB_REF_MASK))
 				return -EIO;
 	}
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		struct emb_seg *n[2];
 		seg_reshape_tx(s, old, n);
 		if (split && ld == gd) {
@@ -268,11 +262,7 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 			catalog_seal_tx(st->t);
 		}
 		seg_free_tx(s, old);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (ret)
 		return ret;
 	if (split)
@@ -359,25 +349,19 @@ int index_destroy(struct store *s, struct stable *st)
 	 * its index fields (free_at, nsegs, dir_off) under commit_lock */
 	if (!(t->flags & EMB_T_DYING)) {
 		pthread_rwlock_wrlock(&s->cat_lock);
-		pthread_mutex_lock(&s->meta_lock);
-		TX_BEGIN(s->pop) {
+		META_TX(s) {
 			pmemobj_tx_add_range_direct(&t->flags, 4);
 			pmemobj_tx_add_range_direct(&t->free_at, 8);
 			t->flags |= EMB_T_DYING;
 			t->free_at = 0;
 			catalog_seal_tx(t);
-		} TX_ONABORT {
-			ret = pm_tx_errno();
-		} TX_END
-		ret = pm_tx_end(s, ret);
-		pthread_mutex_unlock(&s->meta_lock);
+		} META_TX_END(s, ret);
 		pthread_rwlock_unlock(&s->cat_lock);
 		if (ret)
 			return ret;
 	}
 	while (t->free_at < n) {
-		pthread_mutex_lock(&s->meta_lock);
-		TX_BEGIN(s->pop) {
+		META_TX(s) {
 			pmemobj_tx_add_range_direct(&t->free_at, 8);
 			pmemobj_tx_add_range_direct(&t->nsegs, 8);
 			for (int k = 0; k < DESTROY_STEP && t->free_at < n; k++) {
@@ -390,17 +374,12 @@ int index_destroy(struct store *s, struct stable *st)
 					t->nsegs--;
 			}
 			catalog_seal_tx(t);
-		} TX_ONABORT {
-			ret = pm_tx_errno();
-		} TX_END
-		ret = pm_tx_end(s, ret);
-		pthread_mutex_unlock(&s->meta_lock);
+		} META_TX_END(s, ret);
 		if (ret)
 			return ret;
 	}
 	pthread_rwlock_wrlock(&s->cat_lock);
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		pmemobj_tx_free(pmemobj_oid(dir));
 		pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, reserved1));
 		t->dir_off = 0;
@@ -408,11 +387,7 @@ int index_destroy(struct store *s, struct stable *st)
 		t->free_at = 0;
 		t->flags &= ~EMB_T_DYING;
 		catalog_seal_tx(t);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	pthread_rwlock_unlock(&s->cat_lock);
 	if (!ret && counted) {
 		atomic_fetch_sub(&s->idx_segs, nsegs);

@@ -46,16 +46,14 @@ static int intent_put(struct store *s, const struct emb_intent *r)
 	volatile int ret = pm_writable(s);
 	if (ret)
 		return ret;
-	TX_BEGIN(s->pop) {
+	PM_TX(s) {
 		pmemobj_tx_add_range_direct(&s->sb->intent, sizeof(s->sb->intent));
 		if (r)
 			s->sb->intent = *r;
 		else
 			memset(&s->sb->intent, 0, sizeof(s->sb->intent));
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	return pm_tx_end(s, ret);
+	} PM_TX_END(s, ret);
+	return ret;
 }
 
 int store_intent_set(struct store *s, const struct store_intent *in)

@@ -57,8 +57,7 @@ static int resv_grow(struct store *s, uint64_t want)
 	while (r->n < want) {
 		volatile int ret = 0;
 		uint64_t k = want - r->n < step ? want - r->n : step;
-		pthread_mutex_lock(&s->meta_lock);
-		TX_BEGIN(s->pop) {
+		META_TX(s) {
 			pmemobj_tx_add_range_direct(&r->n, 8);
 			pmemobj_tx_add_range_direct(&r->block[r->n], k * 8);
 			while (k--) {
@@ -66,11 +65,7 @@ static int resv_grow(struct store *s, uint64_t want)
 				r->block[r->n++] = o.off;
 			}
 			resv_seal_tx(r);
-		} TX_ONABORT {
-			ret = pm_tx_errno();
-		} TX_END
-		ret = pm_tx_end(s, ret);
-		pthread_mutex_unlock(&s->meta_lock);
+		} META_TX_END(s, ret);
 		if (ret == -ENOSPC && step > 1) {
 			step = 1;
 			continue;
@@ -91,17 +86,12 @@ static int resv_shrink(struct store *s, uint64_t want)
 	struct emb_resv *volatile r = S_PTR(s, s->sb->resv_off);
 	volatile int ret = 0;
 	while (r->n > want && !ret) {
-		pthread_mutex_lock(&s->meta_lock);
-		TX_BEGIN(s->pop) {
+		META_TX(s) {
 			pmemobj_tx_add_range_direct(&r->n, 8);
 			for (int k = 0; k < 16 && r->n > want; k++)
 				pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->block[--r->n])));
 			resv_seal_tx(r);
-		} TX_ONABORT {
-			ret = pm_tx_errno();
-		} TX_END
-		ret = pm_tx_end(s, ret);
-		pthread_mutex_unlock(&s->meta_lock);
+		} META_TX_END(s, ret);
 	}
 	return ret;
 }

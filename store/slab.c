@@ -96,8 +96,7 @@ static int class_of_slot_locked(struct store *s, uint32_t ss, uint32_t *cls)
 		return -ENOSPC;
 	struct emb_class *c = &s->sb->classes[free_i];
 	volatile int ret = 0;
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		pmemobj_tx_add_range_direct(c, sizeof(*c));
 		uint32_t n;
 		c->slot_size = ss;
@@ -105,11 +104,7 @@ static int class_of_slot_locked(struct store *s, uint32_t ss, uint32_t *cls)
 		c->head = 0;
 		c->nslabs = 0;
 		super_seal_tx(s);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (ret)
 		return ret;
 	s->cls[free_i].slot_size = ss;
@@ -263,8 +258,7 @@ static int slab_grow_once(struct store *s, uint32_t cls)
 		return -ENOSPC;
 	}
 
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		PMEMoid o = pmemobj_tx_zalloc(alloc, 0);
 		char *raw = pmemobj_direct(o);
 		h = (struct emb_slab *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
@@ -279,11 +273,7 @@ static int slab_grow_once(struct store *s, uint32_t cls)
 		pc->head = S_OFF(s, h);
 		pc->nslabs++;
 		super_seal_tx(s);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (ret)
 		return ret;
 	return class_push(s, cls, h);
@@ -626,19 +616,14 @@ static int give_back_locked(struct store *s, struct sslab *sl, int shrink_cap)
 	if (!*link)
 		return -EIO;
 	uint64_t *volatile lp = link;
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		pmemobj_tx_add_range_direct(lp, 8);
 		pmemobj_tx_add_range_direct(&pc->nslabs, 8);
 		*lp = sl->hdr->next;
 		pc->nslabs--;
 		super_seal_tx(s);
 		pmemobj_tx_free(pmemobj_oid(S_PTR(s, sl->hdr->raw_off)));
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (ret)
 		return ret;
 	c->nfree -= sl->nfree;

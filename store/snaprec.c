@@ -249,8 +249,7 @@ static int take_durable(struct store *s, uint32_t idx, const char *name, uint32_
 {
 	volatile int ret = 0;
 	struct emb_snap *r = snap_rec(s, idx);
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		uint64_t toff = 0;
 		if (n) {
 			PMEMoid o = pmemobj_tx_alloc(n * sizeof(struct emb_snap_table), 0);
@@ -266,11 +265,7 @@ static int take_durable(struct store *s, uint32_t idx, const char *name, uint32_
 		s->sb->snap_seq = r->gen;
 		s->sb->batch = r->batch + 1;
 		super_seal_tx(s);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	return ret;
 }
 
@@ -345,8 +340,7 @@ static int make_durable(struct store *s, uint32_t idx)
 	struct emb_snap *r = snap_rec(s, idx);
 	const struct emb_snap_table *t = s->pend_tables[idx];
 	volatile int ret = 0;
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		uint64_t toff = 0;
 		if (r->ntables) {
 			PMEMoid o = pmemobj_tx_alloc(r->ntables * sizeof(*t), 0);
@@ -361,11 +355,7 @@ static int make_durable(struct store *s, uint32_t idx)
 		if (r->gen > s->sb->snap_seq)
 			s->sb->snap_seq = r->gen;
 		super_seal_tx(s);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (!ret) { /* the pool's copy serves from now on */
 		pthread_rwlock_wrlock(&s->snap_lock);
 		s->pend_tables[idx] = NULL;
@@ -409,17 +399,12 @@ static int drop_locked(struct store *s, uint32_t idx)
 	int pending = (rec_flags(r) & EMB_S_PENDING) != 0; /* its tables_off names nothing */
 	/* listings read the record's flags under snap_lock: clear it under it */
 	pthread_rwlock_wrlock(&s->snap_lock);
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		if (r->tables_off && !pending)
 			pmemobj_tx_free(pmemobj_oid(S_PTR(s, r->tables_off)));
 		pmemobj_tx_add_range_direct(r, sizeof(*r));
 		rec_clear(r);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (!ret && s->pend_tables[idx]) {
 		free(s->pend_tables[idx]);
 		s->pend_tables[idx] = NULL;

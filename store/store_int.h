@@ -384,6 +384,25 @@ int pm_writable(struct store *s);
 int pm_tx_end(struct store *s, int ret);
 /* libpmemobj's errno after a failed transaction, as -errno (ENOMEM: -ENOSPC). */
 int pm_tx_errno(void);
+/* A transaction of the pool, in the shape every metadata change takes:
+ *
+ *	volatile int ret = 0;
+ *	META_TX(s) {
+ *		pmemobj_tx_add_range_direct(...); ...
+ *	} META_TX_END(s, ret);
+ *
+ * META_TX takes meta_lock and begins the transaction.  META_TX_END sets ret
+ * to the abort's errno (pm_tx_errno), then to pm_tx_end's verdict, and drops
+ * meta_lock.  PM_TX and PM_TX_END are the same for a caller that holds
+ * meta_lock (or needs no other writer of the pool's metadata kept out).
+ * ret is volatile, as libpmemobj asks of a local set inside a transaction
+ * and read after it.  A body leaves only by falling off its end or by
+ * pmemobj_tx_abort: never by return, break or goto. */
+#define PM_TX(s) TX_BEGIN((s)->pop)
+#define PM_TX_END(s, ret) \
+	TX_ONABORT { (ret) = pm_tx_errno(); } TX_END (ret) = pm_tx_end((s), (ret))
+#define META_TX(s) pthread_mutex_lock(&(s)->meta_lock); PM_TX(s)
+#define META_TX_END(s, ret) PM_TX_END(s, ret); pthread_mutex_unlock(&(s)->meta_lock)
 
 /* intent.c: 1 when a pending restore or rollback needs snapshot idx
  * (snap_lock held). */

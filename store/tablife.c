@@ -115,19 +115,14 @@ int store_table_set_geometry(struct store *s, uint32_t id, uint32_t dim, uint32_
 		ret = -EBUSY;
 		goto out;
 	}
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		pmemobj_tx_add_range_direct(t, offsetof(struct emb_table, dir_off));
 		t->dim = dim;
 		t->dtype = dtype;
 		t->row_size = dim * store_dtype_size(dtype);
 		t->ctime_ns = now_ns();
 		catalog_seal_tx(t);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 out:
 	pthread_rwlock_unlock(&s->cat_lock);
 	pthread_rwlock_unlock(&s->snap_lock);
@@ -144,16 +139,11 @@ static int release_locked(struct store *s, struct stable *st)
 		/* a catalog entry: cat_lock (stats and listings read the flags
 		 * under it shared) */
 		pthread_rwlock_wrlock(&s->cat_lock);
-		pthread_mutex_lock(&s->meta_lock);
-		TX_BEGIN(s->pop) {
+		META_TX(s) {
 			pmemobj_tx_add_range_direct(&st->t->flags, 4);
 			st->t->flags |= EMB_T_ZOMBIE;
 			catalog_seal_tx(st->t);
-		} TX_ONABORT {
-			ret = pm_tx_errno();
-		} TX_END
-		ret = pm_tx_end(s, ret);
-		pthread_mutex_unlock(&s->meta_lock);
+		} META_TX_END(s, ret);
 		pthread_rwlock_unlock(&s->cat_lock);
 		if (ret)
 			return ret;
@@ -205,8 +195,7 @@ int store_table_truncate(struct store *s, uint32_t id, uint64_t size)
 		goto out;
 	}
 	int shrink = size < t->size;
-	pthread_mutex_lock(&s->meta_lock);
-	TX_BEGIN(s->pop) {
+	META_TX(s) {
 		pmemobj_tx_add_range_direct(&t->size, offsetof(struct emb_table, dir_off) -
 							  offsetof(struct emb_table, size));
 		pmemobj_tx_add_range_direct(&t->trim_from, 8);
@@ -218,11 +207,7 @@ int store_table_truncate(struct store *s, uint32_t id, uint64_t size)
 			t->trim_from = size;
 			catalog_seal_tx(t);
 		}
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
-	pthread_mutex_unlock(&s->meta_lock);
+	} META_TX_END(s, ret);
 	if (!ret && shrink)
 		ret = trim_locked(s, st);
 out:

@@ -605,12 +605,9 @@ int runs_retire_locked(struct store *s, struct srun **v, size_t n)
 {
 	struct spill *sp = s->sp;
 	volatile int ret = 0;
-	TX_BEGIN(s->pop) {
+	PM_TX(s) {
 		runs_mark_dead_tx(v, n);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
+	} PM_TX_END(s, ret);
 	if (ret)
 		return ret;
 	pthread_rwlock_wrlock(&sp->run_lock);
@@ -627,7 +624,7 @@ static int run_free_tx(struct store *s, struct srun *x)
 	struct emb_run *r = x->r;
 	int known = srun_load(s, x) == 0; /* else its segments stay taken (fsck says so) */
 	volatile int ret = 0;
-	TX_BEGIN(s->pop) {
+	PM_TX(s) {
 		for (uint32_t i = 0; known && i < r->nsegs; i++) {
 			struct emb_sseg *g = &sp->pm->seg[x->seg[i]];
 			pmemobj_tx_add_range_direct(g, sizeof(*g));
@@ -637,10 +634,8 @@ static int run_free_tx(struct store *s, struct srun *x)
 		}
 		pmemobj_tx_add_range_direct(r, sizeof(*r));
 		memset(r, 0, sizeof(*r));
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	return pm_tx_end(s, ret);
+	} PM_TX_END(s, ret);
+	return ret;
 }
 
 int runs_reap_locked(struct store *s)
@@ -734,17 +729,14 @@ int runs_load(struct store *s, char *err, size_t n)
 		return -ENOMEM;
 	if (!pm->runs_off) {
 		volatile int ret = 0;
-		TX_BEGIN(s->pop) {
+		PM_TX(s) {
 			PMEMoid o = pmemobj_tx_zalloc(sizeof(struct emb_rundir), 0);
 			struct emb_rundir *rd = pmemobj_direct(o);
 			rd->magic = EMB_RUNDIR_MAGIC;
 			rd->next_id = 1;
 			pmemobj_tx_add_range_direct(&pm->runs_off, 8);
 			pm->runs_off = o.off;
-		} TX_ONABORT {
-			ret = pm_tx_errno();
-		} TX_END
-		ret = pm_tx_end(s, ret);
+		} PM_TX_END(s, ret);
 		if (ret)
 			return store_err(err, n, ret, "no room in the pool for the run directory");
 	}

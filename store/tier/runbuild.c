@@ -265,7 +265,7 @@ int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t lev
 			     .state = EMB_RUN_LIVE };
 	r.csum = run_rec_csum(&r);
 	volatile int ret = 0;
-	TX_BEGIN(s->pop) {
+	PM_TX(s) {
 		for (size_t i = 0; i < w->segs.n; i++) {
 			struct emb_sseg *g = &sp->pm->seg[w->segs.v[i]];
 			pmemobj_tx_add_range_direct(g, sizeof(*g));
@@ -276,10 +276,7 @@ int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t lev
 		pmemobj_tx_add_range_direct(&rd->run[slot], sizeof(r));
 		rd->run[slot] = r;
 		runs_mark_dead_tx(old, nold);
-	} TX_ONABORT {
-		ret = pm_tx_errno();
-	} TX_END
-	ret = pm_tx_end(s, ret);
+	} PM_TX_END(s, ret);
 	if (ret)
 		return ret;
 	if (w->slot >= 0) {

@@ -137,17 +137,14 @@ static int runs_relevel(struct store *s, uint32_t tid, struct srun **v, size_t m
 		listed = p != NULL;
 	}
 	if (listed) {
-		TX_BEGIN(s->pop) {
+		PM_TX(s) {
 			for (size_t i = 0; i < m; i++) {
 				struct emb_run *r = v[i]->r;
 				pmemobj_tx_add_range_direct(r, sizeof(*r));
 				r->level = level;
 				r->csum = run_rec_csum(r);
 			}
-		} TX_ONABORT {
-			ret = pm_tx_errno();
-		} TX_END
-		ret = pm_tx_end(s, ret);
+		} PM_TX_END(s, ret);
 	}
 	pthread_rwlock_unlock(&sp->run_lock);
 	pthread_mutex_unlock(&s->commit_lock);
