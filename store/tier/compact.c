@@ -123,7 +123,7 @@ static int gather_live(struct store *s, uint64_t k, uint64_t *p, uint64_t end, u
 			*p += srec_csum(r) == r->csum ? rsz : 16;
 			continue;
 		}
-		uint64_t at = place(pc->pos, rsz);
+		uint64_t at = srec_place(pc->pos, rsz);
 		if (at + rsz > lim) {
 			pc->room = 0; /* the rest goes to the next segment */
 			return 0;
@@ -306,7 +306,7 @@ uint64_t compact_pick(struct store *s, int forced, double *ratio)
 			best = k;
 		}
 	}
-	uint32_t nfree = free_segs(s->sp);
+	uint32_t nfree = seg_free_count(s->sp);
 	pthread_mutex_unlock(&s->commit_lock);
 	*ratio = best_ratio;
 	if (best == EMB_NONE || forced)

@@ -264,7 +264,7 @@ int device_read_raw(struct spill *sp, struct sreq *q, size_t n, char *buf)
 	return ret;
 }
 
-void pin(struct spill *sp, uint64_t loc, int d)
+void seg_pin(struct spill *sp, uint64_t loc, int d)
 {
 	uint64_t k = seg_of(sp->pm, loc);
 	if (k < sp->pm->nsegs)
@@ -273,7 +273,7 @@ void pin(struct spill *sp, uint64_t loc, int d)
 
 void spill_pin(struct store *s, uint64_t loc, int d)
 {
-	pin(s->sp, loc, d);
+	seg_pin(s->sp, loc, d);
 }
 
 void spill_read(struct store *s, struct sreq *q, size_t n)
@@ -325,7 +325,7 @@ int spill_verify(struct store *s, struct stable *st, const uint64_t *stubs, size
 
 /* ---- writing segments (the mover: round_lock) ------------------------- */
 
-uint32_t free_segs(struct spill *sp)
+uint32_t seg_free_count(struct spill *sp)
 {
 	uint32_t n = 0;
 	pthread_mutex_lock(&sp->mu);
@@ -365,7 +365,7 @@ int seg_next(struct store *s, int compacting)
 	if (k == EMB_NONE)
 		return -ENOSPC;
 	struct emb_sseg *g = &pm->seg[k];
-	pthread_mutex_lock(&sp->mu); /* seg_claim and free_segs read states under it */
+	pthread_mutex_lock(&sp->mu); /* seg_claim and seg_free_count read states under it */
 	if (sp->open_seg >= 0)
 		pm->seg[sp->open_seg].state = EMB_SEG_SEALED;
 	g->fill = g->live = 0;
@@ -429,7 +429,7 @@ void seg_grow(struct store *s, uint64_t len)
 
 /* Where the next record of rsz bytes goes in wbuf: the same block unless it
  * would straddle one. */
-uint64_t place(uint64_t pos, uint32_t rsz)
+uint64_t srec_place(uint64_t pos, uint32_t rsz)
 {
 	uint64_t in = pos % BLK;
 	if (in && (rsz > BLK || in + rsz > BLK))
@@ -437,7 +437,7 @@ uint64_t place(uint64_t pos, uint32_t rsz)
 	return pos;
 }
 
-void put_rec(char *at, uint32_t table, uint64_t row, uint64_t batch, const void *data, uint32_t len)
+void srec_put(char *at, uint32_t table, uint64_t row, uint64_t batch, const void *data, uint32_t len)
 {
 	struct emb_srec *r = (struct emb_srec *)at;
 	*r = (struct emb_srec){ EMB_SREC_MAGIC, len, row, batch, table, 0 };
@@ -447,7 +447,7 @@ void put_rec(char *at, uint32_t table, uint64_t row, uint64_t batch, const void 
 
 /* ---- the mover ------------------------------------------------------- */
 
-void iops_tick(struct spill *sp)
+void device_iops_tick(struct spill *sp)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);

@@ -61,13 +61,13 @@ static int chunk_open(struct store *s, struct stable *st, struct chunk *k)
 static int chunk_put(struct store *s, struct stable *st, struct chunk *k, uint64_t off, uint64_t at)
 {
 	struct emb_version *x = S_PTR(s, off);
-	uint64_t pos = place(k->pos, k->rsz);
+	uint64_t pos = srec_place(k->pos, k->rsz);
 	if (k->n == k->max || pos + k->rsz > k->cap) {
 		k->full = 1;
 		return 1;
 	}
 	k->v[k->n] = (struct rl){ ver_row(x), off, 0, at, pos, k->rsz };
-	put_rec(s->sp->wbuf + pos, st->id, ver_row(x), ver_batch(x), ver_data(x), k->rs);
+	srec_put(s->sp->wbuf + pos, st->id, ver_row(x), ver_batch(x), ver_data(x), k->rs);
 	k->pos = pos + k->rsz;
 	k->n++;
 	return 0;
@@ -392,7 +392,7 @@ static int64_t evict_pass(struct store *s, int all, uint64_t target)
 		pthread_rwlock_unlock(&s->cat_lock);
 		int64_t n = 0;
 		if (st && !zombie) {
-			n = evict_table(s, st, &sp->ev_hand, all ? UINT64_MAX / 2 : used - target, all);
+			n = runs_evict_table(s, st, &sp->ev_hand, all ? UINT64_MAX / 2 : used - target, all);
 			if (n < 0 && n != -ENOENT)
 				return moved ? moved : n;
 			if (n > 0)
@@ -537,7 +537,7 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 	/* runs: merge what a table has too many of (one merge only while a
 	 * writer waits for room: it waits for this round), free what merges
 	 * replaced */
-	for (int i = 0; i < (need ? 1 : 4) && merge_some(s) > 0; i++)
+	for (int i = 0; i < (need ? 1 : 4) && runs_merge_some(s) > 0; i++)
 		;
 	pthread_mutex_lock(&s->commit_lock);
 	runs_reap_locked(s);
@@ -602,7 +602,7 @@ void *mover_main(void *arg)
 		uint64_t before = row_usage(s);
 		int64_t moved = mover_round(s, kicked ? STORE_SPILL_MOVE : 0, need);
 		uint64_t after = row_usage(s);
-		iops_tick(sp);
+		device_iops_tick(sp);
 		pthread_mutex_lock(&sp->mu);
 		sp->last_freed = moved > 0 || after < before;
 		sp->passes++;

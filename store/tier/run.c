@@ -539,12 +539,12 @@ void rit_next(struct store *s, struct rit *it)
 		}
 		const char *b = it->buf + (it->blk - it->blk0) * x->r->blk_size;
 		const struct emb_rblk *h = (const struct emb_rblk *)b;
-		if (it->rec < h->nrec) {
-			it->cur = rec_at(x, b, it->rec++);
+		if (it->rec_i < h->nrec) {
+			it->cur = rec_at(x, b, it->rec_i++);
 			return;
 		}
 		it->blk++;
-		it->rec = 0;
+		it->rec_i = 0;
 	}
 }
 

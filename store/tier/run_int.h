@@ -62,7 +62,7 @@ struct rit {
 	char *buf;
 	uint64_t blk0, nblk;   /* blocks [blk0, blk0 + nblk) are in buf */
 	uint64_t blk;          /* current block */
-	uint32_t rec;          /* current record in it */
+	uint32_t rec_i;        /* index of the current record in it */
 	const char *cur;       /* current record, NULL at the end */
 	int err;
 };
@@ -106,7 +106,7 @@ struct lreq {
 struct run_build {
 	struct store *s;
 	struct spill *sp;
-	uint32_t table, rs, rec, bs, per_blk;
+	uint32_t table, rs, rec_size, bs, per_blk; /* rec_size: a record, 16 + rs */
 	uint64_t gen, id;
 	char *buf;          /* blocks not yet written: [0, nbuf) */
 	size_t cap, nbuf;   /* in blocks */

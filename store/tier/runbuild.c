@@ -34,7 +34,7 @@ int run_build_open(struct run_build *w, struct store *s, struct stable *st)
 	w->table = st->id;
 	w->gen = st->t->gen;
 	w->rs = st->t->row_size;
-	w->rec = 16 + w->rs;
+	w->rec_size = 16 + w->rs;
 	w->bs = run_blk_size(w->rs);
 	w->per_blk = run_blk_recs(w->rs);
 	w->cap = CHUNK_BYTES / w->bs ? CHUNK_BYTES / w->bs : 1;
@@ -120,7 +120,7 @@ int run_build_row(struct run_build *w, uint64_t row, const uint64_t *batch, cons
 			return w->err;
 		if (!w->in_blk && (w->err = u64vec_push(&w->fences, row)))
 			return w->err;
-		char *rec = w->buf + w->nbuf * (size_t)w->bs + sizeof(struct emb_rblk) + (size_t)w->in_blk * w->rec;
+		char *rec = w->buf + w->nbuf * (size_t)w->bs + sizeof(struct emb_rblk) + (size_t)w->in_blk * w->rec_size;
 		memcpy(rec, &row, 8);
 		memcpy(rec + 8, &batch[i], 8);
 		if (data[i])
@@ -256,7 +256,7 @@ int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t lev
 			slot = i;
 	if (slot == EMB_RUNDIR_CAP)
 		return -ENOSPC;
-	struct emb_run r = { .id = w->id, .table = w->table, .rec_size = w->rec, .table_gen = w->gen,
+	struct emb_run r = { .id = w->id, .table = w->table, .rec_size = w->rec_size, .table_gen = w->gen,
 			     .seq = seq, .nrecs = w->nrecs, .nlive = w->nlive, .nblocks = w->nblocks,
 			     .blk_size = w->bs, .nsegs = (uint32_t)w->segs.n, .min_row = w->min_row,
 			     .max_row = w->max_row, .level = level, .bloom_k = BLOOM_K,

@@ -311,7 +311,7 @@ static int ev_install_locked(struct store *s, struct stable *st, uint32_t tid, s
 	return ret;
 }
 
-int64_t evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t budget, int all)
+int64_t runs_evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t budget, int all)
 {
 	struct spill *sp = s->sp;
 	uint32_t rs = st->t->row_size, tid = st->id;

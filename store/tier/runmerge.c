@@ -192,7 +192,7 @@ static int merge_gather(struct store *s, struct rit *it, size_t m, uint64_t row,
 			mv->batch[mv->n] = rec_batch(it[i].cur);
 			memcpy(mv->bytes + mv->n * (size_t)rs, it[i].cur + 16, rs);
 			mv->n++;
-			*in_bytes += w->rec;
+			*in_bytes += w->rec_size;
 			rit_next(s, &it[i]);
 			if (it[i].err)
 				ret = it[i].err;
@@ -434,7 +434,7 @@ static int merge_chosen(struct store *s, uint32_t bid, size_t bi, size_t bj)
 static int merge_fitting(struct store *s)
 {
 	struct spill *sp = s->sp;
-	uint32_t nfree = free_segs(sp);
+	uint32_t nfree = seg_free_count(sp);
 	uint64_t gen = atomic_load(&sp->runs_gen);
 	if (!nfree || (sp->fit_gen == gen + 1 && sp->fit_free == nfree))
 		return 0;
@@ -541,14 +541,14 @@ int runs_make_room(struct store *s)
  * where that finds no room, the one that gives back the most room
  * (merge_fitting, which a writer waiting for room also gets through
  * runs_make_room).  1 merged, 0 none needed, or -errno. */
-int merge_some(struct store *s)
+int runs_merge_some(struct store *s)
 {
 	struct spill *sp = s->sp;
 	size_t all = runs_listed(sp);
 	/* the device is half full: merge all runs of the table with the most,
 	 * which drops every copy newer runs replaced (while the output still
 	 * finds room) */
-	if (free_segs(sp) * 2 < sp->pm->nsegs) {
+	if (seg_free_count(sp) * 2 < sp->pm->nsegs) {
 		uint32_t best = EMB_NTABLES;
 		size_t most = 1;
 		for (uint32_t id = 0; id < EMB_NTABLES; id++) {

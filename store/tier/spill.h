@@ -224,8 +224,8 @@ void seg_live_add(struct store *s, uint64_t loc, uint32_t rsz, int sign);
 /* Read q[0..n) in one io_uring submission, topped up to qd in flight. */
 void device_read(struct spill *sp, struct sreq *q, size_t n);
 /* A reader enters (d = 1) or leaves (-1) the segment of loc. */
-void pin(struct spill *sp, uint64_t loc, int d);
-uint32_t free_segs(struct spill *sp);
+void seg_pin(struct spill *sp, uint64_t loc, int d);
+uint32_t seg_free_count(struct spill *sp);
 /* A free segment nobody writes, marked busy (sp->mu), leaving `keep` free
  * ones: its index, or EMB_NONE. */
 uint64_t seg_claim(struct spill *sp, uint32_t keep);
@@ -233,9 +233,9 @@ int seg_next(struct store *s, int compacting);
 int seg_room(struct store *s, uint64_t need);
 int seg_write(struct store *s, uint64_t len, uint64_t *at);
 void seg_grow(struct store *s, uint64_t len);
-uint64_t place(uint64_t pos, uint32_t rsz);
-void put_rec(char *at, uint32_t table, uint64_t row, uint64_t batch, const void *data, uint32_t len);
-void iops_tick(struct spill *sp);
+uint64_t srec_place(uint64_t pos, uint32_t rsz);
+void srec_put(char *at, uint32_t table, uint64_t row, uint64_t batch, const void *data, uint32_t len);
+void device_iops_tick(struct spill *sp);
 
 /* The device's part of store_spill_stats_get (mover.c adds the runs'). */
 void device_stats_get(struct store *s, struct store_spill_stats *st);
@@ -250,8 +250,8 @@ void runs_unload(struct spill *sp);
 /* Evict cold rows of st (whole chains), about budget bytes of slots, in
  * row order from row *hand on (then *hand: the next row, or EMB_NONE at
  * the table's end): rows evicted or -errno.  Takes commit_lock. */
-int64_t evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t budget, int all);
-int merge_some(struct store *s);
+int64_t runs_evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t budget, int all);
+int runs_merge_some(struct store *s);
 /* Merges that give room back while the device is nearly full (round_lock
  * held): how many were made, or -errno. */
 int runs_make_room(struct store *s);
