@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "store_int.h"
+#include "tier/tier.h"
 
 #define NAME_BUCKETS 65536u
 

@@ -26,6 +26,7 @@
 #include <xxhash.h>
 
 #include "store_int.h"
+#include "tier/tier.h"
 
 struct uop {
 	uint64_t row;
@@ -277,7 +278,7 @@ static int group_old_bytes(struct store *s, struct stable *st, struct group *g)
 			continue;
 		if (!(x->old = malloc(rs)))
 			return -ENOMEM;
-		if ((ret = ver_bytes_locked(s, st, x->ov, x->old)))
+		if ((ret = spill_ver_bytes_locked(s, st, x->ov, x->old)))
 			return ret;
 	}
 	return 0;
@@ -519,9 +520,9 @@ static void chunk_free(struct store *s, struct stable *st, struct group *g, size
 		if (u[i].skip)
 			continue;
 		if (frees(&u[i])) {
-			ver_free(s, st, u[i].old_ver);
+			spill_ver_free(s, st, u[i].old_ver);
 			if (u[i].old_link)
-				ver_free(s, st, u[i].old_link);
+				spill_ver_free(s, st, u[i].old_link);
 		}
 		if (u[i].del && !u[i].tomb)
 			index_ovf_dec(s, st, &u[i].pos);
@@ -703,7 +704,7 @@ int commit_replay(struct store *s, struct emb_journal *j)
 			continue; /* damaged: keep both versions (a leak, never a loss) */
 		if (r->aux & EMB_JR_CHAIN) { /* an evicted row's older element */
 			if (!cur)
-				ver_free(s, st, r->old_off);
+				spill_ver_free(s, st, r->old_off);
 			continue;
 		}
 		int done = r->new_off ? cur == r->new_off : cur != r->old_off;
@@ -716,11 +717,11 @@ int commit_replay(struct store *s, struct emb_journal *j)
 			int kept = ref_is_link(r->new_off) &&
 				   ld64(&((struct emb_link *)S_PTR(s, ref_obj(r->new_off)))->next) == r->old_off;
 			if (r->old_off && !damaged && !kept)
-				ref_free(s, st, r->old_off);
+				spill_ref_free(s, st, r->old_off);
 		} else if (r->new_off) {
-			ver_free(s, st, ref_obj(r->new_off));
+			spill_ver_free(s, st, ref_obj(r->new_off));
 			if (ref_is_link(r->new_off))
-				ver_free(s, st, nver);
+				spill_ver_free(s, st, nver);
 		}
 	}
 	/* the row count and size were published after the rows: redo them */

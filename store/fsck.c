@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "store_int.h"
+#include "tier/tier.h"
 
 struct walk {
 	struct store *s;

@@ -32,6 +32,7 @@
 #include <xxhash.h>
 
 #include "store_int.h"
+#include "tier/tier.h"
 
 #define EMB_MIN_POOL (16ull << 20)
 
@@ -542,7 +543,7 @@ static int journal_replay(struct store *s)
 			ret = reclaim_replay(s, j);
 			break;
 		case EMB_J_RELINK:
-			ret = relink_replay(s, j);
+			ret = spill_relink_replay(s, j);
 			break;
 		default:
 			ret = commit_replay(s, j);

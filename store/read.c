@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "store_int.h"
+#include "tier/tier.h"
 
 /* A spilled row whose record did not match its stub (moved meanwhile):
  * resolve it again and read it where it is now, a few times.  q->ret: 0,

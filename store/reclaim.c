@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "store_int.h"
+#include "tier/tier.h"
 
 struct change {
 	uint64_t row;
@@ -119,7 +120,7 @@ static int reclaim_apply(struct reclaim *rc)
 	}
 
 	for (size_t i = 0; i < rc->nfrees; i++)
-		ver_free(s, st, rc->frees[i]);
+		spill_ver_free(s, st, rc->frees[i]);
 	for (size_t c = 0; c < rc->nch; c++)
 		if (!rc->ch[c].head)
 			index_ovf_dec(s, st, &pos[c]);
@@ -299,7 +300,7 @@ int reclaim_replay(struct store *s, struct emb_journal *j)
 		return -EIO;
 	for (uint64_t i = 0; i < j->count; i++)
 		if (!chain_has(s, st, j->ent[i].row, j->ent[i].old_off))
-			ver_free(s, st, j->ent[i].old_off);
+			spill_ver_free(s, st, j->ent[i].old_off);
 	/* recount the live rows: the head updates may have been partial */
 	uint64_t n = 0;
 	struct kv all = { 0 };

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "store_int.h"
+#include "tier/tier.h"
 
 struct collect {
 	struct store *s;

@@ -40,6 +40,7 @@
 #include <xxhash.h>
 
 #include "store_int.h"
+#include "tier/tier.h"
 
 
 static uint64_t flags_word(uint32_t f)

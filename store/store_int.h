@@ -13,9 +13,10 @@
  *   snaprec.c   snapshot records
  *   reclaim.c   freeing what no snapshot needs
  *   read.c      the one read path (pool, and the tier for spilled rows)
- *   evict.c     the commit that takes rows a run now holds out of the index
- *   version.c   version chains: walks, frees, relinks
  *   catalog.c   tables: names, slots, attributes
+ *   tier/       the spill tier, through tier/tier.h: called by the files
+ *               above, it calls only those below
+ *   version.c   version chains: walks, slot frees
  *   index.c     the row index: lookups, claims, entries, walks (index_int.h)
  *   indexdir.c  ... its structure: directory and segments, growth, destroy
  *   vcheck.c    row versions and links: checksums, validated access
@@ -31,7 +32,9 @@
  *
  * The spill tier is in tier/ (its files: tier/tier.h).  The core calls it
  * through tier/tier.h only; its background jobs (tier/mover.c, eviction and
- * compaction) call commit, index and chain functions of this header.
+ * compaction) call the index, chain, slab and journal functions of this
+ * header that the files below it in the list define, and commit their own
+ * changes of the index (tier/evict.c, the relink in tier/mover.c).
  *
  * Lock order (take them in this order, release in any; never call up into a
  * lock taken earlier in the list while holding a later one):
@@ -630,7 +633,7 @@ int snapset_holds(struct store *s, const struct emb_snap *r, uint32_t id, uint64
 int snapset_refs(struct store *s, const struct stable *st);
 
 /* ---- vcheck.c: row versions and links, validated access; version.c:
- * chains, frees, relinks ------------------------------------------------ */
+ * chains, slot frees ---------------------------------------------------- */
 static inline uint64_t ver_row(const struct emb_version *v)
 {
 	return v->key & EMB_ROW_ID_MASK;
@@ -694,26 +697,10 @@ uint64_t ref_row(const struct store *s, uint64_t ref);
  * matching checksum; a link whose version is one of its row)?  For a key
  * that did not match: a damaged key must not pass for another row's. */
 int ref_sound(struct store *s, struct stable *st, uint64_t ref);
-/* Free a version's or a link's slot (poisoned); a stub's record on the
- * spill device turns stale.  commit_lock held. */
-void ver_free(struct store *s, struct stable *st, uint64_t off);
-/* Free what a ref names: its link and the link's version, or the version. */
-void ref_free(struct store *s, struct stable *st, uint64_t ref);
-/* The bytes of version v (a stub's from the spill device) into buf.
- * commit_lock held. */
-int ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
-int relink_replay(struct store *s, struct emb_journal *j);
-/* One version moved in its chain (version.c relink_apply): old replaced by
- * new_ in the field at (a link's ver or next) that refers to it. */
-struct rl {
-	uint64_t row, old, new_, at;  /* at: 0 = the index, EMB_NONE = no field to change */
-	uint64_t loc;
-	uint32_t rsz;
-};
-
-/* version.c: replace version r[i].old by r[i].new_ (written, flushed) in
- * their chains, journaled (EMB_J_RELINK).  commit_lock held. */
-int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t n);
+/* Free a version's or a link's slot (poisoned).  Only the slot: a stub's
+ * record on the spill device is the tier's, so the store frees versions
+ * through spill_ver_free (tier/tier.h), which calls this.  commit_lock held. */
+void ver_slot_free(struct store *s, uint64_t off);
 
 /* A walk of one row's version chain, newest first, each element validated. */
 struct chain {
@@ -756,9 +743,6 @@ int chain_has(struct store *s, struct stable *st, uint64_t row, uint64_t off);
  * index, which goes through index_set_val). */
 void field_set(struct store *s, uint64_t at, uint64_t ref);
 
-/* ---- the spill tier: what the core store calls (tier/tier.h) ------------ */
-#include "tier/tier.h"
-
 /* ---- read.c: the one read path ------------------------------------------ */
 /* Rows as batch b sees them (EMB_NONE: the newest) into buf (NULL: a probe,
  * no bytes); stored[i] = 1 if row i is stored, vbatch[i] = the batch of the
@@ -792,19 +776,6 @@ int snap_reclaim_all(struct store *s);
 int commit_locked(struct store *s, struct stable *st, const struct store_rowop *ops, size_t n,
 		  uint64_t size_hint, int flags);
 int commit_replay(struct store *s, struct emb_journal *j);
-/* A row an eviction wrote to a run: its chain's versions, newest first. */
-struct evict_row {
-	uint64_t row;
-	uint32_t nv;
-	const uint64_t *off;      /* their slots */
-	const uint64_t *link;     /* their links' slots (0: referred to directly) */
-	const uint64_t *batch;    /* their batches */
-	const char *const *data;  /* their bytes, NULL for a tombstone */
-};
-/* Delete e[i].row from the index, and free its versions and links, if its
- * chain is still exactly e[i] (slots, batches, bytes): it was written to a
- * run.  *done: rows deleted.  commit_lock held. */
-int commit_evict_locked(struct store *s, struct stable *st, const struct evict_row *e, size_t n, size_t *done);
 
 /* ---- snaprec.c: snapshot records ----------------------------------------- */
 /* At open: the records, the generation counter; pending records (lost in a

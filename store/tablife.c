@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "store_int.h"
+#include "tier/tier.h"
 
 struct collect {
 	struct store *s;

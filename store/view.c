@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "store_int.h"
+#include "tier/tier.h"
 
 int store_view_live(struct store *s, uint32_t id, struct store_view *v)
 {

@@ -282,9 +282,46 @@ void spill_read(struct store *s, struct sreq *q, size_t n)
 	atomic_fetch_add_explicit(&s->sp->reads, n, memory_order_relaxed);
 }
 
-void spill_stub_freed(struct store *s, uint64_t loc, uint32_t rs)
+void spill_ver_free(struct store *s, struct stable *st, uint64_t off)
 {
-	seg_live_add(s, loc, spill_rec_size(rs), -1);
+	if (!pool_range_ok(s, off, EMB_SMALL_SLOT, 8))
+		return;
+	struct emb_version *v = S_PTR(s, off);
+	uint64_t kind = ld64(&v->key) & EMB_VK_KIND;
+	if (kind == EMB_VK_STUB && st)
+		seg_live_add(s, ((struct emb_stub *)v)->loc, spill_rec_size(st->t->row_size), -1);
+	ver_slot_free(s, off);
+}
+
+void spill_ref_free(struct store *s, struct stable *st, uint64_t ref)
+{
+	uint64_t off = ref_obj(ref);
+	if (ref_is_link(ref) && pool_range_ok(s, off, sizeof(struct emb_link), 8)) {
+		struct emb_link *l = S_PTR(s, off);
+		uint64_t key = ld64(&l->key);
+		/* only a sound link's version: never free what a damaged one names */
+		if ((key & EMB_VK_KIND) == EMB_VK_LINK &&
+		    ver_get(s, ld64(&l->ver), st->id, key & EMB_ROW_ID_MASK, st->t->row_size))
+			spill_ver_free(s, st, ld64(&l->ver));
+	}
+	spill_ver_free(s, st, off);
+}
+
+int spill_ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf)
+{
+	uint32_t rs = st->t->row_size;
+	if (!ver_stub(v)) {
+		memcpy(buf, ver_data(v), rs);
+		return 0;
+	}
+	if (!s->sp)
+		return -EIO;
+	struct sreq q = { .loc = ((const struct emb_stub *)v)->loc, .row = ver_row(v), .batch = ver_batch(v),
+			  .len = rs, .table = st->id, .dst = buf };
+	spill_read(s, &q, 1);
+	if (q.ret == -ESTALE)
+		spill_csum_error(s);
+	return q.ret ? -EIO : 0;
 }
 
 void spill_csum_error(struct store *s)

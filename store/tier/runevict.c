@@ -1,6 +1,6 @@
 /*
  * Eviction: cold rows of a table, whole chains, written into a new run and
- * then taken out of the pool's index by a commit (store/evict.c).
+ * then taken out of the pool's index by a commit (store/tier/evict.c).
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "../store_int.h"
+#include "tier.h"
 
 #define BLK EMB_SPILL_BLOCK
 #define CHUNK_BYTES (1u << 20)     /* one device write */
@@ -270,7 +271,33 @@ int heat_test_clear(struct spill *sp, uint32_t table, uint64_t row);
 int compact_seg(struct store *s, uint64_t k);
 uint64_t compact_pick(struct store *s, int forced, double *ratio);
 
+/* evict.c */
+/* A row an eviction wrote to a run: its chain's versions, newest first. */
+struct evict_row {
+	uint64_t row;
+	uint32_t nv;
+	const uint64_t *off;      /* their slots */
+	const uint64_t *link;     /* their links' slots (0: referred to directly) */
+	const uint64_t *batch;    /* their batches */
+	const char *const *data;  /* their bytes, NULL for a tombstone */
+};
+/* Delete e[i].row from the index, and free its versions and links, if its
+ * chain is still exactly e[i] (slots, batches, bytes): it was written to a
+ * run.  *done: rows deleted.  commit_lock held. */
+int commit_evict_locked(struct store *s, struct stable *st, const struct evict_row *e, size_t n, size_t *done);
+
 /* mover.c */
 void *mover_main(void *arg);
+/* One version moved in its chain (relink_apply): old replaced by new_ in
+ * the field at (a link's ver or next) that refers to it. */
+struct rl {
+	uint64_t row, old, new_, at;  /* at: 0 = the index, EMB_NONE = no field to change */
+	uint64_t loc;
+	uint32_t rsz;
+};
+/* Replace version r[i].old by r[i].new_ (written, flushed) in their chains,
+ * journaled (EMB_J_RELINK): a spill puts stubs in, a promotion takes them
+ * out.  commit_lock held. */
+int relink_apply(struct store *s, struct stable *st, struct rl *r, size_t n);
 
 #endif

@@ -6,16 +6,21 @@
  *   device.c    the device: segments, records, every io_uring ring, I/O
  *   run.c       sorted runs: format, filters, lists, retiring, attach, fsck
  *   (see run.c's header for the files its work is split into)
- *   mover.c     the mover thread: spilling, promotion, eviction rounds
+ *   mover.c     the mover thread: spilling, promotion, eviction rounds;
+ *               the journaled relink of stubs
+ *   evict.c     the commit that takes rows a run now holds out of the index
  *   compact.c   compaction of stub segments, recount
  *   heat.c      reference bits, the promotion queue
  *
  * The core calls the tier for: reading spilled rows (stubs through
  * spill_read, runs through runs_lookup), whether a run may hold a row,
  * trimming and dropping a table's runs, waiting for room, noting use, and
- * its checks and stats.  The tier's background work (mover, eviction,
- * compaction) calls the core's commit, index and chain functions in
- * store_int.h: see docs/design.md on why those calls go up.
+ * its checks and stats, and for freeing a version (spill_ver_free: a stub's
+ * record turns stale).  The tier's background work (mover, eviction,
+ * compaction) calls the core's index, chain, slab and journal functions,
+ * which sit below it (store_int.h's file map), and commits its own index
+ * changes (evict.c, relink_apply): no call runs back up to the core files
+ * that call the tier.
  */
 #ifndef EMBFS_TIER_H
 #define EMBFS_TIER_H
@@ -27,6 +32,8 @@ struct store;
 struct stable;
 struct u64vec;
 struct store_spill_stats;
+struct emb_journal;
+struct emb_version;
 
 /* A row looked up in the runs (run.c runs_lookup). */
 enum { RQ_PENDING, RQ_DATA, RQ_HOLE, RQ_EIO };
@@ -106,8 +113,17 @@ void spill_read(struct store *s, struct sreq *q, size_t n);
 /* device.c: a reader enters (d = 1) or leaves (-1) the segment of loc, which
  * compaction then does not free under it. */
 void spill_pin(struct store *s, uint64_t loc, int d);
-/* device.c: a stub's record at loc (of a row of rs bytes) turned stale. */
-void spill_stub_freed(struct store *s, uint64_t loc, uint32_t rs);
+/* device.c: free a version's or a link's slot (poisoned); a stub's record
+ * on the device turns stale (st NULL: not counted).  commit_lock held. */
+void spill_ver_free(struct store *s, struct stable *st, uint64_t off);
+/* device.c: free what a ref names: its link and the link's version, or the
+ * version.  commit_lock held. */
+void spill_ref_free(struct store *s, struct stable *st, uint64_t ref);
+/* device.c: the bytes of version v (a stub's read from the device) into
+ * buf: 0 or -EIO.  commit_lock held. */
+int spill_ver_bytes_locked(struct store *s, struct stable *st, const struct emb_version *v, void *buf);
+/* mover.c: at open, finish a relink the journal holds (EMB_J_RELINK). */
+int spill_relink_replay(struct store *s, struct emb_journal *j);
 /* device.c: count a spilled row that failed its checksum. */
 void spill_csum_error(struct store *s);
 /* compact.c: recount the segments' live bytes from the stubs (fsck).

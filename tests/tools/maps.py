@@ -9,6 +9,7 @@
   every fs/*.c, the cache's headers every cache/*.c.
 - No file of the core store (store/*) includes a tier header but
   tier/tier.h.
+- The files store_int.h's map puts below the tier include no tier header.
 - fs/ calls no store_* function and includes no store header: it reaches
   the store through the cache layer (embfs/front.h).
 - No C file of the programs is over 1,200 lines.
@@ -75,6 +76,27 @@ for f in sorted(os.listdir(os.path.join(root, "store"))):
         for n, line in enumerate(open(os.path.join(root, "store", f)), 1):
             if re.match(r'\s*#\s*include\s+"tier/(?!tier\.h")', line):
                 bad.append(f"store/{f}:{n}: the core store includes a private header of the tier: {line.strip()}")
+
+# the files store_int.h's file map puts below the tier (after its "tier/"
+# line) do not include it: the tier calls them, they never call the tier
+below, seen = [], False
+for line in open(os.path.join(root, "store", "store_int.h")):
+    m = re.match(r"\s\*\s+(tier/|\w+\.c)\s", line)
+    if m and m.group(1) == "tier/":
+        seen = True
+    elif m and seen:
+        below.append(m.group(1))
+    elif seen and below and not m and not re.match(r"\s\*\s{5,}\S", line):
+        break
+if not seen or not below:
+    bad.append("store/store_int.h: its file map has no tier/ line with files below it")
+for f in below:
+    p = os.path.join(root, "store", f)
+    if not os.path.exists(p):
+        continue  # the path check above names it
+    for n, line in enumerate(open(p), 1):
+        if re.match(r'\s*#\s*include\s+"tier/', line):
+            bad.append(f"store/{f}:{n}: a file below the tier (store_int.h's map) includes it: {line.strip()}")
 
 # no C file over 1,200 lines: a file that grows past it holds more than one job
 for d in ("fs", "cache", "store", "store/tier", "mkfs", "embfsctl", "util"):

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store_int.h"
+#include "spill.h"
 
 static uint64_t first_ref(const struct evict_row *e)
 {
@@ -82,9 +82,9 @@ static int evict_apply(struct store *s, struct stable *st, const struct evict_ro
 		return ret; /* the journal decides after a crash */
 	for (size_t i = from; i < to; i++) {
 		for (uint32_t k = 0; k < er[i]->nv; k++) {
-			ver_free(s, st, er[i]->off[k]);
+			spill_ver_free(s, st, er[i]->off[k]);
 			if (er[i]->link[k])
-				ver_free(s, st, er[i]->link[k]);
+				spill_ver_free(s, st, er[i]->link[k]);
 		}
 		index_ovf_dec(s, st, &pos[i]);
 	}
