@@ -375,6 +375,14 @@ int slab_class_small(struct store *s, uint32_t *cls)
 	return ret;
 }
 
+/* Bytes of row-version slots used or promised (slab_row_usage's *used). */
+uint64_t slab_row_used(struct store *s)
+{
+	uint64_t used, slabs, nv;
+	slab_row_usage(s, &used, &slabs, &nv);
+	return used;
+}
+
 /* Row-version slots used or promised, and the slab bytes they live in. */
 void slab_row_usage(struct store *s, uint64_t *used, uint64_t *slab_bytes, uint64_t *versions)
 {

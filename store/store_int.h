@@ -480,6 +480,8 @@ int slab_promise_links(struct store *s, uint32_t id);
 int slab_check(struct store *s, char *err, size_t n);
 void slab_usage(struct store *s, uint64_t *slab_bytes, uint64_t *free_slot_bytes, uint64_t *nslabs);
 void slab_row_usage(struct store *s, uint64_t *used, uint64_t *slab_bytes, uint64_t *versions);
+/* Its used bytes alone (space_lock taken). */
+uint64_t slab_row_used(struct store *s);
 /* The emptiest row slab whose slots the class can do without (its used
  * slot offsets into *used), and giving it back.  commit_lock held. */
 struct sslab *slab_pick_victim(struct store *s, struct u64vec *used);

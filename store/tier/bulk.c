@@ -223,9 +223,7 @@ static int bulk_may(struct store *s, struct stable *st, const struct bulk *b, ui
 	if (first * (uint64_t)rs < ld64(&st->t->size) || (st->t->flags & EMB_T_DYING))
 		return 0;
 	int follows = b && b->table == st->id && b->gen == st->t->gen && first >= b->next;
-	uint64_t used, slabs, nv;
-	slab_row_usage(s, &used, &slabs, &nv);
-	if (!follows && !sp->bulk_always && used + n * (uint64_t)slab_row_slot(rs) <= sp->low_bytes)
+	if (!follows && !sp->bulk_always && slab_row_used(s) + n * (uint64_t)slab_row_slot(rs) <= sp->low_bytes)
 		return 0;
 	pthread_rwlock_rdlock(&st->lock);
 	int ok = index_none_from(s, st, first);

@@ -3,7 +3,9 @@
  * row versions near their share of the pool (spill_pass, spill_chunk),
  * empties a row slab when stubs and index need heap (shrink_rows), promotes
  * hot spilled rows back (promote), compacts (compact.c), runs as a thread or
- * on demand (store_spill_run, spill_wait_room for writers that find no room).
+ * on demand (store_spill_run, spill_wait_room for writers that find no room),
+ * and the journaled relink that puts stubs in and takes them out
+ * (relink_apply, spill_relink_replay at open).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,13 +13,6 @@
 
 #include "spill.h"
 #include <time.h>
-
-uint64_t row_usage(struct store *s)
-{
-	uint64_t used, slabs, nv;
-	slab_row_usage(s, &used, &slabs, &nv);
-	return used;
-}
 
 /* How far a pass spills: to the low watermark, and lower if writers wait
  * for `need` bytes of slots (a class keeps up to 4 MiB of copy-on-write
@@ -343,7 +338,7 @@ static int64_t spill_pass(struct store *s, int all, uint64_t target)
 		sp->cur_di = 0;
 	}
 	uint32_t start_table = sp->cur_table;
-	while (all || row_usage(s) > target) {
+	while (all || slab_row_used(s) > target) {
 		struct stable *st = tab_get(s, sp->cur_table);
 		size_t n = 0;
 		int gone = 0;
@@ -382,7 +377,7 @@ static int64_t evict_pass(struct store *s, int all, uint64_t target)
 	}
 	uint32_t start_table = sp->ev_table;
 	for (;;) {
-		uint64_t used = row_usage(s);
+		uint64_t used = slab_row_used(s);
 		if (!all && used <= target)
 			break;
 		/* flags: under cat_lock (or commit_lock), as every catalog field */
@@ -422,7 +417,7 @@ static int promote(struct store *s)
 	for (uint32_t i = 0; i < n; i++) {
 		/* only below the mover's start: hot rows come in, the mover
 		 * sends cold ones out */
-		if (row_usage(s) + COW_ROOM / 4 > sp->start_bytes)
+		if (slab_row_used(s) + COW_ROOM / 4 > sp->start_bytes)
 			break;
 		struct stable *st = tab_get(s, q[i].table);
 		if (!st)
@@ -475,7 +470,7 @@ static int64_t move_out(struct store *s, unsigned what, uint64_t need, int heap_
 	if (ev == -ENOSPC && runs_make_room(s) > 0)
 		ev = evict_pass(s, all, target);
 	moved = ev;
-	if (ev >= 0 && (all || row_usage(s) > target)) {
+	if (ev >= 0 && (all || slab_row_used(s) > target)) {
 		moved = spill_pass(s, all, target);
 		if (moved >= 0)
 			moved += ev;
@@ -530,7 +525,7 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 		if (ret)
 			return ret;
 	}
-	if ((what & STORE_SPILL_MOVE) || row_usage(s) > sp->start_bytes)
+	if ((what & STORE_SPILL_MOVE) || slab_row_used(s) > sp->start_bytes)
 		moved = move_out(s, what, need, heap_short);
 	if (what & STORE_SPILL_PROMOTE || !sp->manual)
 		promote(s);
@@ -599,9 +594,9 @@ void *mover_main(void *arg)
 		sp->need = 0;
 		sp->busy = 1;
 		pthread_mutex_unlock(&sp->mu);
-		uint64_t before = row_usage(s);
+		uint64_t before = slab_row_used(s);
 		int64_t moved = mover_round(s, kicked ? STORE_SPILL_MOVE : 0, need);
-		uint64_t after = row_usage(s);
+		uint64_t after = slab_row_used(s);
 		device_iops_tick(sp);
 		pthread_mutex_lock(&sp->mu);
 		sp->last_freed = moved > 0 || after < before;
@@ -622,11 +617,11 @@ void *mover_main(void *arg)
 int spill_wait_room(struct store *s, uint64_t need)
 {
 	struct spill *sp = s->sp;
-	uint64_t before = row_usage(s);
+	uint64_t before = slab_row_used(s);
 	atomic_fetch_add(&sp->waits, 1);
 	if (sp->manual) {
 		int64_t moved = mover_round(s, STORE_SPILL_MOVE, need);
-		int ret = moved > 0 || (moved == 0 && row_usage(s) < before) ? 0 : -ENOSPC;
+		int ret = moved > 0 || (moved == 0 && slab_row_used(s) < before) ? 0 : -ENOSPC;
 		if (ret)
 			atomic_fetch_add(&sp->full, 1);
 		return ret;
@@ -639,8 +634,8 @@ int spill_wait_room(struct store *s, uint64_t need)
 	while (sp->passes < want && !sp->stop)
 		pthread_cond_wait(&sp->done_cv, &sp->mu);
 	int freed = sp->last_freed, stop = sp->stop;
-	pthread_mutex_unlock(&sp->mu); /* a leaf: row_usage takes space_lock */
-	int ret = !stop && (freed || row_usage(s) < before) ? 0 : -ENOSPC;
+	pthread_mutex_unlock(&sp->mu); /* a leaf: slab_row_used takes space_lock */
+	int ret = !stop && (freed || slab_row_used(s) < before) ? 0 : -ENOSPC;
 	if (ret)
 		atomic_fetch_add(&sp->full, 1);
 	return ret;
