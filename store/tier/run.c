@@ -562,15 +562,17 @@ void runs_mark_dead_tx(struct srun **v, size_t n)
 }
 
 /* A table's count of live records in runs follows a run coming (sign 1) or
- * going (-1). */
+ * going (-1); a run coming raises the merge reserve at once (the mover's
+ * round lowers it), so that fills between rounds leave merges their room. */
 void run_live_add(struct store *s, const struct emb_run *r, int sign)
 {
 	struct stable *st = tab_get(s, r->table);
 	if (!st || st->t->gen != r->table_gen)
 		return;
-	if (sign > 0)
+	if (sign > 0) {
 		atomic_fetch_add(&st->run_live, r->nlive);
-	else
+		runs_reserve_raise(s, st); /* before its room is counted free again */
+	} else
 		atomic_fetch_sub(&st->run_live, r->nlive);
 }
 

@@ -158,7 +158,8 @@ struct spill {
 	/* the merge reserve: free segments evictions and stub spills leave, so
 	 * that a merge (which writes its output before its inputs go) always
 	 * finds room.  reserve_min (set at attach): an eighth of the segments,
-	 * at least 2; reserve (the mover sets it each round, runs_reserve):
+	 * at least 2; reserve (the mover sets it each round, runs_reserve, and
+ * a run's install raises it, runs_reserve_raise):
 	 * what merging all runs of the table with the most rows in runs would
 	 * write, at least reserve_min and at most half the segments */
 	uint32_t reserve_min;
@@ -256,8 +257,10 @@ int runs_merge_some(struct store *s);
 /* Merges that give room back while the device is nearly full (round_lock
  * held): how many were made, or -errno. */
 int runs_make_room(struct store *s);
-/* Set sp->reserve from the tables' rows in runs (round_lock held). */
+/* Set sp->reserve from the tables' rows in runs (round_lock held); raise it
+ * to what st's runs ask for (a run was installed: run_live_add). */
 void runs_reserve(struct store *s);
+void runs_reserve_raise(struct store *s, struct stable *st);
 int runs_retire_locked(struct store *s, struct srun **v, size_t n);
 int runs_reap_locked(struct store *s);
 void runs_stats(struct store *s, struct store_spill_stats *st);
