@@ -752,6 +752,103 @@ static int update_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row
 	return write_one(c, table, rs, row, 0, rs, tmp, batch, cr, NULL);
 }
 
+/* A missed row's update, computed from the bytes pr was probed with: cached
+ * as write_one() caches it, or W_AGAIN if the row was cached or its table
+ * changed since the probe (then the caller updates it again, from its bytes
+ * now). */
+static int update_put(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, const char *data,
+		      uint64_t batch, struct credit *cr, const struct probed *pr)
+{
+	uint64_t h = hash(table, row), sbatch;
+	uint32_t si;
+	struct shard *sh = shard_of(c, h, &si);
+	char *base;
+	int stored = write_base(c, table, rs, row, 0, rs, data, &base, &sbatch, pr);
+	if (stored < 0)
+		return stored;
+	int r, cleans = 0;
+	for (;;) {
+		int err = 0;
+		r = write_insert(c, sh, table, rs, row, h, base, stored, sbatch, pr->gen, batch, cr, &err);
+		if (r == W_NOROOM && err == -EAGAIN && cleans++ < 4) {
+			r = cache_make_clean(c, si);
+			if (r)
+				break;
+		} else if (r == W_NOROOM) {
+			r = write_through(c, sh, table, row, base, batch);
+			break;
+		} else if (r != W_AGAIN) {
+			break;
+		}
+		/* a promise reserved, or room made: again, unless the probe went stale */
+		pthread_mutex_lock(&sh->lock);
+		int stale = lookup(sh, table, row, h) != NIL || atomic_load(&tst(c, table)->gen) != pr->gen;
+		pthread_mutex_unlock(&sh->lock);
+		if (stale)
+			break;
+	}
+	free(base);
+	return r;
+}
+
+static int cmp_u64pair(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+	return x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/* The misses of an update, fetched from below in one ops->fetch_rows call
+ * (the store looks them up in one pass) and each updated from those bytes;
+ * a row that repeats, or was cached or dropped meanwhile, by update_one().
+ * 1 when nothing was done (no memory, or the fetch failed: the caller
+ * updates them one by one), else 0 or -errno. */
+static int update_misses(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows,
+			 const struct rowgroup *g, const struct cache_upd *u, char *tmp, uint64_t batch,
+			 struct credit *cr)
+{
+	size_t n = g->nmiss;
+	char *buf = malloc(n * rs);
+	uint8_t *stored = malloc(n);
+	uint64_t *sbatch = calloc(n, sizeof(*sbatch)), *ids = malloc(n * sizeof(*ids));
+	uint64_t *order = malloc(2 * n * sizeof(*order));
+	int ret = 1;
+	if (!buf || !stored || !sbatch || !ids || !order)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		ids[i] = rows[g->miss[i]];
+		order[2 * i] = ids[i];
+		order[2 * i + 1] = i;
+	}
+	uint64_t gen = atomic_load(&tst(c, table)->gen);
+	if (c->ops->fetch_rows(c->ctx, table, ids, n, buf, stored, sbatch) < 0)
+		goto out;
+	/* a row's later occurrences (none from a push: it sums them) go
+	 * after its first, by update_one */
+	qsort(order, n, 2 * sizeof(*order), cmp_u64pair);
+	for (size_t k = 1; k < n; k++)
+		if (order[2 * k] == order[2 * k - 2])
+			stored[order[2 * k + 1]] = 2;
+	ret = 0;
+	for (size_t i = 0; i < n && !ret; i++) {
+		uint32_t idx = g->miss[i];
+		struct probed pr = { stored[i], sbatch[i], gen };
+		ret = W_AGAIN;
+		if (pr.stored != 2) {
+			u->fn(u->ctx, idx, buf + i * rs, pr.stored);
+			ret = update_put(c, table, rs, ids[i], buf + i * rs, batch, cr, &pr);
+		}
+		if (ret == W_AGAIN)
+			ret = update_one(c, table, rs, ids[i], u, idx, tmp, batch, cr);
+	}
+out:
+	free(buf);
+	free(stored);
+	free(sbatch);
+	free(ids);
+	free(order);
+	return ret;
+}
+
 int cache_update_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_t *rows, size_t n,
 		      cache_update_fn *fn, void *ctx, uint64_t batch, int64_t *credit)
 {
@@ -771,7 +868,13 @@ int cache_update_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64
 			ret = update_one(c, table, rs, rows[i], &u, i, tmp, batch, &cr);
 	} else {
 		ret = walk_rows(c, table, rs, rows, &g, NULL, NULL, &u, batch, &cr);
-		for (size_t i = 0; i < g.nmiss && !ret; i++)
+		size_t i = 0;
+		if (!ret && g.nmiss > 1 && c->ops->fetch_rows) {
+			ret = update_misses(c, table, rs, rows, &g, &u, tmp, batch, &cr);
+			i = ret == 1 ? 0 : g.nmiss; /* 1: nothing done, one by one */
+			ret = ret == 1 ? 0 : ret;
+		}
+		for (; i < g.nmiss && !ret; i++)
 			ret = update_one(c, table, rs, rows[g.miss[i]], &u, g.miss[i], tmp, batch, &cr);
 		rowgroup_free(&g);
 	}

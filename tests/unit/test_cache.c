@@ -46,6 +46,7 @@ struct fake {
 	pthread_mutex_t bl;
 	pthread_cond_t bl_cv;
 	int block, blocked, unblock;  /* protected by bl */
+	long batch_fetches;           /* fetch_rows calls (OPS_ROWS) */
 };
 
 static struct fake F;
@@ -167,6 +168,23 @@ static int f_reserve(void *ctx, uint32_t table, uint32_t rs, int delta)
 
 static const struct cache_ops OPS = { .fetch = f_fetch, .writeback = f_writeback, .reserve = f_reserve };
 
+/* The same below, with the batch call a store makes for many misses. */
+static int f_fetch_rows(void *ctx, uint32_t table, const uint64_t *rows, size_t n, void *buf, uint8_t *stored,
+			uint64_t *batch)
+{
+	struct fake *f = ctx;
+	f->batch_fetches++;
+	for (size_t i = 0; i < n; i++) {
+		int st = f_fetch(ctx, table, rows[i], buf ? (char *)buf + i * RS : NULL, &batch[i]);
+		if (stored)
+			stored[i] = (uint8_t)st;
+	}
+	return 0;
+}
+
+static const struct cache_ops OPS_ROWS = { .fetch = f_fetch, .fetch_rows = f_fetch_rows, .writeback = f_writeback,
+					   .reserve = f_reserve };
+
 static void reset(void)
 {
 	pthread_mutex_destroy(&F.lock);
@@ -204,12 +222,17 @@ static void snap(struct cache *c, uint64_t b)
 	cache_set_snapshot(c, b);
 }
 
-static struct cache *mk(uint64_t rows_budget, uint32_t shards, uint32_t age)
+static struct cache *mk_ops(uint64_t rows_budget, uint32_t shards, uint32_t age, const struct cache_ops *ops)
 {
 	struct cache_conf cc = { rows_budget * (RS + CACHE_ROW_OVERHEAD), age, shards };
-	struct cache *c = cache_create(&cc, &OPS, &F);
+	struct cache *c = cache_create(&cc, ops, &F);
 	CHECK(c);
 	return c;
+}
+
+static struct cache *mk(uint64_t rows_budget, uint32_t shards, uint32_t age)
+{
+	return mk_ops(rows_budget, shards, age, &OPS);
 }
 
 static void rd(struct cache *c, uint64_t row, uint8_t *buf)
@@ -506,10 +529,13 @@ static void *upd_main(void *arg)
 	return NULL;
 }
 
-static void test_update(void)
+/* Rows cached, stored and holes, one by one (OPS) or with their misses
+ * fetched in one call (OPS_ROWS); a repeated row (its misses twice in one
+ * call) counts both updates. */
+static void update_kinds(const struct cache_ops *ops)
 {
 	reset();
-	struct cache *c = mk(100, 1, 0);
+	struct cache *c = mk_ops(100, 1, 0, ops);
 	uint8_t b[RS];
 	rd(c, 6, b); /* row 6 cached; 4 stored, not cached; 5 a hole */
 	uint64_t rows[3] = { 4, 5, 6 };
@@ -520,6 +546,39 @@ static void test_update(void)
 	CHECK(cache_flush(c, 0) == 0);
 	CHECK(F.stored[5] && F.rows[5][0] == 1 && F.rows[4][0] == 5 && F.rows[6][0] == 7);
 	CHECK(reserved() == 0);
+	uint64_t rep[5] = { 20, 21, 20, 23, 20 }; /* 20 stored, 21 and 23 holes */
+	CHECK(cache_update_rows(c, 0, RS, rep, 5, upd_inc, NULL, 2, NULL) == 0);
+	CHECK(row_u32(c, 20) == 0x14141414u + 3 && row_u32(c, 21) == 1 && row_u32(c, 23) == 1);
+	CHECK(ops->fetch_rows ? F.batch_fetches == 2 : F.batch_fetches == 0);
+	CHECK(cache_flush(c, 0) == 0);
+	CHECK(reserved() == 0);
+	cache_destroy(c);
+
+	/* more misses than the cache holds, each row twice: written back to
+	 * make room, or written through, every update kept */
+	reset();
+	c = mk_ops(8, 1, 0, ops);
+	uint64_t many[80];
+	for (int i = 0; i < 80; i++)
+		many[i] = 100 + (uint64_t)(i % 40) * 7;
+	for (int k = 0; k < 3; k++)
+		CHECK(cache_update_rows(c, 0, RS, many, 80, upd_inc, NULL, 3 + k, NULL) == 0);
+	CHECK(cache_flush(c, 0) == 0);
+	for (int i = 0; i < 40; i++) {
+		uint32_t want;
+		memset(&want, (int)(many[i] & 0xff), 4);
+		CHECK(F.stored[many[i]] && row_u32(c, many[i]) == (many[i] % 2 ? 6 : want + 6)); /* odd: holes */
+	}
+	CHECK(reserved() == 0);
+	cache_destroy(c);
+}
+
+static void test_update(void)
+{
+	update_kinds(&OPS);
+	update_kinds(&OPS_ROWS);
+	reset();
+	struct cache *c = mk(100, 1, 0);
 
 	/* a dirty row a snapshot holds: its bytes are kept aside first */
 	uint8_t w[RS];
