@@ -86,24 +86,30 @@ static uint64_t mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-/* Init._u01: a uniform double in (0, 1) for (seed, salt, row id, column j). */
-static double u01(uint64_t seed, uint64_t salt, uint64_t id, uint32_t j)
+/* Init._u01: a uniform double in (0, 1) for (seed, salt, row id, column j),
+ * from the row's part (u01_base: the same for all its columns). */
+static uint64_t u01_base(uint64_t seed, uint64_t salt, uint64_t id)
 {
-	uint64_t base = mix(id * 0x9E3779B97F4A7C15ull + (seed * 2 + salt));
+	return mix(id * 0x9E3779B97F4A7C15ull + (seed * 2 + salt));
+}
+
+static double u01(uint64_t base, uint32_t j)
+{
 	uint64_t x = mix(base + (uint64_t)(j + 1) * 0xD1B54A32D192ED03ull);
 	return ((double)(x >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-static double init_value(const struct embfs_batch_init *in, uint64_t id, uint32_t j)
+/* Column j's value; b0, b1: the row's u01_base for salts 0 and 1. */
+static double init_value(const struct embfs_batch_init *in, uint64_t b0, uint64_t b1, uint32_t j)
 {
 	if (j >= in->cols || in->kind == EMBFS_INIT_ZERO)
 		return in->fill;
 	switch (in->kind) {
 	case EMBFS_INIT_UNIFORM:
-		return in->p + (in->q - in->p) * u01(in->seed, 0, id, j);
+		return in->p + (in->q - in->p) * u01(b0, j);
 	case EMBFS_INIT_NORMAL: {
-		double r = in->q * sqrt(-2.0 * log(u01(in->seed, 0, id, j)));
-		return in->p + r * cos(2.0 * M_PI * u01(in->seed, 1, id, j));
+		double r = in->q * sqrt(-2.0 * log(u01(b0, j)));
+		return in->p + r * cos(2.0 * M_PI * u01(b1, j));
 	}
 	default:
 		return in->p;
@@ -114,14 +120,16 @@ static double init_value(const struct embfs_batch_init *in, uint64_t id, uint32_
  * to the table's dtype (bf16 through f32, as embfs.Init). */
 static void init_row(const struct embfs_batch_init *in, uint32_t dtype, uint32_t cols, uint64_t id, char *row)
 {
-	for (uint32_t j = 0; j < cols; j++) {
-		double v = init_value(in, id, j);
-		if (dtype == EMB_DT_F32)
-			((float *)row)[j] = (float)v;
-		else if (dtype == EMB_DT_F16)
-			((_Float16 *)row)[j] = (_Float16)v;
-		else
-			((uint16_t *)row)[j] = bf16_put((float)v);
+	uint64_t b0 = u01_base(in->seed, 0, id), b1 = u01_base(in->seed, 1, id);
+	if (dtype == EMB_DT_F32) {
+		for (uint32_t j = 0; j < cols; j++)
+			((float *)row)[j] = (float)init_value(in, b0, b1, j);
+	} else if (dtype == EMB_DT_F16) {
+		for (uint32_t j = 0; j < cols; j++)
+			((_Float16 *)row)[j] = (_Float16)init_value(in, b0, b1, j);
+	} else {
+		for (uint32_t j = 0; j < cols; j++)
+			((uint16_t *)row)[j] = bf16_put((float)init_value(in, b0, b1, j));
 	}
 }
 
