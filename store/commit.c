@@ -117,6 +117,9 @@ static void plan(struct store *s, struct uop *u)
 	}
 }
 
+/* Rows ahead whose first bucket a prepass starts loading. */
+#define PREPASS_AHEAD 8
+
 /* Look every row up and claim index slots for new rows; splits restart it.
  * Needs no snapshot: plan_all decides what the old versions become. */
 static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
@@ -125,7 +128,11 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 	for (;;) {
 		int ret = 0;
 		claims_reset(c);
+		for (size_t i = 0; i < nu && i < PREPASS_AHEAD; i++)
+			index_prefetch(s, st, u[i].row);
 		for (size_t i = 0; i < nu && !ret; i++) {
+			if (i + PREPASS_AHEAD < nu) /* each find's bucket a cache miss otherwise */
+				index_prefetch(s, st, u[i + PREPASS_AHEAD].row);
 			ret = index_find(s, st, u[i].row, &u[i].pos, &u[i].old_ref);
 			u[i].damaged = 0;
 			/* plan() reads the old version, A3 may copy its bytes */

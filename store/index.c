@@ -503,6 +503,19 @@ int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *po
 	return probed_check(s, st, key);
 }
 
+void index_prefetch(struct store *s, struct stable *st, uint64_t key)
+{
+	if (!st->segs)
+		return;
+	struct ihash x = ihash_of(s, key);
+	size_t di = dir_idx(x, st->gd);
+	unsigned bi = bucket1(st->segs[di], x);
+	__builtin_prefetch(&st->segs[di]->bucket[bi]);
+	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_relaxed);
+	if (m)
+		__builtin_prefetch(&m[di * EMB_SEG_LARGE + bi]);
+}
+
 void index_reseal(struct store *s, struct stable *st, uint64_t key)
 {
 	if (!st->segs)

@@ -224,6 +224,14 @@ static void dir_double_tx(struct store *s, struct stable *st, size_t di, struct 
 
 /* Replace the full segment at directory index di: a small one by a large
  * one, a large one by two small ones of depth+1. */
+/* Start loading the first line of each element b's slots lead to (a
+ * split reads them all: each is a cache miss otherwise). */
+static void bucket_prefetch_elems(struct store *s, const struct emb_bucket *b)
+{
+	for (uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK; m; m &= m - 1)
+		__builtin_prefetch(S_PTR(s, ref_obj(ld64(&b->slot[__builtin_ctzll(m)]))));
+}
+
 static int index_split(struct store *s, struct stable *st, size_t di)
 {
 	struct emb_seg *old = st->segs[di];
@@ -237,6 +245,8 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 	 * and the row ids it rehashes are those of sound elements */
 	for (unsigned bi = 0; bi < old->nbuckets; bi++) {
 		struct emb_bucket *b = &old->bucket[bi];
+		if (bi + 1 < old->nbuckets) /* the next bucket's elements start loading */
+			bucket_prefetch_elems(s, &old->bucket[bi + 1]);
 		if (index_bucket_check(s, b))
 			return -EIO;
 		for (uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK; m; m &= m - 1)

@@ -524,6 +524,10 @@ void index_kf_free(struct stable *st);
 /* The same for a writer about to change the entry (commit_lock held): also
  * its position, and the buckets it would change are verified. */
 int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *pos, uint64_t *val);
+/* Start loading what index_find(key) will read first (its first bucket and
+ * that bucket's memo entry): a writer about to find many keys calls it a
+ * few keys ahead. */
+void index_prefetch(struct store *s, struct stable *st, uint64_t key);
 /* Has st's index no entry (row, tombstone or stub) at or past row?  1 sure,
  * 0 it may have (the key filter, made now if need be, knows the highest row
  * ever entered since it was made; unknown when it cannot be made).
