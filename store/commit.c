@@ -118,13 +118,55 @@ static void plan(struct store *s, struct uop *u)
 }
 
 /* Rows ahead whose first bucket a prepass starts loading. */
-#define PREPASS_AHEAD 8
+#define PREPASS_AHEAD 16
 
-/* Look every row up and claim index slots for new rows; splits restart it.
+/* Segments a prepass found full, each with a row of it. */
+struct fullsegs {
+	const void **seg;
+	uint64_t *row;
+	size_t n, cap;
+};
+
+static int fullsegs_note(struct fullsegs *f, const void *seg, uint64_t row)
+{
+	for (size_t k = 0; k < f->n; k++)
+		if (f->seg[k] == seg)
+			return 0;
+	if (f->n == f->cap) {
+		size_t nc = f->cap ? 2 * f->cap : 16;
+		const void **ns = realloc(f->seg, nc * sizeof(*ns));
+		if (ns)
+			f->seg = ns;
+		uint64_t *nr = ns ? realloc(f->row, nc * sizeof(*nr)) : NULL;
+		if (!nr)
+			return -ENOMEM;
+		f->row = nr;
+		f->cap = nc;
+	}
+	f->seg[f->n] = seg;
+	f->row[f->n++] = row;
+	return 0;
+}
+
+/* Grow every segment noted: -EAGAIN (start over) or -errno. */
+static int fullsegs_grow(struct store *s, struct stable *st, struct fullsegs *f)
+{
+	int ret = -EAGAIN;
+	for (size_t k = 0; k < f->n && ret == -EAGAIN; k++)
+		ret = index_grow_key(s, st, f->row[k]);
+	f->n = 0;
+	return ret;
+}
+
+/* Look every row up and claim index slots for new rows.  The segments
+ * found full on the way are grown together at the end, then it starts over
+ * (a group of thousands of new rows used to start over at each split: 4.4
+ * times a group in dist's pushes, each pass looking every row up again).
  * Needs no snapshot: plan_all decides what the old versions become. */
 static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		   struct claims *c, int runs_hidden)
 {
+	struct fullsegs full = { 0 };
 	for (;;) {
 		int ret = 0;
 		claims_reset(c);
@@ -155,12 +197,20 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 			if (s->sp && !runs_hidden && (!u[i].found || u[i].del))
 				u[i].inrun = runs_may_hold(s, st->id, u[i].row);
 			if (!u[i].found && (!u[i].del || u[i].inrun)) {
-				ret = index_claim(s, st, c, u[i].row, &u[i].pos);
+				const void *seg;
+				ret = index_claim(s, st, c, u[i].row, &u[i].pos, &seg);
 				u[i].claimed = 1;
+				if (ret == 1)
+					ret = fullsegs_note(&full, seg, u[i].row);
 			}
 		}
-		if (ret != -EAGAIN)
+		if (!ret && full.n)
+			ret = fullsegs_grow(s, st, &full);
+		if (ret != -EAGAIN) {
+			free(full.seg);
+			free(full.row);
 			return ret;
+		}
 	}
 }
 

@@ -172,6 +172,13 @@ static inline void memo_note(_Atomic uint32_t *e, const struct emb_bucket *b)
 }
 
 
+/* Start loading all of b (its slots span four cache lines). */
+static inline void bucket_prefetch(const struct emb_bucket *b)
+{
+	for (size_t k = 0; k < sizeof(*b); k += 64)
+		__builtin_prefetch((const char *)b + k);
+}
+
 /* The slot of b holding key (tag matching, then the element's row), or -1;
  * -2 when a slot's tag matched but its element is damaged (counted). */
 static int probe(struct store *s, struct stable *st, const struct emb_bucket *b, uint64_t key, uint64_t tag)
@@ -475,7 +482,7 @@ int index_get_many(struct store *s, struct stable *st, const uint64_t *keys, siz
 			struct ihash x = h[next % INDEX_AHEAD] = ihash_of(s, keys[next]);
 			size_t di = dir_idx(x, st->gd);
 			unsigned bi = bucket1(st->segs[di], x);
-			__builtin_prefetch(&st->segs[di]->bucket[bi]);
+			bucket_prefetch(&st->segs[di]->bucket[bi]);
 			if (m)
 				__builtin_prefetch(&m[di * EMB_SEG_LARGE + bi]);
 		}
@@ -510,7 +517,7 @@ void index_prefetch(struct store *s, struct stable *st, uint64_t key)
 	struct ihash x = ihash_of(s, key);
 	size_t di = dir_idx(x, st->gd);
 	unsigned bi = bucket1(st->segs[di], x);
-	__builtin_prefetch(&st->segs[di]->bucket[bi]);
+	bucket_prefetch(&st->segs[di]->bucket[bi]);
 	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_relaxed);
 	if (m)
 		__builtin_prefetch(&m[di * EMB_SEG_LARGE + bi]);
@@ -592,7 +599,7 @@ static uint64_t free_mask(struct claims *c, struct emb_bucket *b, struct claim *
 }
 
 int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t key,
-		struct ipos *pos)
+		struct ipos *pos, const void **full)
 {
 	if (!st->segs)
 		return index_grow(s, st, SIZE_MAX);
@@ -623,7 +630,15 @@ int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t k
 		*pos = (struct ipos){ nb, i, 1, b, e2, e1 };
 		return 0;
 	}
-	return index_grow(s, st, di);
+	*full = seg;
+	return 1;
+}
+
+int index_grow_key(struct store *s, struct stable *st, uint64_t key)
+{
+	if (!st->segs)
+		return index_grow(s, st, SIZE_MAX);
+	return index_grow(s, st, dir_idx(ihash_of(s, key), st->gd));
 }
 
 void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key, uint64_t ref)

@@ -537,11 +537,16 @@ struct claims;
 struct claims *claims_new(size_t n);
 void claims_free(struct claims *c);
 void claims_reset(struct claims *c);
-/* Find a free slot for key (not present).  Returns 0, -EAGAIN if a split
- * happened (positions and claims are stale: start over), or -errno.  Takes
- * st->lock exclusive to split. */
+/* Find a free slot for key (not present).  Returns 0; 1 when key's bucket
+ * pair is full (*full: its segment, for the caller to tell segments apart;
+ * index_grow_key grows it); -EAGAIN if the table had no index and it was
+ * made (positions and claims are stale: start over); or -errno. */
 int index_claim(struct store *s, struct stable *st, struct claims *c, uint64_t key,
-		struct ipos *pos);
+		struct ipos *pos, const void **full);
+/* Grow the segment key hashes to (or make the index): -EAGAIN once done
+ * (positions and claims are stale: start over), or -errno.  Takes st->lock
+ * exclusive. */
+int index_grow_key(struct store *s, struct stable *st, uint64_t key);
 /* Write key's ref into its claimed (still invisible) slot; an entry in the
  * second bucket raises the first's overflow count (takes st->lock
  * exclusive for it). */
