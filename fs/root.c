@@ -157,20 +157,23 @@ void root_statfs(fuse_req_t req)
 	v.f_frsize = 4096;
 	v.f_blocks = s.pool_size / 4096;
 	v.f_bfree = s.free_bytes / 4096;
+	v.f_bavail = v.f_bfree;
 	/* with a spill tier its segments count too: free ones (and the open
-	 * one's unwritten end) are free room */
+	 * one's unwritten end) are free room.  Available for new rows: the
+	 * device's free room less the merge reserve (free, but not for new
+	 * rows, as ext4's reserved blocks), and of the pool only what row
+	 * versions may still take (the rest holds the index of spilled rows) */
 	struct store_spill_stats sp;
 	front_spill_stats_get(&fs->fr, &sp);
 	if (sp.attached) {
 		v.f_blocks += sp.segs * sp.seg_size / 4096;
 		v.f_bfree += sp.free_bytes / 4096;
-	}
-	v.f_bavail = v.f_bfree;
-	/* the merge reserve is free but not for new rows (as ext4's reserved
-	 * blocks: in f_bfree, not in f_bavail) */
-	if (sp.attached) {
-		uint64_t r = sp.segs_reserved * sp.seg_size / 4096;
-		v.f_bavail = v.f_bavail > r ? v.f_bavail - r : 0;
+		uint64_t r = sp.segs_reserved * sp.seg_size, dev = sp.free_bytes > r ? sp.free_bytes - r : 0;
+		uint64_t rows = sp.pmem_high > sp.pmem_row_bytes ? sp.pmem_high - sp.pmem_row_bytes : 0;
+		uint64_t pool = s.free_bytes + sp.pmem_slab_free;
+		v.f_bavail = (dev + (rows < pool ? rows : pool)) / 4096;
+		if (v.f_bavail > v.f_bfree)
+			v.f_bavail = v.f_bfree;
 	}
 	v.f_files = INO_NTABLES;
 	v.f_ffree = v.f_files - s.tables;

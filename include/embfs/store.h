@@ -407,6 +407,7 @@ struct store_spill_stats {
 	uint64_t free_bytes;       /* free segments and the open one's unwritten end */
 	uint64_t live_bytes, live_versions;
 	uint64_t pmem_row_bytes, pmem_versions, pmem_high, pmem_low;
+	uint64_t pmem_slab_free;   /* bytes of row slots free in the row slabs */
 	uint64_t spilled, spill_writes, spill_write_bytes, promoted;
 	uint64_t reads, read_ios, read_bytes, read_iops;
 	uint64_t compacted_segs, compact_moved, compact_bytes, compact_seg_done, compact_seg_total;

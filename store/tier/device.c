@@ -863,6 +863,7 @@ void device_stats_get(struct store *s, struct store_spill_stats *st)
 	snprintf(st->path, sizeof(st->path), "%s", sp->path);
 	st->qd = sp->qd;
 	st->pmem_high = s->row_cap;
+	st->pmem_slab_free = slabs > st->pmem_row_bytes ? slabs - st->pmem_row_bytes : 0;
 	st->pmem_low = sp->low_bytes;
 	struct emb_spill *pm = sp->pm;
 	st->size = pm->size;
