@@ -35,6 +35,11 @@ fill() {
 	S=$(stat -c %s "$M/big.emb")
 	[ "$S" -ge $((8 * MiB)) ] || fail "$label: ENOSPC after only $S bytes"
 	sync "$M" || fail "$label: fsync of the mount root failed after ENOSPC: acknowledged rows did not reach the pool"
+	avail=$(stat -f -c '%a %S' "$M" | awk '{ printf "%d\n", $1 * $2 }')
+	say "$label: statfs says $avail bytes available after ENOSPC"
+	# what df shows as available is near 0 when writes get ENOSPC (index
+	# room, the write-back's promises and a slab's tail stay: ~1/16)
+	[ "$avail" -le $((${size%M} * MiB / 10 + MiB)) ] || fail "$label: statfs says $avail bytes available, writes get ENOSPC"
 	cmp -n "$S" "$T/src" "$M/big.emb" || fail "$label: data differs before unmount"
 	unmount_pool "$M"
 	grep -q "writing back" "$T/daemon.log" && { cat "$T/daemon.log" >&2; fail "$label: a write-back failed"; }
