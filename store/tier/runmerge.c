@@ -497,52 +497,6 @@ static int merge_fitting(struct store *s)
 	return merge_chosen(s, bid, bi, bj);
 }
 
-/* The merge reserve a table's runs ask for: what merging all of them would
- * write, in segments (its rows in runs: no more than are live there, nor
- * than it has; its meta blocks add a few %). */
-static uint64_t table_reserve(const struct spill *sp, struct stable *st)
-{
-	uint64_t rs = st->t->row_size, rows = atomic_load(&st->run_live);
-	if (rows > ld64(&st->t->size) / rs + 1)
-		rows = ld64(&st->t->size) / rs + 1;
-	uint64_t bs = run_blk_size((uint32_t)rs);
-	uint64_t bytes = (rows / run_blk_recs((uint32_t)rs) + 1) * bs * 33 / 32;
-	return (bytes + sp->pm->seg_size - 1) / sp->pm->seg_size + 1;
-}
-
-static uint32_t reserve_clamp(const struct spill *sp, uint64_t segs)
-{
-	if (segs < sp->reserve_min)
-		segs = sp->reserve_min;
-	if (segs > sp->pm->nsegs / 2)
-		segs = sp->pm->nsegs / 2;
-	return (uint32_t)segs;
-}
-
-void runs_reserve(struct store *s)
-{
-	struct spill *sp = s->sp;
-	uint64_t most = 0;
-	pthread_rwlock_rdlock(&sp->run_lock); /* the lists change under it (a truncation's) */
-	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
-		struct stable *st = sp->runs[id] ? tab_get(s, id) : NULL;
-		uint64_t segs = st ? table_reserve(sp, st) : 0;
-		if (segs > most)
-			most = segs;
-	}
-	pthread_rwlock_unlock(&sp->run_lock);
-	atomic_store(&sp->reserve, reserve_clamp(sp, most));
-}
-
-void runs_reserve_raise(struct store *s, struct stable *st)
-{
-	struct spill *sp = s->sp;
-	uint32_t want = reserve_clamp(sp, table_reserve(sp, st));
-	uint32_t had = atomic_load(&sp->reserve);
-	while (want > had && !atomic_compare_exchange_weak(&sp->reserve, &had, want))
-		;
-}
-
 int runs_make_room(struct store *s)
 {
 	int n = 0, ret = 0;
