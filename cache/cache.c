@@ -774,6 +774,7 @@ static int update_put(struct cache *c, uint32_t table, uint32_t rs, uint64_t row
 			r = cache_make_clean(c, si);
 			if (r)
 				break;
+			r = W_AGAIN; /* not written yet */
 		} else if (r == W_NOROOM) {
 			r = write_through(c, sh, table, row, base, batch);
 			break;
