@@ -294,6 +294,22 @@ static int write_through(struct cache *c, struct shard *sh, uint32_t table, uint
 	return r;
 }
 
+/* Cache base, a missed row as a write leaves it, as a new dirty entry
+ * (write_insert); with no room, the shard is cleaned (W_AGAIN: start over;
+ * *cleans counts them, 4 at most), then the row written through. */
+static int insert_row(struct cache *c, struct shard *sh, uint32_t si, uint32_t table, uint32_t rs, uint64_t row,
+		      uint64_t h, const char *base, int stored, uint64_t sbatch, uint64_t gen, uint64_t batch,
+		      struct credit *cr, int *cleans)
+{
+	int err = 0;
+	int r = write_insert(c, sh, table, rs, row, h, base, stored, sbatch, gen, batch, cr, &err);
+	if (r == W_NOROOM && err == -EAGAIN && (*cleans)++ < 4) {
+		r = cache_make_clean(c, si);
+		return r ? r : W_AGAIN;
+	}
+	return r == W_NOROOM ? write_through(c, sh, table, row, base, batch) : r;
+}
+
 /* cache_write() spending the units of cr; pr: the row was probed (a whole
  * row's write), NULL: probe it here. */
 static int write_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, uint32_t off,
@@ -317,14 +333,7 @@ static int write_one(struct cache *c, uint32_t table, uint32_t rs, uint64_t row,
 		pr = NULL; /* once: a retry probes again */
 		if (stored < 0)
 			return stored;
-		int err = 0;
-		r = write_insert(c, sh, table, rs, row, h, base, stored, sbatch, gen, batch, cr, &err);
-		if (r == W_NOROOM && err == -EAGAIN && cleans++ < 4) {
-			r = cache_make_clean(c, si);
-			r = r ? r : W_AGAIN;
-		} else if (r == W_NOROOM) {
-			r = write_through(c, sh, table, row, base, batch);
-		}
+		r = insert_row(c, sh, si, table, rs, row, h, base, stored, sbatch, gen, batch, cr, &cleans);
 		free(base);
 		if (r != W_AGAIN)
 			return r;
@@ -685,10 +694,12 @@ int cache_read_range(struct cache *c, uint32_t table, uint32_t rs, uint64_t firs
 	return ret < 0 ? ret : 0;
 }
 
-/* The misses of a batch of whole-row writes, probed in one ops->fetch_rows
- * call: an array (to free) in g's miss order, or NULL (no memory, or the
- * probe failed: each row is probed as it is written). */
-static struct probed *probe_misses(struct cache *c, uint32_t table, const uint64_t *rows, const struct rowgroup *g)
+/* The misses of a batch of rows, probed in one ops->fetch_rows call (their
+ * bytes into buf, miss i at buf + i * row size, unless buf is NULL: a batch
+ * of whole-row writes needs none): an array (to free) in g's miss order, or
+ * NULL (no memory, or the probe failed: each row is probed on its own). */
+static struct probed *probe_misses(struct cache *c, uint32_t table, const uint64_t *rows, const struct rowgroup *g,
+				   void *buf)
 {
 	uint64_t *ids = malloc(g->nmiss * sizeof(*ids));
 	uint8_t *stored = malloc(g->nmiss);
@@ -698,7 +709,7 @@ static struct probed *probe_misses(struct cache *c, uint32_t table, const uint64
 		for (size_t i = 0; i < g->nmiss; i++)
 			ids[i] = rows[g->miss[i]];
 		uint64_t gen = atomic_load(&tst(c, table)->gen);
-		if (c->ops->fetch_rows(c->ctx, table, ids, g->nmiss, NULL, stored, sbatch) >= 0 &&
+		if (c->ops->fetch_rows(c->ctx, table, ids, g->nmiss, buf, stored, sbatch) >= 0 &&
 		    (pr = malloc(g->nmiss * sizeof(*pr))))
 			for (size_t i = 0; i < g->nmiss; i++)
 				pr[i] = (struct probed){ stored[i], sbatch[i], gen };
@@ -730,7 +741,7 @@ int cache_write_rows(struct cache *c, uint32_t table, uint32_t rs, const uint64_
 	/* a row's occurrences all hit or all miss: misses keep their order;
 	 * they are probed below in one ops->fetch_rows call (the store then
 	 * looks them up in one pass) */
-	struct probed *pr = !ret && g.nmiss > 1 && c->ops->fetch_rows ? probe_misses(c, table, rows, &g) : NULL;
+	struct probed *pr = !ret && g.nmiss > 1 && c->ops->fetch_rows ? probe_misses(c, table, rows, &g, NULL) : NULL;
 	for (size_t i = 0; i < g.nmiss && !ret; i++)
 		ret = write_one(c, table, rs, rows[g.miss[i]], 0, rs, src + (size_t)g.miss[i] * rs, batch, &cr,
 				pr ? &pr[i] : NULL);
@@ -768,19 +779,9 @@ static int update_put(struct cache *c, uint32_t table, uint32_t rs, uint64_t row
 		return stored;
 	int r, cleans = 0;
 	for (;;) {
-		int err = 0;
-		r = write_insert(c, sh, table, rs, row, h, base, stored, sbatch, pr->gen, batch, cr, &err);
-		if (r == W_NOROOM && err == -EAGAIN && cleans++ < 4) {
-			r = cache_make_clean(c, si);
-			if (r)
-				break;
-			r = W_AGAIN; /* not written yet */
-		} else if (r == W_NOROOM) {
-			r = write_through(c, sh, table, row, base, batch);
+		r = insert_row(c, sh, si, table, rs, row, h, base, stored, sbatch, pr->gen, batch, cr, &cleans);
+		if (r != W_AGAIN)
 			break;
-		} else if (r != W_AGAIN) {
-			break;
-		}
 		/* a promise reserved, or room made: again, unless the probe went stale */
 		pthread_mutex_lock(&sh->lock);
 		int stale = lookup(sh, table, row, h) != NIL || atomic_load(&tst(c, table)->gen) != pr->gen;
@@ -798,8 +799,8 @@ static int cmp_u64pair(const void *a, const void *b)
 	return x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : x[1] < y[1] ? -1 : x[1] > y[1];
 }
 
-/* The misses of an update, fetched from below in one ops->fetch_rows call
- * (the store looks them up in one pass) and each updated from those bytes;
+/* The misses of an update, fetched from below in one call (probe_misses:
+ * the store looks them up in one pass) and each updated from those bytes;
  * a row that repeats, or was cached or dropped meanwhile, by update_one().
  * 1 when nothing was done (no memory, or the fetch failed: the caller
  * updates them one by one), else 0 or -errno. */
@@ -809,44 +810,36 @@ static int update_misses(struct cache *c, uint32_t table, uint32_t rs, const uin
 {
 	size_t n = g->nmiss;
 	char *buf = malloc(n * rs);
-	uint8_t *stored = malloc(n);
-	uint64_t *sbatch = calloc(n, sizeof(*sbatch)), *ids = malloc(n * sizeof(*ids));
 	uint64_t *order = malloc(2 * n * sizeof(*order));
+	struct probed *pr = buf && order ? probe_misses(c, table, rows, g, buf) : NULL;
 	int ret = 1;
-	if (!buf || !stored || !sbatch || !ids || !order)
-		goto out;
-	for (size_t i = 0; i < n; i++) {
-		ids[i] = rows[g->miss[i]];
-		order[2 * i] = ids[i];
-		order[2 * i + 1] = i;
-	}
-	uint64_t gen = atomic_load(&tst(c, table)->gen);
-	if (c->ops->fetch_rows(c->ctx, table, ids, n, buf, stored, sbatch) < 0)
+	if (!pr)
 		goto out;
 	/* a row's later occurrences (none from a push: it sums them) go
-	 * after its first, by update_one */
+	 * after its first, by update_one (stored -1) */
+	for (size_t i = 0; i < n; i++) {
+		order[2 * i] = rows[g->miss[i]];
+		order[2 * i + 1] = i;
+	}
 	qsort(order, n, 2 * sizeof(*order), cmp_u64pair);
 	for (size_t k = 1; k < n; k++)
 		if (order[2 * k] == order[2 * k - 2])
-			stored[order[2 * k + 1]] = 2;
+			pr[order[2 * k + 1]].stored = -1;
 	ret = 0;
 	for (size_t i = 0; i < n && !ret; i++) {
 		uint32_t idx = g->miss[i];
-		struct probed pr = { stored[i], sbatch[i], gen };
 		ret = W_AGAIN;
-		if (pr.stored != 2) {
-			u->fn(u->ctx, idx, buf + i * rs, pr.stored);
-			ret = update_put(c, table, rs, ids[i], buf + i * rs, batch, cr, &pr);
+		if (pr[i].stored >= 0) {
+			u->fn(u->ctx, idx, buf + i * rs, pr[i].stored);
+			ret = update_put(c, table, rs, rows[idx], buf + i * rs, batch, cr, &pr[i]);
 		}
 		if (ret == W_AGAIN)
-			ret = update_one(c, table, rs, ids[i], u, idx, tmp, batch, cr);
+			ret = update_one(c, table, rs, rows[idx], u, idx, tmp, batch, cr);
 	}
 out:
 	free(buf);
-	free(stored);
-	free(sbatch);
-	free(ids);
 	free(order);
+	free(pr);
 	return ret;
 }
 
