@@ -121,30 +121,23 @@ static void plan(struct store *s, struct uop *u)
 #define PREPASS_AHEAD 16
 
 /* Segments a prepass found full, each with a row of it. */
+struct fullseg {
+	const void *seg;
+	uint64_t row;
+};
 struct fullsegs {
-	const void **seg;
-	uint64_t *row;
+	struct fullseg *v;
 	size_t n, cap;
 };
 
 static int fullsegs_note(struct fullsegs *f, const void *seg, uint64_t row)
 {
 	for (size_t k = 0; k < f->n; k++)
-		if (f->seg[k] == seg)
+		if (f->v[k].seg == seg)
 			return 0;
-	if (f->n == f->cap) {
-		size_t nc = f->cap ? 2 * f->cap : 16;
-		const void **ns = realloc(f->seg, nc * sizeof(*ns));
-		if (ns)
-			f->seg = ns;
-		uint64_t *nr = ns ? realloc(f->row, nc * sizeof(*nr)) : NULL;
-		if (!nr)
-			return -ENOMEM;
-		f->row = nr;
-		f->cap = nc;
-	}
-	f->seg[f->n] = seg;
-	f->row[f->n++] = row;
+	if (arr_room(&f->v, f->n, &f->cap, sizeof(*f->v), 16))
+		return -ENOMEM;
+	f->v[f->n++] = (struct fullseg){ seg, row };
 	return 0;
 }
 
@@ -153,7 +146,7 @@ static int fullsegs_grow(struct store *s, struct stable *st, struct fullsegs *f)
 {
 	int ret = -EAGAIN;
 	for (size_t k = 0; k < f->n && ret == -EAGAIN; k++)
-		ret = index_grow_key(s, st, f->row[k]);
+		ret = index_grow_key(s, st, f->v[k].row);
 	f->n = 0;
 	return ret;
 }
@@ -207,8 +200,7 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		if (!ret && full.n)
 			ret = fullsegs_grow(s, st, &full);
 		if (ret != -EAGAIN) {
-			free(full.seg);
-			free(full.row);
+			free(full.v);
 			return ret;
 		}
 	}

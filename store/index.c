@@ -179,6 +179,17 @@ static inline void bucket_prefetch(const struct emb_bucket *b)
 		__builtin_prefetch((const char *)b + k);
 }
 
+/* Start loading the first bucket of hash x and its memo entry (m: st's
+ * memo array, or NULL).  st->segs is set. */
+static inline void prefetch_at(const struct stable *st, struct ihash x, _Atomic uint32_t *m)
+{
+	size_t di = dir_idx(x, st->gd);
+	unsigned bi = bucket1(st->segs[di], x);
+	bucket_prefetch(&st->segs[di]->bucket[bi]);
+	if (m)
+		__builtin_prefetch(&m[di * EMB_SEG_LARGE + bi]);
+}
+
 /* The slot of b holding key (tag matching, then the element's row), or -1;
  * -2 when a slot's tag matched but its element is damaged (counted). */
 static int probe(struct store *s, struct stable *st, const struct emb_bucket *b, uint64_t key, uint64_t tag)
@@ -479,12 +490,8 @@ int index_get_many(struct store *s, struct stable *st, const uint64_t *keys, siz
 			if (f && !last_has)
 				continue; /* no entry in its chunk: not probed */
 			want[next % INDEX_AHEAD] = 1;
-			struct ihash x = h[next % INDEX_AHEAD] = ihash_of(s, keys[next]);
-			size_t di = dir_idx(x, st->gd);
-			unsigned bi = bucket1(st->segs[di], x);
-			bucket_prefetch(&st->segs[di]->bucket[bi]);
-			if (m)
-				__builtin_prefetch(&m[di * EMB_SEG_LARGE + bi]);
+			h[next % INDEX_AHEAD] = ihash_of(s, keys[next]);
+			prefetch_at(st, h[next % INDEX_AHEAD], m);
 		}
 		if (skip && skip[i])
 			continue;
@@ -512,15 +519,8 @@ int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *po
 
 void index_prefetch(struct store *s, struct stable *st, uint64_t key)
 {
-	if (!st->segs)
-		return;
-	struct ihash x = ihash_of(s, key);
-	size_t di = dir_idx(x, st->gd);
-	unsigned bi = bucket1(st->segs[di], x);
-	bucket_prefetch(&st->segs[di]->bucket[bi]);
-	_Atomic uint32_t *m = atomic_load_explicit(&st->vmemo, memory_order_relaxed);
-	if (m)
-		__builtin_prefetch(&m[di * EMB_SEG_LARGE + bi]);
+	if (st->segs)
+		prefetch_at(st, ihash_of(s, key), atomic_load_explicit(&st->vmemo, memory_order_relaxed));
 }
 
 void index_reseal(struct store *s, struct stable *st, uint64_t key)

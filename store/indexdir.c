@@ -222,8 +222,6 @@ static void dir_double_tx(struct store *s, struct stable *st, size_t di, struct 
 	pmemobj_tx_free(pmemobj_oid(dir));
 }
 
-/* Replace the full segment at directory index di: a small one by a large
- * one, a large one by two small ones of depth+1. */
 /* Start loading the first line of each element b's slots lead to (a
  * split reads them all: each is a cache miss otherwise). */
 static void bucket_prefetch_elems(struct store *s, const struct emb_bucket *b)
@@ -232,6 +230,8 @@ static void bucket_prefetch_elems(struct store *s, const struct emb_bucket *b)
 		__builtin_prefetch(S_PTR(s, ref_obj(ld64(&b->slot[__builtin_ctzll(m)]))));
 }
 
+/* Replace the full segment at directory index di: a small one by a large
+ * one, a large one by two small ones of depth+1. */
 static int index_split(struct store *s, struct stable *st, size_t di)
 {
 	struct emb_seg *old = st->segs[di];

@@ -159,7 +159,7 @@ struct spill {
 	 * that a merge (which writes its output before its inputs go) always
 	 * finds room.  reserve_min (set at attach): an eighth of the segments,
 	 * at least 2; reserve (the mover sets it each round, runs_reserve, and
- * a run's install raises it, runs_reserve_raise):
+	 * a run's install raises it, runs_reserve_raise):
 	 * what merging all runs of the table with the most rows in runs would
 	 * write, at least reserve_min and at most half the segments */
 	uint32_t reserve_min;
