@@ -319,6 +319,9 @@ static void put_runs(struct stats_out *o, const struct store_spill_stats *sp)
 	    sp->merge_out_bytes);
 	PUT("spill.merge_moves", "spill_merge_moves_total", COUNTER,
 	    "Sorted runs moved down a level without a rewrite (their rows are disjoint)", sp->merge_moves);
+	PUT("spill.sweep_parts", "spill_sweep_parts_total", COUNTER,
+	    "Parts written by sweeps (merges of a whole table, a row range at a time)", sp->sweep_parts);
+	PUT("spill.sweeping", "spill_sweeping", GAUGE, "1 while a sweep is under way", sp->sweeping);
 	PUT("spill.bulk_runs", "spill_bulk_runs_total", COUNTER,
 	    "Sorted runs a bulk load wrote straight to the device (rows in row order past a table's end)", sp->bulk_runs);
 	PUT("spill.bulk_rows", "spill_bulk_rows_total", COUNTER,

@@ -136,6 +136,7 @@ struct stable {
 	struct seek_keys live_keys, snap_keys; /* protected by seek_lock */
 	struct stable *name_next; /* name hash chain; protected by cat_lock */
 	_Atomic uint64_t run_live;  /* records in its sorted runs that are not tombstones (run.c) */
+	_Atomic uint64_t part_live; /* ... of them in a sweep's parts (tier/runsweep.c) */
 	/* index.c: buckets whose miss check passed (bucket_check_memo); made
 	 * by readers, freed with segs (st->lock exclusive) */
 	_Atomic(_Atomic uint32_t *) vmemo;

@@ -30,6 +30,12 @@ struct store_test_spill {
 	/* bulk loads go straight into runs even while the pool has room for
 	 * their rows below the low watermark (store/tier/bulk.c) */
 	int bulk_always;
+	/* the records a sweep's part holds, in bytes (store/tier/runsweep.c; 0:
+	 * 64 MiB), so that small tables are swept in parts */
+	uint64_t sweep_part_bytes;
+	/* the mover merges all runs of a table (or sweeps them) whatever the
+	 * device's fill, not only when it is half full */
+	int whole_always;
 };
 
 /* Set the spill tier's test hooks of s (a copy of *h; NULL: none) for the

@@ -422,6 +422,8 @@ struct store_spill_stats {
 	uint64_t run_ra_blocks;    /* blocks requests found in read-ahead windows */
 	uint64_t merges, merge_in_bytes, merge_out_bytes;
 	uint64_t merge_moves;      /* runs moved down a level without a rewrite (disjoint rows) */
+	uint64_t sweep_parts;      /* parts a sweep wrote: a merge of a whole table, a row range at a time */
+	uint64_t sweeping;         /* 1 while a sweep is under way */
 	uint64_t bulk_runs, bulk_rows; /* runs a bulk load wrote straight (store_rows_append), their rows */
 };
 void store_spill_stats_get(struct store *s, struct store_spill_stats *st);

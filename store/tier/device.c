@@ -764,6 +764,8 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->list_cap = s->test_spill.run_list_cap;
 	sp->order_max = s->test_spill.evict_order_max ? s->test_spill.evict_order_max : EVICT_ORDER_MAX;
 	sp->bulk_always = s->test_spill.bulk_always;
+	sp->part_bytes = s->test_spill.sweep_part_bytes;
+	sp->whole_always = s->test_spill.whole_always;
 	sp->unlocked_arg = s->test_spill.unlocked_arg;
 	sp->open_seg = -1;
 	sp->reserve_min = pm->nsegs / 8 > 2 ? (uint32_t)(pm->nsegs / 8) : 2;

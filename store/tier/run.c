@@ -565,15 +565,23 @@ void runs_mark_dead_tx(struct srun **v, size_t n)
 
 /* The merge reserve a table's runs ask for: what merging all of them would
  * write, in segments (its rows in runs: no more than are live there, nor
- * than it has; its meta blocks add a few %). */
+ * than it has; its meta blocks add a few %); for a table a sweep merges,
+ * what a sweep would write beyond what it frees as it goes. */
 static uint64_t table_reserve(const struct spill *sp, struct stable *st)
 {
-	uint64_t rs = st->t->row_size, rows = atomic_load(&st->run_live);
+	uint64_t rs = st->t->row_size, rows = atomic_load(&st->run_live), extra = 1;
+	if (sweep_wants(sp, st)) {
+		/* a sweep (runsweep.c) writes each part in place of an old
+		 * one: room for the records no part holds, and two parts */
+		uint64_t parts = atomic_load(&st->part_live);
+		rows = rows > parts ? rows - parts : 0;
+		extra = 2 * (sweep_part_bytes(sp) / sp->pm->seg_size) + 1;
+	}
 	if (rows > ld64(&st->t->size) / rs + 1)
 		rows = ld64(&st->t->size) / rs + 1;
 	uint64_t bs = run_blk_size((uint32_t)rs);
 	uint64_t bytes = (rows / run_blk_recs((uint32_t)rs) + 1) * bs * 33 / 32;
-	return (bytes + sp->pm->seg_size - 1) / sp->pm->seg_size + 1;
+	return (bytes + sp->pm->seg_size - 1) / sp->pm->seg_size + extra;
 }
 
 static uint32_t reserve_clamp(const struct spill *sp, uint64_t segs)
@@ -617,6 +625,8 @@ void run_live_add(struct store *s, const struct emb_run *r, int sign)
 	struct stable *st = tab_get(s, r->table);
 	if (!st || st->t->gen != r->table_gen)
 		return;
+	if (r->level >= RUN_PART_LEVEL)
+		atomic_fetch_add(&st->part_live, sign > 0 ? r->nlive : -r->nlive);
 	if (sign > 0) {
 		atomic_fetch_add(&st->run_live, r->nlive);
 		runs_reserve_raise(s, st); /* before its room is counted free again */
@@ -840,6 +850,7 @@ void runs_unload(struct spill *sp)
 	for (uint32_t i = 0; i < RA_WINDOWS; i++) /* queued and never read */
 		if (sp->ra[i].x)
 			srun_put(sp->ra[i].x);
+	sweep_end(sp);
 	if (sp->runs) {
 		for (uint32_t id = 0; id < EMB_NTABLES; id++)
 			for (struct srun *x = sp->runs[id], *nx; x; x = nx) {
@@ -865,6 +876,7 @@ void runs_unload(struct spill *sp)
 void runs_stats(struct store *s, struct store_spill_stats *st)
 {
 	struct spill *sp = s->sp;
+	int parts = 0;
 	pthread_rwlock_rdlock(&sp->run_lock);
 	for (uint32_t id = 0; id < EMB_NTABLES; id++)
 		for (struct srun *x = sp->runs[id]; x; x = x->next) {
@@ -873,9 +885,12 @@ void runs_stats(struct store *s, struct store_spill_stats *st)
 			st->run_bytes += x->r->nblocks * x->r->blk_size;
 			st->run_pool_bytes += sizeof(struct emb_run);
 			st->run_meta_bytes += arr_bytes(x->r) + ((size_t)x->r->nsegs * 4 + 7) / 8 * 8;
-			if (x->r->level + 1 > st->run_levels)
+			if (x->r->level >= RUN_PART_LEVEL) /* a sweep's parts: one level below the rest */
+				parts = 1;
+			else if (x->r->level + 1 > st->run_levels)
 				st->run_levels = x->r->level + 1;
 		}
+	st->run_levels += parts;
 	for (struct srun *x = sp->dead; x; x = x->next)
 		st->runs_dead++;
 	pthread_rwlock_unlock(&sp->run_lock);
@@ -889,6 +904,8 @@ void runs_stats(struct store *s, struct store_spill_stats *st)
 	st->merge_in_bytes = atomic_load(&sp->merge_in_bytes);
 	st->merge_out_bytes = atomic_load(&sp->merge_out_bytes);
 	st->merge_moves = atomic_load(&sp->moves);
+	st->sweep_parts = atomic_load(&sp->sweep_steps);
+	st->sweeping = atomic_load(&sp->sweep_on);
 	st->bulk_runs = atomic_load(&sp->bulk_runs);
 	st->bulk_rows = atomic_load(&sp->bulk_rows);
 }

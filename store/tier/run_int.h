@@ -15,6 +15,8 @@
 #define BLOOM_K 8u
 #define EVICT_MAX_BYTES (64ull << 20) /* row bytes one eviction gathers */
 #define EVICT_MIN_ROWS 4096u
+#define RUN_PART_LEVEL (1u << 24)  /* a sweep's parts (runsweep.c): above any level moves reach */
+#define SWEEP_PART_BYTES (64ull << 20) /* records a sweep's step writes, about */
 
 /* A block read into memory, checked once. */
 struct bref {
@@ -224,5 +226,46 @@ uint64_t run_next_id(struct spill *sp);
 /* Make the built run part of the pool, in place of the runs old[0..nold)
  * (a merge; they turn dead), at order seq.  commit_lock held. */
 int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t level, struct srun **old, size_t nold);
+
+/* runmerge.c */
+/* The versions of one row a merge gathers from its inputs, in order. */
+struct mvers {
+	size_t n, cap;
+	uint64_t *batch;     /* | EMB_RREC_TOMB */
+	char *bytes;         /* row i at i * row size */
+	const char **data;   /* kept versions' bytes (NULL: tombstone) */
+	uint8_t *keep;
+};
+/* Room for one more version of rs bytes: 0 or -ENOMEM. */
+int mvers_room(struct mvers *mv, uint32_t rs);
+void mvers_free(struct mvers *mv);
+/* Keep of mv the newest version and the newest each of the live snapshots'
+ * batches snaps[0..ns) sees, and (bottom: no older run) drop the oldest
+ * kept ones while they are tombstones: their batches and bytes, compacted
+ * to the front of mv->batch and mv->data.  Returns how many are kept. */
+size_t mvers_keep(struct mvers *mv, uint32_t rs, const uint64_t *snaps, uint32_t ns, int bottom);
+/* Gather into mv (emptied first) the versions of row (rs bytes) from every
+ * input whose iterator is at it, newest input first, stepping those
+ * iterators past the row; *in_bytes counts the records read (w's record
+ * size each).  0 or -errno. */
+int merge_gather(struct store *s, struct rit *it, size_t m, uint64_t row, uint32_t rs, struct mvers *mv,
+		 const struct run_build *w, uint64_t *in_bytes);
+
+/* runsweep.c: merges of all of a table's runs a row range at a time (the
+ * mover's, round_lock) */
+uint64_t sweep_part_bytes(const struct spill *sp);
+/* Is st's part of the runs large enough to be swept, not merged whole? */
+int sweep_wants(const struct spill *sp, struct stable *st);
+/* Begin a sweep of st's runs v[0..n) (its whole list, newest first): it
+ * takes their references.  0 or -ENOMEM (then they are put). */
+int sweep_start(struct store *s, struct stable *st, struct srun **v, size_t n);
+/* The next step of the sweep under way: 2 made, 0 none (or the sweep
+ * ended: its list changed), -errno (it ended). */
+int sweep_step(struct store *s);
+void sweep_end(struct spill *sp);
+/* Of table tid's runs v[0..n) (newest first), how many lead that came after
+ * the sweep's inputs (n when no sweep is on tid): merges among them leave
+ * the sweep alone. */
+size_t sweep_newer(const struct spill *sp, uint32_t tid, struct srun *const *v, size_t n);
 
 #endif

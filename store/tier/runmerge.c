@@ -12,17 +12,7 @@
 
 /* ---- merges -------------------------------------------------------------- */
 
-/* The versions of one row a merge gathers from its inputs, in order. */
-struct mvers {
-	size_t n, cap;
-	uint64_t *batch;     /* | EMB_RREC_TOMB */
-	char *bytes;         /* row i at i * row size */
-	const char **data;   /* kept versions' bytes (NULL: tombstone) */
-	uint8_t *keep;
-};
-
-/* Room for one more version of rs bytes: 0 or -ENOMEM. */
-static int mvers_room(struct mvers *mv, uint32_t rs)
+int mvers_room(struct mvers *mv, uint32_t rs)
 {
 	if (mv->n < mv->cap)
 		return 0;
@@ -44,7 +34,7 @@ static int mvers_room(struct mvers *mv, uint32_t rs)
 	return 0;
 }
 
-static void mvers_free(struct mvers *mv)
+void mvers_free(struct mvers *mv)
 {
 	free(mv->batch);
 	free(mv->bytes);
@@ -52,11 +42,7 @@ static void mvers_free(struct mvers *mv)
 	free(mv->keep);
 }
 
-/* Keep of mv the newest version and the newest each of the live snapshots'
- * batches snaps[0..ns) sees, and (bottom: no older run) drop the oldest
- * kept ones while they are tombstones: their batches and bytes, compacted
- * to the front of mv->batch and mv->data.  Returns how many are kept. */
-static size_t mvers_keep(struct mvers *mv, uint32_t rs, const uint64_t *snaps, uint32_t ns, int bottom)
+size_t mvers_keep(struct mvers *mv, uint32_t rs, const uint64_t *snaps, uint32_t ns, int bottom)
 {
 	memset(mv->keep, 0, mv->n);
 	mv->keep[0] = 1;
@@ -176,11 +162,7 @@ static int merge_load(struct store *s, struct srun **v, size_t m, struct rit *it
 	return ret;
 }
 
-/* Gather into mv (emptied first) the versions of row (rs bytes) from every
- * input whose iterator is at it, newest input first, stepping those
- * iterators past the row; *in_bytes counts the records read (w's record
- * size each).  0 or -errno. */
-static int merge_gather(struct store *s, struct rit *it, size_t m, uint64_t row, uint32_t rs,
+int merge_gather(struct store *s, struct rit *it, size_t m, uint64_t row, uint32_t rs,
 			struct mvers *mv, const struct run_build *w, uint64_t *in_bytes)
 {
 	int ret = 0;
@@ -497,10 +479,58 @@ static int merge_fitting(struct store *s)
 	return merge_chosen(s, bid, bi, bj);
 }
 
+/* The table with the most runs, if it has two or more and they are not
+ * settled (a load's, a sweep's parts: nothing to drop): its list in *v
+ * (references), or NULL. */
+static struct stable *whole_pick(struct store *s, size_t all, struct srun ***v, size_t *n)
+{
+	struct spill *sp = s->sp;
+	uint32_t best = EMB_NTABLES;
+	size_t most = 1;
+	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
+		if (!sp->runs[id])
+			continue;
+		size_t k = (size_t)runs_count(s, id, NULL);
+		if (k > most) {
+			most = k;
+			best = id;
+		}
+	}
+	struct stable *st = best < EMB_NTABLES ? tab_get(s, best) : NULL;
+	if (!st || runs_get(sp, best, v, n))
+		return NULL;
+	if (*n < 2 || (may_settle(*n, all) && runs_settled(*v, *n))) {
+		runs_put(*v, *n);
+		return NULL;
+	}
+	return st;
+}
+
 int runs_make_room(struct store *s)
 {
+	struct spill *sp = s->sp;
 	int n = 0, ret = 0;
-	while (n < 16 && (ret = merge_fitting(s)) > 0) {
+	/* a sweep under way holds what it rewrote in the inputs it has not
+	 * passed yet: finish it (the merge reserve leaves it the room); else
+	 * sweep the table with the most runs, if it is swept */
+	if (!sp->sweep) {
+		struct srun **v;
+		size_t k;
+		struct stable *st = whole_pick(s, runs_listed(sp), &v, &k);
+		if (st && sweep_wants(sp, st))
+			ret = sweep_start(s, st, v, k);
+		else if (st)
+			runs_put(v, k);
+	}
+	while (sp->sweep && ret >= 0) {
+		if ((ret = sweep_step(s)) > 0)
+			n++;
+		pthread_mutex_lock(&s->commit_lock);
+		runs_reap_locked(s);
+		pthread_mutex_unlock(&s->commit_lock);
+	}
+	int swept = n;
+	while (n - swept < 16 && (ret = merge_fitting(s)) > 0) {
 		n++;
 		pthread_mutex_lock(&s->commit_lock);
 		runs_reap_locked(s);
@@ -509,44 +539,15 @@ int runs_make_room(struct store *s)
 	return ret < 0 && !n ? ret : n;
 }
 
-/* One merge the runs need, if any: where the device is half full, all runs
- * of the table with the most; else MERGE_FANOUT adjacent runs of one level;
- * where that finds no room, the one that gives back the most room
- * (merge_fitting, which a writer waiting for room also gets through
- * runs_make_room).  1 merged, 0 none needed, or -errno. */
-int runs_merge_some(struct store *s)
+/* One merge of MERGE_FANOUT adjacent runs of one level (a sweep's parts
+ * aside, and of a table being swept only runs newer than the sweep's), or a
+ * move of such runs when they are settled, or a size-tiered merge of
+ * sparse fresh runs; where that finds no room, the one that gives back the
+ * most room (merge_fitting).  all: runs_listed.  1 merged, 0 none needed,
+ * or -errno. */
+static int merge_levels(struct store *s, size_t all)
 {
 	struct spill *sp = s->sp;
-	size_t all = runs_listed(sp);
-	/* the device is half full: merge all runs of the table with the most,
-	 * which drops every copy newer runs replaced (while the output still
-	 * finds room) */
-	if (seg_free_count(sp) * 2 < sp->pm->nsegs) {
-		uint32_t best = EMB_NTABLES;
-		size_t most = 1;
-		for (uint32_t id = 0; id < EMB_NTABLES; id++) {
-			if (!sp->runs[id])
-				continue;
-			size_t k = (size_t)runs_count(s, id, NULL);
-			if (k > most) {
-				most = k;
-				best = id;
-			}
-		}
-		struct stable *st = best < EMB_NTABLES ? tab_get(s, best) : NULL;
-		struct srun **v;
-		size_t n;
-		if (st && !runs_get(sp, best, &v, &n)) {
-			/* settled runs (a load's) have nothing to drop */
-			int whole = n > 1 && !(may_settle(n, all) && runs_settled(v, n));
-			int ret = whole ? merge_runs(s, st, v, n, 1, 1, NULL) : 0;
-			runs_put(v, n);
-			if (ret == -ENOSPC)
-				return merge_fitting(s); /* no room for it: smaller ones */
-			if (whole)
-				return ret ? ret : 1;
-		}
-	}
 	for (uint32_t id = 0; id < EMB_NTABLES; id++) {
 		if (!sp->runs[id])
 			continue;
@@ -555,12 +556,13 @@ int runs_merge_some(struct store *s)
 		size_t n;
 		if (!st || runs_get(sp, id, &v, &n))
 			continue;
-		size_t at = n, len = 0;
-		for (size_t i = 0; i < n && at == n; i++) {
+		size_t nl = sweep_newer(sp, id, v, n);
+		size_t at = nl, len = 0;
+		for (size_t i = 0; i < nl && at == nl; i++) {
 			size_t j = i;
-			while (j < n && v[j]->r->level == v[i]->r->level)
+			while (j < nl && v[j]->r->level == v[i]->r->level)
 				j++;
-			if (j - i >= MERGE_FANOUT) {
+			if (j - i >= MERGE_FANOUT && v[i]->r->level < RUN_PART_LEVEL) {
 				at = i;
 				len = j - i;
 			}
@@ -569,21 +571,76 @@ int runs_merge_some(struct store *s)
 		int ret = 0, settle = may_settle(n, all);
 		/* settled runs move down a level as they are, while there is
 		 * room for more runs; sparse ones merge among themselves */
-		if (settle && (ret = merge_sparse(s, st, v, n)) != 0) {
+		if (settle && (ret = merge_sparse(s, st, v, nl)) != 0) {
 			runs_put(v, n);
 			return ret == -ENOSPC ? merge_fitting(s) : ret;
 		}
-		if (at < n && settle && runs_settled(v + at, len))
+		if (at < nl && settle && runs_settled(v + at, len))
 			ret = runs_relevel(s, id, v + at, len, v[at]->r->level + 1);
-		else if (at < n)
+		else if (at < nl)
 			ret = merge_runs(s, st, v + at, len, at + len == n, 1, NULL);
 		runs_put(v, n);
 		if (ret == -ENOSPC)
 			return merge_fitting(s);
-		if (at < n)
+		if (at < nl)
 			return ret ? ret : 1;
 	}
 	return 0;
+}
+
+/* All runs of the table with the most (which drops every copy newer runs
+ * replaced), by a sweep when they are large (runsweep.c: its first step
+ * now), else in one merge while the output finds room: where the device is
+ * half full (half), or, for a table swept before, where its records outside
+ * parts make half of those in parts (an eighth when half: a sweep that
+ * would give back little is not made).  1 merged, 2 a sweep's step, 0 none
+ * needed, -errno. */
+static int merge_whole(struct store *s, size_t all, int half)
+{
+	struct spill *sp = s->sp;
+	struct srun **v;
+	size_t n;
+	struct stable *st = whole_pick(s, all, &v, &n);
+	if (!st)
+		return 0;
+	int sweep = sweep_wants(sp, st);
+	uint64_t parts = atomic_load(&st->part_live), live = atomic_load(&st->run_live);
+	uint64_t up = live > parts ? live - parts : 0;
+	if (sweep && parts ? !(2 * up >= parts || (half && 8 * up >= parts)) : !half) {
+		runs_put(v, n);
+		return 0;
+	}
+	if (sweep) {
+		int ret = sweep_start(s, st, v, n); /* it takes the references */
+		ret = ret ? ret : sweep_step(s);
+		return ret == -ENOSPC ? merge_fitting(s) : ret;
+	}
+	int ret = merge_runs(s, st, v, n, 1, 1, NULL);
+	runs_put(v, n);
+	if (ret == -ENOSPC)
+		return merge_fitting(s); /* no room for it: smaller ones */
+	return ret ? ret : 1;
+}
+
+/* One merge the runs need, if any: the levels' (merge_levels), then the
+ * next step of a sweep under way; else all runs of the table with the most
+ * where they need it (merge_whole); else the levels'.  1
+ * merged, 2 a sweep's step (the round's last), 0 none needed, or -errno. */
+int runs_merge_some(struct store *s)
+{
+	struct spill *sp = s->sp;
+	size_t all = runs_listed(sp);
+	int ret;
+	if (sp->sweep) {
+		if ((ret = merge_levels(s, all)) != 0)
+			return ret;
+		ret = sweep_step(s);
+		return ret == -ENOSPC ? merge_fitting(s) : ret;
+	}
+	int half = sp->whole_always || seg_free_count(sp) * 2 < sp->pm->nsegs;
+	if ((ret = merge_whole(s, all, half)) != 0)
+		return ret;
+	return merge_levels(s, all);
 }
 
 /* ---- truncation ---------------------------------------------------------- */

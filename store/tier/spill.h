@@ -166,6 +166,9 @@ struct spill {
 	_Atomic uint32_t reserve;
 	_Atomic uint64_t runs_gen;  /* bumped whenever a table's run list changes */
 	uint64_t fit_gen, fit_free; /* merge_fitting's last fruitless search (round_lock) */
+	struct rsweep *sweep;       /* runsweep.c: the sweep under way, or NULL (round_lock) */
+	uint64_t part_bytes;        /* test hook: a sweep's part (0: SWEEP_PART_BYTES) */
+	int whole_always;           /* test hook: merge_whole whatever the device's fill */
 	/* the rows of the eviction between its gather and its commit (sorted),
 	 * of table ev_id: deletes and truncation treat them as in a run */
 	uint64_t *ev_rows;
@@ -173,6 +176,8 @@ struct spill {
 	uint32_t ev_id;
 	_Atomic uint64_t run_evicted, run_reads, run_blocks, bloom_fp, merges, merge_in_bytes, merge_out_bytes;
 	_Atomic uint64_t moves;   /* runmerge.c: runs moved down a level without a rewrite */
+	_Atomic uint64_t sweep_steps; /* runsweep.c: parts written */
+	_Atomic int sweep_on;         /* ... and a sweep is under way */
 	/* run.c: read-ahead windows of sequential readers (ra_mu, a leaf;
 	 * ra_cv: a window finished loading) */
 	pthread_mutex_t ra_mu;
@@ -255,7 +260,8 @@ void runs_unload(struct spill *sp);
 int64_t runs_evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t budget, int all);
 int runs_merge_some(struct store *s);
 /* Merges that give room back while the device is nearly full (round_lock
- * held): how many were made, or -errno. */
+ * held): the steps of a sweep under way, to its end, else merge_fitting's;
+ * how many were made, or -errno. */
 int runs_make_room(struct store *s);
 /* Set sp->reserve from the tables' rows in runs (round_lock held); raise it
  * to what st's runs ask for (a run was installed: run_live_add). */

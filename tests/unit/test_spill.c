@@ -63,6 +63,7 @@ static void (*unlocked_fn)(void *);
 static uint32_t list_cap;
 static uint64_t order_max; /* store_test_spill.evict_order_max */
 static int bulk_always;    /* store_test_spill.bulk_always */
+static uint64_t sweep_part; /* store_test_spill.sweep_part_bytes; also whole_always */
 
 /* A 64-bit mix of x (splitmix64). */
 static uint64_t mix(uint64_t x)
@@ -78,7 +79,8 @@ static void attach(struct store *s, uint64_t spill_size)
 	struct store_spill_conf c = { .path = spath, .size = spill_size, .manual = 1, .high = 40, .low = 30,
 				      .stubs_only = stubs_only };
 	store_test_spill_hooks(s, &(struct store_test_spill){ .unlocked = unlocked_fn, .run_list_cap = list_cap,
-								  .evict_order_max = order_max, .bulk_always = bulk_always });
+								  .evict_order_max = order_max, .bulk_always = bulk_always,
+								  .sweep_part_bytes = sweep_part, .whole_always = sweep_part != 0 });
 	if (store_spill_attach(s, &c, err, sizeof(err))) {
 		fprintf(stderr, "attach: %s\n", err);
 		exit(1);
@@ -611,6 +613,7 @@ static void test_random(void)
 	}
 	(void)size;
 	fsck_clean(s);
+	uint64_t parts = sstats(s).sweep_parts;
 	store_close(s);
 	s = open_pool();
 	for (uint64_t r = 0; r < n; r++) {
@@ -619,9 +622,10 @@ static void test_random(void)
 		CHECK(!memcmp(got, shadow + r * RS, RS));
 	}
 	fsck_clean(s);
-	printf("  %llu versions spilled, %llu compacted segments, %llu promoted\n",
+	printf("  %llu versions spilled, %llu compacted segments, %llu promoted, %llu sweep parts\n",
 	       (unsigned long long)sstats(s).live_versions, (unsigned long long)sstats(s).compacted_segs,
-	       (unsigned long long)sstats(s).promoted);
+	       (unsigned long long)sstats(s).promoted, (unsigned long long)parts);
+	CHECK(!sweep_part || stubs_only || parts > 0);
 	store_close(s);
 	free(shadow);
 	free(has);
@@ -1219,7 +1223,13 @@ static void write_evict(struct store *s, uint32_t id, uint64_t r0, uint64_t r1, 
 		}
 		OK(store_rows_write(s, id, ops, k, r * RS));
 	}
-	CHECK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
+	int ret = store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL);
+	if (ret < 0)
+		fprintf(stderr, "store_spill_run: %s (rows %llu..%llu; free segs %llu, runs %llu, dead %llu, sweeping %llu)\n",
+			strerror(-ret), (unsigned long long)r0, (unsigned long long)r1,
+			(unsigned long long)sstats(s).segs_free, (unsigned long long)sstats(s).runs,
+			(unsigned long long)sstats(s).runs_dead, (unsigned long long)sstats(s).sweeping);
+	CHECK(ret >= 0);
 }
 
 /* Sorted runs: rows leave the pool's index for runs of a few pool bytes a
@@ -1261,6 +1271,25 @@ static void test_runs(void)
 	}
 	for (int i = 0; i < 8; i++)
 		CHECK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
+	if (sweep_part) { /* runs_sweep: the merges of the whole list went a range at a time */
+		int rounds = 0, mid = 0;
+		for (; !sstats(s).sweeping && rounds < 8; rounds++)
+			CHECK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
+		if (sstats(s).sweeping) { /* halfway: parts above the runs not yet let go */
+			check_view(s, s1.idx, id, 0, RUNS_N, g_one);
+			check_view(s, s2.idx, id, 0, RUNS_N, g_two);
+			check_view(s, -1, id, 0, RUNS_N, g_live);
+			mid = 1;
+		}
+		for (; sstats(s).sweeping && rounds < 1000; rounds++)
+			CHECK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
+		st = sstats(s);
+		CHECK(!st.sweeping);
+		printf("  sweeps: %llu parts, %llu runs, %d rounds to the end, views checked halfway: %d\n",
+		       (unsigned long long)st.sweep_parts, (unsigned long long)st.runs, rounds, mid);
+		CHECK(mid);
+		CHECK(st.sweep_parts >= 4);
+	}
 	check_view(s, s1.idx, id, 0, RUNS_N, g_one);
 	check_view(s, s2.idx, id, 0, RUNS_N, g_two);
 	check_view(s, -1, id, 0, RUNS_N, g_live);
@@ -1871,6 +1900,68 @@ static void runs_lists(void)
 	list_cap = 0;
 }
 
+/* Generations of sweep_order's rows: rewritten, punched, as loaded. */
+static uint64_t g_sweep(uint64_t r)
+{
+	return r < 1000 ? 2 : r < 2000 ? 0 : 1;
+}
+
+/* A sweep halfway: a run newer than the one that spans the table holds
+ * rows [0, 2000) (1000 rewritten, 1000 punched).  The first step lets the
+ * newer run go while the spanning one stays, so its part must come before
+ * the spanning run in the list (else rows [0, 1000) read the old
+ * generation) and keep the tombstones (else rows [1000, 2000) do). */
+static void sweep_order(void)
+{
+	stubs_only = 0;
+	sweep_part = 1 << 20;
+	struct store *s = fresh(64 << 20, 256 << 20);
+	uint32_t id;
+	uint64_t n = 60000;
+	OK(store_table_create(s, "sw", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+	write_evict(s, id, 0, n, 1);
+	CHECK(sstats(s).runs >= 1 && !sstats(s).sweep_parts);
+	static uint8_t data[RS];
+	for (uint64_t r = 0; r < 2000; r++) {
+		struct store_rowop op = { r, 0, r < 1000 ? RS : 0, r < 1000 ? data : NULL, 0 };
+		if (r < 1000)
+			fill_rs(data, r, 2);
+		OK(store_rows_write(s, id, &op, 1, 0));
+	}
+	int rounds = 0;
+	for (; !sstats(s).sweeping && rounds < 8; rounds++)
+		CHECK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
+	struct store_spill_stats st = sstats(s);
+	printf("  halfway: %llu parts, %llu runs, sweeping %llu after %d rounds\n", (unsigned long long)st.sweep_parts,
+	       (unsigned long long)st.runs, (unsigned long long)st.sweeping, rounds);
+	CHECK(st.sweeping && st.sweep_parts >= 1);
+	check_view(s, -1, id, 0, n, g_sweep);
+	for (rounds = 0; sstats(s).sweeping && rounds < 100; rounds++)
+		CHECK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
+	CHECK(!sstats(s).sweeping);
+	check_view(s, -1, id, 0, n, g_sweep);
+	fsck_clean(s);
+	store_close(s);
+	s = open_pool();
+	check_view(s, -1, id, 0, n, g_sweep);
+	store_close(s);
+	sweep_part = 0;
+	stubs_only = 1;
+}
+
+/* The runs parts again with every merge of a table's whole list made as a
+ * sweep (runsweep.c), in parts of 1 MiB of records, whatever the device's
+ * fill: snapshots' views, tombstones, truncation, a remount, random
+ * operations against a shadow, and kills at random points. */
+static void runs_sweep(void)
+{
+	sweep_part = 1 << 20;
+	test_runs();
+	runs_random();
+	runs_crash();
+	sweep_part = 0;
+}
+
 /* Random rows again, the mover's hand in the index's order (as in a pool
  * of more than EVICT_ORDER_MAX row versions), not in row order. */
 static void runs_hashed(void)
@@ -2264,6 +2355,8 @@ static const struct part {
 	{ "unlocked", test_unlocked },
 	{ "runs_lists", runs_lists },
 	{ "runs_hashed", runs_hashed },
+	{ "runs_sweep", runs_sweep },
+	{ "sweep_order", sweep_order },
 	{ "kfilter", test_kfilter },
 	{ "range", test_range },
 	{ "trim_tomb", test_trim_tomb },
