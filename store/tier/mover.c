@@ -466,8 +466,9 @@ static int64_t move_out(struct store *s, unsigned what, uint64_t need, int heap_
 	uint64_t target = pass_target(s, need);
 	int all = !!(what & STORE_SPILL_ALL);
 	int64_t ev = sp->stubs_only ? 0 : evict_pass(s, all, target);
-	/* no room for the run: merges that give room back, then again */
-	if (ev == -ENOSPC && runs_make_room(s) > 0)
+	/* no room for the run: merges that give room back, then again (a
+	 * sweep's steps give it back a part at a time) */
+	for (int i = 0; i < 64 && ev == -ENOSPC && runs_make_room(s) > 0; i++)
 		ev = evict_pass(s, all, target);
 	moved = ev;
 	if (ev >= 0 && (all || slab_row_used(s) > target)) {

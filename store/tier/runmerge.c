@@ -511,8 +511,10 @@ int runs_make_room(struct store *s)
 	struct spill *sp = s->sp;
 	int n = 0, ret = 0;
 	/* a sweep under way holds what it rewrote in the inputs it has not
-	 * passed yet: finish it (the merge reserve leaves it the room); else
-	 * sweep the table with the most runs, if it is swept */
+	 * passed yet: its steps, until one gives room back or it ends (the
+	 * merge reserve leaves it the room; the writer asks again if that was
+	 * not enough); else sweep the table with the most runs, if it is
+	 * swept */
 	if (!sp->sweep) {
 		struct srun **v;
 		size_t k;
@@ -522,12 +524,15 @@ int runs_make_room(struct store *s)
 		else if (st)
 			runs_put(v, k);
 	}
+	uint32_t free0 = seg_free_count(sp);
 	while (sp->sweep && ret >= 0) {
 		if ((ret = sweep_step(s)) > 0)
 			n++;
 		pthread_mutex_lock(&s->commit_lock);
 		runs_reap_locked(s);
 		pthread_mutex_unlock(&s->commit_lock);
+		if (n && seg_free_count(sp) > free0)
+			return n;
 	}
 	int swept = n;
 	while (n - swept < 16 && (ret = merge_fitting(s)) > 0) {

@@ -260,8 +260,8 @@ void runs_unload(struct spill *sp);
 int64_t runs_evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t budget, int all);
 int runs_merge_some(struct store *s);
 /* Merges that give room back while the device is nearly full (round_lock
- * held): the steps of a sweep under way, to its end, else merge_fitting's;
- * how many were made, or -errno. */
+ * held): the steps of a sweep under way, until one gives room back or it
+ * ends, else merge_fitting's; how many were made, or -errno. */
 int runs_make_room(struct store *s);
 /* Set sp->reserve from the tables' rows in runs (round_lock held); raise it
  * to what st's runs ask for (a run was installed: run_live_add). */

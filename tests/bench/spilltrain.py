@@ -140,7 +140,10 @@ def main(argv):
         print(f"window {w}: {secs:.2f} s, {lps / 1e6:.3f} M lookups/s, {reads:.0f} device reads "
               f"({reads / a.steps:.0f} a step), bound {bound:.2f}, device wrote {d.get('spill.write_bytes', 0) / 1e6:.1f} MB "
               f"for {upd * rs / 1e6:.1f} MB of updated rows ({wa:.2f}x), merges {d.get('spill.merges', 0):.0f}, "
-              f"evicted {d.get('spill.run_evicted', 0):.0f}", flush=True)
+              f"evicted {d.get('spill.run_evicted', 0):.0f}, sweep parts {d.get('spill.sweep_parts', 0):.0f}; "
+              f"after: {s1.get('spill.runs', 0):.0f} runs of {s1.get('spill.run_rows', 0) / 1e6:.2f} M records, "
+              f"{s1.get('spill.segments_free', 0):.0f} of {s1.get('spill.segments', 0):.0f} segments free, "
+              f"{s1.get('spill.segments_reserved', 0):.0f} reserved", flush=True)
     bounds = [r[0] for r in res]
     snap = ""
     if snap_secs:
