@@ -679,6 +679,7 @@ void spill_close(struct store *s)
 		pthread_join(sp->thr, NULL);
 		sp->thr_started = 0;
 	}
+	sweep_end(sp); /* its references first */
 	runs_unload(sp);
 	spill_detach(s);
 }

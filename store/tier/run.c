@@ -36,7 +36,9 @@
  * (MERGE_FANOUT - 1) runs per level and a row costs a lookup about one
  * device read.  When the device is half full, all runs of the table with
  * the most are merged (that drops every copy newer runs
- * replaced).  Merges read and write the device without commit_lock.
+ * replaced); a large table's, by a sweep a row range at a time
+ * (runsweep.c), and again when its records outside the sweep's parts make
+ * half of those in them.  Merges read and write the device without commit_lock.
  * A merge that would only copy its inputs (disjoint rows, no tombstone) is
  * a move: the runs take the next level as they are.  Rows are disjoint
  * when the ranges are, or when the runs are fresh (an eviction's whose rows
@@ -71,6 +73,9 @@
  *   runmerge.c   merges (and the room they need; trivial moves of runs of
  *                disjoint rows, size-tiered merges of sparse fresh runs),
  *                truncation
+ *   runsweep.c   sweeps: the merge of all of a table's runs, a row range
+ *                (a part) at a time
+ *   runmvers.c   the versions of a row a merge or a sweep gathers and keeps
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -563,6 +568,18 @@ void runs_mark_dead_tx(struct srun **v, size_t n)
 
 /* ---- the merge reserve --------------------------------------------------- */
 
+uint64_t sweep_part_bytes(const struct spill *sp)
+{
+	uint64_t b = sp->part_bytes ? sp->part_bytes : SWEEP_PART_BYTES, seg = sp->pm->seg_size;
+	return (b + seg - 1) / seg * seg; /* a run takes whole segments */
+}
+
+int sweep_wants(const struct spill *sp, struct stable *st)
+{
+	uint64_t bytes = atomic_load(&st->run_live) * (16 + (uint64_t)st->t->row_size);
+	return bytes > 2 * sweep_part_bytes(sp);
+}
+
 /* The merge reserve a table's runs ask for: what merging all of them would
  * write, in segments (its rows in runs: no more than are live there, nor
  * than it has; its meta blocks add a few %); for a table a sweep merges,
@@ -850,7 +867,6 @@ void runs_unload(struct spill *sp)
 	for (uint32_t i = 0; i < RA_WINDOWS; i++) /* queued and never read */
 		if (sp->ra[i].x)
 			srun_put(sp->ra[i].x);
-	sweep_end(sp);
 	if (sp->runs) {
 		for (uint32_t id = 0; id < EMB_NTABLES; id++)
 			for (struct srun *x = sp->runs[id], *nx; x; x = nx) {

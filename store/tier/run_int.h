@@ -227,7 +227,7 @@ uint64_t run_next_id(struct spill *sp);
  * (a merge; they turn dead), at order seq.  commit_lock held. */
 int run_install(struct store *s, struct run_build *w, uint64_t seq, uint32_t level, struct srun **old, size_t nold);
 
-/* runmerge.c */
+/* runmvers.c */
 /* The versions of one row a merge gathers from its inputs, in order. */
 struct mvers {
 	size_t n, cap;
@@ -236,6 +236,8 @@ struct mvers {
 	const char **data;   /* kept versions' bytes (NULL: tombstone) */
 	uint8_t *keep;
 };
+/* The live snapshots' batches, into snaps (EMB_MAX_SNAPS): how many. */
+uint32_t merge_snaps(struct store *s, uint64_t *snaps);
 /* Room for one more version of rs bytes: 0 or -ENOMEM. */
 int mvers_room(struct mvers *mv, uint32_t rs);
 void mvers_free(struct mvers *mv);
@@ -251,18 +253,20 @@ size_t mvers_keep(struct mvers *mv, uint32_t rs, const uint64_t *snaps, uint32_t
 int merge_gather(struct store *s, struct rit *it, size_t m, uint64_t row, uint32_t rs, struct mvers *mv,
 		 const struct run_build *w, uint64_t *in_bytes);
 
+/* run.c, beside the merge reserve: the bytes of a sweep's part (whole
+ * segments), and is st's part of the runs large enough to be swept, not
+ * merged whole? */
+uint64_t sweep_part_bytes(const struct spill *sp);
+int sweep_wants(const struct spill *sp, struct stable *st);
+
 /* runsweep.c: merges of all of a table's runs a row range at a time (the
  * mover's, round_lock) */
-uint64_t sweep_part_bytes(const struct spill *sp);
-/* Is st's part of the runs large enough to be swept, not merged whole? */
-int sweep_wants(const struct spill *sp, struct stable *st);
 /* Begin a sweep of st's runs v[0..n) (its whole list, newest first): it
  * takes their references.  0 or -ENOMEM (then they are put). */
 int sweep_start(struct store *s, struct stable *st, struct srun **v, size_t n);
 /* The next step of the sweep under way: 2 made, 0 none (or the sweep
  * ended: its list changed), -errno (it ended). */
 int sweep_step(struct store *s);
-void sweep_end(struct spill *sp);
 /* Of table tid's runs v[0..n) (newest first), how many lead that came after
  * the sweep's inputs (n when no sweep is on tid): merges among them leave
  * the sweep alone. */

@@ -12,58 +12,6 @@
 
 /* ---- merges -------------------------------------------------------------- */
 
-int mvers_room(struct mvers *mv, uint32_t rs)
-{
-	if (mv->n < mv->cap)
-		return 0;
-	size_t cap = mv->cap ? 2 * mv->cap : 64;
-	uint64_t *b = realloc(mv->batch, cap * sizeof(*b));
-	if (b)
-		mv->batch = b;
-	char *d = b ? realloc(mv->bytes, cap * (size_t)rs) : NULL;
-	if (d)
-		mv->bytes = d;
-	const char **p = d ? realloc(mv->data, cap * sizeof(*p)) : NULL;
-	if (p)
-		mv->data = p;
-	uint8_t *k = p ? realloc(mv->keep, cap) : NULL;
-	if (!k)
-		return -ENOMEM;
-	mv->keep = k;
-	mv->cap = cap;
-	return 0;
-}
-
-void mvers_free(struct mvers *mv)
-{
-	free(mv->batch);
-	free(mv->bytes);
-	free(mv->data);
-	free(mv->keep);
-}
-
-size_t mvers_keep(struct mvers *mv, uint32_t rs, const uint64_t *snaps, uint32_t ns, int bottom)
-{
-	memset(mv->keep, 0, mv->n);
-	mv->keep[0] = 1;
-	for (uint32_t k = 0; k < ns; k++)
-		for (size_t j = 0; j < mv->n; j++)
-			if ((mv->batch[j] & ~EMB_RREC_TOMB) <= snaps[k]) {
-				mv->keep[j] = 1;
-				break;
-			}
-	size_t nk = 0;
-	for (size_t j = 0; j < mv->n; j++)
-		if (mv->keep[j]) {
-			mv->batch[nk] = mv->batch[j];
-			mv->data[nk] = mv->batch[j] & EMB_RREC_TOMB ? NULL : mv->bytes + j * (size_t)rs;
-			nk++;
-		}
-	while (bottom && nk && (mv->batch[nk - 1] & EMB_RREC_TOMB))
-		nk--;
-	return nk;
-}
-
 /* Run x holds no row in the row ranges of v[0..m). */
 static int runs_apart(const struct srun *x, struct srun *const *v, size_t m)
 {
@@ -162,27 +110,6 @@ static int merge_load(struct store *s, struct srun **v, size_t m, struct rit *it
 	return ret;
 }
 
-int merge_gather(struct store *s, struct rit *it, size_t m, uint64_t row, uint32_t rs,
-			struct mvers *mv, const struct run_build *w, uint64_t *in_bytes)
-{
-	int ret = 0;
-	mv->n = 0;
-	for (size_t i = 0; i < m && !ret; i++) {
-		while (it[i].cur && rec_row(it[i].cur) == row) {
-			if ((ret = mvers_room(mv, rs)))
-				break;
-			mv->batch[mv->n] = rec_batch(it[i].cur);
-			memcpy(mv->bytes + mv->n * (size_t)rs, it[i].cur + 16, rs);
-			mv->n++;
-			*in_bytes += w->rec_size;
-			rit_next(s, &it[i]);
-			if (it[i].err)
-				ret = it[i].err;
-		}
-	}
-	return ret;
-}
-
 /* Install the merge's output w (at level) in v[0]'s place, or retire the
  * inputs v[0..m) when nothing is left of them: if the inputs are still
  * listed, in order, with nothing between them that holds rows of theirs,
@@ -243,11 +170,7 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 	uint32_t rs = st->t->row_size, tid = st->id;
 	uint64_t gen = st->t->gen;
 	uint64_t snaps[EMB_MAX_SNAPS];
-	uint32_t ns;
-	pthread_rwlock_rdlock(&s->snap_lock);
-	ns = s->n_live;
-	memcpy(snaps, s->live_batch, ns * sizeof(snaps[0]));
-	pthread_rwlock_unlock(&s->snap_lock);
+	uint32_t ns = merge_snaps(s, snaps);
 	struct rit *it = calloc(m, sizeof(*it));
 	struct run_build w;
 	int ret = it ? run_build_open(&w, s, st) : -ENOMEM;

@@ -45,12 +45,6 @@ struct rsweep {
 	uint64_t cur;        /* rows below it are done */
 };
 
-uint64_t sweep_part_bytes(const struct spill *sp)
-{
-	uint64_t b = sp->part_bytes ? sp->part_bytes : SWEEP_PART_BYTES, seg = sp->pm->seg_size;
-	return (b + seg - 1) / seg * seg; /* a run takes whole segments */
-}
-
 /* Records of rs-byte rows a part holds at most: its blocks, their fences
  * and its filter, and a few list and meta blocks, in part_bytes. */
 static uint64_t part_recs(const struct spill *sp, uint32_t rs)
@@ -59,12 +53,6 @@ static uint64_t part_recs(const struct spill *sp, uint32_t rs)
 	uint64_t room = sweep_part_bytes(sp) - 4 * BLK;
 	/* per record: bs / per of a block, 8 / per of a fence, 12 bits of filter */
 	return room * 8 * per / (8 * bs + 64 + 12 * per);
-}
-
-int sweep_wants(const struct spill *sp, struct stable *st)
-{
-	uint64_t bytes = atomic_load(&st->run_live) * (16 + (uint64_t)st->t->row_size);
-	return bytes > 2 * sweep_part_bytes(sp);
 }
 
 void sweep_end(struct spill *sp)
@@ -264,11 +252,7 @@ static int sweep_merge(struct store *s, struct rsweep *sw, struct stable *st, st
 	uint64_t segs = sweep_part_bytes(s->sp) / s->sp->pm->seg_size;
 	uint32_t rs = st->t->row_size;
 	uint64_t snaps[EMB_MAX_SNAPS];
-	uint32_t ns;
-	pthread_rwlock_rdlock(&s->snap_lock);
-	ns = s->n_live;
-	memcpy(snaps, s->live_batch, ns * sizeof(snaps[0]));
-	pthread_rwlock_unlock(&s->snap_lock);
+	uint32_t ns = merge_snaps(s, snaps);
 	struct mvers mv = { 0 };
 	uint64_t need = 0; /* the step must pass this row: a tombstone's inputs end before it */
 	int ret = 0;

@@ -271,6 +271,10 @@ int runs_retire_locked(struct store *s, struct srun **v, size_t n);
 int runs_reap_locked(struct store *s);
 void runs_stats(struct store *s, struct store_spill_stats *st);
 
+/* runsweep.c: end the sweep under way, if any, putting its references
+ * (round_lock held, or the mover stopped) */
+void sweep_end(struct spill *sp);
+
 /* heat.c */
 void heat_ref(struct spill *sp, uint32_t table, uint64_t row);
 void heat_device_hit(struct spill *sp, uint32_t table, uint64_t row);
