@@ -533,8 +533,11 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 	/* runs: merge what a table has too many of (one merge only while a
 	 * writer waits for room: it waits for this round), free what merges
 	 * replaced */
-	for (int i = 0, r = 1; i < (need ? 1 : 4) && r == 1; i++)
-		r = runs_merge_some(s); /* 2: a sweep's step, the round's last */
+	int r = 1;
+	for (int i = 0; i < (need ? 1 : 4) && r == 1; i++)
+		r = runs_merge_some(s); /* 2: a sweep began with a step */
+	if (r != 2)
+		runs_sweep_some(s); /* a step of a sweep under way, each round */
 	pthread_mutex_lock(&s->commit_lock);
 	runs_reap_locked(s);
 	pthread_mutex_unlock(&s->commit_lock);

@@ -38,7 +38,7 @@
  * the most are merged (that drops every copy newer runs
  * replaced); a large table's, by a sweep a row range at a time
  * (runsweep.c), and again when its records outside the sweep's parts make
- * half of those in them.  Merges read and write the device without commit_lock.
+ * half of those in them (an eighth, the device three quarters full).  Merges read and write the device without commit_lock.
  * A merge that would only copy its inputs (disjoint rows, no tombstone) is
  * a move: the runs take the next level as they are.  Rows are disjoint
  * when the ranges are, or when the runs are fresh (an eviction's whose rows

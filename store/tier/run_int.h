@@ -103,6 +103,11 @@ struct lreq {
 	size_t nwin, cwin;
 	uint64_t batch;
 	uint32_t rs;
+	/* live view (runlookup.c, rounds): a sparse row asks only its newest
+	 * run whose filter may hold it; from[u]: the first run (plan index)
+	 * row u may ask next; claim[u]: the round that asked it (0: none) */
+	uint32_t *from, *claim;
+	uint32_t round;
 };
 
 struct run_build {

@@ -28,6 +28,13 @@
  *  merge  newest run first: a row still pending is decided by the first of
  *         its versions with batch <= the view's (a tombstone: a hole).
  *
+ * Rounds.  A live read of scattered rows (no run walked) asks each row of
+ * only the newest run whose filter may hold it: that run decides it, but
+ * for a filter's false positive.  A row such a run did not decide asks the
+ * next run in another round (plan, read, merge again).  A row written
+ * again and again is in as many runs until a merge or a sweep passes it;
+ * in one submission per request, each of those runs cost a block read.
+ *
  * So a run's blocks may be read for rows a newer run decides (rows written
  * again since): the price of one submission per request instead of one per
  * run.  A damaged block is EIO for the rows that may be in it (those its
@@ -125,22 +132,38 @@ static void plan_windows(struct lreq *L, struct plan *p)
 	ra_win_ahead(L->s->sp, x, last / per + 1, want > left ? want - left : 1);
 }
 
-/* Plan run p: which of its blocks the rows need. */
-static int plan_run(struct lreq *L, struct plan *p)
+/* Plan p's rows, [u0, u1): 0 when it has none to look up (or its arrays
+ * are unreadable). */
+static int plan_range(const struct lreq *L, struct plan *p)
 {
-	const struct srun *x = p->x;
-	const struct emb_run *r = x->r;
+	const struct emb_run *r = p->x->r;
 	p->u0 = u64_lower_bound(L->urow, L->nu, r->min_row);
 	p->u1 = u64_lower_bound(L->urow, L->nu, r->max_row + 1);
+	return !p->lr && p->u0 < p->u1;
+}
+
+/* Is plan p (its range planned) walked: its blocks over its rows no more
+ * than the rows? */
+static int plan_walks(const struct lreq *L, const struct plan *p)
+{
+	const struct srun *x = p->x;
+	uint64_t j = run_fence_floor(x, L->urow[p->u0]), a, b;
+	run_fence_walk(x, L->urow[p->u0], &j, &a, &b);
+	return run_fence_floor(x, L->urow[p->u1 - 1]) - a + 1 <= p->u1 - p->u0;
+}
+
+/* Plan run p (plan index pi): which of its blocks the rows need. */
+static int plan_run(struct lreq *L, struct plan *p, size_t pi)
+{
+	const struct srun *x = p->x;
 	p->b0 = L->nbr;
 	p->l0 = L->nlk;
-	if (p->lr || p->u0 == p->u1)
+	if (!plan_range(L, p))
 		return 0;
-	size_t nrows = p->u1 - p->u0;
 	uint64_t j = run_fence_floor(x, L->urow[p->u0]), a, b;
 	run_fence_walk(x, L->urow[p->u0], &j, &a, &b);
 	uint64_t last = run_fence_floor(x, L->urow[p->u1 - 1]);
-	p->walk = last - a + 1 <= nrows;
+	p->walk = plan_walks(L, p) && !L->from;
 	int ret = 0;
 	if (p->walk) { /* each block of the span that holds a row asked for */
 		size_t u = p->u0;
@@ -157,8 +180,14 @@ static int plan_run(struct lreq *L, struct plan *p)
 	}
 	for (size_t u = p->u0; u < p->u1 && !ret; u++) {
 		uint64_t row = L->urow[u];
+		if (L->from && (L->q[L->uq[u]].state != RQ_PENDING || L->claim[u] == L->round || L->from[u] > pi))
+			continue; /* decided, asked of a newer run this round, or of this one before */
 		if (!run_bloom_row(x, row))
 			continue;
+		if (L->from) {
+			L->claim[u] = L->round;
+			L->from[u] = (uint32_t)pi + 1;
+		}
 		j = run_fence_floor(x, row);
 		run_fence_walk(x, row, &j, &a, &b);
 		if (arr_room(&L->lk, L->nlk, &L->clk, sizeof(*L->lk), 256))
@@ -532,18 +561,44 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 	if (!ret && !(L.p = calloc(nr, sizeof(*L.p))))
 		ret = -ENOMEM;
 	for (size_t i = 0; i < nr && !ret; i++) {
-		struct plan *p = &L.p[L.np++];
-		p->x = v[i];
-		p->lr = srun_load(s, v[i]);
-		if (p->lr == -ENOMEM)
+		L.p[i].x = v[i];
+		L.p[i].lr = srun_load(s, v[i]);
+		if (L.p[i].lr == -ENOMEM)
 			ret = -ENOMEM;
-		else
-			ret = plan_run(&L, p);
 	}
-	if (!ret)
-		ret = read_planned(&L, &buf);
-	for (size_t i = 0; i < L.np && !ret; i++)
-		merge_run(&L, &L.p[i]);
+	/* the live view of scattered rows in rounds, when more than one run
+	 * may hold a row: a row asks its newest run whose filter may hold it
+	 * (a row written several times is in several runs, and the newest
+	 * decides it), and the next one only if that one did not (a filter's
+	 * false positive).  Not when a run is walked (a range read, a dense
+	 * gather): a walk decides every row of its blocks */
+	int walks = 0;
+	for (size_t i = 0; i < nr && !ret && !walks; i++)
+		walks = plan_range(&L, &L.p[i]) && plan_walks(&L, &L.p[i]);
+	if (!ret && b == EMB_NONE && nr > 1 && !walks) {
+		L.from = calloc(L.nu, sizeof(*L.from));
+		L.claim = calloc(L.nu, sizeof(*L.claim));
+		if (!L.from || !L.claim)
+			ret = -ENOMEM;
+	}
+	for (int more = 1; more && !ret;) {
+		L.round++;
+		L.np = L.nbr = L.nlk = 0;
+		for (size_t i = 0; i < nr && !ret; i++) {
+			struct plan *p = &L.p[L.np++];
+			*p = (struct plan){ .x = v[i], .lr = p->lr };
+			ret = plan_run(&L, p, i);
+		}
+		if (!ret)
+			ret = read_planned(&L, &buf);
+		for (size_t i = 0; i < L.np && !ret; i++)
+			merge_run(&L, &L.p[i]);
+		rbuf_put(buf);
+		buf = NULL;
+		more = 0; /* a row its run this round did not decide, with runs left */
+		for (size_t u = 0; u < L.nu && L.from && !ret && !more; u++)
+			more = L.claim[u] == L.round && L.q[L.uq[u]].state == RQ_PENDING && L.from[u] < nr;
+	}
 	if (!ret && L.nu < n) /* duplicates take the answer of the first of their row */
 		for (size_t k = 0; k < n; k++) {
 			struct rq *r = &q[k];
@@ -558,6 +613,8 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 		}
 	ra_win_put_all(&L);
 	rbuf_put(buf);
+	free(L.from);
+	free(L.claim);
 	free(L.br);
 	free(L.lk);
 	free(L.win);

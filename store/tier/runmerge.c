@@ -520,10 +520,12 @@ static int merge_levels(struct store *s, size_t all)
  * replaced), by a sweep when they are large (runsweep.c: its first step
  * now), else in one merge while the output finds room: where the device is
  * half full (half), or, for a table swept before, where its records outside
- * parts make half of those in parts (an eighth when half: a sweep that
- * would give back little is not made).  1 merged, 2 a sweep's step, 0 none
- * needed, -errno. */
-static int merge_whole(struct store *s, size_t all, int half)
+ * parts make half of those in parts, or an eighth when the device is three
+ * quarters full (full: a table that takes a third of the device fills half
+ * of it with its parts and little else, and a sweep that would give back
+ * little is not made).  1 merged, 2 a sweep's step, 0 none needed,
+ * -errno. */
+static int merge_whole(struct store *s, size_t all, int half, int full)
 {
 	struct spill *sp = s->sp;
 	struct srun **v;
@@ -534,7 +536,7 @@ static int merge_whole(struct store *s, size_t all, int half)
 	int sweep = sweep_wants(sp, st);
 	uint64_t parts = atomic_load(&st->part_live), live = atomic_load(&st->run_live);
 	uint64_t up = live > parts ? live - parts : 0;
-	if (sweep && parts ? !(2 * up >= parts || (half && 8 * up >= parts)) : !half) {
+	if (sweep && parts ? !(2 * up >= parts || (full && 8 * up >= parts)) : !half) {
 		runs_put(v, n);
 		return 0;
 	}
@@ -550,23 +552,29 @@ static int merge_whole(struct store *s, size_t all, int half)
 	return ret ? ret : 1;
 }
 
-/* One merge the runs need, if any: the levels' (merge_levels), then the
- * next step of a sweep under way; else all runs of the table with the most
- * where they need it (merge_whole); else the levels'.  1
- * merged, 2 a sweep's step (the round's last), 0 none needed, or -errno. */
+int runs_sweep_some(struct store *s)
+{
+	if (!s->sp->sweep)
+		return 0;
+	int ret = sweep_step(s);
+	return ret == -ENOSPC ? merge_fitting(s) : ret;
+}
+
+/* One merge the runs need, if any: while a sweep is under way, the levels'
+ * (merge_levels; the sweep's steps are runs_sweep_some's); else all runs of
+ * the table with the most where they need it (merge_whole: a sweep starts
+ * with its first step); else the levels'.  1 merged, 2 a sweep's step (the
+ * round's last), 0 none needed, or -errno. */
 int runs_merge_some(struct store *s)
 {
 	struct spill *sp = s->sp;
 	size_t all = runs_listed(sp);
 	int ret;
-	if (sp->sweep) {
-		if ((ret = merge_levels(s, all)) != 0)
-			return ret;
-		ret = sweep_step(s);
-		return ret == -ENOSPC ? merge_fitting(s) : ret;
-	}
-	int half = sp->whole_always || seg_free_count(sp) * 2 < sp->pm->nsegs;
-	if ((ret = merge_whole(s, all, half)) != 0)
+	if (sp->sweep)
+		return merge_levels(s, all);
+	uint32_t nfree = seg_free_count(sp);
+	int half = sp->whole_always || nfree * 2 < sp->pm->nsegs;
+	if ((ret = merge_whole(s, all, half, sp->whole_always || nfree * 4 < sp->pm->nsegs)) != 0)
 		return ret;
 	return merge_levels(s, all);
 }

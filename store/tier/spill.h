@@ -259,6 +259,9 @@ void runs_unload(struct spill *sp);
  * the table's end): rows evicted or -errno.  Takes commit_lock. */
 int64_t runs_evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t budget, int all);
 int runs_merge_some(struct store *s);
+/* The next step of the sweep under way, if any (one a mover round): 2 made,
+ * 0 none, 1 a merge that gave room back instead, -errno. */
+int runs_sweep_some(struct store *s);
 /* Merges that give room back while the device is nearly full (round_lock
  * held): the steps of a sweep under way, until one gives room back or it
  * ends, else merge_fitting's; how many were made, or -errno. */
