@@ -17,6 +17,7 @@
 #define EVICT_MIN_ROWS 4096u
 #define RUN_PART_LEVEL (1u << 24)  /* a sweep's parts (runsweep.c): above any level moves reach */
 #define SWEEP_PART_BYTES (64ull << 20) /* records a sweep's step writes, about */
+#define SWEEP_UPPER_MAX 64u        /* runs outside parts a swept table keeps unmerged */
 
 /* A block read into memory, checked once. */
 struct bref {

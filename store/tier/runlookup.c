@@ -538,6 +538,49 @@ static int unique_rows(struct lreq *L, struct rq *q, size_t n)
 	return 0;
 }
 
+/* Plan, read and merge L's rows over runs v[0..nr) (their plans made, arrays
+ * loaded), in rounds for the live view (b) of scattered rows.  0 or
+ * -errno. */
+static int lookup_rounds(struct lreq *L, struct srun **v, size_t nr, uint64_t b)
+{
+	int ret = 0;
+	char *buf = NULL;
+	/* the live view of scattered rows in rounds, when more than one run
+	 * may hold a row: a row asks its newest run whose filter may hold it
+	 * (a row written several times is in several runs, and the newest
+	 * decides it), and the next one only if that one did not (a filter's
+	 * false positive).  Not when a run is walked (a range read, a dense
+	 * gather): a walk decides every row of its blocks */
+	int walks = 0;
+	for (size_t i = 0; i < nr && !walks; i++)
+		walks = plan_range(L, &L->p[i]) && plan_walks(L, &L->p[i]);
+	if (b == EMB_NONE && nr > 1 && !walks) {
+		L->from = calloc(L->nu, sizeof(*L->from));
+		L->claim = calloc(L->nu, sizeof(*L->claim));
+		if (!L->from || !L->claim)
+			ret = -ENOMEM;
+	}
+	for (int more = 1; more && !ret;) {
+		L->round++;
+		L->np = L->nbr = L->nlk = 0;
+		for (size_t i = 0; i < nr && !ret; i++) {
+			struct plan *p = &L->p[L->np++];
+			*p = (struct plan){ .x = v[i], .lr = p->lr };
+			ret = plan_run(L, p, i);
+		}
+		if (!ret)
+			ret = read_planned(L, &buf);
+		for (size_t i = 0; i < L->np && !ret; i++)
+			merge_run(L, &L->p[i]);
+		rbuf_put(buf);
+		buf = NULL;
+		more = 0; /* a row its run this round did not decide, with runs left */
+		for (size_t u = 0; u < L->nu && L->from && !ret && !more; u++)
+			more = L->claim[u] == L->round && L->q[L->uq[u]].state == RQ_PENDING && L->from[u] < nr;
+	}
+	return ret;
+}
+
 int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint64_t b)
 {
 	struct spill *sp = s->sp;
@@ -556,7 +599,6 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 	if (ret || !nr)
 		return ret;
 	struct lreq L = { .s = s, .q = q, .batch = b, .rs = st->t->row_size };
-	char *buf = NULL;
 	ret = unique_rows(&L, q, n);
 	if (!ret && !(L.p = calloc(nr, sizeof(*L.p))))
 		ret = -ENOMEM;
@@ -566,39 +608,8 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 		if (L.p[i].lr == -ENOMEM)
 			ret = -ENOMEM;
 	}
-	/* the live view of scattered rows in rounds, when more than one run
-	 * may hold a row: a row asks its newest run whose filter may hold it
-	 * (a row written several times is in several runs, and the newest
-	 * decides it), and the next one only if that one did not (a filter's
-	 * false positive).  Not when a run is walked (a range read, a dense
-	 * gather): a walk decides every row of its blocks */
-	int walks = 0;
-	for (size_t i = 0; i < nr && !ret && !walks; i++)
-		walks = plan_range(&L, &L.p[i]) && plan_walks(&L, &L.p[i]);
-	if (!ret && b == EMB_NONE && nr > 1 && !walks) {
-		L.from = calloc(L.nu, sizeof(*L.from));
-		L.claim = calloc(L.nu, sizeof(*L.claim));
-		if (!L.from || !L.claim)
-			ret = -ENOMEM;
-	}
-	for (int more = 1; more && !ret;) {
-		L.round++;
-		L.np = L.nbr = L.nlk = 0;
-		for (size_t i = 0; i < nr && !ret; i++) {
-			struct plan *p = &L.p[L.np++];
-			*p = (struct plan){ .x = v[i], .lr = p->lr };
-			ret = plan_run(&L, p, i);
-		}
-		if (!ret)
-			ret = read_planned(&L, &buf);
-		for (size_t i = 0; i < L.np && !ret; i++)
-			merge_run(&L, &L.p[i]);
-		rbuf_put(buf);
-		buf = NULL;
-		more = 0; /* a row its run this round did not decide, with runs left */
-		for (size_t u = 0; u < L.nu && L.from && !ret && !more; u++)
-			more = L.claim[u] == L.round && L.q[L.uq[u]].state == RQ_PENDING && L.from[u] < nr;
-	}
+	if (!ret)
+		ret = lookup_rounds(&L, v, nr, b);
 	if (!ret && L.nu < n) /* duplicates take the answer of the first of their row */
 		for (size_t k = 0; k < n; k++) {
 			struct rq *r = &q[k];
@@ -612,7 +623,6 @@ int runs_lookup(struct store *s, struct stable *st, struct rq *q, size_t n, uint
 				memcpy(r->dst, o->dst, L.rs);
 		}
 	ra_win_put_all(&L);
-	rbuf_put(buf);
 	free(L.from);
 	free(L.claim);
 	free(L.br);

@@ -485,6 +485,14 @@ static int merge_levels(struct store *s, size_t all)
 		if (!st || runs_get(sp, id, &v, &n))
 			continue;
 		size_t nl = sweep_newer(sp, id, v, n);
+		/* a swept table's runs outside parts wait for its next sweep (a
+		 * lookup asks only a row's newest run), unless they are many:
+		 * merging them level by level rewrote each row once per level */
+		size_t upper = 0;
+		for (size_t i = 0; i < nl; i++)
+			upper += v[i]->r->level < RUN_PART_LEVEL;
+		if (atomic_load(&st->part_live) && upper <= SWEEP_UPPER_MAX)
+			nl = 0;
 		size_t at = nl, len = 0;
 		for (size_t i = 0; i < nl && at == nl; i++) {
 			size_t j = i;
