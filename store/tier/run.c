@@ -38,7 +38,8 @@
  * the most are merged (that drops every copy newer runs
  * replaced); a large table's, by a sweep a row range at a time
  * (runsweep.c), and again when its records outside the sweep's parts make
- * half of those in them (an eighth, the device three quarters full).  Merges read and write the device without commit_lock.
+ * half of those in them (an eighth, the device three quarters full).
+ * Merges read and write the device without commit_lock.
  * A merge that would only copy its inputs (disjoint rows, no tombstone) is
  * a move: the runs take the next level as they are.  Rows are disjoint
  * when the ranges are, or when the runs are fresh (an eviction's whose rows
@@ -551,6 +552,20 @@ void rit_next(struct store *s, struct rit *it)
 		it->blk++;
 		it->rec_i = 0;
 	}
+}
+
+int rit_open(struct store *s, struct srun *x, uint64_t row, struct rit *it)
+{
+	*it = (struct rit){ .x = x, .blk0 = EMB_NONE };
+	if (row > x->r->min_row) { /* the last block whose fence is below row */
+		size_t lo = u64_lower_bound(x->fence, x->r->nblocks, row);
+		it->blk = lo ? lo - 1 : 0;
+	}
+	if (posix_memalign((void **)&it->buf, BLK, CHUNK_BYTES + x->r->blk_size))
+		return -ENOMEM;
+	for (rit_next(s, it); it->cur && rec_row(it->cur) < row; rit_next(s, it))
+		;
+	return it->err;
 }
 
 /* ---- retiring and freeing runs -------------------------------------------- */

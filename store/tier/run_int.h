@@ -205,6 +205,10 @@ void runs_mark_dead_tx(struct srun **v, size_t n);
 int run_table_same(struct store *s, struct stable *st, uint32_t tid, uint64_t gen);
 /* Step to the next record (or the first). */
 void rit_next(struct store *s, struct rit *it);
+/* Start it on run x (loaded) at its first record at or past row, its
+ * buffer allocated (the caller frees it->buf, also on an error): 0 or
+ * -errno. */
+int rit_open(struct store *s, struct srun *x, uint64_t row, struct rit *it);
 int rit_load(struct store *s, struct rit *it);
 
 /* runahead.c */

@@ -143,13 +143,16 @@ static int plan_range(const struct lreq *L, struct plan *p)
 }
 
 /* Is plan p (its range planned) walked: its blocks over its rows no more
- * than the rows? */
-static int plan_walks(const struct lreq *L, const struct plan *p)
+ * than the rows?  Its first row's blocks [*a, *b] and the last row's first
+ * block *last, with *j the fence walk's place, as it finds them. */
+static int plan_walks(const struct lreq *L, const struct plan *p, uint64_t *j, uint64_t *a, uint64_t *b,
+		      uint64_t *last)
 {
 	const struct srun *x = p->x;
-	uint64_t j = run_fence_floor(x, L->urow[p->u0]), a, b;
-	run_fence_walk(x, L->urow[p->u0], &j, &a, &b);
-	return run_fence_floor(x, L->urow[p->u1 - 1]) - a + 1 <= p->u1 - p->u0;
+	*j = run_fence_floor(x, L->urow[p->u0]);
+	run_fence_walk(x, L->urow[p->u0], j, a, b);
+	*last = run_fence_floor(x, L->urow[p->u1 - 1]);
+	return *last - *a + 1 <= p->u1 - p->u0;
 }
 
 /* Plan run p (plan index pi): which of its blocks the rows need. */
@@ -160,10 +163,8 @@ static int plan_run(struct lreq *L, struct plan *p, size_t pi)
 	p->l0 = L->nlk;
 	if (!plan_range(L, p))
 		return 0;
-	uint64_t j = run_fence_floor(x, L->urow[p->u0]), a, b;
-	run_fence_walk(x, L->urow[p->u0], &j, &a, &b);
-	uint64_t last = run_fence_floor(x, L->urow[p->u1 - 1]);
-	p->walk = plan_walks(L, p) && !L->from;
+	uint64_t j, a, b, last;
+	p->walk = plan_walks(L, p, &j, &a, &b, &last) && !L->from;
 	int ret = 0;
 	if (p->walk) { /* each block of the span that holds a row asked for */
 		size_t u = p->u0;
@@ -538,9 +539,9 @@ static int unique_rows(struct lreq *L, struct rq *q, size_t n)
 	return 0;
 }
 
-/* Plan, read and merge L's rows over runs v[0..nr) (their plans made, arrays
- * loaded), in rounds for the live view (b) of scattered rows.  0 or
- * -errno. */
+/* Plan, read and merge L's rows over runs v[0..nr) (L->p[i]: each run and
+ * whether its arrays loaded), in rounds for the live view (b) of scattered
+ * rows.  0 or -errno. */
 static int lookup_rounds(struct lreq *L, struct srun **v, size_t nr, uint64_t b)
 {
 	int ret = 0;
@@ -552,8 +553,9 @@ static int lookup_rounds(struct lreq *L, struct srun **v, size_t nr, uint64_t b)
 	 * false positive).  Not when a run is walked (a range read, a dense
 	 * gather): a walk decides every row of its blocks */
 	int walks = 0;
+	uint64_t j, a, bb, last;
 	for (size_t i = 0; i < nr && !walks; i++)
-		walks = plan_range(L, &L->p[i]) && plan_walks(L, &L->p[i]);
+		walks = plan_range(L, &L->p[i]) && plan_walks(L, &L->p[i], &j, &a, &bb, &last);
 	if (b == EMB_NONE && nr > 1 && !walks) {
 		L->from = calloc(L->nu, sizeof(*L->from));
 		L->claim = calloc(L->nu, sizeof(*L->claim));

@@ -524,6 +524,14 @@ static int merge_levels(struct store *s, size_t all)
 	return 0;
 }
 
+int runs_sweep_some(struct store *s)
+{
+	if (!s->sp->sweep)
+		return 0;
+	int ret = sweep_step(s);
+	return ret == -ENOSPC ? merge_fitting(s) : ret;
+}
+
 /* All runs of the table with the most (which drops every copy newer runs
  * replaced), by a sweep when they are large (runsweep.c: its first step
  * now), else in one merge while the output finds room: where the device is
@@ -550,22 +558,13 @@ static int merge_whole(struct store *s, size_t all, int half, int full)
 	}
 	if (sweep) {
 		int ret = sweep_start(s, st, v, n); /* it takes the references */
-		ret = ret ? ret : sweep_step(s);
-		return ret == -ENOSPC ? merge_fitting(s) : ret;
+		return ret ? ret : runs_sweep_some(s);
 	}
 	int ret = merge_runs(s, st, v, n, 1, 1, NULL);
 	runs_put(v, n);
 	if (ret == -ENOSPC)
 		return merge_fitting(s); /* no room for it: smaller ones */
 	return ret ? ret : 1;
-}
-
-int runs_sweep_some(struct store *s)
-{
-	if (!s->sp->sweep)
-		return 0;
-	int ret = sweep_step(s);
-	return ret == -ENOSPC ? merge_fitting(s) : ret;
 }
 
 /* One merge the runs need, if any: while a sweep is under way, the levels'
@@ -625,19 +624,10 @@ int runs_trim(struct store *s, struct stable *st, uint64_t from)
 			continue;
 		if ((ret = srun_load(s, x)))
 			break;
-		struct rit it = { .x = x, .blk0 = EMB_NONE };
-		/* start at the last block whose fence is below `from` */
-		if (from > x->r->min_row) {
-			size_t lo = u64_lower_bound(x->fence, x->r->nblocks, from);
-			it.blk = lo ? lo - 1 : 0;
-		}
-		if (posix_memalign((void **)&it.buf, BLK, CHUNK_BYTES + x->r->blk_size)) {
-			ret = -ENOMEM;
-			break;
-		}
-		for (rit_next(s, &it); it.cur && !ret; rit_next(s, &it)) {
+		struct rit it;
+		for (ret = rit_open(s, x, from, &it); it.cur && !ret; rit_next(s, &it)) {
 			uint64_t r = rec_row(it.cur);
-			if (r >= from && (!rows.n || rows.v[rows.n - 1] != r))
+			if (!rows.n || rows.v[rows.n - 1] != r)
 				ret = u64vec_push(&rows, r);
 		}
 		if (!ret && it.err)

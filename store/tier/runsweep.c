@@ -158,21 +158,6 @@ static uint64_t sweep_bound(const struct rsweep *w, uint64_t want)
 	return end;
 }
 
-/* Start iterator it on run x at its first record at or past row. */
-static int sweep_open(struct store *s, struct srun *x, uint64_t row, struct rit *it)
-{
-	*it = (struct rit){ .x = x, .blk0 = EMB_NONE };
-	if (row > x->r->min_row) {
-		size_t lo = u64_lower_bound(x->fence, x->r->nblocks, row);
-		it->blk = lo ? lo - 1 : 0;
-	}
-	if (posix_memalign((void **)&it->buf, BLK, CHUNK_BYTES + x->r->blk_size))
-		return -ENOMEM;
-	for (rit_next(s, it); it->cur && rec_row(it->cur) < row; rit_next(s, it))
-		;
-	return it->err;
-}
-
 /* Are the sweep's inputs not yet retired all still listed, and its table
  * still there?  commit_lock held. */
 static int sweep_listed(struct store *s, struct rsweep *w, struct stable *st)
@@ -194,20 +179,23 @@ static int sweep_listed(struct store *s, struct rsweep *w, struct stable *st)
 	return ok;
 }
 
+/* Does input i of sw, not yet retired, hold no row at or past hi? */
+static int sweep_retires(const struct rsweep *sw, size_t i, uint64_t hi)
+{
+	return !sw->gone[i] && (hi == EMB_NONE || sw->v[i]->r->max_row < hi);
+}
+
 /* Install the step's part w (if it holds anything) and retire the inputs
  * that end before hi.  Takes commit_lock.  0, -ESTALE (the list changed)
  * or -errno. */
 static int sweep_install(struct store *s, struct rsweep *sw, struct stable *st, struct run_build *w, uint64_t hi)
 {
 	struct srun **old = malloc(sw->n * sizeof(*old));
-	size_t *at = malloc(sw->n * sizeof(*at));
 	size_t nold = 0;
-	int ret = old && at ? 0 : -ENOMEM;
+	int ret = old ? 0 : -ENOMEM;
 	for (size_t i = 0; i < sw->n && !ret; i++)
-		if (!sw->gone[i] && (hi == EMB_NONE || sw->v[i]->r->max_row < hi)) {
-			at[nold] = i;
+		if (sweep_retires(sw, i, hi))
 			old[nold++] = sw->v[i];
-		}
 	if (!ret) {
 		pthread_mutex_lock(&s->commit_lock);
 		if (!sweep_listed(s, sw, st))
@@ -217,10 +205,11 @@ static int sweep_install(struct store *s, struct rsweep *sw, struct stable *st, 
 		else if (nold)
 			ret = runs_retire_locked(s, old, nold);
 		if (!ret) {
-			for (size_t k = 0; k < nold; k++) { /* retired: let the reaper free them */
-				sw->gone[at[k]] = 1;
-				srun_put(old[k]);
-			}
+			for (size_t i = 0; i < sw->n; i++) /* retired: let the reaper free them */
+				if (sweep_retires(sw, i, hi)) {
+					sw->gone[i] = 1;
+					srun_put(sw->v[i]);
+				}
 			pthread_rwlock_wrlock(&st->lock);
 			st->mod++;
 			pthread_rwlock_unlock(&st->lock);
@@ -228,7 +217,6 @@ static int sweep_install(struct store *s, struct rsweep *sw, struct stable *st, 
 		pthread_mutex_unlock(&s->commit_lock);
 	}
 	free(old);
-	free(at);
 	return ret;
 }
 
@@ -328,7 +316,7 @@ int sweep_step(struct store *s)
 	for (size_t i = 0; i < sw->n && !ret; i++) {
 		const struct emb_run *r = sw->gone[i] ? NULL : sw->v[i]->r;
 		if (r && r->max_row >= sw->cur && (hi == EMB_NONE || r->min_row < hi))
-			ret = sweep_open(s, sw->v[i], sw->cur, &it[i]);
+			ret = rit_open(s, sw->v[i], sw->cur, &it[i]);
 	}
 	if (!ret)
 		ret = sweep_merge(s, sw, st, it, &hi, &w, &in_bytes);

@@ -1153,30 +1153,38 @@ static void cleanup(void)
 
 /* Every row of [r0, r1) of snapshot idx (or live: -1) is generation
  * gen(r), or a hole where gen(r) is 0. */
+/* Rows ids[0..k) (k <= 1024) of view idx read in one call: each is
+ * generation gen(row), or a hole where gen says 0. */
+static void check_ids(struct store *s, int64_t idx, uint32_t id, const uint64_t *ids, size_t k,
+		       uint64_t (*gen)(uint64_t))
+{
+	static uint8_t got[1024][RS];
+	static uint8_t stored[1024];
+	uint8_t want[RS];
+	OK(t_rows_read_at(s, idx, id, ids, k, got, stored));
+	for (size_t i = 0; i < k; i++) {
+		uint64_t g = gen(ids[i]);
+		memset(want, 0, RS);
+		if (g)
+			fill_rs(want, ids[i], g);
+		if (stored[i] != (g != 0) || memcmp(got[i], want, RS)) {
+			fprintf(stderr, "view %lld row %llu: stored %d, want generation %llu\n", (long long)idx,
+				(unsigned long long)ids[i], stored[i], (unsigned long long)g);
+			test_seed_say(stderr);
+			exit(1);
+		}
+	}
+}
+
 static void check_view(struct store *s, int64_t idx, uint32_t id, uint64_t r0, uint64_t r1,
 		       uint64_t (*gen)(uint64_t))
 {
 	static uint64_t ids[1024];
-	static uint8_t got[1024][RS];
-	static uint8_t stored[1024];
-	uint8_t want[RS];
 	for (uint64_t r = r0; r < r1;) {
 		size_t k = 0;
 		for (; k < 1024 && r < r1; k++, r++)
 			ids[k] = r;
-		OK(t_rows_read_at(s, idx, id, ids, k, got, stored));
-		for (size_t i = 0; i < k; i++) {
-			uint64_t g = gen(ids[i]);
-			memset(want, 0, RS);
-			if (g)
-				fill_rs(want, ids[i], g);
-			if (stored[i] != (g != 0) || memcmp(got[i], want, RS)) {
-				fprintf(stderr, "view %lld row %llu: stored %d, want generation %llu\n", (long long)idx,
-					(unsigned long long)ids[i], stored[i], (unsigned long long)g);
-				test_seed_say(stderr);
-				exit(1);
-			}
-		}
+		check_ids(s, idx, id, ids, k, gen);
 	}
 }
 
@@ -1900,6 +1908,12 @@ static void runs_lists(void)
 	list_cap = 0;
 }
 
+/* lookup_rounds' generations: even rows rewritten. */
+static uint64_t g_rounds(uint64_t r)
+{
+	return r % 2 ? 1 : 2;
+}
+
 /* A scattered read of the live view asks each row of its newest run whose
  * filter may hold it, and the next one only when that one did not
  * (runlookup.c's rounds): with the even rows rewritten into a newer run,
@@ -1926,24 +1940,14 @@ static void lookup_rounds(void)
 	printf("  %llu runs of %llu records\n", (unsigned long long)sstats(s).runs, (unsigned long long)sstats(s).run_rows);
 	CHECK(sstats(s).run_rows >= n + n / 2);
 	uint64_t fp0 = sstats(s).bloom_fp;
-	static uint64_t ids[4096];
-	static uint8_t got[4096][RS], stored[4096];
-	uint8_t want[RS];
-	for (uint64_t off = 0; off < 31; off++) { /* rows 31 apart: too sparse to walk */
-		size_t k = 0;
-		for (uint64_t r = off; r < n && k < 4096; r += 31)
-			ids[k++] = r;
-		OK(t_rows_read_at(s, -1, id, ids, k, got, stored));
-		for (size_t i = 0; i < k; i++) {
-			fill_rs(want, ids[i], ids[i] % 2 ? 1 : 2);
-			if (!stored[i] || memcmp(got[i], want, RS)) {
-				fprintf(stderr, "row %llu: stored %d, want generation %d\n", (unsigned long long)ids[i],
-					stored[i], ids[i] % 2 ? 1 : 2);
-				test_seed_say(stderr);
-				exit(1);
-			}
+	static uint64_t ids[1024];
+	for (uint64_t off = 0; off < 31; off++) /* rows 31 apart: too sparse to walk */
+		for (uint64_t r = off; r < n;) {
+			size_t k = 0;
+			for (; r < n && k < 1024; r += 31)
+				ids[k++] = r;
+			check_ids(s, -1, id, ids, k, g_rounds);
 		}
-	}
 	uint64_t fp = sstats(s).bloom_fp - fp0;
 	printf("  %llu rows read, %llu filter false positives\n", (unsigned long long)n, (unsigned long long)fp);
 	CHECK(fp > 0);
