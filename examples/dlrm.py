@@ -15,9 +15,10 @@ products (351 of them), which with the bottom output (16) feed the top MLP
 embfs.torch.RowWiseAdagrad, pipelined (embfs.torch.Collection with
 pipeline=True): while a batch trains, a background thread gathers the next
 batch's unique rows of all 26 tables (announced by embfs.torch.Prefetcher;
-new rows initialised by the daemon); the step's gradients are pushed (the
-daemon applies row-wise Adagrad) with the next forward's request, which
-also gathers again the rows they change: 2 requests a step.
+new rows initialised by the daemon) and pushes the step's gradients (the
+daemon applies row-wise Adagrad), gathering again in the same request the
+rows of the next batch that they change: 2 requests a step, neither waited
+for by the training thread unless it runs ahead of them.
 
 Data: synthetic and Criteo-like, generated per step from (--seed, step)
 only (numpy PCG64 seeded with [seed, step]), so any step's batch can be made
@@ -55,9 +56,11 @@ run keeps the larger one), and the snapshot MNT/.snapshots/step-N is taken:
 it holds the 26 tables (rows and their Adagrad state) and dense.pt at the
 same point.  The loss is printed every --log steps (it must divide --every):
 the step's loss and the mean since the previous line, as Python float reprs
-(exact).  At the end, medians per step of: embfs I/O (the time inside the
-Mount.multi calls, measured by wrapping it: gathers, pushes, prefetches;
-new rows are initialised by the daemon inside them), torch compute (forward + backward +
+(exact).  At the end, medians per step of: embfs I/O (the training
+thread's time inside the Mount.multi calls, measured by wrapping it, and
+waiting for the pipeline's background thread, which gathers and pushes
+while the training thread computes; new rows are initialised by the daemon
+inside those requests), torch compute (forward + backward +
 the dense optimizer step, less the embedding lookups inside the forward),
 embfs.torch's own numpy work (np.unique of the ids, the row-wise Adagrad
 update), making the data, and the whole step; then a sha256 of the final
@@ -83,6 +86,7 @@ import os
 import shutil
 import statistics
 import sys
+import threading
 import time
 
 import numpy as np
@@ -200,15 +204,19 @@ class DLRM(torch.nn.Module):
 # ---- time accounting -----------------------------------------------------------
 
 class Clock:
-    """Seconds spent inside wrapped calls (the wrapped methods behave as before)."""
+    """Seconds this thread spent inside wrapped calls (the wrapped methods
+    behave as before; calls from other threads are not counted)."""
 
     def __init__(self):
         self.t = 0.0
+        self.thread = threading.get_ident()
 
     def wrap(self, obj, name):
         f = getattr(obj, name)
 
         def timed(*a, **k):
+            if threading.get_ident() != self.thread:
+                return f(*a, **k)
             t0 = time.perf_counter()
             try:
                 return f(*a, **k)
@@ -330,7 +338,9 @@ def main():
           f"{SPARSE} embfs tables of {DIM} + 1 f32 ({sum(p.numel() for p in dense)} dense parameters), "
           f"seed {cfg['seed']}, snapshot every {every}, torch {torch.__version__} on {args.threads} thread(s)")
 
-    # embfs I/O: inside the tables' calls; lookup: inside the modules'
+    # embfs I/O: this thread's time inside the tables' calls and waiting
+    # for the collection's background thread (the requests it makes while
+    # this thread computes are not counted); lookup: inside the modules'
     # lookups and prefetches (their numpy work around the table calls, plus
     # those calls)
     io, init, lookup = Clock(), Clock(), Clock()  # init: 0 (the daemon's, inside io)
@@ -355,7 +365,7 @@ def main():
     st = m.stats()
     writes0 = st["batch.write_requests"] + st["batch.read_requests"]
     t_start = w0 = time.perf_counter()
-    mark = (io.t, init.t, lookup.t)  # at the end of the previous step: the next batch's prefetch counts
+    mark = (io.t + model.emb.waited, init.t, lookup.t)  # at the end of the previous step: the next batch's prefetch counts
     feed = batches() if args.no_prefetch else \
         et.Prefetcher(batches(), lambda sb: [(model.emb, [sb[1][1][:, f] for f in range(SPARSE)])])
     for step, (xd, ids, y, _) in feed:
@@ -369,8 +379,8 @@ def main():
         lk1 = lookup.t
         sparse.step()
         t2 = time.perf_counter()
-        d_io, d_init, d_lk = io.t - mark[0], init.t - mark[1], lookup.t - mark[2]
-        mark = (io.t, init.t, lookup.t)
+        d_io, d_init, d_lk = io.t + model.emb.waited - mark[0], init.t - mark[1], lookup.t - mark[2]
+        mark = (io.t + model.emb.waited, init.t, lookup.t)
         rec["io"].append(d_io)
         rec["init"].append(d_init)
         rec["compute"].append((t1 - t0) - (lk1 - lk0))

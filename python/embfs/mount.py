@@ -289,17 +289,21 @@ class Mount:
         finally:
             os.close(fd)
 
-    def multi(self, pushes=(), gathers=(), prefetches=()):
+    def multi(self, pushes=(), gathers=(), prefetches=(), present=True):
         """Many tables in one round trip (one MULTI request on .embfs/rows):
         every push is applied first, in order, then every gather answered,
         so a gather sees the pushes of the same call.
           pushes:     (table, ids, grads, kwargs), kwargs as Table.push's
                       (optimizer, lr, eps, betas, weight_decay, step, init)
-          gathers:    (table, ids, init), init an embfs.Init or None (zeros)
+          gathers:    (table, ids, init) or (table, ids, init, out), init an
+                      embfs.Init or None (zeros), out a C-contiguous array
+                      of shape (len(ids), dim) and the table's dtype that
+                      the rows land in (else one is made)
           prefetches: (table, ids)
         A table may appear once in each.  Returns [(rows, present), ...],
         one per gather: numpy arrays of shape (len(ids), dim) of the
-        table's dtype and (len(ids),) bool.  The whole call is checked
+        table's dtype and (len(ids),) bool (None with present=False: the
+        daemon then sends no bitmaps).  The whole call is checked
         before anything runs.  Beyond one request's limits (1024 parts,
         65536 ids a part, 256 MiB) it runs as single-table requests, in
         the same order."""
@@ -324,49 +328,67 @@ class Mount:
             fits = fits and len(a) <= MAX_COUNT
             parts.append(_SUB.pack(t.ino, _PREFETCH, len(a), 0, 0))
             body.append(memoryview(a).cast("B"))
-        for t, ids, init in gathers:
+        for t, ids, init, *out in gathers:
             a = t._ids(ids)
             n = len(a)
             spec = _init_spec(init) if t._daemon_init(init) else None
-            rows = _aligned(n * t.row_size).view(t.dtype).reshape(n, t.dim)
-            bits = bytearray(_present_len(n))
+            rows = _gather_out(t, n, out[0]) if out else _aligned(n * t.row_size).view(t.dtype).reshape(n, t.dim)
+            # the bitmap: asked for, or needed to fill holes with a client's init
+            bits = bytearray(_present_len(n)) if present or init is not None and spec is None else None
             outs.append((t, a, init, spec, rows, bits))
             if not n:
                 continue
             fits = fits and n <= MAX_COUNT and n * t.row_size <= MAX_BYTES
-            parts.append(_SUB.pack(t.ino, _GATHER, n, _F_PRESENT | (_F_INIT if spec else 0), 0))
+            parts.append(_SUB.pack(t.ino, _GATHER, n, (_F_PRESENT if bits is not None else 0) |
+                                   (_F_INIT if spec else 0), 0))
             body += ([spec] if spec else []) + [memoryview(a).cast("B")]
-            bufs += [_bytes_view(rows), memoryview(bits)]
-            resp += n * t.row_size + len(bits)
+            bufs.append(_bytes_view(rows))
+            resp += n * t.row_size
+            if bits is not None:
+                bufs.append(memoryview(bits))
+                resp += len(bits)
         size = _HDR.size + sum(len(p) for p in parts) + sum(len(b) for b in body)
         if not parts:
-            return [(rows, np.zeros(0, bool)) for _, _, _, _, rows, _ in outs]
+            return [(rows, np.zeros(0, bool) if present else None) for _, _, _, _, rows, _ in outs]
         if not fits or size > MAX_MULTI or resp > MAX_MULTI:
-            return self._multi_apart(pushes, gathers, prefetches)
+            return self._multi_apart(pushes, gathers, prefetches, present)
+        self._multi_send(parts, body, size, bufs, resp)
+        res = []
+        for t, a, init, spec, rows, bits in outs:
+            pres = None if bits is None else _present(bytes(bits), len(a)) if len(a) else np.zeros(0, bool)
+            if init is not None and spec is None and not pres.all():
+                rows[~pres] = np.asarray(init(a[~pres].view(np.int64), t), dtype=t.dtype)
+            res.append((rows, pres if present else None))
+        return res
+
+    def _multi_send(self, parts, body, size, bufs, resp):
+        """Send a MULTI request of parts (_SUB bytes each) and body (the
+        parts' bytes, in order; size: the request's bytes with the
+        header) and read its resp bytes into bufs."""
         hdr = _HDR.pack(b"EMBB", _MULTI, 0, len(parts), 0, size)
         c = self._conn()
         try:
             _write_request(c, [hdr, b"".join(parts)] + body, size)
-            got = _read_response(c, bufs, resp) if outs else 0
+            got = _read_response(c, bufs, resp) if resp else 0
         except OSError as e:
             raise _oserror(e, f"{self.path}: request over {len(parts)} tables", self.path) from None
         if got < resp:
             raise EmbfsError(_errno.EIO, f"{self.path}: short response ({got} of {resp} bytes)", self.path)
-        res = []
-        for t, a, init, spec, rows, bits in outs:
-            pres = _present(bytes(bits), len(a)) if len(a) else np.zeros(0, bool)
-            if init is not None and spec is None and not pres.all():
-                rows[~pres] = np.asarray(init(a[~pres].view(np.int64), t), dtype=t.dtype)
-            res.append((rows, pres))
-        return res
 
-    def _multi_apart(self, pushes, gathers, prefetches):
+    def _multi_apart(self, pushes, gathers, prefetches, present):
         """multi() as single-table requests, in the same order."""
         for t, ids, grads, kw in pushes:
             t.push(ids, grads, **kw)
         for t, ids in prefetches:
             t.prefetch(ids)
-        return [t.gather(ids, present=True, init=init) for t, ids, init in gathers]
+        res = []
+        for t, ids, init, *out in gathers:
+            rows, pres = t.gather(ids, present=True, init=init)
+            if out:
+                _gather_out(t, len(rows), out[0])[...] = rows
+                rows = out[0]
+            res.append((rows, pres if present else None))
+        return res
 
     def stats(self):
         """The counters of .embfs/stats as a dict of ints (floats, strings)."""
@@ -385,6 +407,15 @@ class Mount:
                 else:
                     out[k] = v
         return out
+
+
+def _gather_out(t, n, out):
+    """out, checked to take n rows of table t in place."""
+    if not isinstance(out, np.ndarray) or out.shape != (n, t.dim) or out.dtype != t.dtype or \
+            not out.flags.c_contiguous or not out.flags.writeable:
+        raise BadArgument(f"{t}: a gather's out must be a writable C-contiguous {t.dtype} array of shape "
+                          f"({n}, {t.dim})", t.path)
+    return out
 
 
 def _data_runs(fd, end, off=0):

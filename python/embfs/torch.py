@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from . import BadArgument, EmbfsError, Init, Mount, Table, bf16_to_f32, f32_to_bf16
+from ._arrays import _aligned
+from ._wire import _F_INIT, _GATHER, _HDR, _PUSH, _SUB, MAX_COUNT, MAX_MULTI, MAX_TABLES, _init_spec
 
 __all__ = ["Embedding", "EmbeddingBag", "Collection", "TableSpec", "SGD", "RowWiseAdagrad", "Adagrad", "Adam",
            "Prefetcher", "STATE_COLS", "state_cols"]
@@ -82,9 +84,31 @@ class _TableModule(torch.nn.Module):
             raise BadArgument(f"{self.table}: optimizer {optimizer!r} runs in the daemon, whose init must be an "
                               "embfs.Init", self.table.path)
         self._pending = []  # (unique ids, their full rows as float32, the weight leaf)
+        self.__dict__["_pipe"] = None  # pipeline=True: a Collection of this table (not a submodule)
+
+    def _pipeline(self, mode):
+        """Serve lookups and steps through a pipelined Collection of this
+        table (see Collection: pipeline=True)."""
+        if not isinstance(self.init, Init):
+            raise BadArgument(f"{self.table}: pipeline=True needs an embfs.Init (the daemon computes it)",
+                              self.table.path)
+        spec = TableSpec(self.table.name, self.embedding_dim, init=self.init, dtype=self.table.dtype_name, mode=mode)
+        self.__dict__["_pipe"] = Collection(self.table.mount, [spec], optimizer=self.optimizer, create=False,
+                                            pipeline=True)
 
     def extra_repr(self):
-        return f"{self.table}, {self.embedding_dim}, optimizer={self.optimizer}"
+        return f"{self.table}, {self.embedding_dim}, optimizer={self.optimizer}" + \
+            (", pipeline=True" if self._pipe is not None else "")
+
+    def flush(self):
+        """With pipeline=True, Collection.flush(); else nothing to do."""
+        if self._pipe is not None:
+            self._pipe.flush()
+
+    def wait(self):
+        """With pipeline=True, Collection.wait(); else nothing to do."""
+        if self._pipe is not None:
+            self._pipe.wait()
 
     # ---- rows ----
     def _rows_f32(self, ids):
@@ -123,13 +147,18 @@ class _TableModule(torch.nn.Module):
 
     def prefetch(self, input):
         """Announce the ids of an upcoming batch (pinned in the daemon's row
-        cache until this thread gathers them)."""
+        cache until this thread gathers them; with pipeline=True, gathered
+        at once by the background thread)."""
+        if self._pipe is not None:
+            self._pipe.prefetch([input])
+            return
         ids = input.detach().reshape(-1).cpu().numpy() if isinstance(input, torch.Tensor) else np.asarray(input)
         if ids.size:
             self.table.prefetch(np.unique(ids))
 
     def weights(self, ids):
         """The current embedding rows of ids (no gradient), for inspection."""
+        self.wait()
         return torch.from_numpy(np.ascontiguousarray(self._rows_f32(np.asarray(ids))[:, :self.embedding_dim]))
 
     # ---- the optimizer's side ----
@@ -152,6 +181,17 @@ class _TableModule(torch.nn.Module):
 
     def _drop_grads(self):
         self._pending = []
+        if self._pipe is not None:
+            self._pipe._drop_grads()
+
+    def _step(self, opt):
+        """The optimizer's step on the rows looked up since the last one."""
+        if self._pipe is not None:
+            self._pipe._step(opt)
+            return
+        got = self._take_grads()
+        if got is not None:
+            self._apply(opt, *got)
 
     def _apply(self, opt, ids, rows, g):
         """One step of opt on rows ids (their full rows as float32, as
@@ -185,12 +225,22 @@ class Embedding(_TableModule):
     """torch.nn.Embedding over an embfs table: forward(input) returns
     input.shape + (embedding_dim,).  `where`: a Mount, a mount path, or a
     Table (then name is ignored).  The table is made (dim embedding_dim +
-    the optimizer's state columns) if missing."""
+    the optimizer's state columns) if missing.  pipeline=True: lookups and
+    steps go through a pipelined Collection of the table (announce batches
+    with prefetch(), as embfs.torch.Prefetcher does; see Collection)."""
 
-    def __init__(self, where, name, embedding_dim, optimizer="adagrad", dtype="f32", init=None, create=True):
+    def __init__(self, where, name, embedding_dim, optimizer="adagrad", dtype="f32", init=None, create=True,
+                 pipeline=False):
         super().__init__(where, name, embedding_dim, optimizer, dtype, init, create)
+        if pipeline:
+            self._pipeline("sum")
 
     def forward(self, input):
+        if self._pipe is not None:
+            inp = input if isinstance(input, torch.Tensor) else torch.as_tensor(input)
+            # bags of one row: sums that are the rows themselves
+            out = self._pipe.forward([inp.reshape(-1, 1)])[0]
+            return out.reshape(tuple(inp.shape) + (self.embedding_dim,))
         w, idx = self._weights(input)
         return F.embedding(idx, w)
 
@@ -198,16 +248,24 @@ class Embedding(_TableModule):
 class EmbeddingBag(_TableModule):
     """torch.nn.EmbeddingBag over an embfs table: mode "sum" or "mean",
     input 2-D (bags of equal size) or 1-D with offsets (include_last_offset
-    as torch's), per_sample_weights (mode "sum")."""
+    as torch's), per_sample_weights (mode "sum").  pipeline=True: as
+    Embedding's (not with include_last_offset)."""
 
     def __init__(self, where, name, embedding_dim, mode="sum", optimizer="adagrad", dtype="f32", init=None,
-                 create=True, include_last_offset=False):
+                 create=True, include_last_offset=False, pipeline=False):
         if mode not in ("sum", "mean"):
             raise BadArgument(f"EmbeddingBag mode {mode!r}: sum or mean")
         super().__init__(where, name, embedding_dim, optimizer, dtype, init, create)
         self.mode, self.include_last_offset = mode, include_last_offset
+        if pipeline:
+            if include_last_offset:
+                raise BadArgument(f"{self.table}: pipeline=True takes no include_last_offset", self.table.path)
+            self._pipeline(mode)
 
     def forward(self, input, offsets=None, per_sample_weights=None):
+        if self._pipe is not None:
+            return self._pipe.forward([input], None if offsets is None else [offsets],
+                                      None if per_sample_weights is None else [per_sample_weights])[0]
         w, idx = self._weights(input)
         return F.embedding_bag(idx, w, offsets, mode=self.mode, per_sample_weights=per_sample_weights,
                                include_last_offset=self.include_last_offset)
@@ -222,26 +280,106 @@ class TableSpec:
         self.name, self.embedding_dim, self.init, self.dtype, self.mode = name, int(embedding_dim), init, dtype, mode
 
 
+_KEY_SHIFT = 53  # a group's lookup key: the table's slot in the group << 53 | row id
+_AHEAD_MAX = 4   # batches gathered ahead and not yet looked up, at most
+
+
+class _GradSlice:
+    """Rows lo:hi of a group's weight leaf, as a table module's pending
+    lookup: its .grad once backward has run."""
+    __slots__ = ("w", "lo", "hi")
+
+    def __init__(self, w, lo, hi):
+        self.w, self.lo, self.hi = w, lo, hi
+
+    @property
+    def grad(self):
+        g = self.w.grad
+        return None if g is None else g[self.lo:self.hi]
+
+
+class _Lookup:
+    """A batch's rows for a Collection, worked out once: every table's ids,
+    flattened and one after another (key; sizes: how many each table has),
+    each table's unique ids and where they start in its group's rows (lo),
+    and per group (tables of one row layout, see Collection) the batch's
+    ids as indices into the group's rows (inv), how many rows (total) and
+    their keys (slot in the group << 53 | row id, ascending: the rows'
+    order; None when the ids do not fit a key and the group was sorted
+    table by table)."""
+    __slots__ = ("key", "sizes", "uniq", "lo", "inv", "total", "keys")
+
+    def __init__(self, coll, key, sizes):
+        self.key, self.sizes = key, sizes
+        n = len(sizes)
+        flat = np.split(key, np.cumsum(sizes)[:-1]) if n > 1 else [key]
+        self.uniq, self.lo, self.inv, self.total, self.keys = [None] * n, [0] * n, [], [], []
+        for tabs, slots in zip(coll._groups, coll._slots):
+            cat = key if len(tabs) == n else np.concatenate([flat[i] for i in tabs])
+            if cat.size and (cat.min() < 0 or cat.max() >> _KEY_SHIFT) or len(tabs) >= 1 << (63 - _KEY_SHIFT):
+                inv, base = [], 0  # ids no key holds (refused by the gather): table by table
+                for i in tabs:
+                    u, v = np.unique(flat[i], return_inverse=True)
+                    self.uniq[i], self.lo[i] = u, base
+                    inv.append(v + base)
+                    base += len(u)
+                self.inv.append(np.concatenate(inv))
+                self.total.append(base)
+                self.keys.append(None)
+                continue
+            # one sort for the group
+            keys, inv = np.unique(cat | np.repeat(slots[:-1], [sizes[i] for i in tabs]), return_inverse=True)
+            bounds = np.searchsorted(keys, slots)
+            for s, i in enumerate(tabs):
+                self.uniq[i] = keys[bounds[s]:bounds[s + 1]] - slots[s]
+                self.lo[i] = int(bounds[s])
+            self.inv.append(inv.reshape(-1))
+            self.total.append(len(keys))
+            self.keys.append(keys)
+
+    def same(self, key, sizes):
+        return self.sizes == sizes and np.array_equal(self.key, key)
+
+
+class _Ahead:
+    """A batch gathered ahead by a Collection's background thread: its ids
+    (key, sizes, as _Lookup's), then its _Lookup and rows (one array per
+    group), both made by that thread, and the thread's last request that
+    writes them (the gather, then each push handed over after it, which
+    gathers again the rows it changed)."""
+    __slots__ = ("key", "sizes", "lookup", "rows", "last")
+
+    def __init__(self, key, sizes):
+        self.key, self.sizes, self.lookup, self.rows, self.last = key, sizes, None, None, None
+
+
 class Collection(torch.nn.Module):
     """Many embedding-bag tables of one mount in one module, one request to
     the daemon a step for all of them (as FBGEMM's table-batched embedding
     bags and TorchRec's EmbeddingBagCollection): forward() gathers every
     table's rows in one MULTI request (rows never stored come back
     initialised by the daemon), and the optimizer's step() pushes every
-    table's gradients in one more.  With fuse_push=True, step() keeps the
-    pushes and sends them with the next forward()'s gathers, in the same
-    request (the daemon applies them first, so the result is the same bit
-    for bit): one round trip a step.  Then call flush() before reading the
-    tables by other means (a snapshot, another process, the end of
-    training).  pipeline=True (implies fuse_push) also overlaps the gather
-    of the next batch with this batch's compute: the ids announced by
-    prefetch() (embfs.torch.Prefetcher calls it) are gathered by a
-    background thread as soon as a forward's request is answered; the
-    next forward then sends the pushes and gathers only the rows those
-    pushes changed, after them.  A pipelined run equals the unpipelined
-    one bit for bit; between forwards, change the tables only through the
-    collection's optimizer (or call flush(), which also forgets the
-    gathered-ahead rows).
+    table's gradients in one more.  Tables of the same embedding_dim, dtype
+    and mode share one weight array and one embedding_bag a step, with one
+    sort of their ids.
+
+    With fuse_push=True, step() keeps the pushes and sends them with the
+    next forward()'s gathers, in the same request (the daemon applies them
+    first, so the result is the same bit for bit): one round trip a step.
+    Then call flush() before reading the tables by other means (a snapshot,
+    another process, the end of training).
+
+    pipeline=True (implies fuse_push) makes no request wait in the caller's
+    thread when the batches are announced: prefetch() (embfs.torch.Prefetcher
+    calls it) hands the batch's gather to a background thread at once, and
+    step() hands it the pushes, which also gather again the rows they
+    change of the batches gathered ahead; forward() then only waits, if at
+    all, for what the thread has not finished (the seconds waited add up in
+    .waited).  A pipelined run equals the unpipelined one bit for bit;
+    change the tables only through the collection's optimizer until
+    flush(), which waits for the thread and forgets the batches gathered
+    ahead.  An error of a request the thread made (a push refused, say) is
+    raised by the next forward() or flush().
 
         coll = et.Collection(m, [et.TableSpec(f"C{i}.emb", 16) for i in range(26)])
         opt = et.RowWiseAdagrad([coll], lr=0.05)
@@ -254,8 +392,10 @@ class Collection(torch.nn.Module):
         self.mount = where if isinstance(where, Mount) else Mount(where)
         self.pipeline = bool(pipeline)
         self.optimizer, self.fuse_push = optimizer, bool(fuse_push) or self.pipeline
-        self._announced = None  # a pipeline's next batch: unique ids per table
-        self._ahead = None      # (unique ids per table, future of their rows), gathered ahead
+        self.waited = 0.0       # seconds forward() and flush() waited for the background thread
+        self._ahead = []        # _Ahead, oldest first
+        self._last = None       # the background thread's last request (a future)
+        self._futures = []      # its requests not yet waited for, oldest first
         self._worker = None
         self.bags = torch.nn.ModuleList(
             EmbeddingBag(self.mount, t.name, t.embedding_dim, mode=t.mode, optimizer=optimizer, dtype=t.dtype,
@@ -266,80 +406,196 @@ class Collection(torch.nn.Module):
                                   b.table.path)
         self.keys = [t.name for t in tables]
         self._index = {k: i for i, k in enumerate(self.keys)}
+        groups = {}
+        for i, b in enumerate(self.bags):
+            groups.setdefault((b.embedding_dim, b.table.dim, b.table.dtype_name, b.mode), []).append(i)
+        self._groups = list(groups.values())
+        # per group: its tables' key slots (slot << 53), and the end of the last
+        self._slots = [np.arange(len(t) + 1, dtype=np.int64) << _KEY_SHIFT for t in self._groups]
+        self._bags = list(self.bags)
+        self._specs = [_init_spec(b.init) for b in self._bags]
+        self._params = (None, None)  # (the optimizer's arguments, every table's push parameters for them)
         self._pushes = []
 
     def extra_repr(self):
         return (f"{len(self.bags)} tables, optimizer={self.optimizer}, fuse_push={self.fuse_push}, "
                 f"pipeline={self.pipeline}")
 
-    def _gather_ahead(self):
-        """Send the announced batch's gather to the background thread."""
-        ids, self._announced = self._announced, None
+    # ---- the background thread ----
+    def _submit(self, fn):
+        """Run fn() on the background thread, after everything handed to it."""
         if self._worker is None:
             import concurrent.futures
             self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="embfs-ahead")
-        gathers = [(b.table, u, b.init) for b, u in zip(self.bags, ids)]
-        self._ahead = (ids, self._worker.submit(self.mount.multi, gathers=gathers))
+        self._last = self._worker.submit(fn)
+        self._futures.append(self._last)
+        return self._last
 
-    def _take_ahead(self, uniq, pushes):
-        """The rows of uniq (unique ids per table) from the gather ahead,
-        with the rows that pushes (the last step's, kept since: the gather
-        ahead went out before them, after every earlier one) change
-        gathered again after them, in one request with the pushes; None
-        when the gather ahead is not of this batch."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            return None
-        ids, fut = ahead
-        got = fut.result()  # waited for even if unused: its thread must be done
-        if len(ids) != len(uniq) or any(not np.array_equal(a, u) for a, u in zip(ids, uniq)):
-            return None
-        pushed = {id(t): i for t, i, _, _ in pushes}
-        again = [np.intersect1d(u, np.asarray(pushed.get(id(b.table), []), np.int64)) for b, u in zip(self.bags, uniq)]
-        fresh = self.mount.multi(pushes=pushes, gathers=[(b.table, a, b.init) for b, a in zip(self.bags, again)])
+    def _wait(self, upto=None):
+        """Wait for the background thread's requests, up to upto (a future)
+        or all; the first error among them is raised."""
+        if not self._futures or upto is not None and upto not in self._futures:
+            return  # (one waited for before: its error was raised then)
+        import time
+        t0 = time.perf_counter()
+        try:
+            while self._futures:
+                f = self._futures.pop(0)
+                f.result()
+                if f is upto:
+                    break
+        finally:
+            self.waited += time.perf_counter() - t0
+
+    # ---- lookups ----
+    def _ids(self, inputs):
+        """(the inputs as tensors, all their ids flattened one after another
+        as int64, how many each has)."""
+        if len(inputs) != len(self._bags):
+            raise BadArgument(f"{len(inputs)} inputs for {len(self._bags)} tables")
+        tens = []
+        for b, inp in zip(self._bags, inputs):
+            inp = inp if isinstance(inp, torch.Tensor) else torch.as_tensor(inp)
+            if inp.dtype not in (torch.int64, torch.int32):
+                raise BadArgument(f"{b.table}: indices must be int64 or int32, not {inp.dtype}", b.table.path)
+            tens.append(inp)
+        key = torch.cat([t.detach().reshape(-1).to(torch.int64) for t in tens]).cpu().numpy()
+        return tens, key, [t.numel() for t in tens]
+
+    def _new_rows(self, lk):
+        """Empty row arrays of lk, one per group."""
         out = []
-        for u, (rows, pres), a, (frows, fpres) in zip(uniq, got, again, fresh):
-            if len(a):
-                pos = np.searchsorted(u, a)
-                rows[pos] = frows
-                pres[pos] = fpres
-            out.append((rows, pres))
+        for tabs, n in zip(self._groups, lk.total):
+            t = self._bags[tabs[0]].table
+            out.append(_aligned(n * t.row_size).view(t.dtype).reshape(n, t.dim))
         return out
+
+    def _gathers(self, lk, rows):
+        """_send's gathers of lk's rows, landing in rows."""
+        g = []
+        for tabs, r in zip(self._groups, rows):
+            for i in tabs:
+                u, lo = lk.uniq[i], lk.lo[i]
+                g.append((i, u, r[lo:lo + len(u)]))
+        return g
+
+    def _send(self, pushes=(), gathers=()):
+        """One MULTI request, made here with no per-row work: pushes
+        (table index, ids ascending, float32 gradients, push parameters,
+        Table.push's kwargs) first, then gathers (table index, ids
+        ascending, the C-contiguous rows they land in; rows never stored
+        initialised by the daemon, no bitmaps).  Beyond one request's
+        limits: Mount.multi, which splits it."""
+        parts, body, bufs = [], [], []
+        size, resp = _HDR.size, 0
+        fits = len(pushes) + len(gathers) <= MAX_TABLES
+        for i, a, g, params, _ in pushes:
+            n = len(a)
+            if n:
+                t = self._bags[i].table
+                fits = fits and a[0] >= 0 and a[-1] <= t.max_row and n <= MAX_COUNT
+                parts.append(_SUB.pack(t.ino, _PUSH, n, 0, 0))
+                body += [params, memoryview(a).cast("B"), memoryview(g).cast("B")]
+                size += _SUB.size + len(params) + 8 * n + g.nbytes
+        for i, a, out in gathers:
+            n = len(a)
+            if n:
+                t, spec = self._bags[i].table, self._specs[i]
+                fits = fits and a[0] >= 0 and a[-1] <= t.max_row and n <= MAX_COUNT
+                parts.append(_SUB.pack(t.ino, _GATHER, n, _F_INIT, 0))
+                body += [spec, memoryview(a).cast("B")]
+                bufs.append(memoryview(out).cast("B"))
+                size += _SUB.size + len(spec) + 8 * n
+                resp += out.nbytes
+        if not parts:
+            return
+        if not fits or size > MAX_MULTI or resp > MAX_MULTI:
+            self.mount.multi(pushes=[(self._bags[i].table, a, g, kw) for i, a, g, _, kw in pushes],
+                             gathers=[(self._bags[i].table, a, self._bags[i].init, out) for i, a, out in gathers],
+                             present=False)
+            return
+        self.mount._multi_send(parts, body, size, bufs, resp)
+
+    def _push_params(self, opt):
+        """Every table's (push parameters, Table.push kwargs) for a step of
+        opt, checked (made again only when opt's arguments change)."""
+        args = tuple(sorted(opt._push_args().items()))
+        if self._params[0] != args:
+            out = []
+            for b in self._bags:
+                kw = b._push_kwargs(opt)
+                _, _, params = b.table._push_args(np.zeros(0, np.int64), np.zeros((0, b.embedding_dim), np.float32),
+                                                  **kw)
+                out.append((params, kw))
+            self._params = (args, out)
+        return self._params[1]
+
+    def _rows(self, key, sizes):
+        """(the _Lookup of a batch's ids, its rows, one array per group):
+        gathered ahead (if the batch was announced) or now, after every
+        push."""
+        for k, a in enumerate(self._ahead):
+            if a.sizes == sizes and np.array_equal(a.key, key):
+                del self._ahead[:k + 1]  # the ones before were never looked up
+                self._wait(a.last)
+                return a.lookup, a.rows
+        self._wait()
+        lk = _Lookup(self, key, sizes)
+        rows = self._new_rows(lk)
+        pushes, self._pushes = self._pushes, []
+        self._send(pushes, self._gathers(lk, rows))
+        return lk, rows
 
     def forward(self, inputs, offsets=None, per_sample_weights=None):
         """inputs: one per table, in order: a 2-D tensor of ids (bags of
         equal size) or a 1-D one with offsets[i] (and per_sample_weights[i]
         for mode "sum"), as torch.nn.EmbeddingBag takes them.  Returns the
         pooled (bags, embedding_dim) tensor of each table."""
-        if len(inputs) != len(self.bags):
-            raise BadArgument(f"{len(inputs)} inputs for {len(self.bags)} tables")
-        flat = []
-        for b, inp in zip(self.bags, inputs):
-            inp = inp if isinstance(inp, torch.Tensor) else torch.as_tensor(inp)
-            if inp.dtype not in (torch.int64, torch.int32):
-                raise BadArgument(f"{b.table}: indices must be int64 or int32, not {inp.dtype}", b.table.path)
-            ids = inp.detach().reshape(-1).cpu().numpy().astype(np.int64, copy=False)
-            u, inv = np.unique(ids, return_inverse=True)
-            flat.append((u, torch.from_numpy(inv.reshape(tuple(inp.shape))).to(torch.int64)))
-        pushes, self._pushes = self._pushes, []
-        got = self._take_ahead([u for u, _ in flat], pushes) if self.pipeline else None
-        if got is None:
-            got = self.mount.multi(pushes=pushes,
-                                   gathers=[(b.table, u, b.init) for b, (u, _) in zip(self.bags, flat)])
-        if self._announced is not None:
-            self._gather_ahead()
-        outs = []
+        tens, key, sizes = self._ids(inputs)
+        nbags = [self._bag_lengths(i, tens[i], offsets) for i in range(len(tens))]
+        lk, rows = self._rows(key, sizes)
+        outs = [None] * len(self._bags)
         track = self.training and torch.is_grad_enabled()
-        for i, (b, (u, idx), (raw, _)) in enumerate(zip(self.bags, flat, got)):
-            rows = b._to_f32(raw)
-            w = torch.from_numpy(np.ascontiguousarray(rows[:, :b.embedding_dim]))
+        for tabs, raw, inv in zip(self._groups, rows, lk.inv):
+            b0 = self._bags[tabs[0]]
+            rf = b0._to_f32(raw)
+            w = torch.from_numpy(rf if rf.shape[1] == b0.embedding_dim else
+                                 np.ascontiguousarray(rf[:, :b0.embedding_dim]))
             if track:
                 w.requires_grad_(True)
-                b._pending.append((u, rows, w))
-            outs.append(F.embedding_bag(idx, w, offsets[i] if offsets is not None else None, mode=b.mode,
-                                        per_sample_weights=per_sample_weights[i] if per_sample_weights else None,
-                                        include_last_offset=b.include_last_offset))
+            lens = np.concatenate([nbags[i] for i in tabs])
+            offs = np.zeros(len(lens), np.int64)
+            np.cumsum(lens[:-1], out=offs[1:])
+            psw = None
+            if per_sample_weights is not None and any(per_sample_weights[i] is not None for i in tabs):
+                # a table without weights gets ones: the same sums, bit for bit
+                psw = torch.cat([torch.ones(sizes[i]) if per_sample_weights[i] is None else
+                                 torch.as_tensor(per_sample_weights[i]).reshape(-1) for i in tabs])
+            out = F.embedding_bag(torch.from_numpy(inv), w, torch.from_numpy(offs), mode=b0.mode,
+                                  per_sample_weights=psw)
+            for i, o in zip(tabs, torch.split(out, [len(nbags[i]) for i in tabs])):
+                outs[i] = o
+                if track:
+                    lo, n = lk.lo[i], len(lk.uniq[i])
+                    self._bags[i]._pending.append((lk.uniq[i], rf[lo:lo + n], _GradSlice(w, lo, lo + n)))
         return outs
+
+    def _bag_lengths(self, i, inp, offsets):
+        """Table i's bag lengths (int64, one per bag) for its input inp."""
+        t = self._bags[i].table
+        if inp.dim() == 2:
+            if offsets is not None and offsets[i] is not None:
+                raise BadArgument(f"{t}: a 2-D input takes no offsets", t.path)
+            return np.full(inp.shape[0], inp.shape[1], np.int64)
+        if inp.dim() != 1 or offsets is None or offsets[i] is None:
+            raise BadArgument(f"{t}: input must be 2-D, or 1-D with offsets", t.path)
+        o = offsets[i]
+        o = (o.detach().cpu().numpy() if isinstance(o, torch.Tensor) else np.asarray(o)).astype(np.int64).reshape(-1)
+        lens = np.diff(o, append=inp.numel())
+        if len(o) and (o[0] != 0 or (lens < 0).any()):
+            raise BadArgument(f"{t}: offsets must start at 0 and ascend within the input's "
+                              f"{inp.numel()} ids", t.path)
+        return lens
 
     def forward_jagged(self, keys, values, lengths=None, offsets=None, weights=None):
         """TorchRec's keyed jagged input: keys (table names, in any order and
@@ -381,44 +637,121 @@ class Collection(torch.nn.Module):
         """Announce an upcoming batch (one input per table, as forward
         takes them): the daemon pins those rows in its row cache until this
         thread's next forward gathers them (one request for all tables);
-        with pipeline=True, they are gathered ahead instead, once the
-        coming forward's request is answered."""
-        uniq = [np.unique(np.asarray(i.detach().cpu().numpy() if isinstance(i, torch.Tensor) else i)
-                          .reshape(-1).astype(np.int64)) for i in inputs]
-        if self.pipeline:
-            self._announced = uniq
+        with pipeline=True, the background thread gathers them at once."""
+        _, key, sizes = self._ids(inputs)
+        if not self.pipeline:
+            lk = _Lookup(self, key, sizes)
+            self.mount.multi(prefetches=[(b.table, u) for b, u in zip(self._bags, lk.uniq) if len(u)])
             return
-        self.mount.multi(prefetches=[(b.table, u) for b, u in zip(self.bags, uniq) if len(u)])
+        if len(self._ahead) >= _AHEAD_MAX:
+            del self._ahead[0]
+        a = _Ahead(key, sizes)
+
+        def run():  # on the background thread
+            a.lookup = _Lookup(self, key, sizes)
+            a.rows = self._new_rows(a.lookup)
+            self._send(gathers=self._gathers(a.lookup, a.rows))
+        a.last = self._submit(run)
+        self._ahead.append(a)
 
     def _step(self, opt):
         """The optimizer's step: every table's summed gradients pushed in
-        one request (or kept for the next forward with fuse_push)."""
-        pushes = []
-        for b in self.bags:
+        one request (kept for the next forward with fuse_push, handed to the
+        background thread with pipeline)."""
+        pushes, grads = [], {}  # grads: a group's weight gradient as an array, once
+        for i, (b, (params, kw)) in enumerate(zip(self._bags, self._push_params(opt))):
+            p = b._pending
+            if len(p) == 1 and isinstance(p[0][2], _GradSlice):  # one forward since the last step
+                b._pending = []
+                u, _, gs = p[0]
+                g = grads.get(id(gs.w))
+                if g is None:
+                    g = grads[id(gs.w)] = gs.w.grad.numpy() if gs.w.grad is not None else False
+                if g is not False:
+                    pushes.append((i, u, g[gs.lo:gs.hi], params, kw))
+                continue
             got = b._take_grads()
             if got is not None:
                 ids, _, g = got
-                pushes.append((b.table, ids, g, b._push_kwargs(opt)))
+                pushes.append((i, ids, np.ascontiguousarray(g, np.float32), params, kw))
         if self._pushes:
             self.flush()
-        if self.fuse_push:
+        if self.pipeline:
+            if pushes:
+                self._push_ahead(pushes)
+        elif self.fuse_push:
             self._pushes = pushes
         elif pushes:
-            self.mount.multi(pushes=pushes)
+            self._send(pushes)
+
+    def _push_ahead(self, pushes):
+        """Hand pushes to the background thread; it sends them with gathers
+        of the rows they change in the batches gathered ahead, and patches
+        those rows in."""
+        aheads = list(self._ahead)
+
+        def run():  # on the background thread, after every ahead's gather
+            patches = [p for p in (self._patches(a, pushes) for a in aheads) if p[0]]
+            # the pushes, with the first ahead's rows again; any later one's
+            # in requests of their own (a table once in a request)
+            for k, (gathers, into) in enumerate(patches or [([], [])]):
+                self._send(pushes if k == 0 else (), gathers)
+                for rows, pos, fresh in into:
+                    rows[pos] = fresh
+        last = self._submit(run)
+        for a in aheads:
+            a.last = last
+
+    def _patches(self, a, pushes):
+        """(gathers, [(rows, positions, fresh rows)]): the rows of ahead a
+        that pushes change, to gather again after them and patch in."""
+        pushed = {i: ids for i, ids, _, _, _ in pushes}
+        gathers, into = [], []
+        for tabs, slots, rows, keys in zip(self._groups, self._slots, a.rows, a.lookup.keys):
+            mine = [(s, i, pushed.get(i)) for s, i in enumerate(tabs)]
+            mine = [(s, i, p) for s, i, p in mine if p is not None and len(p)]
+            if keys is None:  # sorted table by table
+                for s, i, p in mine:
+                    u = a.lookup.uniq[i]
+                    c = np.intersect1d(u, p, assume_unique=True)
+                    if len(c):
+                        fresh = np.empty((len(c), rows.shape[1]), rows.dtype)
+                        gathers.append((i, c, fresh))
+                        into.append((rows, a.lookup.lo[i] + np.searchsorted(u, c), fresh))
+                continue
+            if not mine:
+                continue
+            # the group's rows are in key order: one intersection
+            pk = np.concatenate([p | slots[s] for s, _, p in mine])
+            common, pos, _ = np.intersect1d(keys, pk, assume_unique=True, return_indices=True)
+            if not len(common):
+                continue
+            fresh = np.empty((len(common), rows.shape[1]), rows.dtype)
+            cut = np.searchsorted(common, slots)
+            for s, i, _ in mine:
+                if cut[s + 1] > cut[s]:
+                    gathers.append((i, common[cut[s]:cut[s + 1]] - slots[s], fresh[cut[s]:cut[s + 1]]))
+            into.append((rows, pos, fresh))
+        return gathers, into
 
     def _drop_grads(self):
         for b in self.bags:
             b._drop_grads()
 
+    def wait(self):
+        """Wait for the background thread: every push handed to it applied
+        (an error raised here); the batches it gathered ahead stay, patched
+        by those pushes."""
+        self._wait()
+
     def flush(self):
-        """Send the pushes fuse_push kept (the last step's), if any, and
-        forget what the pipeline gathered ahead."""
+        """Send the pushes fuse_push kept (the last step's), if any, wait for
+        the background thread and forget the batches it gathered ahead."""
         pushes, self._pushes = self._pushes, []
-        if self._ahead is not None:
-            self._ahead[1].result()
-            self._ahead = None
+        self._ahead = []
+        self._wait()
         if pushes:
-            self.mount.multi(pushes=pushes)
+            self._send(pushes)
 
 
 class _RowOptimizer:
@@ -448,14 +781,7 @@ class _RowOptimizer:
     def step(self):
         self.steps += 1
         for m in self.modules:
-            if isinstance(m, Collection):
-                m._step(self)
-                continue
-            got = m._take_grads()
-            if got is None:
-                continue
-            ids, rows, g = got
-            m._apply(self, ids, rows, g)
+            m._step(self)
 
     def _push_args(self):
         return {"lr": self.lr}

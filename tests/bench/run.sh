@@ -22,8 +22,9 @@
 #             loopback) for W = 1, 2, 4: rows/s, all-to-all and embfs shares
 #   train     issue 27's trainer: embfs.torch against torch holding the same
 #             tables in DRAM (tests/bench/trainbench.py: one table of 4 M x
-#             64 f32, 4096 bags of 4, SGD and row-wise Adagrad; 26 tables of
-#             1 M x 16, 512 bags of 4, per-table modules and one Collection),
+#             64 f32, 4096 bags of 4, SGD and row-wise Adagrad, plain and
+#             pipelined modules; 26 tables of 1 M x 16, 512 bags of 4,
+#             per-table modules, one Collection, one pipelined Collection),
 #             TRAIN_RUNS runs each alternating, lookups/s and the ratio
 #             (target >= 1.0x); then examples/dlrm.py with OpenBLAS (apt's
 #             libopenblas0-pthread, installed here): whole step against
@@ -760,9 +761,14 @@ section_train() {
 	room train /dev/shm 8192 || return
 	say "train: embfs.torch against torch.nn.EmbeddingBag(sparse=True) in DRAM, one process, alternating runs of $TRAIN_STEPS steps after $TRAIN_WARM warm-up, torch on one thread"
 	train_one "1x4M x64 sgd" --tables 1 --rows 4194304 --dim 64 --bags 4096 --per-bag 4 --opt sgd
+	train_one "1x4M x64 sgd, pipelined" --tables 1 --rows 4194304 --dim 64 --bags 4096 --per-bag 4 --opt sgd --pipeline
 	train_one "1x4M x64 rowwise adagrad" --tables 1 --rows 4194304 --dim 64 --bags 4096 --per-bag 4 --opt adagrad
+	train_one "1x4M x64 rw adagrad, pipelined" --tables 1 --rows 4194304 --dim 64 --bags 4096 --per-bag 4 --opt adagrad \
+		--pipeline
 	train_one "26x1M x16 sgd, modules" --tables 26 --rows 1048576 --dim 16 --bags 512 --per-bag 4 --opt sgd
 	train_one "26x1M x16 sgd, Collection" --tables 26 --rows 1048576 --dim 16 --bags 512 --per-bag 4 --opt sgd --collection
+	train_one "26x1M x16 sgd, Coll. pipelined" --tables 26 --rows 1048576 --dim 16 --bags 512 --per-bag 4 --opt sgd \
+		--collection --pipeline
 	# the DLRM example with a real BLAS
 	if ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then
 		say "  installing libopenblas0-pthread (apt) for the DLRM figure"

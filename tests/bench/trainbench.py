@@ -4,7 +4,7 @@ same tables in DRAM, in one process, alternating, on the same ids.
 
     PYTHONPATH=TOP/python trainbench.py MNT [--tables T] [--rows N] [--dim D]
         [--bags B] [--per-bag K] [--steps S] [--warm W] [--runs R]
-        [--opt sgd|adagrad] [--seed SEED] [--collection [--pipeline]] [--populate] [--client-update]
+        [--opt sgd|adagrad] [--seed SEED] [--collection] [--pipeline] [--populate] [--client-update]
 
 Each side: EmbeddingBag(mode="sum") per table, the loss a plain sum of the
 bags, backward, then the optimizer's step: embfs.torch.EmbeddingBag +
@@ -15,9 +15,12 @@ Ids: numpy zipf(1.05) draws times 2654435761 modulo the rows, drawn before
 the clock.  W warm-up steps (not timed) then R runs of S steps, embfs and
 torch alternating run by run; lookups/s = steps * tables * bags * per_bag /
 seconds.  With --collection the embfs side is one embfs.torch.Collection
-(one request a step for all tables); --pipeline makes it pipelined (the
-next step's rows gathered while this one computes, as announced by
-prefetch(), which the loop calls as embfs.torch.Prefetcher would).  With --populate every row the run's
+(one request a step for all tables); --pipeline makes the modules or the
+collection pipelined (pipeline=True: the next step's rows gathered and
+this step's gradients pushed by a background thread while the steps
+compute, the next batch announced by prefetch(), which the loop calls as
+embfs.torch.Prefetcher would); a pipelined run's clock stops after it has
+waited for that thread (wait()), so all its pushes are counted.  With --populate every row the run's
 ids touch is written to the embfs tables first (uniform values, as torch's
 tables hold a value for every row from the start); without it the tables
 start empty and the steps create their rows (the daemon initialises them).
@@ -103,7 +106,8 @@ def main(argv):
                             pipeline=a.pipeline)
         eopt = (et.SGD if a.opt == "sgd" else et.RowWiseAdagrad)([emb], lr=lr)
     else:
-        emb = [et.EmbeddingBag(m, n, a.dim, mode="sum", optimizer=optname, init=init) for n in names]
+        emb = [et.EmbeddingBag(m, n, a.dim, mode="sum", optimizer=optname, init=init, pipeline=a.pipeline)
+               for n in names]
         eopt = (et.SGD if a.opt == "sgd" else et.RowWiseAdagrad)(emb, lr=lr)
     if a.populate:
         t0 = time.perf_counter()
@@ -124,7 +128,11 @@ def main(argv):
 
     def step_embfs(k):
         if a.pipeline and k + 1 < steps_total:
-            emb.prefetch(ids[k + 1])
+            if a.collection:
+                emb.prefetch(ids[k + 1])
+            else:
+                for t in range(a.tables):
+                    emb[t].prefetch(ids[k + 1][t])
         if a.collection:
             outs = emb([ids[k][t] for t in range(a.tables)])
         else:
@@ -152,6 +160,9 @@ def main(argv):
             t0 = time.perf_counter()
             for k in range(k0, k0 + a.steps):
                 fn(k)
+            if side == "embfs" and a.pipeline:
+                for e in [emb] if a.collection else emb:
+                    e.wait()
             pair[side] = a.steps * per_step / (time.perf_counter() - t0)
         res.append(pair)
         print(f"run {r}: embfs {pair['embfs']:.0f} torch {pair['torch']:.0f} lookups/s, "

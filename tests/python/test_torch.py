@@ -109,6 +109,31 @@ class TestModules(PooledCase):
         opt.step()
         torch.testing.assert_close(emb.weights([4]), w - 5.0)
 
+    def test_pipelined_modules_match(self):
+        # pipeline=True (batches announced through a Prefetcher, gathered
+        # ahead, pushes handed to a background thread) trains the rows as
+        # the plain modules do: the bags bit for bit, the embedding to float
+        # rounding (a bag of one row's backward sums in another order)
+        batches = [(torch.randint(0, 50, (6, 3)), torch.randint(0, 50, (12,))) for _ in range(6)]
+        offsets = torch.tensor([0, 2, 2, 7])
+        got = {}
+        for pipe in (False, True):
+            e = et.Embedding(self.m, self.gone(f"pe{int(pipe)}.emb"), 4, optimizer="adagrad", pipeline=pipe)
+            b = et.EmbeddingBag(self.m, self.gone(f"pb{int(pipe)}.emb"), 5, optimizer="adagrad", pipeline=pipe)
+            opt = et.RowWiseAdagrad([e, b], lr=0.2)
+            for k, (ei, bi) in enumerate(et.Prefetcher(batches, lambda x: [(e, x[0]), (b, x[1])])):
+                loss = (e(ei) ** 2).sum() + (b(bi, offsets) * torch.arange(5.0)).sum()
+                if k % 3 == 2:  # two lookups in one step: their gradients summed
+                    loss = loss + e(ei[:2]).sum()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            self.assertEqual(b.weights([0]).shape, (1, 5))  # waits for the last pushes
+            got[pipe] = e.table.gather(np.arange(50)), b.table.gather(np.arange(50))
+        np.testing.assert_allclose(got[True][0], got[False][0], rtol=1e-5, atol=1e-6, err_msg=f"EMBFS_SEED={SEED}")
+        np.testing.assert_array_equal(got[True][1], got[False][1], err_msg=f"EMBFS_SEED={SEED}")
+        self.assertGreater(np.abs(got[True][1]).sum(), 0)
+
     def test_eval_writes_nothing(self):
         emb = et.Embedding(self.m, self.gone("ev.emb"), 3)
         emb.eval()
