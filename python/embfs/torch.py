@@ -369,17 +369,18 @@ class Collection(torch.nn.Module):
     Then call flush() before reading the tables by other means (a snapshot,
     another process, the end of training).
 
-    pipeline=True (implies fuse_push) makes no request wait in the caller's
-    thread when the batches are announced: prefetch() (embfs.torch.Prefetcher
-    calls it) hands the batch's gather to a background thread at once, and
-    step() hands it the pushes, which also gather again the rows they
-    change of the batches gathered ahead; forward() then only waits, if at
-    all, for what the thread has not finished (the seconds waited add up in
+    pipeline=True makes no request wait in the caller's thread when the
+    batches are announced: prefetch() (embfs.torch.Prefetcher calls it)
+    hands the batch's gather to a background thread at once, and step()
+    hands it the pushes, which also gather again the rows they change of
+    the batches gathered ahead; forward() then only waits, if at all, for
+    what the thread has not finished (the seconds waited add up in
     .waited).  A pipelined run equals the unpipelined one bit for bit;
     change the tables only through the collection's optimizer until
     flush(), which waits for the thread and forgets the batches gathered
-    ahead.  An error of a request the thread made (a push refused, say) is
-    raised by the next forward() or flush().
+    ahead (wait() waits and keeps them).  An error of a request the thread
+    made (a push refused, say) is raised by the next forward(), wait() or
+    flush().
 
         coll = et.Collection(m, [et.TableSpec(f"C{i}.emb", 16) for i in range(26)])
         opt = et.RowWiseAdagrad([coll], lr=0.05)
