@@ -18,11 +18,16 @@ that bound over the window's time: 1.0 means the steps ran as fast as the
 device could serve their reads.  Also the bytes the device wrote over the
 bytes of the rows the window updated (distinct ids x row size), the
 window's merges, and with --snap-every N a snapshot (mkdir in
-.snapshots) every N steps, timed.
+.snapshots) every N steps, timed.  Each step's push (the optimizer's
+step(): embfs.torch.SGD pushes the step's gradients; the daemon applies
+them) is timed: its slowest per window, and over all steps and over the
+steps of windows with merges, the 99th percentile and the maximum.
 
 Output: a line per window, then
   spilltrain windows=W ... bound_min=X bound_median=Y wa=Z lookups_per_s_median=L
-(wa: the device's bytes written over the updated rows' bytes, all windows)
+      push_p99_ms=P push_max_ms=M merge_push_p99_ms=P2 merge_push_max_ms=M2
+(wa: the device's bytes written over the updated rows' bytes, all windows;
+merge_*: the steps of windows with merges, - when none had)
 """
 import argparse
 import os
@@ -103,13 +108,15 @@ def main(argv):
     m = embfs.Mount(a.mnt)
     emb = et.EmbeddingBag(m, a.table, a.dim, mode="sum", optimizer="sgd")
     opt = et.SGD([emb], lr=0.01)
-    snaps, snap_secs = 0, []
+    snaps, snap_secs, push_secs = 0, [], []
 
     def step(k):
         nonlocal snaps
         out = emb(ids[k])
         out.sum().backward()
+        t0 = time.perf_counter()
         opt.step()
+        push_secs.append(time.perf_counter() - t0)
         opt.zero_grad()
         if a.snap_every and (k + 1) % a.snap_every == 0:
             t0 = time.perf_counter()
@@ -121,14 +128,16 @@ def main(argv):
         step(k)
     rs = a.dim * 4
     per_step = a.bags * a.per_bag
-    res = []
+    res, pushes, merge_pushes = [], [], []
     for w in range(a.windows):
         k0 = a.steps * (w + 1)
         s0 = stats(a.mnt)
         t0 = time.perf_counter()
+        del push_secs[:]
         for k in range(k0, k0 + a.steps):
             step(k)
         secs = time.perf_counter() - t0
+        pushes += push_secs
         s1 = stats(a.mnt)
         d = {k: s1.get(k, 0) - s0.get(k, 0) for k in s1}
         reads = d.get("spill.read_ios", 0)
@@ -137,21 +146,28 @@ def main(argv):
         wa = d.get("spill.write_bytes", 0) / (upd * rs)
         lps = a.steps * per_step / secs
         res.append((bound, wa, lps, d.get("spill.write_bytes", 0), upd * rs))
+        if d.get("spill.merges", 0):
+            merge_pushes += push_secs
         print(f"window {w}: {secs:.2f} s, {lps / 1e6:.3f} M lookups/s, {reads:.0f} device reads "
               f"({reads / a.steps:.0f} a step), bound {bound:.2f}, device wrote {d.get('spill.write_bytes', 0) / 1e6:.1f} MB "
               f"for {upd * rs / 1e6:.1f} MB of updated rows ({wa:.2f}x), merges {d.get('spill.merges', 0):.0f}, "
               f"evicted {d.get('spill.run_evicted', 0):.0f}, sweep parts {d.get('spill.sweep_parts', 0):.0f}; "
               f"after: {s1.get('spill.runs', 0):.0f} runs of {s1.get('spill.run_rows', 0) / 1e6:.2f} M records, "
               f"{s1.get('spill.segments_free', 0):.0f} of {s1.get('spill.segments', 0):.0f} segments free, "
-              f"{s1.get('spill.segments_reserved', 0):.0f} reserved", flush=True)
+              f"{s1.get('spill.segments_reserved', 0):.0f} reserved; slowest push {max(push_secs) * 1e3:.0f} ms",
+              flush=True)
     bounds = [r[0] for r in res]
     snap = ""
     if snap_secs:
         snap = f" snapshots={snaps} snap_ms_median={statistics.median(snap_secs) * 1e3:.1f}"
+    def pct(v, q):
+        return f"{sorted(v)[min(len(v) - 1, int(q * len(v)))] * 1e3:.1f}" if v else "-"
     print(f"spilltrain windows={a.windows} steps={a.steps} rows={a.rows} dim={a.dim} bags={a.bags} "
           f"per_bag={a.per_bag} fio_iops={a.fio_iops:.0f} bound_min={min(bounds):.2f} "
           f"bound_median={statistics.median(bounds):.2f} wa={sum(r[3] for r in res) / sum(r[4] for r in res):.2f} "
-          f"lookups_per_s_median={statistics.median(r[2] for r in res):.0f}{snap}")
+          f"lookups_per_s_median={statistics.median(r[2] for r in res):.0f} push_p99_ms={pct(pushes, 0.99)} "
+          f"push_max_ms={pct(pushes, 1)} merge_push_p99_ms={pct(merge_pushes, 0.99)} "
+          f"merge_push_max_ms={pct(merge_pushes, 1)}{snap}")
     embfs.close_all()
     return 0
 
