@@ -36,6 +36,10 @@ struct store_test_spill {
 	/* the mover merges all runs of a table (or sweeps them) whatever the
 	 * device's fill, not only when it is half full */
 	int whole_always;
+	/* a mover round whose evictions a waiting writer asked for and that
+	 * gave room back sleeps this long before its merges (ms; 0: no), so
+	 * that a test sees writers go on after the evictions */
+	uint32_t merge_delay_ms;
 };
 
 /* Set the spill tier's test hooks of s (a copy of *h; NULL: none) for the

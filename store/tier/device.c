@@ -766,6 +766,7 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->bulk_always = s->test_spill.bulk_always;
 	sp->part_bytes = s->test_spill.sweep_part_bytes;
 	sp->whole_always = s->test_spill.whole_always;
+	sp->merge_delay_ms = s->test_spill.merge_delay_ms;
 	sp->unlocked_arg = s->test_spill.unlocked_arg;
 	sp->open_seg = -1;
 	sp->reserve_min = pm->nsegs / 8 > 2 ? (uint32_t)(pm->nsegs / 8) : 2;

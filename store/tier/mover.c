@@ -505,6 +505,23 @@ static int64_t move_out(struct store *s, unsigned what, uint64_t need, int heap_
 	return moved;
 }
 
+/* The mover thread's evictions begin (begin) or end: writers waiting for
+ * room (spill_wait_room) go on when they gave room back (freed), before
+ * the round's merges and compaction. */
+static void mover_outs(struct spill *sp, int begin, int freed)
+{
+	if (sp->manual)
+		return; /* a round a writer runs itself */
+	pthread_mutex_lock(&sp->mu);
+	sp->out_busy = begin;
+	if (!begin && freed) {
+		sp->outs++;
+		sp->last_freed = 1;
+		pthread_cond_broadcast(&sp->done_cv);
+	}
+	pthread_mutex_unlock(&sp->mu);
+}
+
 static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 {
 	struct spill *sp = s->sp;
@@ -526,8 +543,14 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 		if (ret)
 			return ret;
 	}
-	if ((what & STORE_SPILL_MOVE) || slab_row_used(s) > sp->start_bytes)
+	if ((what & STORE_SPILL_MOVE) || slab_row_used(s) > sp->start_bytes) {
+		mover_outs(sp, 1, 0);
 		moved = move_out(s, what, need, heap_short);
+		mover_outs(sp, 0, moved > 0);
+		if (sp->merge_delay_ms && (what & STORE_SPILL_MOVE) && moved > 0)
+			nanosleep(&(struct timespec){ sp->merge_delay_ms / 1000, (long)(sp->merge_delay_ms % 1000) * 1000000L },
+				  NULL);
+	}
 	if (what & STORE_SPILL_PROMOTE || !sp->manual)
 		promote(s);
 	/* runs: merge what a table has too many of (one merge only while a
@@ -617,7 +640,9 @@ void *mover_main(void *arg)
 /* Room for a writer that found none: a round of the mover that moved
  * versions out, or row usage (versions and promises) lower than when the
  * writer asked (others' promises came back meanwhile), is worth another
- * try.  Writers that wait together ask for the sum of their needs. */
+ * try.  Writers that wait together ask for the sum of their needs.  The
+ * wait ends with the round's evictions when they gave room back (a sweep
+ * step or merge after them can take seconds), else with the round. */
 int spill_wait_room(struct store *s, uint64_t need)
 {
 	struct spill *sp = s->sp;
@@ -632,10 +657,11 @@ int spill_wait_room(struct store *s, uint64_t need)
 	}
 	pthread_mutex_lock(&sp->mu);
 	uint64_t want = sp->passes + (sp->busy ? 2 : 1); /* a whole pass begun after this call */
+	uint64_t want_outs = sp->outs + (sp->out_busy ? 2 : 1); /* ... or its evictions */
 	sp->kicked = 1;
 	sp->need = need < NEED_MAX - sp->need ? sp->need + need : NEED_MAX;
 	pthread_cond_signal(&sp->cv);
-	while (sp->passes < want && !sp->stop)
+	while (sp->passes < want && sp->outs < want_outs && !sp->stop)
 		pthread_cond_wait(&sp->done_cv, &sp->mu);
 	int freed = sp->last_freed, stop = sp->stop;
 	pthread_mutex_unlock(&sp->mu); /* a leaf: slab_row_used takes space_lock */

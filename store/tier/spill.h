@@ -135,7 +135,12 @@ struct spill {
 	int stop, kicked, busy;
 	uint64_t need;            /* bytes of slots the waiting writers want */
 	uint64_t passes;          /* mover passes finished */
-	int last_freed;           /* the last pass freed row room */
+	int last_freed;           /* the last pass (or the evictions of one: outs) freed row room */
+	/* evictions of a pass that gave row room back, counted as they end
+	 * (the writers waiting for room go on then, not after the pass's
+	 * merges); out_busy: a pass's evictions are under way */
+	uint64_t outs;
+	int out_busy;
 	struct pq_ent pq[PQ_CAP];
 	uint32_t pq_n;
 
@@ -169,6 +174,7 @@ struct spill {
 	struct rsweep *sweep;       /* runsweep.c: the sweep under way, or NULL (round_lock) */
 	uint64_t part_bytes;        /* test hook: a sweep's part (0: SWEEP_PART_BYTES) */
 	int whole_always;           /* test hook: merge_whole whatever the device's fill */
+	uint32_t merge_delay_ms;    /* test hook: store_test_spill.merge_delay_ms */
 	/* the rows of the eviction between its gather and its commit (sorted),
 	 * of table ev_id: deletes and truncation treat them as in a run */
 	uint64_t *ev_rows;

@@ -19,7 +19,8 @@
  *  - SIGKILL during spills and compactions: recovery keeps every durable row,
  *    tears none, leaks nothing (store_fsck, with the live counts recounted);
  *  - store_spill_run from two threads beside a writer;
- *  - the mover thread under a writer and two readers;
+ *  - the mover thread under a writer and two readers; a writer short of
+ *    room goes on after the mover's evictions, not after its merges;
  *  - range reads (store_rows_read_range) against a model of the live view
  *    and two snapshots and against the per-row path, over the pool, runs,
  *    tombstones and holes, with skip masks and read-ahead windows; a
@@ -64,6 +65,7 @@ static uint32_t list_cap;
 static uint64_t order_max; /* store_test_spill.evict_order_max */
 static int bulk_always;    /* store_test_spill.bulk_always */
 static uint64_t sweep_part; /* store_test_spill.sweep_part_bytes; also whole_always */
+static uint32_t merge_delay; /* store_test_spill.merge_delay_ms */
 
 /* A 64-bit mix of x (splitmix64). */
 static uint64_t mix(uint64_t x)
@@ -80,7 +82,8 @@ static void attach(struct store *s, uint64_t spill_size)
 				      .stubs_only = stubs_only };
 	store_test_spill_hooks(s, &(struct store_test_spill){ .unlocked = unlocked_fn, .run_list_cap = list_cap,
 								  .evict_order_max = order_max, .bulk_always = bulk_always,
-								  .sweep_part_bytes = sweep_part, .whole_always = sweep_part != 0 });
+								  .sweep_part_bytes = sweep_part, .whole_always = sweep_part != 0,
+								  .merge_delay_ms = merge_delay });
 	if (store_spill_attach(s, &c, err, sizeof(err))) {
 		fprintf(stderr, "attach: %s\n", err);
 		exit(1);
@@ -2388,6 +2391,49 @@ static void test_bulk_crash(void)
 	stubs_only = 1;
 }
 
+/* A writer short of room waits for the mover thread's evictions, not for
+ * the merges of the same round (spill_wait_room): the rounds a waiting
+ * writer asks for sleep 5 s after their evictions, and the write that
+ * waited returns well before that. */
+static void test_wait_evictions(void)
+{
+	merge_delay = 5000;
+	struct store *s = fresh(64 << 20, 128 << 20);
+	uint32_t id;
+	OK(store_table_create(s, "w", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+	write_all(s, id, TN, 1);
+	OK(store_spill_start(s));
+	/* writes of 1 MiB: more than the room the mover keeps ahead of
+	 * writers (a sixteenth of the pool's share for rows), so one waits */
+	enum { K = 4096 };
+	static uint8_t data[K][RS];
+	static struct store_rowop ops[K];
+	unsigned wseed = (unsigned)mix(seed + 7);
+	uint64_t w0 = sstats(s).waits;
+	double ms = -1;
+	struct timespec start, t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (uint64_t gen = 2; ms < 0; gen++) {
+		for (int k = 0; k < K; k++) {
+			uint64_t r = (uint64_t)rand_r(&wseed) % TN;
+			fill_rs(data[k], r, (uint8_t)gen);
+			ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		OK(store_rows_write(s, id, ops, K, 0));
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (sstats(s).waits > w0)
+			ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+		else if (t1.tv_sec - start.tv_sec > 60)
+			break;
+	}
+	printf("  the write that waited for room: %.0f ms (its round sleeps %u ms after its evictions)\n", ms,
+	       merge_delay);
+	CHECK(ms >= 0 && ms < 2500);
+	store_close(s);
+	merge_delay = 0;
+}
+
 static const struct part {
 	const char *name;
 	void (*fn)(void);
@@ -2402,6 +2448,7 @@ static const struct part {
 	{ "crash", test_crash },
 	{ "rounds", test_rounds },
 	{ "threads", test_threads },
+	{ "wait_evictions", test_wait_evictions },
 	{ "runs", test_runs },
 	{ "runs_random", runs_random },
 	{ "runs_full", runs_full },
