@@ -260,6 +260,32 @@ class TestMulti(PooledCase):
             np.testing.assert_array_equal(rows[:2], np.full((2, 5), -0.5, np.float32))
             np.testing.assert_array_equal(pres, [True, True, False])
 
+    def test_out_arrays_and_no_bitmaps(self):
+        # rows land in the caller's arrays (views of one), with and without
+        # bitmaps, in one request and run apart; a wrong out is refused
+        ts = self.tables(2, 4)
+        ts[0].scatter([3], np.full((1, 4), 2, np.float32))
+        init = embfs.Init.constant(0.25)
+        for n, multis in ((3, 1), (70000, 0)):  # 70,000 ids: past a part's limit, run apart
+            buf = np.full((2 * n, 4), 7, np.float32)
+            ids = np.arange(n) + 2
+            before = self.m.stats()["batch.multis"]
+            for present in (True, False):
+                got = self.m.multi(gathers=[(ts[0], ids, init, buf[:n]), (ts[1], ids, init, buf[n:])],
+                                   present=present)
+                self.assertTrue(np.shares_memory(got[0][0], buf) and np.shares_memory(got[1][0], buf))
+                np.testing.assert_array_equal(buf[1], np.full(4, 2, np.float32))
+                np.testing.assert_array_equal(buf[0], np.full(4, 0.25, np.float32))
+                np.testing.assert_array_equal(buf[n:], np.full((n, 4), 0.25, np.float32))
+                if present:
+                    np.testing.assert_array_equal(got[0][1][:3], [False, True, False])
+                else:
+                    self.assertIsNone(got[0][1])
+            self.assertEqual(self.m.stats()["batch.multis"] - before, 2 * multis)
+        for bad in (np.zeros((3, 4), np.float64), np.zeros((2, 4), np.float32), np.zeros((4, 3), np.float32).T):
+            with self.assertRaises(embfs.BadArgument):
+                self.m.multi(gathers=[(ts[0], [1, 2, 3], None, bad)])
+
     def test_beyond_limits_runs_apart(self):
         ts = self.tables(2, 4)
         ids = np.arange(70000)
