@@ -427,6 +427,49 @@ class TestCollection(PooledCase):
                 np.testing.assert_array_equal(x, y, err_msg=f"{kind} {dims} EMBFS_SEED={seed}")
 
     @unittest.skipIf(torch is None, "torch missing")
+    def test_pipeline_edge_cases(self):
+        # batches not announced, one announced steps ahead, a lookup in
+        # eval, two lookups in one step, keyed jagged input, a flush midway:
+        # pipelined equals unpipelined, bit for bit
+        import embfs.torch as et
+        seed = seed_of("collection pipeline edges")
+
+        def run(tag, pipeline):
+            specs = [et.TableSpec(self.gone(f"{tag}{i}"), d, init=embfs.Init.uniform(-0.1, 0.1, seed=i, cols=d))
+                     for i, d in enumerate((8, 8, 4))]
+            c = et.Collection(self.m, specs, optimizer="adagrad", pipeline=pipeline)
+            opt = et.RowWiseAdagrad([c], lr=0.1)
+            r = np.random.default_rng(seed)
+            batches = [[torch.from_numpy(r.integers(0, 300, (16, 2))) for _ in range(3)] for _ in range(12)]
+            for k, b in enumerate(batches):
+                if k + 1 < len(batches) and k % 4 != 3:
+                    c.prefetch(batches[k + 1])
+                if k == 5:
+                    c.prefetch(batches[9])
+                if k == 6:
+                    c.eval()
+                    with torch.no_grad():
+                        c(b)
+                    c.train()
+                loss = sum((o * o).sum() for o in c(b))
+                if k % 3 == 1:
+                    loss = loss + sum(o.sum() for o in c([x[:3] for x in b]))
+                if k == 8:
+                    vals = torch.cat([x.reshape(-1) for x in b])
+                    d = c.forward_jagged([s.name for s in specs], vals, torch.full((3 * 16,), 2))
+                    loss = loss + sum(v.sum() for v in d.values())
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                if k == 10:
+                    c.flush()
+            c.flush()
+            return [b.table.gather(np.arange(300)) for b in c.bags]
+
+        for x, y in zip(run("pea", False), run("peb", True)):
+            np.testing.assert_array_equal(x, y, err_msg=f"EMBFS_SEED={seed}")
+
+    @unittest.skipIf(torch is None, "torch missing")
     def test_pipeline_raises_a_refused_push(self):
         # a push the background thread sends is refused (NaN gradients):
         # the next flush raises its error, and the rows are unchanged
