@@ -364,8 +364,12 @@ def main():
     losses = []
     st = m.stats()
     writes0 = st["batch.write_requests"] + st["batch.read_requests"]
+
+    def io_t():
+        return io.t + model.emb.waited
+
     t_start = w0 = time.perf_counter()
-    mark = (io.t + model.emb.waited, init.t, lookup.t)  # at the end of the previous step: the next batch's prefetch counts
+    mark = (io_t(), init.t, lookup.t)  # at the end of the previous step: the next batch's prefetch counts
     feed = batches() if args.no_prefetch else \
         et.Prefetcher(batches(), lambda sb: [(model.emb, [sb[1][1][:, f] for f in range(SPARSE)])])
     for step, (xd, ids, y, _) in feed:
@@ -379,8 +383,8 @@ def main():
         lk1 = lookup.t
         sparse.step()
         t2 = time.perf_counter()
-        d_io, d_init, d_lk = io.t + model.emb.waited - mark[0], init.t - mark[1], lookup.t - mark[2]
-        mark = (io.t + model.emb.waited, init.t, lookup.t)
+        d_io, d_init, d_lk = io_t() - mark[0], init.t - mark[1], lookup.t - mark[2]
+        mark = (io_t(), init.t, lookup.t)
         rec["io"].append(d_io)
         rec["init"].append(d_init)
         rec["compute"].append((t1 - t0) - (lk1 - lk0))

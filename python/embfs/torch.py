@@ -299,18 +299,17 @@ class _GradSlice:
 
 
 class _Lookup:
-    """A batch's rows for a Collection, worked out once: every table's ids,
-    flattened and one after another (key; sizes: how many each table has),
-    each table's unique ids and where they start in its group's rows (lo),
-    and per group (tables of one row layout, see Collection) the batch's
+    """A batch's rows for a Collection, worked out once from every table's
+    ids, flattened and one after another (key; sizes: how many each table
+    has): each table's unique ids and where they start in its group's rows
+    (lo), and per group (tables of one row layout, see Collection) the batch's
     ids as indices into the group's rows (inv), how many rows (total) and
     their keys (slot in the group << 53 | row id, ascending: the rows'
     order; None when the ids do not fit a key and the group was sorted
     table by table)."""
-    __slots__ = ("key", "sizes", "uniq", "lo", "inv", "total", "keys")
+    __slots__ = ("uniq", "lo", "inv", "total", "keys")
 
     def __init__(self, coll, key, sizes):
-        self.key, self.sizes = key, sizes
         n = len(sizes)
         flat = np.split(key, np.cumsum(sizes)[:-1]) if n > 1 else [key]
         self.uniq, self.lo, self.inv, self.total, self.keys = [None] * n, [0] * n, [], [], []
@@ -336,9 +335,6 @@ class _Lookup:
             self.inv.append(inv.reshape(-1))
             self.total.append(len(keys))
             self.keys.append(keys)
-
-    def same(self, key, sizes):
-        return self.sizes == sizes and np.array_equal(self.key, key)
 
 
 class _Ahead:
@@ -395,8 +391,7 @@ class Collection(torch.nn.Module):
         self.optimizer, self.fuse_push = optimizer, bool(fuse_push) or self.pipeline
         self.waited = 0.0       # seconds forward() and flush() waited for the background thread
         self._ahead = []        # _Ahead, oldest first
-        self._last = None       # the background thread's last request (a future)
-        self._futures = []      # its requests not yet waited for, oldest first
+        self._futures = []      # the background thread's requests not yet waited for, oldest first
         self._worker = None
         self.bags = torch.nn.ModuleList(
             EmbeddingBag(self.mount, t.name, t.embedding_dim, mode=t.mode, optimizer=optimizer, dtype=t.dtype,
@@ -428,9 +423,9 @@ class Collection(torch.nn.Module):
         if self._worker is None:
             import concurrent.futures
             self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="embfs-ahead")
-        self._last = self._worker.submit(fn)
-        self._futures.append(self._last)
-        return self._last
+        f = self._worker.submit(fn)
+        self._futures.append(f)
+        return f
 
     def _wait(self, upto=None):
         """Wait for the background thread's requests, up to upto (a future)
