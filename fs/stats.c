@@ -352,10 +352,12 @@ static void put_spill(struct stats_out *o, const struct store_spill_stats *sp)
 	PUT("spill.versions", "spill_versions", GAUGE, "Row versions behind spill stubs", sp->live_versions);
 	PUTF("spill.footprint_ratio", "spill_footprint_ratio", "Spill footprint over live bytes (0 with none live)",
 	     sp->live_bytes ? (double)sp->footprint / (double)sp->live_bytes : 0.0, 2);
-	PUT("spill.pmem_high_bytes", "spill_pmem_high_bytes", GAUGE, "Pool bytes of row versions that start the mover",
+	PUT("spill.pmem_high_bytes", "spill_pmem_high_bytes", GAUGE, "Pool bytes row versions may take",
 	    sp->pmem_high);
 	PUT("spill.pmem_low_bytes", "spill_pmem_low_bytes", GAUGE, "Pool bytes of row versions the mover brings them to",
 	    sp->pmem_low);
+	PUT("spill.mover_start_bytes", "spill_mover_start_bytes", GAUGE, "Pool bytes of row versions that start the mover",
+	    sp->mover_start);
 	PUT("spill.moved", "spill_moved_versions_total", COUNTER, "Row versions moved to spill stubs", sp->spilled);
 	PUT("spill.writes", "spill_writes_total", COUNTER, "Writes to the spill device", sp->spill_writes);
 	PUT("spill.write_bytes", "spill_write_bytes_total", COUNTER, "Bytes written to the spill device",
@@ -382,6 +384,8 @@ static void put_spill(struct stats_out *o, const struct store_spill_stats *sp)
 	PUT("spill.full_events", "spill_full_events_total", COUNTER, "Times the spill device was full", sp->full);
 	PUT("spill.row_slabs_returned", "spill_row_slabs_returned_total", COUNTER,
 	    "Row slabs given back to the pool heap", sp->slabs_returned);
+	PUT("spill.evictions_in_merges", "spill_evictions_in_merges_total", COUNTER,
+	    "Evictions the mover made in the middle of a merge", sp->evicts_between);
 	put_runs(o, sp);
 	PUT("spill.recounting", "spill_recounting", GAUGE, "1 while segment live counts are being recounted",
 	    sp->recounting);

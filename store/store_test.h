@@ -40,6 +40,10 @@ struct store_test_spill {
 	 * gave room back sleeps this long before its merges (ms; 0: no), so
 	 * that a test sees writers go on after the evictions */
 	uint32_t merge_delay_ms;
+	/* a merge sleeps this long each time it checks for an eviction (every
+	 * MERGE_EVICT_ROWS rows it writes; ms; 0: no), so that a test sees
+	 * evictions made in the middle of a long merge */
+	uint32_t merge_slow_ms;
 };
 
 /* Set the spill tier's test hooks of s (a copy of *h; NULL: none) for the

@@ -767,6 +767,7 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->part_bytes = s->test_spill.sweep_part_bytes;
 	sp->whole_always = s->test_spill.whole_always;
 	sp->merge_delay_ms = s->test_spill.merge_delay_ms;
+	sp->merge_slow_ms = s->test_spill.merge_slow_ms;
 	sp->unlocked_arg = s->test_spill.unlocked_arg;
 	sp->open_seg = -1;
 	sp->reserve_min = pm->nsegs / 8 > 2 ? (uint32_t)(pm->nsegs / 8) : 2;
@@ -868,6 +869,7 @@ void device_stats_get(struct store *s, struct store_spill_stats *st)
 	st->pmem_high = s->row_cap;
 	st->pmem_slab_free = slabs > st->pmem_row_bytes ? slabs - st->pmem_row_bytes : 0;
 	st->pmem_low = sp->low_bytes;
+	st->mover_start = sp->start_bytes;
 	struct emb_spill *pm = sp->pm;
 	st->size = pm->size;
 	st->seg_size = pm->seg_size;
@@ -908,6 +910,7 @@ void device_stats_get(struct store *s, struct store_spill_stats *st)
 	st->waits = atomic_load(&sp->waits);
 	st->full = atomic_load(&sp->full);
 	st->slabs_returned = atomic_load(&sp->shrinks);
+	st->evicts_between = atomic_load(&sp->between);
 }
 
 int store_spill_seg_get(struct store *s, uint64_t k, struct store_spill_seg *g)

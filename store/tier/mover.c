@@ -363,6 +363,21 @@ static int64_t spill_pass(struct store *s, int all, uint64_t target)
 	return ret ? ret : moved;
 }
 
+/* One eviction of a pass gave row room back: writers that began waiting
+ * for room before it began go on now (spill_wait_room), not after the
+ * pass's other evictions (a pass makes several runs: 150 ms each under
+ * training, where a pass took up to 800 ms). */
+static void mover_evicted(struct spill *sp)
+{
+	if (sp->manual)
+		return;
+	pthread_mutex_lock(&sp->mu);
+	sp->outs++;
+	sp->last_freed = 1;
+	pthread_cond_broadcast(&sp->done_cv);
+	pthread_mutex_unlock(&sp->mu);
+}
+
 /* Evict cold single-version rows into sorted runs (run.c) until row
  * versions take target bytes (all: every such row).  Rows evicted or
  * -errno.  Mover only (round_lock). */
@@ -390,8 +405,10 @@ static int64_t evict_pass(struct store *s, int all, uint64_t target)
 			n = runs_evict_table(s, st, &sp->ev_hand, all ? UINT64_MAX / 2 : used - target, all);
 			if (n < 0 && n != -ENOENT)
 				return moved ? moved : n;
-			if (n > 0)
+			if (n > 0) {
 				moved += n;
+				mover_evicted(sp);
+			}
 		}
 		if (!st || n <= 0 || sp->ev_hand == EMB_NONE) {
 			sp->ev_hand = 0;
@@ -545,7 +562,9 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 	}
 	if ((what & STORE_SPILL_MOVE) || slab_row_used(s) > sp->start_bytes) {
 		mover_outs(sp, 1, 0);
+		sp->evicting = 1;
 		moved = move_out(s, what, need, heap_short);
+		sp->evicting = 0;
 		mover_outs(sp, 0, moved > 0);
 		if (sp->merge_delay_ms && (what & STORE_SPILL_MOVE) && moved > 0)
 			nanosleep(&(struct timespec){ sp->merge_delay_ms / 1000, (long)(sp->merge_delay_ms % 1000) * 1000000L },
@@ -584,6 +603,28 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 	}
 	pthread_mutex_unlock(&s->commit_lock);
 	return moved;
+}
+
+void spill_evict_between(struct store *s, uint32_t segs)
+{
+	struct spill *sp = s->sp;
+	if (sp->manual || sp->evicting || sp->stubs_only)
+		return;
+	pthread_mutex_lock(&sp->mu);
+	int kicked = sp->kicked;
+	uint64_t need = sp->need;
+	pthread_mutex_unlock(&sp->mu);
+	if (!kicked && slab_row_used(s) <= sp->start_bytes)
+		return;
+	mover_outs(sp, 1, 0);
+	sp->evicting = 1;
+	sp->merge_segs = segs;
+	int64_t n = evict_pass(s, 0, pass_target(s, need));
+	sp->merge_segs = 0;
+	sp->evicting = 0;
+	mover_outs(sp, 0, n > 0);
+	if (n > 0)
+		atomic_fetch_add_explicit(&sp->between, 1, memory_order_relaxed);
 }
 
 /* One round of the mover's work (what: STORE_SPILL_*). */
@@ -641,8 +682,9 @@ void *mover_main(void *arg)
  * versions out, or row usage (versions and promises) lower than when the
  * writer asked (others' promises came back meanwhile), is worth another
  * try.  Writers that wait together ask for the sum of their needs.  The
- * wait ends with the round's evictions when they gave room back (a sweep
- * step or merge after them can take seconds), else with the round. */
+ * wait ends with the first eviction begun after the writer asked that gave
+ * room back (one of a round's, or one made in the middle of a merge:
+ * spill_evict_between), else with the round. */
 int spill_wait_room(struct store *s, uint64_t need)
 {
 	struct spill *sp = s->sp;

@@ -10,6 +10,7 @@
 #include "spill.h"
 
 #define MERGE_FANOUT 4u
+#define MERGE_EVICT_ROWS 4096u /* rows a merge writes between its checks for an eviction */
 #define RUNS_SETTLED_MAX 512u /* runs of a table past which settled runs are merged too */
 #define BLOOM_BITS_PER_REC 12u
 #define BLOOM_K 8u

@@ -188,13 +188,23 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 	ret = merge_load(s, v, m, it, &level);
 	struct mvers mv = { 0 };
 	uint64_t in_bytes = 0;
-	while (!ret) {
+	for (uint32_t k = 1; !ret; k++) {
 		uint64_t row = EMB_NONE;
 		for (size_t i = 0; i < m; i++)
 			if (it[i].cur && rec_row(it[i].cur) < row)
 				row = rec_row(it[i].cur);
 		if (row == EMB_NONE)
 			break;
+		/* a long merge lets writers that wait for room, or rows past
+		 * the mover's start, have an eviction now (a run newer than
+		 * the inputs: merge_install finds them listed as they were) */
+		if (!plan && k % MERGE_EVICT_ROWS == 0) {
+			if (sp->merge_slow_ms)
+				nanosleep(&(struct timespec){ sp->merge_slow_ms / 1000,
+							      (long)(sp->merge_slow_ms % 1000) * 1000000L },
+					  NULL);
+			spill_evict_between(s, (uint32_t)w.segs.n);
+		}
 		ret = merge_gather(s, it, m, row, rs, &mv, &w, &in_bytes);
 		if (ret)
 			break;

@@ -89,7 +89,7 @@ struct spill {
 	char path[256];
 	struct emb_spill *pm;     /* segment table, in the pool */
 	uint32_t qd;
-	uint64_t low_bytes, high_bytes, start_bytes;
+	uint64_t low_bytes, high_bytes;
 	uint64_t compact_bps;
 	int manual;
 	int stubs_only;           /* conf: no runs (run.c) */
@@ -126,6 +126,10 @@ struct spill {
 	int bulk_always;          /* test hook: bulk loads whatever the pool's room */
 	int recount;              /* live counts are hints from before a crash */
 	uint64_t heap_seen;       /* s->heap_refusals as the last round saw it */
+	_Atomic uint64_t start_bytes; /* rows that start the mover: set by it, read by the stats */
+	int evicting;             /* an eviction under way: none more from a merge */
+	uint32_t merge_segs;      /* segments claimed by the merge an eviction is
+				   * made in the middle of (spill_evict_between) */
 
 	/* thread */
 	pthread_t thr;
@@ -148,6 +152,7 @@ struct spill {
 	_Atomic uint64_t reads, read_ios, read_bytes, read_iops;
 	_Atomic uint64_t compacted_segs, compact_moved, compact_bytes, compact_done, compact_total;
 	_Atomic uint64_t csum_errors, waits, full, shrinks;
+	_Atomic uint64_t between; /* spill_evict_between's evictions */
 	uint64_t iops_last, iops_t;
 
 	/* run.c: the sorted runs.  Lists by table slot, newest first, and the
@@ -175,6 +180,7 @@ struct spill {
 	uint64_t part_bytes;        /* test hook: a sweep's part (0: SWEEP_PART_BYTES) */
 	int whole_always;           /* test hook: merge_whole whatever the device's fill */
 	uint32_t merge_delay_ms;    /* test hook: store_test_spill.merge_delay_ms */
+	uint32_t merge_slow_ms;     /* test hook: store_test_spill.merge_slow_ms */
 	/* the rows of the eviction between its gather and its commit (sorted),
 	 * of table ev_id: deletes and truncation treat them as in a run */
 	uint64_t *ev_rows;
@@ -272,6 +278,13 @@ int runs_sweep_some(struct store *s);
  * held): the steps of a sweep under way, until one gives room back or it
  * ends, else merge_fitting's; how many were made, or -errno. */
 int runs_make_room(struct store *s);
+/* mover.c: called by a merge every MERGE_EVICT_ROWS rows (segs: the
+ * segments its output has claimed): when writers wait for room, or row
+ * versions are past the mover's start, evict now rather than after the
+ * merge (not from a merge an eviction asked for, nor when the mover runs
+ * by hand).  The eviction may take what is left of the merge reserve
+ * beyond what the merge still needs of it.  round_lock held. */
+void spill_evict_between(struct store *s, uint32_t segs);
 /* Set sp->reserve from the tables' rows in runs (round_lock held); raise it
  * to what st's runs ask for (a run was installed: run_live_add). */
 void runs_reserve(struct store *s);

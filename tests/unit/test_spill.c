@@ -66,6 +66,7 @@ static uint64_t order_max; /* store_test_spill.evict_order_max */
 static int bulk_always;    /* store_test_spill.bulk_always */
 static uint64_t sweep_part; /* store_test_spill.sweep_part_bytes; also whole_always */
 static uint32_t merge_delay; /* store_test_spill.merge_delay_ms */
+static uint32_t merge_slow;  /* store_test_spill.merge_slow_ms */
 
 /* A 64-bit mix of x (splitmix64). */
 static uint64_t mix(uint64_t x)
@@ -83,7 +84,7 @@ static void attach(struct store *s, uint64_t spill_size)
 	store_test_spill_hooks(s, &(struct store_test_spill){ .unlocked = unlocked_fn, .run_list_cap = list_cap,
 								  .evict_order_max = order_max, .bulk_always = bulk_always,
 								  .sweep_part_bytes = sweep_part, .whole_always = sweep_part != 0,
-								  .merge_delay_ms = merge_delay });
+								  .merge_delay_ms = merge_delay, .merge_slow_ms = merge_slow });
 	if (store_spill_attach(s, &c, err, sizeof(err))) {
 		fprintf(stderr, "attach: %s\n", err);
 		exit(1);
@@ -2434,6 +2435,56 @@ static void test_wait_evictions(void)
 	merge_delay = 0;
 }
 
+/* A writer short of room while the mover merges does not wait for the
+ * merge: the merge makes an eviction in its middle (spill_evict_between).
+ * Merges sleep 300 ms every MERGE_EVICT_ROWS rows, so that one of 4 runs
+ * takes seconds; writes of 1 MiB of random rows go on until 3 such
+ * evictions were made, and none may take 2.5 s.  The device has room for
+ * runs beyond the merge reserve (with less, a writer rightly waits for the
+ * merge to give its inputs' room back). */
+static void test_evict_in_merges(void)
+{
+	stubs_only = 0;
+	merge_slow = 300;
+	struct store *s = fresh(64 << 20, 1024ull << 20);
+	uint32_t id;
+	OK(store_table_create(s, "m", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+	write_all(s, id, TN, 1);
+	OK(store_spill_start(s));
+	enum { K = 4096 };
+	static uint8_t data[K][RS];
+	static struct store_rowop ops[K];
+	unsigned wseed = (unsigned)mix(seed + 11);
+	double worst = 0;
+	uint64_t writes = 0;
+	struct timespec start, t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (uint64_t gen = 2; sstats(s).evicts_between < 3; gen++) {
+		for (int k = 0; k < K; k++) {
+			uint64_t r = (uint64_t)rand_r(&wseed) % TN;
+			fill_rs(data[k], r, (uint8_t)gen);
+			ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		OK(store_rows_write(s, id, ops, K, 0));
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+		worst = ms > worst ? ms : worst;
+		writes++;
+		if (t1.tv_sec - start.tv_sec > 60)
+			break;
+	}
+	struct store_spill_stats st = sstats(s);
+	printf("  %llu writes of 1 MiB, the slowest %.0f ms; %llu merges, %llu evictions in their middle, %llu waits\n",
+	       (unsigned long long)writes, worst, (unsigned long long)st.merges,
+	       (unsigned long long)st.evicts_between, (unsigned long long)st.waits);
+	CHECK(st.evicts_between >= 3);
+	CHECK(worst < 2500);
+	store_close(s);
+	merge_slow = 0;
+	stubs_only = 1;
+}
+
 static const struct part {
 	const char *name;
 	void (*fn)(void);
@@ -2449,6 +2500,7 @@ static const struct part {
 	{ "rounds", test_rounds },
 	{ "threads", test_threads },
 	{ "wait_evictions", test_wait_evictions },
+	{ "evict_in_merges", test_evict_in_merges },
 	{ "runs", test_runs },
 	{ "runs_random", runs_random },
 	{ "runs_full", runs_full },
