@@ -350,13 +350,13 @@ int64_t runs_evict_table(struct store *s, struct stable *st, uint64_t *hand, uin
 		goto out;
 	built = 1;
 	w.id = id;
-	/* it leaves the reserve as it will be with this run's rows counted
-	 * (runs_reserve grows by at most the run's size) */
-	w.keep += (uint32_t)(((uint64_t)es.nv / w.per_blk + 2) * w.bs / sp->pm->seg_size + 1);
-	/* made in the middle of a merge (spill_evict_between), which may take
-	 * the reserve: what it has claimed of it is taken already */
-	uint32_t rsv = atomic_load(&sp->reserve);
-	w.keep -= sp->merge_segs < rsv ? sp->merge_segs : rsv;
+	/* it leaves the reserve (run_build_open: keep = 1 + the reserve) as it
+	 * will be with this run's rows counted (runs_reserve grows by at most
+	 * the run's size); made in the middle of a merge (spill_evict_between),
+	 * which may take the reserve, less what the merge has claimed of it */
+	uint32_t rsv = w.keep - 1;
+	rsv -= sp->merge_segs < rsv ? sp->merge_segs : rsv;
+	w.keep = 1 + rsv + (uint32_t)(((uint64_t)es.nv / w.per_blk + 2) * w.bs / sp->pm->seg_size + 1);
 	for (size_t i = 0; i < n && !ret; i++)
 		ret = run_build_row(&w, es.e[i].row, &es.bat[es.e[i].v0], &es.data[es.e[i].v0], es.e[i].nv);
 	if (!ret)
