@@ -2392,6 +2392,33 @@ static void test_bulk_crash(void)
 	stubs_only = 1;
 }
 
+/* Write KW random rows of table id (of TN rows), 1 MiB, generation gen,
+ * rows drawn with *wseed: milliseconds the write took. */
+enum { KW = 4096 };
+static double write_random(struct store *s, uint32_t id, unsigned *wseed, uint64_t gen)
+{
+	static uint8_t data[KW][RS];
+	static struct store_rowop ops[KW];
+	for (int k = 0; k < KW; k++) {
+		uint64_t r = (uint64_t)rand_r(wseed) % TN;
+		fill_rs(data[k], r, (uint8_t)gen);
+		ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
+	}
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	OK(store_rows_write(s, id, ops, KW, 0));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+}
+
+/* Seconds since *t0. */
+static double since(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
 /* A writer short of room waits for the mover thread's evictions, not for
  * the merges of the same round (spill_wait_room): the rounds a waiting
  * writer asks for sleep 5 s after their evictions, and the write that
@@ -2406,27 +2433,15 @@ static void test_wait_evictions(void)
 	OK(store_spill_start(s));
 	/* writes of 1 MiB: more than the room the mover keeps ahead of
 	 * writers (a sixteenth of the pool's share for rows), so one waits */
-	enum { K = 4096 };
-	static uint8_t data[K][RS];
-	static struct store_rowop ops[K];
 	unsigned wseed = (unsigned)mix(seed + 7);
 	uint64_t w0 = sstats(s).waits;
 	double ms = -1;
-	struct timespec start, t0, t1;
+	struct timespec start;
 	clock_gettime(CLOCK_MONOTONIC, &start);
-	for (uint64_t gen = 2; ms < 0; gen++) {
-		for (int k = 0; k < K; k++) {
-			uint64_t r = (uint64_t)rand_r(&wseed) % TN;
-			fill_rs(data[k], r, (uint8_t)gen);
-			ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
-		}
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		OK(store_rows_write(s, id, ops, K, 0));
-		clock_gettime(CLOCK_MONOTONIC, &t1);
+	for (uint64_t gen = 2; ms < 0 && since(&start) < 60; gen++) {
+		double t = write_random(s, id, &wseed, gen);
 		if (sstats(s).waits > w0)
-			ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-		else if (t1.tv_sec - start.tv_sec > 60)
-			break;
+			ms = t;
 	}
 	printf("  the write that waited for room: %.0f ms (its round sleeps %u ms after its evictions)\n", ms,
 	       merge_delay);
@@ -2451,28 +2466,14 @@ static void test_evict_in_merges(void)
 	OK(store_table_create(s, "m", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
 	write_all(s, id, TN, 1);
 	OK(store_spill_start(s));
-	enum { K = 4096 };
-	static uint8_t data[K][RS];
-	static struct store_rowop ops[K];
 	unsigned wseed = (unsigned)mix(seed + 11);
 	double worst = 0;
 	uint64_t writes = 0;
-	struct timespec start, t0, t1;
+	struct timespec start;
 	clock_gettime(CLOCK_MONOTONIC, &start);
-	for (uint64_t gen = 2; sstats(s).evicts_between < 3; gen++) {
-		for (int k = 0; k < K; k++) {
-			uint64_t r = (uint64_t)rand_r(&wseed) % TN;
-			fill_rs(data[k], r, (uint8_t)gen);
-			ops[k] = (struct store_rowop){ r, 0, RS, data[k], 0 };
-		}
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		OK(store_rows_write(s, id, ops, K, 0));
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	for (uint64_t gen = 2; sstats(s).evicts_between < 3 && since(&start) < 60; gen++, writes++) {
+		double ms = write_random(s, id, &wseed, gen);
 		worst = ms > worst ? ms : worst;
-		writes++;
-		if (t1.tv_sec - start.tv_sec > 60)
-			break;
 	}
 	struct store_spill_stats st = sstats(s);
 	printf("  %llu writes of 1 MiB, the slowest %.0f ms; %llu merges, %llu evictions in their middle, %llu waits\n",
