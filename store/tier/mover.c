@@ -605,7 +605,8 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 	return moved;
 }
 
-void spill_evict_between(struct store *s, uint32_t segs)
+/* sp->evict_now (spill.h). */
+static void spill_evict_between(struct store *s, uint32_t segs)
 {
 	struct spill *sp = s->sp;
 	if (sp->manual || sp->evicting || sp->stubs_only)
@@ -774,6 +775,7 @@ int store_spill_attach(struct store *s, const struct store_spill_conf *c, char *
 	struct spill *sp = s->sp;
 	if (ret || !sp)
 		return ret;
+	sp->evict_now = spill_evict_between;
 	if ((ret = runs_load(s, err, n))) {
 		spill_close(s);
 		return ret;

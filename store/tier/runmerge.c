@@ -196,14 +196,15 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 		if (row == EMB_NONE)
 			break;
 		/* a long merge lets writers that wait for room, or rows past
-		 * the mover's start, have an eviction now (a run newer than
-		 * the inputs: merge_install finds them listed as they were) */
+		 * the mover's start, have an eviction now (sp->evict_now: a run
+		 * newer than the inputs, merge_install finds them listed as
+		 * they were) */
 		if (!plan && k % MERGE_EVICT_ROWS == 0) {
 			if (sp->merge_slow_ms)
 				nanosleep(&(struct timespec){ sp->merge_slow_ms / 1000,
 							      (long)(sp->merge_slow_ms % 1000) * 1000000L },
 					  NULL);
-			spill_evict_between(s, (uint32_t)w.segs.n);
+			sp->evict_now(s, (uint32_t)w.segs.n);
 		}
 		ret = merge_gather(s, it, m, row, rs, &mv, &w, &in_bytes);
 		if (ret)

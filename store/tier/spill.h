@@ -130,6 +130,14 @@ struct spill {
 	int evicting;             /* an eviction under way: none more from a merge */
 	uint32_t merge_segs;      /* segments claimed by the merge an eviction is
 				   * made in the middle of (spill_evict_between) */
+	/* mover.c's spill_evict_between, set at attach: a merge calls it every
+	 * MERGE_EVICT_ROWS rows (segs: the segments its output has claimed);
+	 * when writers wait for room, or row versions are past the mover's
+	 * start, it evicts now rather than after the merge (not from a merge an
+	 * eviction asked for, nor when the mover runs by hand), taking what is
+	 * left of the merge reserve beyond what the merge still needs of it.
+	 * round_lock held */
+	void (*evict_now)(struct store *s, uint32_t segs);
 
 	/* thread */
 	pthread_t thr;
@@ -278,13 +286,6 @@ int runs_sweep_some(struct store *s);
  * held): the steps of a sweep under way, until one gives room back or it
  * ends, else merge_fitting's; how many were made, or -errno. */
 int runs_make_room(struct store *s);
-/* mover.c: called by a merge every MERGE_EVICT_ROWS rows (segs: the
- * segments its output has claimed): when writers wait for room, or row
- * versions are past the mover's start, evict now rather than after the
- * merge (not from a merge an eviction asked for, nor when the mover runs
- * by hand).  The eviction may take what is left of the merge reserve
- * beyond what the merge still needs of it.  round_lock held. */
-void spill_evict_between(struct store *s, uint32_t segs);
 /* Set sp->reserve from the tables' rows in runs (round_lock held); raise it
  * to what st's runs ask for (a run was installed: run_live_add). */
 void runs_reserve(struct store *s);
