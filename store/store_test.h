@@ -44,6 +44,11 @@ struct store_test_spill {
 	 * MERGE_EVICT_ROWS rows it writes; ms; 0: no), so that a test sees
 	 * evictions made in the middle of a long merge */
 	uint32_t merge_slow_ms;
+	/* rows one eviction (one run) takes at most (0: no limit of the
+	 * test's), and how long the mover thread sleeps after each eviction
+	 * (ms; 0: no), so that a test sees a pass of several slow runs */
+	uint32_t evict_rows;
+	uint32_t evict_slow_ms;
 };
 
 /* Set the spill tier's test hooks of s (a copy of *h; NULL: none) for the

@@ -408,6 +408,10 @@ static int64_t evict_pass(struct store *s, int all, uint64_t target)
 			if (n > 0) {
 				moved += n;
 				mover_evicted(sp);
+				if (sp->evict_slow_ms && !sp->manual)
+					nanosleep(&(struct timespec){ sp->evict_slow_ms / 1000,
+								      (long)(sp->evict_slow_ms % 1000) * 1000000L },
+						  NULL);
 			}
 		}
 		if (!st || n <= 0 || sp->ev_hand == EMB_NONE) {

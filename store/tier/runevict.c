@@ -224,6 +224,8 @@ static size_t ev_max_rows(const struct spill *sp, uint32_t rs, uint64_t budget)
 	uint64_t cap = sp->reserve_min * sp->pm->seg_size / 2 / run_blk_size(rs) * run_blk_recs(rs);
 	if (max > cap)
 		max = cap ? cap : 1;
+	if (sp->evict_rows && max > sp->evict_rows)
+		max = sp->evict_rows; /* a test's */
 	return max;
 }
 

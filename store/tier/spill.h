@@ -189,6 +189,7 @@ struct spill {
 	int whole_always;           /* test hook: merge_whole whatever the device's fill */
 	uint32_t merge_delay_ms;    /* test hook: store_test_spill.merge_delay_ms */
 	uint32_t merge_slow_ms;     /* test hook: store_test_spill.merge_slow_ms */
+	uint32_t evict_rows, evict_slow_ms; /* test hooks: store_test_spill's */
 	/* the rows of the eviction between its gather and its commit (sorted),
 	 * of table ev_id: deletes and truncation treat them as in a run */
 	uint64_t *ev_rows;

@@ -67,6 +67,8 @@ static int bulk_always;    /* store_test_spill.bulk_always */
 static uint64_t sweep_part; /* store_test_spill.sweep_part_bytes; also whole_always */
 static uint32_t merge_delay; /* store_test_spill.merge_delay_ms */
 static uint32_t merge_slow;  /* store_test_spill.merge_slow_ms */
+static uint32_t evict_rows, evict_slow; /* store_test_spill.evict_rows, evict_slow_ms */
+static uint32_t spill_low = 30; /* the low watermark, percent of the pool (the high one: 40) */
 
 /* A 64-bit mix of x (splitmix64). */
 static uint64_t mix(uint64_t x)
@@ -79,12 +81,13 @@ static uint64_t mix(uint64_t x)
 
 static void attach(struct store *s, uint64_t spill_size)
 {
-	struct store_spill_conf c = { .path = spath, .size = spill_size, .manual = 1, .high = 40, .low = 30,
+	struct store_spill_conf c = { .path = spath, .size = spill_size, .manual = 1, .high = 40, .low = spill_low,
 				      .stubs_only = stubs_only };
 	store_test_spill_hooks(s, &(struct store_test_spill){ .unlocked = unlocked_fn, .run_list_cap = list_cap,
 								  .evict_order_max = order_max, .bulk_always = bulk_always,
 								  .sweep_part_bytes = sweep_part, .whole_always = sweep_part != 0,
-								  .merge_delay_ms = merge_delay, .merge_slow_ms = merge_slow });
+								  .merge_delay_ms = merge_delay, .merge_slow_ms = merge_slow,
+								  .evict_rows = evict_rows, .evict_slow_ms = evict_slow });
 	if (store_spill_attach(s, &c, err, sizeof(err))) {
 		fprintf(stderr, "attach: %s\n", err);
 		exit(1);
@@ -2419,6 +2422,27 @@ static double since(const struct timespec *t0)
 	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
+/* A fresh pool with the mover thread running and table "t" of TN rows
+ * written; random 1 MiB writes (rows drawn from wseed) until one waits for
+ * the mover: the milliseconds it took, or -1 if none did in 60 s.  *sp,
+ * *idp: the pool and the table. */
+static double first_wait(struct store **sp, uint32_t *idp, unsigned wseed)
+{
+	struct store *s = *sp = fresh(64 << 20, 1024ull << 20);
+	OK(store_table_create(s, "t", 0644, 0, 0, RS / 4, EMB_DT_F32, idp));
+	write_all(s, *idp, TN, 1);
+	OK(store_spill_start(s));
+	uint64_t w0 = sstats(s).waits;
+	struct timespec start;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (uint64_t gen = 2; since(&start) < 60; gen++) {
+		double t = write_random(s, *idp, &wseed, gen);
+		if (sstats(s).waits > w0)
+			return t;
+	}
+	return -1;
+}
+
 /* A writer short of room waits for the mover thread's evictions, not for
  * the merges of the same round (spill_wait_room): the rounds a waiting
  * writer asks for sleep 5 s after their evictions, and the write that
@@ -2426,28 +2450,41 @@ static double since(const struct timespec *t0)
 static void test_wait_evictions(void)
 {
 	merge_delay = 5000;
-	struct store *s = fresh(64 << 20, 128 << 20);
+	struct store *s;
 	uint32_t id;
-	OK(store_table_create(s, "w", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
-	write_all(s, id, TN, 1);
-	OK(store_spill_start(s));
 	/* writes of 1 MiB: more than the room the mover keeps ahead of
 	 * writers (a sixteenth of the pool's share for rows), so one waits */
-	unsigned wseed = (unsigned)mix(seed + 7);
-	uint64_t w0 = sstats(s).waits;
-	double ms = -1;
-	struct timespec start;
-	clock_gettime(CLOCK_MONOTONIC, &start);
-	for (uint64_t gen = 2; ms < 0 && since(&start) < 60; gen++) {
-		double t = write_random(s, id, &wseed, gen);
-		if (sstats(s).waits > w0)
-			ms = t;
-	}
+	double ms = first_wait(&s, &id, (unsigned)mix(seed + 7));
 	printf("  the write that waited for room: %.0f ms (its round sleeps %u ms after its evictions)\n", ms,
 	       merge_delay);
 	CHECK(ms >= 0 && ms < 2500);
 	store_close(s);
 	merge_delay = 0;
+}
+
+/* A writer short of room waits for one run of the mover's evictions, not
+ * for the pass: runs of at most 4096 rows (1.1 MB of slots), and the mover
+ * thread sleeps 500 ms after each, so that a pass from its start to a low
+ * watermark at 10% of the pool (about 60,000 rows) takes 8 s; the first
+ * 1 MiB write that waited must return within 2.5 s (it waits for at most
+ * the run under way and the next). */
+static void test_wait_one_run(void)
+{
+	stubs_only = 0;
+	evict_rows = 4096;
+	evict_slow = 500;
+	spill_low = 10;
+	struct store *s;
+	uint32_t id;
+	double ms = first_wait(&s, &id, (unsigned)mix(seed + 13));
+	printf("  the write that waited for room: %.0f ms (each run of at most %u rows is followed by %u ms of sleep)\n",
+	       ms, evict_rows, evict_slow);
+	CHECK(ms >= 0 && ms < 2500);
+	CHECK(sstats(s).run_evicted > 0);
+	store_close(s);
+	evict_rows = evict_slow = 0;
+	spill_low = 30;
+	stubs_only = 1;
 }
 
 /* A writer short of room while the mover merges does not wait for the
@@ -2502,6 +2539,7 @@ static const struct part {
 	{ "threads", test_threads },
 	{ "wait_evictions", test_wait_evictions },
 	{ "evict_in_merges", test_evict_in_merges },
+	{ "wait_one_run", test_wait_one_run },
 	{ "runs", test_runs },
 	{ "runs_random", runs_random },
 	{ "runs_full", runs_full },
