@@ -363,18 +363,25 @@ static int64_t spill_pass(struct store *s, int all, uint64_t target)
 	return ret ? ret : moved;
 }
 
+/* Evictions gave row room back: count them in outs and wake the writers
+ * waiting for room (spill_wait_room).  sp->mu held. */
+static void outs_add_locked(struct spill *sp)
+{
+	sp->outs++;
+	sp->last_freed = 1;
+	pthread_cond_broadcast(&sp->done_cv);
+}
+
 /* One eviction of a pass gave row room back: writers that began waiting
- * for room before it began go on now (spill_wait_room), not after the
- * pass's other evictions (a pass makes several runs: 150 ms each under
- * training, where a pass took up to 800 ms). */
+ * for room before it began go on now, not after the pass's other
+ * evictions (a pass makes several runs: 150 ms each under training, where
+ * a pass took up to 800 ms). */
 static void mover_evicted(struct spill *sp)
 {
 	if (sp->manual)
 		return;
 	pthread_mutex_lock(&sp->mu);
-	sp->outs++;
-	sp->last_freed = 1;
-	pthread_cond_broadcast(&sp->done_cv);
+	outs_add_locked(sp);
 	pthread_mutex_unlock(&sp->mu);
 }
 
@@ -408,10 +415,8 @@ static int64_t evict_pass(struct store *s, int all, uint64_t target)
 			if (n > 0) {
 				moved += n;
 				mover_evicted(sp);
-				if (sp->evict_slow_ms && !sp->manual)
-					nanosleep(&(struct timespec){ sp->evict_slow_ms / 1000,
-								      (long)(sp->evict_slow_ms % 1000) * 1000000L },
-						  NULL);
+				if (!sp->manual)
+					spill_hook_sleep(sp->evict_slow_ms);
 			}
 		}
 		if (!st || n <= 0 || sp->ev_hand == EMB_NONE) {
@@ -535,11 +540,8 @@ static void mover_outs(struct spill *sp, int begin, int freed)
 		return; /* a round a writer runs itself */
 	pthread_mutex_lock(&sp->mu);
 	sp->out_busy = begin;
-	if (!begin && freed) {
-		sp->outs++;
-		sp->last_freed = 1;
-		pthread_cond_broadcast(&sp->done_cv);
-	}
+	if (!begin && freed)
+		outs_add_locked(sp);
 	pthread_mutex_unlock(&sp->mu);
 }
 
@@ -570,9 +572,8 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 		moved = move_out(s, what, need, heap_short);
 		sp->evicting = 0;
 		mover_outs(sp, 0, moved > 0);
-		if (sp->merge_delay_ms && (what & STORE_SPILL_MOVE) && moved > 0)
-			nanosleep(&(struct timespec){ sp->merge_delay_ms / 1000, (long)(sp->merge_delay_ms % 1000) * 1000000L },
-				  NULL);
+		if ((what & STORE_SPILL_MOVE) && moved > 0)
+			spill_hook_sleep(sp->merge_delay_ms);
 	}
 	if (what & STORE_SPILL_PROMOTE || !sp->manual)
 		promote(s);

@@ -200,10 +200,7 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 		 * newer than the inputs, merge_install finds them listed as
 		 * they were) */
 		if (!plan && k % MERGE_EVICT_ROWS == 0) {
-			if (sp->merge_slow_ms)
-				nanosleep(&(struct timespec){ sp->merge_slow_ms / 1000,
-							      (long)(sp->merge_slow_ms % 1000) * 1000000L },
-					  NULL);
+			spill_hook_sleep(sp->merge_slow_ms);
 			sp->evict_now(s, (uint32_t)w.segs.n);
 		}
 		ret = merge_gather(s, it, m, row, rs, &mv, &w, &in_bytes);

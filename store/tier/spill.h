@@ -14,6 +14,7 @@
 
 #include <liburing.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "../store_int.h"
 #include "tier.h"
@@ -242,6 +243,13 @@ static inline void spill_unlocked(struct spill *sp)
 {
 	if (sp->unlocked)
 		sp->unlocked(sp->unlocked_arg);
+}
+
+/* The test hooks that slow the mover down: sleep ms milliseconds (0: not). */
+static inline void spill_hook_sleep(uint32_t ms)
+{
+	if (ms)
+		nanosleep(&(struct timespec){ ms / 1000, (long)(ms % 1000) * 1000000L }, NULL);
 }
 
 /* device.c */
