@@ -442,11 +442,11 @@ static int apply_update(struct cache *c, struct shard *sh, struct centry *e, int
 static void walk_find(struct shard *sh, uint32_t table, uint32_t rs, const uint64_t *rows, const uint64_t *h,
 		      const uint32_t *ord, size_t k, uint32_t *idx)
 {
-	uint32_t mask = sh->nbucket - 1, lines = rs < 1024 ? rs : 1024;
+	uint32_t lines = rs < 1024 ? rs : 1024;
 	for (size_t i = 0; i < k; i++)
-		__builtin_prefetch(&sh->bucket[h[ord[i]] & mask]);
+		__builtin_prefetch(bucket_of(sh, h[ord[i]]));
 	for (size_t i = 0; i < k; i++) {
-		idx[i] = sh->bucket[h[ord[i]] & mask];
+		idx[i] = *bucket_of(sh, h[ord[i]]);
 		if (idx[i] != NIL)
 			prefetch_entry(sh, idx[i]);
 	}

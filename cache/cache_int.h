@@ -97,9 +97,10 @@ struct arena {
 
 struct shard {
 	pthread_mutex_t lock;
-	uint32_t *bucket;   /* protected by lock, as is everything below */
-	uint32_t nbucket;
+	uint32_t *bucket;   /* bucket i at bucket[i << bshift] (bucket_of()); protected by lock, */
+	uint32_t nbucket, max_bucket, bshift; /* as is everything below */
 	struct centry *e;
+	size_t e_map;       /* bytes of e when mapped on huge pages (0: calloc'd) */
 	uint32_t cap, hwm, free;
 	uint32_t hand;
 	uint32_t nvalid, ndirty, npinned;
@@ -137,6 +138,14 @@ struct cache {
 	struct timespec t0;
 	pthread_mutex_t flush_lock;  /* writeback.c's: one write-back at a time */
 	_Atomic(struct tstat *) *ts; /* per-table counters (tst()); made under ts_lock */
+	pthread_mutex_t huge_lock;   /* rows.c's: arena chunks carved from huge-page regions */
+	int huge;                    /* set at cache_shards_init(): a budget large enough for them */
+	uint32_t *bucket_map;        /* rows.c's: every shard's buckets, interleaved (bucket_of()), */
+	size_t bucket_len;           /* room reserved for the most; bytes of it */
+	char *huge_cur;              /* the region being carved, and bytes left in it */
+	size_t huge_left;
+	void **huge_reg;             /* every region, freed at cache_shards_free() */
+	uint32_t nhuge;
 	pthread_mutex_t ts_lock;
 	uint32_t dirty_age_ms;
 	_Atomic uint64_t snap_floor; /* writeback.c's: batch of the newest snapshot */
@@ -222,9 +231,17 @@ static inline uint32_t chain_find(const struct shard *sh, uint32_t i, uint32_t t
 	return i;
 }
 
+/* The bucket of hash h.  Bucket i of shard s is word i * nshards + s of
+ * c->bucket_map: the buckets in use, about as many in every shard, are the
+ * map's first pages (see cache_shards_init()). */
+static inline uint32_t *bucket_of(const struct shard *sh, uint64_t h)
+{
+	return &sh->bucket[(size_t)(h & (sh->nbucket - 1)) << sh->bshift];
+}
+
 static inline uint32_t lookup(struct shard *sh, uint32_t table, uint64_t row, uint64_t h)
 {
-	return chain_find(sh, sh->bucket[h & (sh->nbucket - 1)], table, row);
+	return chain_find(sh, *bucket_of(sh, h), table, row);
 }
 
 /* The entry holds a row (stored below, or written here), not a hole that

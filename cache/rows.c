@@ -17,8 +17,78 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cache_int.h"
+
+/* ---- memory on huge pages ----------------------------------------------
+ *
+ * A batch's lookups touch, per row, its bucket, its entry and its bytes,
+ * each at a random place in arrays of hundreds of MiB: with 4 KiB pages
+ * that is a TLB miss (a page walk) for each, and the walks, not the cache
+ * lines, bound a gather.  So the large arrays are mapped with
+ * MADV_HUGEPAGE (2 MiB pages where the kernel has them; where THP is off
+ * it is plain memory): a shard's entry array when it is at least
+ * HUGE_MIN_ENTRIES bytes, so is the buckets' map (all shards'), and, when
+ * the whole budget is at least
+ * HUGE_MIN_BUDGET, every arena chunk, carved from 2 MiB regions shared by
+ * all shards (chunks are never freed before cache_shards_free(), so a
+ * region is only ever carved).  A small cache keeps malloc: a 2 MiB page
+ * per shard would exceed its budget. */
+#define HUGE_PAGE (2u << 20)
+#define HUGE_MIN_ENTRIES (4u << 20)
+#define HUGE_MIN_BUDGET (256ull << 20)
+
+/* len bytes (a multiple of HUGE_PAGE), zeroed, 2 MiB-aligned, advised to
+ * be backed by huge pages if huge; NULL when there is no memory. */
+static void *huge_map(size_t len, int huge)
+{
+	size_t span = len + HUGE_PAGE;
+	char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	char *a = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+	if (a > p)
+		munmap(p, (size_t)(a - p));
+	if (a + len < p + span)
+		munmap(a + len, (size_t)(p + span - (a + len)));
+	if (huge)
+		(void)madvise(a, len, MADV_HUGEPAGE); /* advice: without THP, 4 KiB pages */
+	return a;
+}
+
+static size_t huge_round(size_t len)
+{
+	return (len + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
+}
+
+/* A chunk of len bytes (<= CHUNK_BYTES) for an arena: from the shared
+ * regions (c->huge) or malloc.  Shard lock held; huge_lock is a leaf. */
+static char *chunk_alloc(struct cache *c, size_t len)
+{
+	if (!c->huge)
+		return malloc(len);
+	len = (len + 63) & ~(size_t)63;
+	pthread_mutex_lock(&c->huge_lock);
+	char *p = NULL;
+	if (c->huge_left < len) {
+		void **r = realloc(c->huge_reg, (c->nhuge + 1) * sizeof(*r));
+		char *reg = r ? huge_map(HUGE_PAGE, 1) : NULL;
+		if (r)
+			c->huge_reg = r;
+		if (!reg)
+			goto out;
+		c->huge_reg[c->nhuge++] = reg;
+		c->huge_cur = reg;
+		c->huge_left = HUGE_PAGE;
+	}
+	p = c->huge_cur;
+	c->huge_cur += len;
+	c->huge_left -= len;
+out:
+	pthread_mutex_unlock(&c->huge_lock);
+	return p;
+}
 
 /* ---- arenas ----------------------------------------------------------- */
 
@@ -42,7 +112,7 @@ static int class_of(struct shard *sh, uint32_t rs)
 	return (int)sh->ncls++;
 }
 
-static uint32_t slot_alloc(struct arena *a)
+static uint32_t slot_alloc(struct cache *c, struct arena *a)
 {
 	if (a->free != NIL) {
 		uint32_t i = a->free;
@@ -54,7 +124,7 @@ static uint32_t slot_alloc(struct arena *a)
 		if (!p)
 			return NIL;
 		a->chunks = p;
-		p[a->nchunks] = malloc((size_t)a->per_chunk * a->stride);
+		p[a->nchunks] = chunk_alloc(c, (size_t)a->per_chunk * a->stride);
 		if (!p[a->nchunks])
 			return NIL;
 		a->nchunks++;
@@ -73,34 +143,35 @@ static void slot_free(struct arena *a, uint32_t i)
 static void unlink_entry(struct shard *sh, uint32_t idx)
 {
 	struct centry *e = &sh->e[idx];
-	uint32_t *pp = &sh->bucket[hash(e->table, e_row(e)) & (sh->nbucket - 1)];
+	uint32_t *pp = bucket_of(sh, hash(e->table, e_row(e)));
 	while (*pp != idx)
 		pp = &sh->e[*pp].hnext;
 	*pp = e->hnext;
 }
 
 /* Keep at most one entry per bucket on average (a batch's lookups prefetch
- * the first two of a chain: cache.c's walk_find). */
+ * the first two of a chain: cache.c's walk_find).  The buckets double in
+ * place, into the room reserved after them (cache_shards_init()): chain i
+ * splits into chains i and i + nbucket. */
 static void maybe_grow_buckets(struct shard *sh)
 {
-	if (sh->nvalid <= sh->nbucket)
-		return;
-	uint32_t nb = sh->nbucket * 2;
-	uint32_t *b = malloc(nb * sizeof(*b));
-	if (!b)
-		return; /* longer chains, still correct */
-	memset(b, 0xff, nb * sizeof(*b));
-	for (uint32_t i = 0; i < sh->hwm; i++) {
-		struct centry *e = &sh->e[i];
-		if (!(e->flags & F_VALID))
-			continue;
-		uint32_t *head = &b[hash(e->table, e_row(e)) & (nb - 1)];
-		e->hnext = *head;
-		*head = i;
+	if (sh->nvalid <= sh->nbucket || sh->nbucket >= sh->max_bucket)
+		return; /* (at the most: longer chains, still correct) */
+	uint32_t nb = sh->nbucket, mask = nb * 2 - 1;
+	for (uint32_t i = 0; i < nb; i++) {
+		uint32_t x = sh->bucket[(size_t)i << sh->bshift], lo = NIL, hi = NIL;
+		while (x != NIL) {
+			struct centry *e = &sh->e[x];
+			uint32_t next = e->hnext;
+			uint32_t *head = (hash(e->table, e_row(e)) & mask) == i ? &lo : &hi;
+			e->hnext = *head;
+			*head = x;
+			x = next;
+		}
+		sh->bucket[(size_t)i << sh->bshift] = lo;
+		sh->bucket[(size_t)(i + nb) << sh->bshift] = hi;
 	}
-	free(sh->bucket);
-	sh->bucket = b;
-	sh->nbucket = nb;
+	sh->nbucket = nb * 2;
 }
 
 /* ---- entries: remove, evict (CLOCK), insert, pin ------------------------ */
@@ -186,7 +257,7 @@ uint32_t cache_entry_insert(struct cache *c, struct shard *sh, uint32_t table, u
 			return NIL;
 		}
 	}
-	uint32_t d = slot_alloc(&sh->ar[cls]);
+	uint32_t d = slot_alloc(c, &sh->ar[cls]);
 	if (d == NIL) {
 		*err = -ENOMEM;
 		return NIL;
@@ -206,7 +277,7 @@ uint32_t cache_entry_insert(struct cache *c, struct shard *sh, uint32_t table, u
 	e->cls = (uint8_t)cls;
 	e->data = d;
 	e->flags = F_VALID | F_REF;
-	uint32_t *head = &sh->bucket[h & (sh->nbucket - 1)];
+	uint32_t *head = bucket_of(sh, h);
 	e->hnext = *head;
 	*head = idx;
 	sh->nvalid++;
@@ -245,19 +316,42 @@ void cache_entry_unpin(struct cache *c, struct shard *sh, struct centry *e)
  * buckets: 0, or -ENOMEM (cache_shards_free() undoes what was done). */
 int cache_shards_init(struct cache *c, uint64_t bytes)
 {
+	pthread_mutex_init(&c->huge_lock, NULL);
+	c->huge = bytes >= HUGE_MIN_BUDGET;
+	uint64_t cap = bytes / c->nshards / (MIN_ROW + CACHE_ROW_OVERHEAD) + 1;
+	if (cap > NIL - 1)
+		cap = NIL - 1;
+	/* each shard's buckets: room for as many as its entries (a power of
+	 * two), reserved in one mapping where they interleave (bucket_of()):
+	 * what is touched is the buckets in use, as dense as in one array */
+	uint32_t max_bucket = INIT_BUCKETS, bshift = 0;
+	while (max_bucket < cap && max_bucket < (1u << 31))
+		max_bucket *= 2;
+	while ((1u << bshift) < c->nshards)
+		bshift++;
+	c->bucket_len = huge_round(((size_t)max_bucket << bshift) * sizeof(uint32_t));
+	c->bucket_map = huge_map(c->bucket_len, c->bucket_len >= HUGE_MIN_ENTRIES);
+	if (!c->bucket_map)
+		return -ENOMEM;
 	for (uint32_t i = 0; i < c->nshards; i++) {
 		struct shard *sh = &c->sh[i];
 		pthread_mutex_init(&sh->lock, NULL);
 		sh->budget = bytes / c->nshards;
-		uint64_t cap = sh->budget / (MIN_ROW + CACHE_ROW_OVERHEAD) + 1;
-		sh->cap = cap > NIL - 1 ? NIL - 1 : (uint32_t)cap;
-		/* calloc of a large array maps zero pages: only entries used are resident */
-		sh->e = calloc(sh->cap, sizeof(*sh->e));
+		sh->cap = (uint32_t)cap;
+		sh->bucket = c->bucket_map + i;
+		sh->max_bucket = max_bucket;
+		sh->bshift = bshift;
+		/* either way zero pages are mapped: only entries used are resident */
+		size_t len = (size_t)sh->cap * sizeof(*sh->e);
+		if (len >= HUGE_MIN_ENTRIES && (sh->e = huge_map(huge_round(len), 1)))
+			sh->e_map = huge_round(len);
+		else
+			sh->e = calloc(sh->cap, sizeof(*sh->e));
 		sh->nbucket = INIT_BUCKETS;
-		sh->bucket = malloc(sh->nbucket * sizeof(*sh->bucket));
-		if (!sh->e || !sh->bucket)
+		if (!sh->e)
 			return -ENOMEM;
-		memset(sh->bucket, 0xff, sh->nbucket * sizeof(*sh->bucket));
+		for (uint32_t b = 0; b < sh->nbucket; b++)
+			sh->bucket[(size_t)b << bshift] = NIL;
 		sh->free = NIL;
 	}
 	return 0;
@@ -268,12 +362,20 @@ void cache_shards_free(struct cache *c)
 	for (uint32_t i = 0; i < c->nshards; i++) {
 		struct shard *sh = &c->sh[i];
 		for (uint32_t k = 0; k < sh->ncls; k++) {
-			for (uint32_t j = 0; j < sh->ar[k].nchunks; j++)
+			for (uint32_t j = 0; j < sh->ar[k].nchunks && !c->huge; j++)
 				free(sh->ar[k].chunks[j]);
 			free(sh->ar[k].chunks);
 		}
-		free(sh->e);
-		free(sh->bucket);
+		if (sh->e_map)
+			munmap(sh->e, sh->e_map);
+		else
+			free(sh->e);
 		pthread_mutex_destroy(&sh->lock);
 	}
+	if (c->bucket_map)
+		munmap(c->bucket_map, c->bucket_len);
+	for (uint32_t i = 0; i < c->nhuge; i++)
+		munmap(c->huge_reg[i], HUGE_PAGE);
+	free(c->huge_reg);
+	pthread_mutex_destroy(&c->huge_lock);
 }

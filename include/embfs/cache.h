@@ -32,6 +32,14 @@
  *   so that most lookups find their row at the head of its chain): at most
  *   CACHE_ROW_OVERHEAD = 36 bytes.  Row bytes live in per-size-class arenas
  *   of chunks of up to 64 KiB, with no per-row allocator header.
+ * - Memory: the buckets of all shards (interleaved, room reserved for the
+ *   most), a shard's entries when they may take 4 MiB or more, and, with a
+ *   budget of 256 MiB or more, every arena chunk (carved from 2 MiB regions)
+ *   are mappings advised MADV_HUGEPAGE: with transparent huge pages
+ *   ("madvise" or "always") a lookup's bucket, entry and row cost no page
+ *   walk.  Resident memory then rounds up to 2 MiB pages: at most one
+ *   partly used region of chunks, a partly used page of each shard's entries
+ *   and of the buckets, beyond what the budget counts.
  * - Write-back: cache_write() leaves the row dirty.  Dirty rows are written
  *   back when evicted, by cache_flush() (fsync, unmount), and by a background
  *   flusher at most dirty_age_ms after they became dirty (a round every

@@ -168,11 +168,13 @@ static void check_store_after_flush(struct cache *c)
 	CHECK(F.reserved == 0);
 }
 
-/* big cache: rows end up cached; read and write batches against the shadow */
-static void test_big(uint32_t shards)
+/* big cache: rows end up cached; read and write batches against the shadow.
+ * bytes 0: room for every row; 512 MiB: arena chunks and (with one shard)
+ * entries on the huge-page mappings of rows.c. */
+static void test_big(uint32_t shards, uint64_t bytes)
 {
 	reset();
-	struct cache_conf cc = { (uint64_t)NROWS * (RS + CACHE_ROW_OVERHEAD), 0, shards };
+	struct cache_conf cc = { bytes ? bytes : (uint64_t)NROWS * (RS + CACHE_ROW_OVERHEAD), 0, shards };
 	struct cache *c = cache_create(&cc, &OPS, NULL);
 	CHECK(c);
 	uint64_t seed = shards, ids[4096];
@@ -412,8 +414,10 @@ int main(void)
 	test_range();
 	test_drop_rows();
 	test_present();
-	test_big(0);
-	test_big(1);
+	test_big(0, 0);
+	test_big(1, 0);
+	test_big(0, 512ull << 20);
+	test_big(1, 512ull << 20);
 	test_small();
 	test_dups();
 	test_threads();
