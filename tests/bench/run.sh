@@ -973,7 +973,8 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # own.  build/bench/minfuse (tests/bench/minfuse.c) is a minimal FUSE server
 # (libfuse3 low-level, 2 worker threads) that answers .embfs/rows GATHERs of
 # one table from a DRAM array: per request the rows copied into the fd's
-# response buffer and one reply, nothing else.  embfs on a pool of its own
+# response buffer and one reply, nothing else; its table on huge pages
+# (MADV_HUGEPAGE), as embfs's row cache is.  embfs on a pool of its own
 # on /dev/shm (PMEM_IS_PMEM_FORCE=1, default row cache), one table of ROWS
 # rows of ROW_SIZE B populated as setup does (dd bs=1M + fsync, bytes from
 # /dev/urandom); minfuse with a table of the same geometry.  gatherbench -m
