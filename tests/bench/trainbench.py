@@ -22,7 +22,9 @@ compute, the next batch announced by prefetch(), which the loop calls as
 embfs.torch.Prefetcher would); a pipelined run's clock stops after it has
 waited for that thread (wait()), so all its pushes are counted.  With --populate every row the run's
 ids touch is written to the embfs tables first (uniform values, as torch's
-tables hold a value for every row from the start); without it the tables
+tables hold a value for every row from the start) and made durable
+(Mount.sync) before the clock starts, so that the daemon's write-back of
+that fill does not land in some timed runs and not others; without it the tables
 start empty and the steps create their rows (the daemon initialises them).
 --client-update: the optimizer runs in this process, which scatters the
 updated rows (embfs.torch's path before pushes, kept for an init that is
@@ -119,7 +121,10 @@ def main(argv):
             rows[:, :a.dim] = rng.uniform(-0.01, 0.01, (len(u), a.dim))
             b.table.scatter(u, rows.astype(b.table.dtype))
             n += len(u)
-        print(f"populated the {n} rows the run touches in {time.perf_counter() - t0:.1f} s", flush=True)
+        t1 = time.perf_counter()
+        m.sync()  # the fill's write-back is loading, not training: done before the clock
+        print(f"populated the {n} rows the run touches in {t1 - t0:.1f} s, made durable in "
+              f"{time.perf_counter() - t1:.1f} s", flush=True)
     ref = [torch.nn.EmbeddingBag(a.rows, a.dim, mode="sum", sparse=True) for _ in range(a.tables)]
     for r in ref:
         torch.nn.init.uniform_(r.weight, -0.01, 0.01)
