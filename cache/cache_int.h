@@ -138,10 +138,10 @@ struct cache {
 	struct timespec t0;
 	pthread_mutex_t flush_lock;  /* writeback.c's: one write-back at a time */
 	_Atomic(struct tstat *) *ts; /* per-table counters (tst()); made under ts_lock */
-	pthread_mutex_t huge_lock;   /* rows.c's: arena chunks carved from huge-page regions */
-	int huge;                    /* set at cache_shards_init(): a budget large enough for them */
 	uint32_t *bucket_map;        /* rows.c's: every shard's buckets, interleaved (bucket_of()), */
 	size_t bucket_len;           /* room reserved for the most; bytes of it */
+	pthread_mutex_t huge_lock;   /* rows.c's: arena chunks carved from huge-page regions */
+	int huge;                    /* set at cache_shards_init(): a budget large enough for them */
 	char *huge_cur;              /* the region being carved, and bytes left in it */
 	size_t huge_left;
 	void **huge_reg;             /* every region, freed at cache_shards_free() */
@@ -233,7 +233,8 @@ static inline uint32_t chain_find(const struct shard *sh, uint32_t i, uint32_t t
 
 /* The bucket of hash h.  Bucket i of shard s is word i * nshards + s of
  * c->bucket_map: the buckets in use, about as many in every shard, are the
- * map's first pages (see cache_shards_init()). */
+ * map's first pages (see cache_shards_init()).  A line holds 16 shards'
+ * buckets: two threads inserting into different shards may share it. */
 static inline uint32_t *bucket_of(const struct shard *sh, uint64_t h)
 {
 	return &sh->bucket[(size_t)(h & (sh->nbucket - 1)) << sh->bshift];
