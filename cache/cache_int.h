@@ -231,13 +231,19 @@ static inline uint32_t chain_find(const struct shard *sh, uint32_t i, uint32_t t
 	return i;
 }
 
-/* The bucket of hash h.  Bucket i of shard s is word i * nshards + s of
- * c->bucket_map: the buckets in use, about as many in every shard, are the
- * map's first pages (see cache_shards_init()).  A line holds 16 shards'
- * buckets: two threads inserting into different shards may share it. */
+/* Bucket i, and the bucket of hash h.  Bucket i of shard s is word
+ * i * nshards + s of c->bucket_map: the buckets in use, about as many in
+ * every shard, are the map's first pages (see cache_shards_init()).  A line
+ * holds 16 shards' buckets: two threads inserting into different shards
+ * may share it. */
+static inline uint32_t *bucket_at(const struct shard *sh, uint32_t i)
+{
+	return &sh->bucket[(size_t)i << sh->bshift];
+}
+
 static inline uint32_t *bucket_of(const struct shard *sh, uint64_t h)
 {
-	return &sh->bucket[(size_t)(h & (sh->nbucket - 1)) << sh->bshift];
+	return bucket_at(sh, (uint32_t)(h & (sh->nbucket - 1)));
 }
 
 static inline uint32_t lookup(struct shard *sh, uint32_t table, uint64_t row, uint64_t h)

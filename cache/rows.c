@@ -30,11 +30,10 @@
  * MADV_HUGEPAGE (2 MiB pages where the kernel has them; where THP is off
  * it is plain memory): a shard's entry array when it is at least
  * HUGE_MIN_ENTRIES bytes, so is the buckets' map (all shards'), and, when
- * the whole budget is at least
- * HUGE_MIN_BUDGET, every arena chunk, carved from 2 MiB regions shared by
- * all shards (chunks are never freed before cache_shards_free(), so a
- * region is only ever carved).  A small cache keeps malloc: a 2 MiB page
- * per shard would exceed its budget. */
+ * the whole budget is at least HUGE_MIN_BUDGET, every arena chunk, carved
+ * from 2 MiB regions shared by all shards (chunks are never freed before
+ * cache_shards_free(), so a region is only ever carved).  A small cache
+ * keeps malloc: a 2 MiB page per shard would exceed its budget. */
 #define HUGE_PAGE (2u << 20)
 #define HUGE_MIN_ENTRIES (4u << 20)
 #define HUGE_MIN_BUDGET (256ull << 20)
@@ -159,7 +158,7 @@ static void maybe_grow_buckets(struct shard *sh)
 		return; /* (at the most: longer chains, still correct) */
 	uint32_t nb = sh->nbucket, mask = nb * 2 - 1;
 	for (uint32_t i = 0; i < nb; i++) {
-		uint32_t x = sh->bucket[(size_t)i << sh->bshift], lo = NIL, hi = NIL;
+		uint32_t x = *bucket_at(sh, i), lo = NIL, hi = NIL;
 		while (x != NIL) {
 			struct centry *e = &sh->e[x];
 			uint32_t next = e->hnext;
@@ -168,8 +167,8 @@ static void maybe_grow_buckets(struct shard *sh)
 			*head = x;
 			x = next;
 		}
-		sh->bucket[(size_t)i << sh->bshift] = lo;
-		sh->bucket[(size_t)(i + nb) << sh->bshift] = hi;
+		*bucket_at(sh, i) = lo;
+		*bucket_at(sh, i + nb) = hi;
 	}
 	sh->nbucket = nb * 2;
 }
@@ -342,16 +341,16 @@ int cache_shards_init(struct cache *c, uint64_t bytes)
 		sh->max_bucket = max_bucket;
 		sh->bshift = bshift;
 		/* either way zero pages are mapped: only entries used are resident */
-		size_t len = (size_t)sh->cap * sizeof(*sh->e);
-		if (len >= HUGE_MIN_ENTRIES && (sh->e = huge_map(huge_round(len), 1)))
-			sh->e_map = huge_round(len);
+		size_t len = (size_t)sh->cap * sizeof(*sh->e), map = huge_round(len);
+		if (len >= HUGE_MIN_ENTRIES && (sh->e = huge_map(map, 1)))
+			sh->e_map = map;
 		else
 			sh->e = calloc(sh->cap, sizeof(*sh->e));
 		sh->nbucket = INIT_BUCKETS;
 		if (!sh->e)
 			return -ENOMEM;
 		for (uint32_t b = 0; b < sh->nbucket; b++)
-			sh->bucket[(size_t)b << bshift] = NIL;
+			*bucket_at(sh, b) = NIL;
 		sh->free = NIL;
 	}
 	return 0;
@@ -362,8 +361,9 @@ void cache_shards_free(struct cache *c)
 	for (uint32_t i = 0; i < c->nshards; i++) {
 		struct shard *sh = &c->sh[i];
 		for (uint32_t k = 0; k < sh->ncls; k++) {
-			for (uint32_t j = 0; j < sh->ar[k].nchunks && !c->huge; j++)
-				free(sh->ar[k].chunks[j]);
+			if (!c->huge) /* else the chunks are the regions' */
+				for (uint32_t j = 0; j < sh->ar[k].nchunks; j++)
+					free(sh->ar[k].chunks[j]);
 			free(sh->ar[k].chunks);
 		}
 		if (sh->e_map)
