@@ -427,6 +427,17 @@ class TestCollection(PooledCase):
                 np.testing.assert_array_equal(x, y, err_msg=f"{kind} {dims} EMBFS_SEED={seed}")
 
     @unittest.skipIf(torch is None, "torch missing")
+    def test_pipeline_many_steps_few_rows(self):
+        # every step shares most rows with the next, and the gather and push
+        # threads race for them: pipelined equals unpipelined, bit for bit
+        seed = seed_of("collection pipeline races")
+        for kind in ("sgd", "adagrad"):
+            a, _ = self.train("ra", kind, seed=seed, steps=60, dims=(8, 4))
+            b, _ = self.train("rb", kind, seed=seed, steps=60, pipeline=True, dims=(8, 4))
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y, err_msg=f"{kind} EMBFS_SEED={seed}")
+
+    @unittest.skipIf(torch is None, "torch missing")
     def test_pipeline_edge_cases(self):
         # batches not announced, one announced steps ahead, a lookup in
         # eval, two lookups in one step, keyed jagged input, a flush midway:
