@@ -117,8 +117,11 @@ static void plan(struct store *s, struct uop *u)
 	}
 }
 
-/* Rows ahead whose first bucket a prepass starts loading. */
-#define PREPASS_AHEAD 16
+/* Rows ahead whose first bucket a prepass starts loading, and rows ahead
+ * whose old version (which the find reads to tell the row, and plan()
+ * checks) it starts loading once that bucket is in. */
+#define PREPASS_AHEAD 32
+#define PREPASS_REFS 16
 
 /* Segments a prepass found full, each with a row of it. */
 struct fullseg {
@@ -160,14 +163,19 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		   struct claims *c, int runs_hidden)
 {
 	struct fullsegs full = { 0 };
+	uint32_t rs = st->t->row_size;
 	for (;;) {
 		int ret = 0;
 		claims_reset(c);
 		for (size_t i = 0; i < nu && i < PREPASS_AHEAD; i++)
 			index_prefetch(s, st, u[i].row);
+		for (size_t i = 0; i < nu && i < PREPASS_REFS; i++)
+			index_prefetch_refs(s, st, u[i].row, rs);
 		for (size_t i = 0; i < nu && !ret; i++) {
 			if (i + PREPASS_AHEAD < nu) /* each find's bucket a cache miss otherwise */
 				index_prefetch(s, st, u[i + PREPASS_AHEAD].row);
+			if (i + PREPASS_REFS < nu) /* and the version it reads */
+				index_prefetch_refs(s, st, u[i + PREPASS_REFS].row, rs);
 			ret = index_find(s, st, u[i].row, &u[i].pos, &u[i].old_ref);
 			u[i].damaged = 0;
 			/* plan() reads the old version, A3 may copy its bytes */
@@ -248,6 +256,7 @@ struct group {
 	struct claims *c;
 	uint32_t cls, scls, rs; /* the row class and the small class (links, tombstones) */
 	size_t chunk;      /* uops per commit: the journal, and copy-on-write headroom */
+	uint64_t *offs;    /* a chunk's slots to mark or to free (2 * chunk, or 2 * nu if fewer) */
 	int stamped;       /* every op carries its batch: snap_lock is not held throughout */
 	int runs_hidden;   /* COMMIT_RUNS_HIDDEN: deletes need no tombstone for the runs */
 };
@@ -257,6 +266,7 @@ static void group_free(struct group *g)
 	for (size_t i = 0; i < g->nu; i++)
 		free(g->u[i].old);
 	claims_free(g->c);
+	free(g->offs);
 	free(g->m.e);
 	free(g->opord);
 	free(g->opstart);
@@ -371,7 +381,8 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 	g->chunk = slab_commit_rows(s, g->cls);
 	if (g->chunk > slab_commit_rows(s, g->scls) / 2)
 		g->chunk = slab_commit_rows(s, g->scls) / 2; /* a tombstone and a link each */
-	if (!(g->c = claims_new(g->nu))) {
+	if (!(g->c = claims_new(g->nu)) ||
+	    !(g->offs = malloc(2 * (g->chunk < g->nu ? g->chunk : g->nu) * sizeof(*g->offs) + 1))) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -483,9 +494,9 @@ static int chunk_intents(struct store *s, struct stable *st, struct group *g, si
 }
 
 /* A3: the new version of uop x, copy-on-write: header, the old bytes, the
- * ops' bytes in request order, checksum; its link to what follows; their
- * slots marked; a new row's ref written into its claimed (still invisible)
- * index slot. */
+ * ops' bytes in request order, checksum; its link to what follows; a new
+ * row's ref written into its claimed (still invisible) index slot.  Their
+ * slots are marked after the chunk's versions (chunk_mark). */
 static void write_version(struct store *s, struct stable *st, const struct store_rowop *ops,
 			  const struct group *g, size_t i)
 {
@@ -511,18 +522,19 @@ static void write_version(struct store *s, struct stable *st, const struct store
 	}
 	ver_seal(v, st->id, rs);
 	pm_flush(s, v, sizeof(*v) + (x->tomb ? 0 : rs));
-	slab_mark(s, x->new_ver);
 	if (x->new_link) {
 		struct emb_link *l = S_PTR(s, x->new_link);
 		l->key = x->row | EMB_VK_LINK;
 		l->ver = x->new_ver;
 		l->next = x->cont;
 		pm_flush(s, l, sizeof(*l));
-		slab_mark(s, x->new_link);
 	}
 	if (x->claimed)
 		index_fill(s, st, &x->pos, x->row, x->new_ref);
 }
+
+/* Rows ahead whose index bucket a publish starts loading. */
+#define PUBLISH_AHEAD 16
 
 /* B: one 8-byte store per row makes it visible; row count, size, times. */
 static void chunk_publish(struct store *s, struct stable *st, struct group *g, size_t from, size_t to,
@@ -535,6 +547,13 @@ static void chunk_publish(struct store *s, struct stable *st, struct group *g, s
 	uint64_t now = now_ns();
 	pthread_rwlock_wrlock(&st->lock);
 	for (size_t i = from; i < to; i++) {
+		if (i + PUBLISH_AHEAD < to) { /* the bucket, read in the prepass, since gone from the cache */
+			const struct ipos *p = &u[i + PUBLISH_AHEAD].pos;
+			if (p->b) {
+				__builtin_prefetch(p->b);
+				__builtin_prefetch(&p->b->slot[p->slot]);
+			}
+		}
 		if (u[i].skip)
 			continue;
 		if (u[i].del && !u[i].tomb)
@@ -558,20 +577,36 @@ static void chunk_publish(struct store *s, struct stable *st, struct group *g, s
 	pm_flush(s, t, 128);
 }
 
-/* C: free what was replaced and is not kept for a snapshot; charge what is
- * kept to the one snapshot that alone holds it. */
+/* A3: the chunk's new slots marked in their slab bitmaps, under one hold
+ * of the space lock (a lock per row waited for the row's flushes). */
+static void chunk_mark(struct store *s, struct group *g, size_t from, size_t to)
+{
+	size_t k = 0;
+	for (size_t i = from; i < to; i++)
+		if (writes(&g->u[i])) {
+			g->offs[k++] = g->u[i].new_ver;
+			if (g->u[i].new_link)
+				g->offs[k++] = g->u[i].new_link;
+		}
+	slab_mark_all(s, g->offs, k);
+}
+
+/* C: free what was replaced and is not kept for a snapshot (all under one
+ * hold of the space lock, as chunk_mark); charge what is kept to the one
+ * snapshot that alone holds it. */
 static void chunk_free(struct store *s, struct stable *st, struct group *g, size_t from, size_t to)
 {
 	struct uop *u = g->u;
+	size_t k = 0;
 	if (g->stamped)
 		pthread_rwlock_rdlock(&s->snap_lock);
 	for (size_t i = from; i < to; i++) {
 		if (u[i].skip)
 			continue;
 		if (frees(&u[i])) {
-			spill_ver_free(s, st, u[i].old_ver);
+			g->offs[k++] = u[i].old_ver;
 			if (u[i].old_link)
-				spill_ver_free(s, st, u[i].old_link);
+				g->offs[k++] = u[i].old_link;
 		}
 		if (u[i].del && !u[i].tomb)
 			index_ovf_dec(s, st, &u[i].pos);
@@ -585,6 +620,7 @@ static void chunk_free(struct store *s, struct stable *st, struct group *g, size
 		if (s->sp && u[i].found)
 			spill_note_use(s, st->id, u[i].row);
 	}
+	spill_vers_free(s, st, g->offs, k);
 	if (g->stamped)
 		pthread_rwlock_unlock(&s->snap_lock);
 }
@@ -603,6 +639,7 @@ static int chunk_apply(struct store *s, struct stable *st, const struct store_ro
 	for (size_t i = from; i < to; i++)
 		if (writes(&g->u[i]))
 			write_version(s, st, ops, g, i);
+	chunk_mark(s, g, from, to);
 	if ((ret = pm_barrier(s)))
 		return ret; /* not published: recovery frees the new versions */
 	chunk_publish(s, st, g, from, to, size_hint);

@@ -75,15 +75,6 @@ uint64_t index_hash(const struct store *s, uint64_t key)
 	return ihash_of(s, key).lo;
 }
 
-/* ctl becomes nctl: store both and the checksum updated to match. */
-static void ctl_set(struct store *s, struct emb_bucket *b, uint64_t nctl, uint32_t slot_delta)
-{
-	uint64_t ctl = ld64(&b->ctl);
-	csum_st(b, csum_ld(b) ^ h_ctl(ctl) ^ h_ctl(nctl) ^ slot_delta);
-	st64(&b->ctl, nctl);
-	pm_flush(s, b, 16);
-}
-
 /*
  * A bucket's check, remembered.  A lookup that misses checks the buckets it
  * probed, so that a damaged entry never reads as a hole, and a writer the
@@ -171,6 +162,18 @@ static inline void memo_note(_Atomic uint32_t *e, const struct emb_bucket *b)
 		atomic_store_explicit(e, vmemo_digest(b), memory_order_relaxed);
 }
 
+/* ctl becomes nctl: store both and the checksum updated to match, and
+ * remember b sound in its memo entry (or NULL), before the flush takes the
+ * line out of the cache. */
+static void ctl_set(struct store *s, struct emb_bucket *b, uint64_t nctl, uint32_t slot_delta,
+		    _Atomic uint32_t *memo)
+{
+	uint64_t ctl = ld64(&b->ctl);
+	csum_st(b, csum_ld(b) ^ h_ctl(ctl) ^ h_ctl(nctl) ^ slot_delta);
+	st64(&b->ctl, nctl);
+	memo_note(memo, b);
+	pm_flush(s, b, 16);
+}
 
 /* Start loading all of b (its slots span four cache lines). */
 static inline void bucket_prefetch(const struct emb_bucket *b)
@@ -523,6 +526,32 @@ void index_prefetch(struct store *s, struct stable *st, uint64_t key)
 		prefetch_at(st, ihash_of(s, key), atomic_load_explicit(&st->vmemo, memory_order_relaxed));
 }
 
+void index_prefetch_refs(struct store *s, struct stable *st, uint64_t key, uint32_t rs)
+{
+	if (!st->segs)
+		return;
+	struct ihash h = ihash_of(s, key);
+	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
+	const struct emb_bucket *b = &seg->bucket[bucket1(seg, h)];
+	uint64_t tag = tag_of(h), ctl = ld64(&b->ctl);
+	size_t len = sizeof(struct emb_version) + rs < 1024 ? sizeof(struct emb_version) + rs : 1024;
+	for (uint64_t m = ctl & EMB_CTL_VALID_MASK; m; m &= m - 1) {
+		uint64_t v = ld64(&b->slot[__builtin_ctzll(m)]);
+		if ((v & ~EMB_REF_MASK) != tag)
+			continue;
+		/* a version, or a link (its first line); never faults, and
+		 * probe() checks the ref before it is used */
+		const char *p = S_PTR(s, ref_obj(v & EMB_REF_MASK));
+		if (!p)
+			continue;
+		for (size_t k = 0; k < (ref_is_link(v & EMB_REF_MASK) ? 1 : len); k += 64)
+			__builtin_prefetch(p + k);
+		__builtin_prefetch(p + len - 1);
+	}
+	if (ctl & EMB_CTL_OVF_MASK)
+		bucket_prefetch(&seg->bucket[bucket2(seg, h)]);
+}
+
 void index_reseal(struct store *s, struct stable *st, uint64_t key)
 {
 	if (!st->segs)
@@ -648,8 +677,7 @@ void index_fill(struct store *s, struct stable *st, const struct ipos *pos, uint
 	pm_flush(s, &b->slot[pos->slot], 8);
 	if (pos->home_ovf) {
 		pthread_rwlock_wrlock(&st->lock);
-		ctl_set(s, pos->home, ld64(&pos->home->ctl) + (1ull << EMB_CTL_OVF_SHIFT), 0);
-		memo_note(pos->hmemo, pos->home);
+		ctl_set(s, pos->home, ld64(&pos->home->ctl) + (1ull << EMB_CTL_OVF_SHIFT), 0, pos->hmemo);
 		pthread_rwlock_unlock(&st->lock);
 	}
 }
@@ -658,8 +686,8 @@ void index_publish(struct store *s, struct stable *st, const struct ipos *pos, u
 {
 	struct emb_bucket *b = pos->b;
 	kf_note(st, key, 1);
-	ctl_set(s, b, ld64(&b->ctl) | (1ull << pos->slot), h_slot(pos->slot, ld64(&b->slot[pos->slot])));
-	memo_note(pos->memo, b);
+	ctl_set(s, b, ld64(&b->ctl) | (1ull << pos->slot), h_slot(pos->slot, ld64(&b->slot[pos->slot])),
+		pos->memo);
 }
 
 void index_set_val(struct store *s, const struct ipos *pos, uint64_t ref)
@@ -669,17 +697,17 @@ void index_set_val(struct store *s, const struct ipos *pos, uint64_t ref)
 	uint64_t nv = (old & ~EMB_REF_MASK) | ref;
 	csum_st(b, csum_ld(b) ^ h_slot(pos->slot, old) ^ h_slot(pos->slot, nv));
 	st64(&b->slot[pos->slot], nv);
+	memo_note(pos->memo, b); /* before the flush takes the line out of the cache */
 	pm_flush(s, &b->slot[pos->slot], 8);
 	pm_flush(s, b, 16);
-	memo_note(pos->memo, b);
 }
 
 void index_unpublish(struct store *s, struct stable *st, const struct ipos *pos, uint64_t key)
 {
 	struct emb_bucket *b = pos->b;
 	kf_note(st, key, -1);
-	ctl_set(s, b, ld64(&b->ctl) & ~(1ull << pos->slot), h_slot(pos->slot, ld64(&b->slot[pos->slot])));
-	memo_note(pos->memo, b);
+	ctl_set(s, b, ld64(&b->ctl) & ~(1ull << pos->slot), h_slot(pos->slot, ld64(&b->slot[pos->slot])),
+		pos->memo);
 }
 
 void index_ovf_dec(struct store *s, struct stable *st, const struct ipos *pos)
@@ -689,8 +717,7 @@ void index_ovf_dec(struct store *s, struct stable *st, const struct ipos *pos)
 	pthread_rwlock_wrlock(&st->lock);
 	uint64_t c = ld64(&pos->home->ctl);
 	if (c & EMB_CTL_OVF_MASK) {
-		ctl_set(s, pos->home, c - (1ull << EMB_CTL_OVF_SHIFT), 0);
-		memo_note(pos->hmemo, pos->home);
+		ctl_set(s, pos->home, c - (1ull << EMB_CTL_OVF_SHIFT), 0, pos->hmemo);
 	}
 	pthread_rwlock_unlock(&st->lock);
 }

@@ -434,39 +434,75 @@ void slab_unreserve(struct store *s, uint64_t off)
 	pthread_mutex_unlock(&s->space_lock);
 }
 
-/* PMem bit on.  commit_lock held. */
-void slab_mark(struct store *s, uint64_t off)
+#define BITS_BLOCK 64 /* slots whose bitmap words are loading together */
+
+/* The PMem bits of slots off[0..n) on (set) or off, each bitmap line
+ * flushed once after the bits in it changed; off, also the DRAM bits
+ * (give_back).  Keeps in off[] the k offsets that are slots and returns k.
+ * A flush takes the line out of the cache, so a flush per slot made the
+ * next slot's bit in that line a miss; and the words are loaded a block
+ * ahead.  space_lock held. */
+static size_t bits_locked(struct store *s, uint64_t *off, size_t n, int set)
 {
-	uint64_t slot;
-	pthread_mutex_lock(&s->space_lock);
-	struct sslab *sl = slab_of_loaded(s, off, &slot);
-	pthread_mutex_unlock(&s->space_lock);
-	if (!sl)
-		return;
-	uint64_t *w = &sl->hdr->bitmap[slot / 64];
-	st64(w, *w | (1ull << (slot % 64)));
-	pm_flush(s, w, 8);
+	struct sslab *sl[BITS_BLOCK];
+	uint64_t slot[BITS_BLOCK];
+	size_t k = 0;
+	for (size_t b = 0; b < n; b += BITS_BLOCK) {
+		size_t m = n - b < BITS_BLOCK ? n - b : BITS_BLOCK;
+		for (size_t j = 0; j < m; j++)
+			if ((sl[j] = slab_of_loaded(s, off[b + j], &slot[j])) != NULL)
+				__builtin_prefetch(&sl[j]->hdr->bitmap[slot[j] / 64]);
+		for (size_t j = 0; j < m; j++) {
+			if (!sl[j])
+				continue;
+			uint64_t bit = 1ull << (slot[j] % 64);
+			uint64_t *w = &sl[j]->hdr->bitmap[slot[j] / 64];
+			if (set ? !(*w & bit) : !!(*w & bit))
+				st64(w, set ? *w | bit : *w & ~bit);
+			/* the next slot's word in another line (or none): flush */
+			size_t nx = j + 1;
+			while (nx < m && !sl[nx])
+				nx++;
+			if (nx == m || (uintptr_t)&sl[nx]->hdr->bitmap[slot[nx] / 64] / 64 != (uintptr_t)w / 64)
+				pm_flush(s, w, 8);
+			if (!set) {
+				give_back(s, sl[j], slot[j]);
+				if (sl[j]->nfree == sl[j]->hdr->nslots)
+					s->cls[sl[j]->cls].trim = 1; /* slab_trim looks at it */
+			}
+			off[k++] = off[b + j];
+		}
+	}
+	return k;
 }
 
-/* PMem and DRAM bit off: 1 if off is a slot, 0 if not.  commit_lock held. */
+/* commit_lock held. */
+void slab_mark(struct store *s, uint64_t off)
+{
+	slab_mark_all(s, &off, 1);
+}
+
+/* One hold of space_lock for all (a mutex is a fence, which waits for the
+ * flushes before it).  commit_lock held. */
+void slab_mark_all(struct store *s, uint64_t *off, size_t n)
+{
+	pthread_mutex_lock(&s->space_lock);
+	bits_locked(s, off, n, 1);
+	pthread_mutex_unlock(&s->space_lock);
+}
+
+/* commit_lock held. */
 int slab_free(struct store *s, uint64_t off)
 {
-	uint64_t slot;
+	return slab_free_all(s, &off, 1) == 1;
+}
+
+size_t slab_free_all(struct store *s, uint64_t *off, size_t n)
+{
 	pthread_mutex_lock(&s->space_lock);
-	struct sslab *sl = slab_of_loaded(s, off, &slot);
-	if (sl) {
-		uint64_t bit = 1ull << (slot % 64);
-		uint64_t *w = &sl->hdr->bitmap[slot / 64];
-		if (*w & bit) {
-			st64(w, *w & ~bit);
-			pm_flush(s, w, 8);
-		}
-		give_back(s, sl, slot);
-		if (sl->nfree == sl->hdr->nslots)
-			s->cls[sl->cls].trim = 1; /* slab_trim looks at it */
-	}
+	size_t k = bits_locked(s, off, n, 0);
 	pthread_mutex_unlock(&s->space_lock);
-	return sl != NULL;
+	return k;
 }
 
 /* Slots a class keeps unpromised: one commit's worth of copy-on-write (the

@@ -461,6 +461,11 @@ void slab_unreserve(struct store *s, uint64_t off);
 /* PMem bit on / off, flushed (commit_lock held); free returns 1 if off is a slot. */
 void slab_mark(struct store *s, uint64_t off);
 int slab_free(struct store *s, uint64_t off);
+/* The same for n slots under one hold of the space lock (one fence for a
+ * commit's rows), each bitmap line flushed once; they keep in off[] the k
+ * that are slots (free_all returns k). */
+void slab_mark_all(struct store *s, uint64_t *off, size_t n);
+size_t slab_free_all(struct store *s, uint64_t *off, size_t n);
 void slab_release_all(struct store *s);
 int slab_load_all(struct store *s);
 /* Rows one commit may cover in class cls: its copy-on-write slots come out of
@@ -529,6 +534,10 @@ int index_find(struct store *s, struct stable *st, uint64_t key, struct ipos *po
  * that bucket's memo entry): a writer about to find many keys calls it a
  * few keys ahead. */
 void index_prefetch(struct store *s, struct stable *st, uint64_t key);
+/* Once that bucket is loaded: start loading what its slots of key's tag
+ * refer to (the version probe() reads to tell the row, of rs bytes: a
+ * writer then checks it whole) and its second bucket if it overflowed. */
+void index_prefetch_refs(struct store *s, struct stable *st, uint64_t key, uint32_t rs);
 /* Has st's index no entry (row, tombstone or stub) at or past row?  1 sure,
  * 0 it may have (the key filter, made now if need be, knows the highest row
  * ever entered since it was made; unknown when it cannot be made).
@@ -713,6 +722,9 @@ int ref_sound(struct store *s, struct stable *st, uint64_t ref);
  * record on the spill device is the tier's, so the store frees versions
  * through spill_ver_free (tier/tier.h), which calls this.  commit_lock held. */
 void ver_slot_free(struct store *s, uint64_t off);
+/* ver_slot_free of off[0..n) (which it changes), one hold of the space lock
+ * for all. */
+void ver_slots_free(struct store *s, uint64_t *off, size_t n);
 
 /* A walk of one row's version chain, newest first, each element validated. */
 struct chain {

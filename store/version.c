@@ -116,8 +116,16 @@ void field_set(struct store *s, uint64_t at, uint64_t ref)
 
 void ver_slot_free(struct store *s, uint64_t off)
 {
-	if (!pool_range_ok(s, off, EMB_SMALL_SLOT, 8))
-		return;
-	if (slab_free(s, off))
-		ver_poison(s, off);
+	ver_slots_free(s, &off, 1);
+}
+
+void ver_slots_free(struct store *s, uint64_t *off, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (pool_range_ok(s, off[i], EMB_SMALL_SLOT, 8))
+			off[k++] = off[i];
+	k = slab_free_all(s, off, k);
+	for (size_t i = 0; i < k; i++)
+		ver_poison(s, off[i]);
 }

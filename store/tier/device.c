@@ -284,13 +284,22 @@ void spill_read(struct store *s, struct sreq *q, size_t n)
 
 void spill_ver_free(struct store *s, struct stable *st, uint64_t off)
 {
-	if (!pool_range_ok(s, off, EMB_SMALL_SLOT, 8))
-		return;
-	struct emb_version *v = S_PTR(s, off);
-	uint64_t kind = ld64(&v->key) & EMB_VK_KIND;
-	if (kind == EMB_VK_STUB && st)
-		seg_live_add(s, ((struct emb_stub *)v)->loc, spill_rec_size(st->t->row_size), -1);
-	ver_slot_free(s, off);
+	spill_vers_free(s, st, &off, 1);
+}
+
+void spill_vers_free(struct store *s, struct stable *st, uint64_t *off, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!pool_range_ok(s, off[i], EMB_SMALL_SLOT, 8))
+			continue;
+		struct emb_version *v = S_PTR(s, off[i]);
+		uint64_t kind = ld64(&v->key) & EMB_VK_KIND;
+		if (kind == EMB_VK_STUB && st)
+			seg_live_add(s, ((struct emb_stub *)v)->loc, spill_rec_size(st->t->row_size), -1);
+		off[k++] = off[i];
+	}
+	ver_slots_free(s, off, k);
 }
 
 void spill_ref_free(struct store *s, struct stable *st, uint64_t ref)

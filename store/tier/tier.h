@@ -116,6 +116,9 @@ void spill_pin(struct store *s, uint64_t loc, int d);
 /* device.c: free a version's or a link's slot (poisoned); a stub's record
  * on the device turns stale (st NULL: not counted).  commit_lock held. */
 void spill_ver_free(struct store *s, struct stable *st, uint64_t off);
+/* spill_ver_free of off[0..n) (which it changes): one hold of the space
+ * lock for all their slots. */
+void spill_vers_free(struct store *s, struct stable *st, uint64_t *off, size_t n);
 /* device.c: free what a ref names: its link and the link's version, or the
  * version.  commit_lock held. */
 void spill_ref_free(struct store *s, struct stable *st, uint64_t ref);
