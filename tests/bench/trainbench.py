@@ -5,6 +5,7 @@ same tables in DRAM, in one process, alternating, on the same ids.
     PYTHONPATH=TOP/python trainbench.py MNT [--tables T] [--rows N] [--dim D]
         [--bags B] [--per-bag K] [--steps S] [--warm W] [--runs R]
         [--opt sgd|adagrad] [--seed SEED] [--collection] [--pipeline] [--populate] [--client-update]
+        [--daemon-pid PID]
 
 Each side: EmbeddingBag(mode="sum") per table, the loss a plain sum of the
 bags, backward, then the optimizer's step: embfs.torch.EmbeddingBag +
@@ -30,11 +31,19 @@ start empty and the steps create their rows (the daemon initialises them).
 updated rows (embfs.torch's path before pushes, kept for an init that is
 not an embfs.Init), for comparison.
 
+CPU: the seconds of CPU this process (all its threads) and, with
+--daemon-pid, the embfs daemon used during each side's timed runs, per
+step.  The daemon's share during torch's runs is its flusher writing back
+rows the embfs runs pushed.  On a machine of C cores a side cannot take
+less than its CPU a step / C; torch's side runs on one thread.
+
 Output: a line per run, then
+  trainbench cpu embfs: client A ms/step, daemon B ms/step; torch: client C ms/step, daemon D ms/step
   trainbench tables=T ... embfs_lookups_per_s=X torch_lookups_per_s=Y ratio=Z
 with the medians of the runs (ratio: the median of the per-run ratios).
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -63,7 +72,15 @@ def parse(argv):
     p.add_argument("--pipeline", action="store_true")
     p.add_argument("--populate", action="store_true")
     p.add_argument("--client-update", action="store_true")
+    p.add_argument("--daemon-pid", type=int, default=0)
     return p.parse_args(argv)
+
+
+def cpu_seconds(pid):
+    """utime + stime of process pid (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class TorchRowAdagrad:
@@ -157,11 +174,14 @@ def main(argv):
         step_torch(k)
     per_step = a.tables * a.bags * a.per_bag
     res = []
+    cpu = {"embfs": [0.0, 0.0], "torch": [0.0, 0.0]}  # side: [this process, the daemon]
+    pids = [os.getpid()] + ([a.daemon_pid] if a.daemon_pid else [])
     for r in range(a.runs):
         k0 = a.warm + r * a.steps
         pair = {}
         for side, fn in (("embfs", step_embfs), ("torch", step_torch)) if r % 2 == 0 else \
                 (("torch", step_torch), ("embfs", step_embfs)):
+            c0 = [cpu_seconds(p) for p in pids]
             t0 = time.perf_counter()
             for k in range(k0, k0 + a.steps):
                 fn(k)
@@ -169,9 +189,15 @@ def main(argv):
                 for e in [emb] if a.collection else emb:
                     e.wait()
             pair[side] = a.steps * per_step / (time.perf_counter() - t0)
+            for i, p in enumerate(pids):
+                cpu[side][i] += cpu_seconds(p) - c0[i]
         res.append(pair)
         print(f"run {r}: embfs {pair['embfs']:.0f} torch {pair['torch']:.0f} lookups/s, "
               f"ratio {pair['embfs'] / pair['torch']:.3f}", flush=True)
+    ms = {side: [f"{c / (a.runs * a.steps) * 1e3:.2f}" if a.daemon_pid or i == 0 else "-"
+                 for i, c in enumerate(v)] for side, v in cpu.items()}
+    print(f"trainbench cpu embfs: client {ms['embfs'][0]} ms/step, daemon {ms['embfs'][1]} ms/step; "
+          f"torch: client {ms['torch'][0]} ms/step, daemon {ms['torch'][1]} ms/step")
     me = statistics.median(p["embfs"] for p in res)
     mt = statistics.median(p["torch"] for p in res)
     ratio = statistics.median(p["embfs"] / p["torch"] for p in res)
