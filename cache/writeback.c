@@ -203,10 +203,14 @@ static void items_order(struct wbitem *it, size_t n, const struct stage *s, stru
 	for (struct pres *p = plist; p; p = p->next)
 		it[k++] = (struct wbitem){ p->table, 0, p->row, p->batch, p->data, SIZE_MAX, p, 0 };
 	qsort(it, n, sizeof(*it), cmp_item_row);
+	int ranked = 0;
 	for (size_t i = 1; i < n; i++)
-		if (it[i].table == it[i - 1].table && it[i].row == it[i - 1].row)
+		if (it[i].table == it[i - 1].table && it[i].row == it[i - 1].row) {
 			it[i].rank = it[i - 1].rank + 1;
-	qsort(it, n, sizeof(*it), cmp_item_rank);
+			ranked = 1;
+		}
+	if (ranked) /* else every rank is 0: already in (rank, table) order */
+		qsort(it, n, sizeof(*it), cmp_item_rank);
 }
 
 /* Hand the ordered versions below, one ops->writeback per rank and table,
