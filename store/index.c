@@ -534,17 +534,18 @@ void index_prefetch_refs(struct store *s, struct stable *st, uint64_t key, uint3
 	struct emb_seg *seg = st->segs[dir_idx(h, st->gd)];
 	const struct emb_bucket *b = &seg->bucket[bucket1(seg, h)];
 	uint64_t tag = tag_of(h), ctl = ld64(&b->ctl);
-	size_t len = sizeof(struct emb_version) + rs < 1024 ? sizeof(struct emb_version) + rs : 1024;
+	size_t vlen = sizeof(struct emb_version) + rs < 1024 ? sizeof(struct emb_version) + rs : 1024;
 	for (uint64_t m = ctl & EMB_CTL_VALID_MASK; m; m &= m - 1) {
 		uint64_t v = ld64(&b->slot[__builtin_ctzll(m)]);
 		if ((v & ~EMB_REF_MASK) != tag)
 			continue;
-		/* a version, or a link (its first line); never faults, and
-		 * probe() checks the ref before it is used */
+		/* a version or a link; a prefetch never faults, and probe()
+		 * checks the ref before it is used */
 		const char *p = S_PTR(s, ref_obj(v & EMB_REF_MASK));
+		size_t len = ref_is_link(v & EMB_REF_MASK) ? sizeof(struct emb_link) : vlen;
 		if (!p)
 			continue;
-		for (size_t k = 0; k < (ref_is_link(v & EMB_REF_MASK) ? 1 : len); k += 64)
+		for (size_t k = 0; k < len; k += 64)
 			__builtin_prefetch(p + k);
 		__builtin_prefetch(p + len - 1);
 	}
