@@ -437,7 +437,7 @@ void slab_unreserve(struct store *s, uint64_t off)
 #define BITS_BLOCK 64 /* slots whose bitmap words are loading together */
 
 /* The PMem bits of slots off[0..n) on (set) or off, each bitmap line
- * flushed once after the bits in it changed; off, also the DRAM bits
+ * flushed once after a run of changes in it; off, also the DRAM bits
  * (give_back).  Keeps in off[] the k offsets that are slots and returns k.
  * A flush takes the line out of the cache, so a flush per slot made the
  * next slot's bit in that line a miss; and the words are loaded a block
@@ -446,6 +446,7 @@ static size_t bits_locked(struct store *s, uint64_t *off, size_t n, int set)
 {
 	struct sslab *sl[BITS_BLOCK];
 	uint64_t slot[BITS_BLOCK];
+	uint64_t *last = NULL; /* the word changed last, its line not flushed yet */
 	size_t k = 0;
 	for (size_t b = 0; b < n; b += BITS_BLOCK) {
 		size_t m = n - b < BITS_BLOCK ? n - b : BITS_BLOCK;
@@ -457,14 +458,11 @@ static size_t bits_locked(struct store *s, uint64_t *off, size_t n, int set)
 				continue;
 			uint64_t bit = 1ull << (slot[j] % 64);
 			uint64_t *w = &sl[j]->hdr->bitmap[slot[j] / 64];
+			if (last && (uintptr_t)last / 64 != (uintptr_t)w / 64)
+				pm_flush(s, last, 8);
+			last = w;
 			if (set ? !(*w & bit) : !!(*w & bit))
 				st64(w, set ? *w | bit : *w & ~bit);
-			/* the next slot's word in another line (or none): flush */
-			size_t nx = j + 1;
-			while (nx < m && !sl[nx])
-				nx++;
-			if (nx == m || (uintptr_t)&sl[nx]->hdr->bitmap[slot[nx] / 64] / 64 != (uintptr_t)w / 64)
-				pm_flush(s, w, 8);
 			if (!set) {
 				give_back(s, sl[j], slot[j]);
 				if (sl[j]->nfree == sl[j]->hdr->nslots)
@@ -473,6 +471,8 @@ static size_t bits_locked(struct store *s, uint64_t *off, size_t n, int set)
 			off[k++] = off[b + j];
 		}
 	}
+	if (last)
+		pm_flush(s, last, 8);
 	return k;
 }
 
