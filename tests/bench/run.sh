@@ -29,9 +29,10 @@
 #             (target >= 1.0x), and each side's CPU a step (this process,
 #             the daemon: on 2 cores a side takes at least half); the
 #             pipelined shape again in runs of TRAIN_LONG_STEPS, which pay
-#             for the write-back of what they pushed; then examples/dlrm.py with OpenBLAS (apt's
-#             libopenblas0-pthread, installed here): whole step against
-#             torch compute (target <= 1.1x) and FUSE requests a step (<= 4)
+#             for the write-back of what they pushed; then examples/dlrm.py
+#             with OpenBLAS (apt's libopenblas0-pthread, installed here):
+#             whole step against torch compute (target <= 1.1x) and FUSE
+#             requests a step (<= 4)
 #   restore   issue 14's restore in place (.embfs/restore) of 1% changed
 #             rows against a dd bs=1M copy of the table (RUNS each)
 #   pybatch   issue 13's Python package against the C client on the same
@@ -772,12 +773,10 @@ section_train() {
 	train_one "1x4M x64 sgd, pipelined" --tables 1 --rows 4194304 --dim 64 --bags 4096 --per-bag 4 --opt sgd --pipeline
 	# runs of TRAIN_LONG_STEPS (about 2.5 s each, a flusher round at the
 	# default dirty_age_ms): each run pays its share of the write-back of
-	# the rows it pushed, which runs of TRAIN_STEPS mostly miss
-	ts=$TRAIN_STEPS
-	TRAIN_STEPS=$TRAIN_LONG_STEPS
+	# the rows it pushed, which runs of TRAIN_STEPS mostly miss (the last
+	# --steps is the one trainbench takes)
 	train_one "1x4M sgd pipelined, long runs" --tables 1 --rows 4194304 --dim 64 --bags 4096 --per-bag 4 --opt sgd \
-		--pipeline
-	TRAIN_STEPS=$ts
+		--pipeline --steps "$TRAIN_LONG_STEPS"
 	train_one "1x4M x64 rowwise adagrad" --tables 1 --rows 4194304 --dim 64 --bags 4096 --per-bag 4 --opt adagrad
 	train_one "1x4M x64 rw adagrad, pipelined" --tables 1 --rows 4194304 --dim 64 --bags 4096 --per-bag 4 --opt adagrad \
 		--pipeline
