@@ -282,6 +282,11 @@ class TableSpec:
 
 _KEY_SHIFT = 53  # a group's lookup key: the table's slot in the group << 53 | row id
 _AHEAD_MAX = 4   # batches gathered ahead and not yet looked up, at most
+# A pipelined step's pushes of at least this many gradient bytes go in two
+# requests, the rows the next batch shares with them first (that batch
+# waits for that request only); smaller ones in one, which the daemon
+# applies in about as long as a request takes (docs/benchmarks.md, Pipelines)
+_SPLIT_BYTES = 1 << 20
 
 
 class _GradSlice:
@@ -339,14 +344,36 @@ class _Lookup:
 
 class _Ahead:
     """A batch gathered ahead by a Collection's background thread: its ids
-    (key, sizes, as _Lookup's), then its _Lookup and rows (one array per
-    group), both made by that thread, and the thread's last request that
-    writes them (the gather, then each push handed over after it, which
-    gathers again the rows it changed)."""
+    (key, sizes, as _Lookup's), its _Lookup and rows (one array per group;
+    made by that thread, or by prefetch() when the thread is behind; filled
+    by the thread), and the thread's last request that writes them (the
+    gather, then each push handed over after it, which gathers again the
+    rows it changed)."""
     __slots__ = ("key", "sizes", "lookup", "rows", "last")
 
     def __init__(self, key, sizes):
         self.key, self.sizes, self.lookup, self.rows, self.last = key, sizes, None, None, None
+
+
+def _split_pushes(pushes, gathers):
+    """(the pushes' rows that gathers ask for, the other rows): two lists of
+    pushes as Collection._send takes them, each table's ids still
+    ascending.  gathers: (table index, ids, rows) of a patch, its ids a
+    subset of that table's pushed ids, a table once."""
+    common = {i: c for i, c, _ in gathers}
+    shared, rest = [], []
+    for i, u, g, params, kw in pushes:
+        c = common.get(i)
+        if c is None or not len(c):
+            rest.append((i, u, g, params, kw))
+            continue
+        pos = np.searchsorted(u, c)
+        shared.append((i, u[pos], g[pos], params, kw))
+        if len(pos) < len(u):
+            keep = np.ones(len(u), bool)
+            keep[pos] = False
+            rest.append((i, u[keep], g[keep], params, kw))
+    return shared, rest
 
 
 class Collection(torch.nn.Module):
@@ -370,13 +397,16 @@ class Collection(torch.nn.Module):
     hands the batch's gather to a background thread at once, and step()
     hands it the pushes, which also gather again the rows they change of
     the batches gathered ahead; forward() then only waits, if at all, for
-    what the thread has not finished (the seconds waited add up in
-    .waited).  A pipelined run equals the unpipelined one bit for bit;
-    change the tables only through the collection's optimizer until
-    flush(), which waits for the thread and forgets the batches gathered
-    ahead (wait() waits and keeps them).  An error of a request the thread
-    made (a push refused, say) is raised by the next forward(), wait() or
-    flush().
+    the requests that write its batch's rows (the seconds waited add up in
+    .waited): a step's pushes of 1 MiB of gradients or more send the rows
+    the next batch shares with them first, the rest behind.  A pipelined
+    run equals the
+    unpipelined one bit for bit; change the tables only through the
+    collection's optimizer until flush(), which waits for the thread and
+    forgets the batches gathered ahead (wait() waits and keeps them).  An
+    error of a request the thread made (a push refused, say) is raised by
+    the first forward() that waits for that request or one after it, or by
+    wait() or flush().
 
         coll = et.Collection(m, [et.TableSpec(f"C{i}.emb", 16) for i in range(26)])
         opt = et.RowWiseAdagrad([coll], lr=0.05)
@@ -426,6 +456,10 @@ class Collection(torch.nn.Module):
         f = self._worker.submit(fn)
         self._futures.append(f)
         return f
+
+    def _behind(self):
+        """Has the background thread requests still to finish?"""
+        return any(not f.done() for f in self._futures)
 
     def _wait(self, upto=None):
         """Wait for the background thread's requests, up to upto (a future)
@@ -642,12 +676,21 @@ class Collection(torch.nn.Module):
         if len(self._ahead) >= _AHEAD_MAX:
             del self._ahead[0]
         a = _Ahead(key, sizes)
-
-        def run():  # on the background thread
-            a.lookup = _Lookup(self, key, sizes)
-            a.rows = self._new_rows(a.lookup)
-            self._send(gathers=self._gathers(a.lookup, a.rows))
-        a.last = self._submit(run)
+        if self._behind():
+            # the thread is behind, and its requests are the step's
+            # critical path: look the batch up here, as this thread will
+            # wait in forward() anyway (docs/benchmarks.md, Pipelines)
+            lk = _Lookup(self, key, sizes)
+            a.rows, a.lookup = self._new_rows(lk), lk
+            gathers = self._gathers(lk, a.rows)
+            a.last = self._submit(lambda: self._send(gathers=gathers))
+        else:
+            def run():  # on the background thread
+                lk = _Lookup(self, key, sizes)
+                a.rows = self._new_rows(lk)
+                a.lookup = lk  # last: _push_ahead takes it as the sign that both are set
+                self._send(gathers=self._gathers(lk, a.rows))
+            a.last = self._submit(run)
         self._ahead.append(a)
 
     def _step(self, opt):
@@ -683,19 +726,44 @@ class Collection(torch.nn.Module):
     def _push_ahead(self, pushes):
         """Hand pushes to the background thread; it sends them with gathers
         of the rows they change in the batches gathered ahead, and patches
-        those rows in."""
+        those rows in.  Pushes of _SPLIT_BYTES or more, when the batches
+        ahead are looked up: the rows the next batch shares with them go
+        first, in a request of their own with that batch's patch, and the
+        next forward() waits for that one only (a batch's last request is
+        the last that writes its rows); the rest of the pushes go on behind
+        it."""
         aheads = list(self._ahead)
+        later, waits = None, aheads  # later None: the thread works the patches out
+        if aheads and sum(p[2].nbytes for p in pushes) >= _SPLIT_BYTES and \
+                all(a.lookup is not None for a in aheads):
+            patches = [self._patches(a, pushes) for a in aheads]
+            if patches[0][0]:
+                shared, pushes = _split_pushes(pushes, patches[0][0])
+                first = patches[0]
+
+                def run_first():  # on the background thread
+                    self._send(shared, first[0])
+                    for rows, pos, fresh in first[1]:
+                        rows[pos] = fresh
+                aheads[0].last = self._submit(run_first)
+                aheads, patches = aheads[1:], patches[1:]
+            later = [p for p in patches if p[0]]
+            # an ahead none of whose rows the rest changes waits for none of it
+            waits = [a for a, p in zip(aheads, patches) if p[0]]
+            if not pushes and not later:
+                return
 
         def run():  # on the background thread, after every ahead's gather
-            patches = [p for p in (self._patches(a, pushes) for a in aheads) if p[0]]
+            todo = later if later is not None else \
+                [p for p in (self._patches(a, pushes) for a in waits) if p[0]]
             # the pushes, with the first ahead's rows again; any later one's
             # in requests of their own (a table once in a request)
-            for k, (gathers, into) in enumerate(patches or [([], [])]):
+            for k, (gathers, into) in enumerate(todo or [([], [])]):
                 self._send(pushes if k == 0 else (), gathers)
                 for rows, pos, fresh in into:
                     rows[pos] = fresh
         last = self._submit(run)
-        for a in aheads:
+        for a in waits:
             a.last = last
 
     def _patches(self, a, pushes):

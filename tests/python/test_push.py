@@ -427,6 +427,32 @@ class TestCollection(PooledCase):
                 np.testing.assert_array_equal(x, y, err_msg=f"{kind} {dims} EMBFS_SEED={seed}")
 
     @unittest.skipIf(torch is None, "torch missing")
+    def test_pipeline_split_pushes_bit_for_bit(self):
+        # pushes of _SPLIT_BYTES or more go in two requests, the rows the
+        # next batch shares with them first (which that batch waits for),
+        # then the rest; here every push is split, and every batch looked up
+        # by prefetch() (as when the thread is behind), so that the batches
+        # ahead are looked up when the pushes come
+        import embfs.torch as et
+        seed = seed_of("collection pipeline split")
+        saved = et._SPLIT_BYTES, et.Collection._behind
+        et._SPLIT_BYTES, et.Collection._behind = 0, lambda self: True
+        try:
+            for kind, dims in (("sgd", (4, 8, 6)), ("adagrad", (8, 8, 8)), ("adam", (4, 8, 6))):
+                a, _ = self.train("sa", kind, seed=seed, steps=8, dims=dims)
+                b, multis = self.train("sb", kind, seed=seed, steps=8, pipeline=True, dims=dims)
+                # 8 gathers, 8 pushes, and the 7 that the next batch shares rows with split
+                self.assertEqual(multis, 8 + 8 + 7, f"{kind}: the pushes went in two requests")
+                for x, y in zip(a, b):
+                    np.testing.assert_array_equal(x, y, err_msg=f"{kind} {dims} EMBFS_SEED={seed}")
+                c, _ = self.train("sc", kind, seed=seed, steps=60, pipeline=True, dims=(8, 4))
+                d, _ = self.train("sd", kind, seed=seed, steps=60, dims=(8, 4))
+                for x, y in zip(c, d):
+                    np.testing.assert_array_equal(x, y, err_msg=f"{kind} 60 steps EMBFS_SEED={seed}")
+        finally:
+            et._SPLIT_BYTES, et.Collection._behind = saved
+
+    @unittest.skipIf(torch is None, "torch missing")
     def test_pipeline_many_steps_few_rows(self):
         # every step shares most rows with the next, and the gather and push
         # threads race for them: pipelined equals unpipelined, bit for bit
