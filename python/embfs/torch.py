@@ -400,13 +400,12 @@ class Collection(torch.nn.Module):
     the requests that write its batch's rows (the seconds waited add up in
     .waited): a step's pushes of 1 MiB of gradients or more send the rows
     the next batch shares with them first, the rest behind.  A pipelined
-    run equals the
-    unpipelined one bit for bit; change the tables only through the
-    collection's optimizer until flush(), which waits for the thread and
-    forgets the batches gathered ahead (wait() waits and keeps them).  An
-    error of a request the thread made (a push refused, say) is raised by
-    the first forward() that waits for that request or one after it, or by
-    wait() or flush().
+    run equals the unpipelined one bit for bit; change the tables only
+    through the collection's optimizer until flush(), which waits for the
+    thread and forgets the batches gathered ahead (wait() waits and keeps
+    them).  An error of a request the thread made (a push refused, say) is
+    raised by the first forward() that waits for that request or one after
+    it, or by wait() or flush().
 
         coll = et.Collection(m, [et.TableSpec(f"C{i}.emb", 16) for i in range(26)])
         opt = et.RowWiseAdagrad([coll], lr=0.05)
