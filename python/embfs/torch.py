@@ -347,8 +347,9 @@ class _Ahead:
     (key, sizes, as _Lookup's), its _Lookup and rows (one array per group;
     made by that thread, or by prefetch() when the thread is behind; filled
     by the thread), and the thread's last request that writes them (the
-    gather, then each push handed over after it, which gathers again the
-    rows it changed)."""
+    gather, then the pushes handed over after it, which gather again the
+    rows they change; a split step's requests that change none of its rows
+    are not its last: see Collection._push_ahead)."""
     __slots__ = ("key", "sizes", "lookup", "rows", "last")
 
     def __init__(self, key, sizes):
@@ -397,15 +398,17 @@ class Collection(torch.nn.Module):
     hands the batch's gather to a background thread at once, and step()
     hands it the pushes, which also gather again the rows they change of
     the batches gathered ahead; forward() then only waits, if at all, for
-    the requests that write its batch's rows (the seconds waited add up in
-    .waited): a step's pushes of 1 MiB of gradients or more send the rows
-    the next batch shares with them first, the rest behind.  A pipelined
-    run equals the unpipelined one bit for bit; change the tables only
-    through the collection's optimizer until flush(), which waits for the
-    thread and forgets the batches gathered ahead (wait() waits and keeps
-    them).  An error of a request the thread made (a push refused, say) is
-    raised by the first forward() that waits for that request or one after
-    it, or by wait() or flush().
+    what the thread has not finished of its batch (the seconds waited add
+    up in .waited).  A step's pushes of 1 MiB of gradients or more, once
+    the next batch is looked up, send the rows that batch shares with them
+    first, and that batch waits for those only; the rest go behind (not
+    when the first request is refused).  A pipelined run equals the
+    unpipelined one bit for bit; change the tables only through the
+    collection's optimizer until flush(), which waits for the thread and
+    forgets the batches gathered ahead (wait() waits and keeps them).  An
+    error of a request the thread made (a push refused, say) is raised by
+    the first forward() that waits for that request or one after it, or by
+    wait() or flush().
 
         coll = et.Collection(m, [et.TableSpec(f"C{i}.emb", 16) for i in range(26)])
         opt = et.RowWiseAdagrad([coll], lr=0.05)
@@ -677,8 +680,8 @@ class Collection(torch.nn.Module):
         a = _Ahead(key, sizes)
         if self._behind():
             # the thread is behind, and its requests are the step's
-            # critical path: look the batch up here, as this thread will
-            # wait in forward() anyway (docs/benchmarks.md, Pipelines)
+            # critical path: look the batch up here (docs/benchmarks.md,
+            # Pipelines); it also lets the next step split its pushes
             lk = _Lookup(self, key, sizes)
             a.rows, a.lookup = self._new_rows(lk), lk
             gathers = self._gathers(lk, a.rows)
@@ -725,16 +728,15 @@ class Collection(torch.nn.Module):
     def _push_ahead(self, pushes):
         """Hand pushes to the background thread; it sends them with gathers
         of the rows they change in the batches gathered ahead, and patches
-        those rows in.  Pushes of _SPLIT_BYTES or more, when the batches
-        ahead are looked up: the rows the next batch shares with them go
-        first, in a request of their own with that batch's patch, and the
-        next forward() waits for that one only (a batch's last request is
-        the last that writes its rows); the rest of the pushes go on behind
-        it."""
+        those rows in.  Split (_splittable): the rows the next batch shares
+        with the pushes go first, in a request of their own with that
+        batch's patch, and the next forward() waits for that one only (a
+        batch's last request is the last that writes its rows); the rest go
+        behind it, unless the first was refused (then none of the step is
+        applied, as with one request)."""
         aheads = list(self._ahead)
-        later, waits = None, aheads  # later None: the thread works the patches out
-        if aheads and sum(p[2].nbytes for p in pushes) >= _SPLIT_BYTES and \
-                all(a.lookup is not None for a in aheads):
+        later, waits, first_f = None, aheads, None  # later None: the thread works the patches out
+        if self._splittable(pushes, aheads):
             patches = [self._patches(a, pushes) for a in aheads]
             if patches[0][0]:
                 shared, pushes = _split_pushes(pushes, patches[0][0])
@@ -744,15 +746,18 @@ class Collection(torch.nn.Module):
                     self._send(shared, first[0])
                     for rows, pos, fresh in first[1]:
                         rows[pos] = fresh
-                aheads[0].last = self._submit(run_first)
+                aheads[0].last = first_f = self._submit(run_first)
                 aheads, patches = aheads[1:], patches[1:]
             later = [p for p in patches if p[0]]
-            # an ahead none of whose rows the rest changes waits for none of it
+            # a later ahead none of whose rows the step's pushes change waits
+            # for none of them
             waits = [a for a, p in zip(aheads, patches) if p[0]]
             if not pushes and not later:
                 return
 
         def run():  # on the background thread, after every ahead's gather
+            if first_f is not None and first_f.exception() is not None:
+                return  # the step was refused: its error is first_f's
             todo = later if later is not None else \
                 [p for p in (self._patches(a, pushes) for a in waits) if p[0]]
             # the pushes, with the first ahead's rows again; any later one's
@@ -764,6 +769,20 @@ class Collection(torch.nn.Module):
         last = self._submit(run)
         for a in waits:
             a.last = last
+
+    def _splittable(self, pushes, aheads):
+        """May a step's pushes go in two requests (_push_ahead)?  When they
+        are large (_SPLIT_BYTES), every batch ahead is looked up, and no row
+        of them can be refused on its own: ids in range, gradients finite
+        (a sum that overflows says no as well), so that the second request
+        fails only when the first would (a full pool, the table gone)."""
+        if not aheads or sum(p[2].nbytes for p in pushes) < _SPLIT_BYTES or \
+                any(a.lookup is None for a in aheads):
+            return False
+        for i, u, g, _, _ in pushes:
+            if len(u) and (u[0] < 0 or u[-1] > self._bags[i].table.max_row or not np.isfinite(g.sum())):
+                return False
+        return True
 
     def _patches(self, a, pushes):
         """(gathers, [(rows, positions, fresh rows)]): the rows of ahead a

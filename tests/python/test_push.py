@@ -505,6 +505,15 @@ class TestCollection(PooledCase):
 
         for x, y in zip(run("pea", False), run("peb", True)):
             np.testing.assert_array_equal(x, y, err_msg=f"EMBFS_SEED={seed}")
+        # again with every step's pushes split (several batches ahead, later
+        # ones patched by the second request)
+        saved = et._SPLIT_BYTES, et.Collection._behind
+        et._SPLIT_BYTES, et.Collection._behind = 0, lambda self: True
+        try:
+            for x, y in zip(run("pec", False), run("ped", True)):
+                np.testing.assert_array_equal(x, y, err_msg=f"split, EMBFS_SEED={seed}")
+        finally:
+            et._SPLIT_BYTES, et.Collection._behind = saved
 
     @unittest.skipIf(torch is None, "torch missing")
     def test_pipeline_raises_a_refused_push(self):
@@ -523,6 +532,37 @@ class TestCollection(PooledCase):
         self.assertEqual(cm.exception.errno, errno.EINVAL)
         self.assertEqual(list(mod.bags[0].table.stored_ids()), [])
         mod.flush()  # raised once
+
+    @unittest.skipIf(torch is None, "torch missing")
+    def test_pipeline_split_refused_applies_nothing(self):
+        # a step's pushes split in two requests (the rows the next batch
+        # shares with them first) are refused whole, as one request is:
+        # NaN gradients keep a step from being split, and when the first
+        # request is refused the second is not sent
+        import embfs.torch as et
+        saved = et._SPLIT_BYTES, et.Collection._behind, et.Collection._splittable
+        et._SPLIT_BYTES, et.Collection._behind = 0, lambda self: True
+        b0, b1 = torch.tensor([[1, 2], [3, 4]]), torch.tensor([[3, 4], [5, 6]])  # b1 shares rows 3 and 4
+        try:
+            for name, nan_bag, force in (("pnan1", 0, False), ("pnan2", 1, True)):
+                if force:  # the shared rows' request refused (NaN), the rest finite
+                    et.Collection._splittable = lambda self, pushes, aheads: bool(aheads)
+                spec = et.TableSpec(self.gone(name), 4, init=embfs.Init.uniform(-0.1, 0.1, seed=3, cols=4))
+                mod = et.Collection(self.m, [spec], optimizer="sgd", pipeline=True)
+                opt = et.SGD([mod], lr=0.1)
+                mod.prefetch([b1])
+                out = mod([b0])[0]
+                scale = torch.ones(2, 1)
+                scale[nan_bag] = float("nan")
+                (out * scale).sum().backward()
+                opt.step()
+                with self.assertRaises(embfs.EmbfsError) as cm:
+                    mod([b1])
+                self.assertEqual(cm.exception.errno, errno.EINVAL, name)
+                mod.flush()
+                self.assertEqual(list(mod.bags[0].table.stored_ids()), [], name)
+        finally:
+            et._SPLIT_BYTES, et.Collection._behind, et.Collection._splittable = saved
 
     @unittest.skipIf(torch is None, "torch missing")
     def test_jagged_equals_dense(self):
