@@ -350,10 +350,11 @@ class _Ahead:
     gather, then the pushes handed over after it, which gather again the
     rows they change; a split step's requests that change none of its rows
     are not its last: see Collection._push_ahead)."""
-    __slots__ = ("key", "sizes", "lookup", "rows", "last")
+    __slots__ = ("key", "sizes", "lookup", "rows", "last", "gathered")
 
     def __init__(self, key, sizes):
         self.key, self.sizes, self.lookup, self.rows, self.last = key, sizes, None, None, None
+        self.gathered = False  # set by the thread once its gather succeeded
 
 
 def _split_pushes(pushes, gathers):
@@ -408,7 +409,8 @@ class Collection(torch.nn.Module):
     forgets the batches gathered ahead (wait() waits and keeps them).  An
     error of a request the thread made (a push refused, say) is raised by
     the first forward() that waits for that request or one after it, or by
-    wait() or flush().
+    wait() or flush(); a batch whose gather ahead failed is gathered by its
+    forward() then.
 
         coll = et.Collection(m, [et.TableSpec(f"C{i}.emb", 16) for i in range(26)])
         opt = et.RowWiseAdagrad([coll], lr=0.05)
@@ -570,7 +572,9 @@ class Collection(torch.nn.Module):
             if a.sizes == sizes and np.array_equal(a.key, key):
                 del self._ahead[:k + 1]  # the ones before were never looked up
                 self._wait(a.last)
-                return a.lookup, a.rows
+                if a.gathered:
+                    return a.lookup, a.rows
+                break  # its lookup or gather failed (that error raised already): now
         self._wait()
         lk = _Lookup(self, key, sizes)
         rows = self._new_rows(lk)
@@ -685,14 +689,18 @@ class Collection(torch.nn.Module):
             lk = _Lookup(self, key, sizes)
             a.rows, a.lookup = self._new_rows(lk), lk
             gathers = self._gathers(lk, a.rows)
-            a.last = self._submit(lambda: self._send(gathers=gathers))
+
+            def run():  # on the background thread
+                self._send(gathers=gathers)
+                a.gathered = True
         else:
             def run():  # on the background thread
                 lk = _Lookup(self, key, sizes)
                 a.rows = self._new_rows(lk)
                 a.lookup = lk  # last: _push_ahead takes it as the sign that both are set
                 self._send(gathers=self._gathers(lk, a.rows))
-            a.last = self._submit(run)
+                a.gathered = True
+        a.last = self._submit(run)
         self._ahead.append(a)
 
     def _step(self, opt):
@@ -758,8 +766,10 @@ class Collection(torch.nn.Module):
         def run():  # on the background thread, after every ahead's gather
             if first_f is not None and first_f.exception() is not None:
                 return  # the step was refused: its error is first_f's
+            # (an ahead the thread failed to look up has no rows to patch:
+            # its forward() raises that error; the pushes still go)
             todo = later if later is not None else \
-                [p for p in (self._patches(a, pushes) for a in waits) if p[0]]
+                [p for p in (self._patches(a, pushes) for a in waits if a.lookup is not None) if p[0]]
             # the pushes, with the first ahead's rows again; any later one's
             # in requests of their own (a table once in a request)
             for k, (gathers, into) in enumerate(todo or [([], [])]):

@@ -565,6 +565,52 @@ class TestCollection(PooledCase):
             et._SPLIT_BYTES, et.Collection._behind, et.Collection._splittable = saved
 
     @unittest.skipIf(torch is None, "torch missing")
+    def test_pipeline_failed_lookup_keeps_the_push(self):
+        # the background thread fails to look a batch ahead up: the step's
+        # pushes still go, that batch's forward() raises the error, and a
+        # forward() of it after the error was raised gathers it then; the
+        # rows equal an unpipelined run's
+        import embfs.torch as et
+        b0, b1 = torch.tensor([[1, 2], [3, 4]]), torch.tensor([[3, 4], [5, 6]])
+        saved = et._Lookup
+
+        class Failing(saved):
+            __slots__ = ()
+
+            def __init__(self, *a):
+                raise MemoryError("injected")
+
+        def run(name, pipeline, raised_by_wait=False):
+            spec = et.TableSpec(self.gone(name), 4, init=embfs.Init.uniform(-0.1, 0.1, seed=3, cols=4))
+            mod = et.Collection(self.m, [spec], optimizer="sgd", pipeline=pipeline)
+            opt = et.SGD([mod], lr=0.1)
+            if pipeline:
+                mod.prefetch([b0])
+                mod.wait()
+                et._Lookup = Failing
+                try:
+                    mod.prefetch([b1])  # the thread is idle: it looks the batch up, and fails
+                    self.assertIsInstance(mod._futures[-1].exception(), MemoryError)
+                finally:
+                    et._Lookup = saved
+                if raised_by_wait:
+                    with self.assertRaises(MemoryError):
+                        mod.wait()
+            mod([b0])[0].sum().backward()
+            opt.step()
+            if pipeline and not raised_by_wait:
+                with self.assertRaises(MemoryError):
+                    mod([b1])
+            (mod([b1])[0] * 2).sum().backward()
+            opt.step()
+            mod.flush()
+            return mod.bags[0].table.gather(np.arange(8))
+
+        want = run("plka", False)
+        np.testing.assert_array_equal(run("plkb", True), want)
+        np.testing.assert_array_equal(run("plkc", True, raised_by_wait=True), want)
+
+    @unittest.skipIf(torch is None, "torch missing")
     def test_jagged_equals_dense(self):
         seed = seed_of("collection jagged")
         a, _ = self.train("ja", "sgd", seed=seed)
