@@ -65,7 +65,7 @@ int batch_resolve(struct embfs *fs, uint64_t ino, struct btarget *t)
 	}
 	*t = (struct btarget){ .ino = ino, .id = a.id, .gen = v.snap ? v.snap_gen : a.gen, .row_size = a.row_size,
 			       .dtype = a.dtype, .cols = a.dim,
-			       .mode = v.snap ? a.mode & ~0222u : a.mode, .uid = a.uid, .gid = a.gid,
+			       .mode = v.snap ? a.mode & ~0222u : a.mode, .uid = a.uid, .gid = a.gid, .size = a.size,
 			       .writable = !v.snap, .cached = fs->fr.cache && !v.snap, .view = v };
 	return 0;
 }

@@ -33,6 +33,7 @@ struct btarget {
 	uint64_t gen;
 	uint32_t row_size, dtype, cols;
 	uint32_t mode, uid, gid;
+	uint64_t size;     /* the table's size (bytes) when resolved */
 	int writable;      /* SCATTER allowed: a live table */
 	int cached;        /* rows live in fs->fr.cache under id: PREFETCH can pin them */
 	struct store_view view;

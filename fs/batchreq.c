@@ -13,6 +13,8 @@
 
 #include "batch_int.h"
 
+#define GROW_WAIT_S 5 /* longest wait for the kernel to drop a grown table's attributes */
+
 /* ---- requests --------------------------------------------------------- */
 
 /* Forget the request in flight (and the room it reserved) and the response. */
@@ -357,7 +359,16 @@ static int change_rows(struct embfs *fs, const struct btarget *t, uint32_t op, c
 		INC(fs->batch, scatter_rows, n);
 	}
 	pc_scatter_end(fs, &pcs);
-	batch_inval(fs, t->ino); /* also after an error: some rows may have changed */
+	uint64_t seq = batch_inval(fs, t->ino); /* also after an error: some rows may have changed */
+	/* rows past the end made the table longer: the kernel's attributes
+	 * are dropped before the reply, so that a stat after it sees the new
+	 * size (the notifier thread was still on its way about half the time);
+	 * bounded, as restore's wait (the size then shows when they time out) */
+	uint64_t end = 0;
+	for (uint32_t i = 0; i < n; i++)
+		end = ids[i] + 1 > end ? ids[i] + 1 : end;
+	if (end * rs > now.size)
+		(void)batch_inval_wait(fs, seq, GROW_WAIT_S);
 	return ret;
 }
 

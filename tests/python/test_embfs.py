@@ -51,6 +51,21 @@ class TestRows(MountCase):
             f.seek(int(u[3]) * t.row_size)
             self.assertEqual(f.read(t.row_size), got[3].tobytes())
 
+    def test_size_after_a_growing_scatter(self):
+        # a scatter or push past the end returns only once the kernel has
+        # dropped the table's cached size: a stat right after sees the new
+        # one (it saw the old one about half the time)
+        t = self.fresh("grow.emb", 4)
+        for k in range(60):
+            os.stat(t.path)  # the kernel holds the size now
+            row = 1000 + 7 * k
+            if k % 2:
+                t.push([row], np.ones((1, 4), np.float32), optimizer="sgd", lr=0.5)
+            else:
+                t.scatter([row], np.ones((1, 4), np.float32))
+            self.assertEqual(os.stat(t.path).st_size, (row + 1) * t.row_size, f"step {k}")
+            self.assertEqual(list(t.stored_ids(row)), [row])
+
     def test_presence(self):
         t = self.fresh("pres.emb", 4)
         t.scatter([1, 3], np.ones((2, 4), np.float32))
