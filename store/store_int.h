@@ -718,12 +718,11 @@ uint64_t ref_row(const struct store *s, uint64_t ref);
  * matching checksum; a link whose version is one of its row)?  For a key
  * that did not match: a damaged key must not pass for another row's. */
 int ref_sound(struct store *s, struct stable *st, uint64_t ref);
-/* Free a version's or a link's slot (poisoned).  Only the slot: a stub's
+/* Free the slots of versions or links off[0..n) (which it changes; each
+ * poisoned), under one hold of the space lock.  Only the slots: a stub's
  * record on the spill device is the tier's, so the store frees versions
- * through spill_ver_free (tier/tier.h), which calls this.  commit_lock held. */
-void ver_slot_free(struct store *s, uint64_t off);
-/* ver_slot_free of off[0..n) (which it changes), one hold of the space lock
- * for all. */
+ * through spill_ver_free/spill_vers_free (tier/tier.h), which call this.
+ * commit_lock held. */
 void ver_slots_free(struct store *s, uint64_t *off, size_t n);
 
 /* A walk of one row's version chain, newest first, each element validated. */

@@ -114,11 +114,6 @@ void field_set(struct store *s, uint64_t at, uint64_t ref)
 	pm_flush(s, f, 8);
 }
 
-void ver_slot_free(struct store *s, uint64_t off)
-{
-	ver_slots_free(s, &off, 1);
-}
-
 void ver_slots_free(struct store *s, uint64_t *off, size_t n)
 {
 	size_t k = 0;
