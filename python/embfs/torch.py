@@ -688,18 +688,14 @@ class Collection(torch.nn.Module):
             # Pipelines); it also lets the next step split its pushes
             lk = _Lookup(self, key, sizes)
             a.rows, a.lookup = self._new_rows(lk), lk
-            gathers = self._gathers(lk, a.rows)
 
-            def run():  # on the background thread
-                self._send(gathers=gathers)
-                a.gathered = True
-        else:
-            def run():  # on the background thread
+        def run():  # on the background thread
+            if a.lookup is None:
                 lk = _Lookup(self, key, sizes)
                 a.rows = self._new_rows(lk)
                 a.lookup = lk  # last: _push_ahead takes it as the sign that both are set
-                self._send(gathers=self._gathers(lk, a.rows))
-                a.gathered = True
+            self._send(gathers=self._gathers(a.lookup, a.rows))
+            a.gathered = True
         a.last = self._submit(run)
         self._ahead.append(a)
 
