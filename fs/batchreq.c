@@ -360,14 +360,13 @@ static int change_rows(struct embfs *fs, const struct btarget *t, uint32_t op, c
 	}
 	pc_scatter_end(fs, &pcs);
 	uint64_t seq = batch_inval(fs, t->ino); /* also after an error: some rows may have changed */
-	/* rows past the end made the table longer: the kernel's attributes
-	 * are dropped before the reply, so that a stat after it sees the new
-	 * size (the notifier thread was still on its way about half the time);
-	 * bounded, as restore's wait (the size then shows when they time out) */
-	uint64_t end = 0;
-	for (uint32_t i = 0; i < n; i++)
-		end = ids[i] + 1 > end ? ids[i] + 1 : end;
-	if (end * rs > now.size)
+	/* the table grew (the front raised its size to cover the rows): the
+	 * kernel's attributes are dropped before the reply, so that a stat
+	 * after it sees the new size (the notifier thread was still on its way
+	 * about half the time); bounded, as restore's wait (the size then
+	 * shows when they time out) */
+	struct btarget after;
+	if (!batch_resolve(fs, t->ino, &after) && after.size > now.size)
 		(void)batch_inval_wait(fs, seq, GROW_WAIT_S);
 	return ret;
 }
