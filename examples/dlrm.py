@@ -109,6 +109,7 @@ MISS = np.array([0.45, 0.0, 0.2, 0.2, 0.03, 0.22, 0.04, 0.0, 0.04, 0.45, 0.04, 0
 WD = np.array([0.6, -0.5, 0.4, 0.2, -0.3, 0.5, 0.1, -0.4, 0.3, 0.6, -0.5, 0.5, 0.2])
 B0, A, C = -1.6, 0.45, 1.5
 PAIRS = [(0, 1), (2, 3), (4, 7), (9, 12), (14, 23), (10, 25)]
+PAIRED = sorted({f for p in PAIRS for f in p})
 BOTTOM, TOP = [DENSE, 512, 256, 64, DIM], [512, 256, 1]
 
 
@@ -160,9 +161,9 @@ class Data:
             hid = mix64(h ^ np.uint64(0x5851F42D4C957F2D))                             # the hidden model's
         ids = (h % np.uint64(NROWS)).astype(np.int64)
         z = B0 + (dense - MU) @ WD + A * gauss(hid, 1)[..., 0].sum(1)
-        v = gauss(hid, 4) * 0.5
+        v = gauss(hid[:, PAIRED], 4) * 0.5  # only the features PAIRS uses (the same values)
         for f, g in PAIRS:
-            z += C * np.einsum("nk,nk->n", v[:, f], v[:, g])
+            z += C * np.einsum("nk,nk->n", v[:, PAIRED.index(f)], v[:, PAIRED.index(g)])
         p = 1.0 / (1.0 + np.exp(-z))
         y = (rng.random(n) < p).astype(np.float32)
         ideal = -np.mean(y * np.log(p) + (1 - y) * np.log1p(-p))
