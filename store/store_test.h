@@ -49,6 +49,9 @@ struct store_test_spill {
 	 * (ms; 0: no), so that a test sees a pass of several slow runs */
 	uint32_t evict_rows;
 	uint32_t evict_slow_ms;
+	/* every row counts as cold to the mover's sweep (no second chance), so
+	 * that a test's sweep reaches the rows it just changed */
+	int all_cold;
 };
 
 /* Set the spill tier's test hooks of s (a copy of *h; NULL: none) for the

@@ -779,6 +779,7 @@ static int spill_new(struct store *s, const struct store_spill_conf *c, const ch
 	sp->merge_slow_ms = s->test_spill.merge_slow_ms;
 	sp->evict_rows = s->test_spill.evict_rows;
 	sp->evict_slow_ms = s->test_spill.evict_slow_ms;
+	sp->all_cold = s->test_spill.all_cold;
 	sp->unlocked_arg = s->test_spill.unlocked_arg;
 	sp->open_seg = -1;
 	sp->reserve_min = pm->nsegs / 8 > 2 ? (uint32_t)(pm->nsegs / 8) : 2;

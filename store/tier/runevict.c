@@ -94,7 +94,7 @@ static int gather_one(struct gather *g, uint64_t row, uint64_t ref)
 		return 0;
 	if (ver_tomb(c.v) && !c.next && !runs_may_hold(s, st->id, row))
 		return 0; /* reclaim drops it */
-	if (!g->all && heat_test_clear(s->sp, st->id, row))
+	if (!g->all && !s->sp->all_cold && heat_test_clear(s->sp, st->id, row))
 		return 0;
 	return ev_take(s, st, g->es, row, ref);
 }
@@ -107,12 +107,12 @@ static int gather_cb(void *arg, uint64_t row, uint64_t ref)
 }
 
 /* A row of the index and its chain's head. */
-struct cand {
+struct ev_cand {
 	uint64_t row, ref;
 };
 
 struct cands {
-	struct cand *v;
+	struct ev_cand *v;
 	size_t n, cap;
 	uint64_t from;
 	int err;
@@ -120,7 +120,7 @@ struct cands {
 
 static int cand_cmp(const void *a, const void *b)
 {
-	const struct cand *x = a, *y = b;
+	const struct ev_cand *x = a, *y = b;
 	return x->row < y->row ? -1 : x->row > y->row;
 }
 
@@ -132,7 +132,7 @@ static int cand_add(void *arg, uint64_t row, uint64_t ref)
 		return 0;
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? 2 * c->cap : 4096;
-		struct cand *v = realloc(c->v, cap * sizeof(*v));
+		struct ev_cand *v = realloc(c->v, cap * sizeof(*v));
 		if (!v) {
 			c->err = -ENOMEM;
 			return 1;
@@ -140,7 +140,40 @@ static int cand_add(void *arg, uint64_t row, uint64_t ref)
 		c->v = v;
 		c->cap = cap;
 	}
-	c->v[c->n++] = (struct cand){ row, ref };
+	c->v[c->n++] = (struct ev_cand){ row, ref };
+	return 0;
+}
+
+static void evc_drop(struct spill *sp)
+{
+	free(sp->evc);
+	sp->evc = NULL;
+	sp->evc_n = sp->evc_at = 0;
+}
+
+/* The sweep's rows of st from the hand on: those a scan of this sweep kept
+ * (1: their heads may have changed since), or a new scan's (0).  Only the
+ * mover (round_lock) touches sp->evc.  st->lock and commit_lock held. */
+static int evc_get(struct store *s, struct stable *st, uint64_t hand)
+{
+	struct spill *sp = s->sp;
+	if (sp->evc && sp->evc_id == st->id && sp->evc_gen == st->t->gen && sp->evc_at < sp->evc_n &&
+	    sp->evc[sp->evc_at].row == hand)
+		return 1;
+	evc_drop(sp);
+	struct cands c = { .from = hand };
+	size_t di = 0;
+	index_scan(s, st, &di, cand_add, &c);
+	if (c.err) {
+		free(c.v);
+		return c.err;
+	}
+	if (c.n)
+		qsort(c.v, c.n, sizeof(*c.v), cand_cmp);
+	sp->evc = c.v;
+	sp->evc_n = c.n;
+	sp->evc_id = st->id;
+	sp->evc_gen = st->t->gen;
 	return 0;
 }
 
@@ -152,42 +185,54 @@ static int cand_add(void *arg, uint64_t row, uint64_t ref)
  * it goes on until es is full: a load's runs are few and large, and the
  * hand stops at the first row a load has not written back yet instead of
  * passing it.  *hand: the first row not passed, or EMB_NONE when the sweep
- * reached the table's end.  A pool of sp->order_max row versions or more
- * (ordered 0) is swept in its index's order instead, *hand then
- * the index position: a sort of its rows would hold commit_lock too long.
- * commit_lock held. */
+ * reached the table's end.  The rows come from a scan of the index at the
+ * sweep's first eviction (evc_get): a row made since is left for the next
+ * sweep, and each row kept is looked up again when its turn comes.  A pool
+ * of sp->order_max row versions or more (ordered 0) is swept in its
+ * index's order instead, *hand then the index position: a sort of its
+ * rows would hold commit_lock too long.  commit_lock held. */
 static int evict_gather(struct store *s, struct stable *st, uint64_t *hand, int all, size_t want, int ordered,
 			struct evset *es)
 {
+	struct spill *sp = s->sp;
 	struct gather g = { s, st, es, all };
-	struct cands c = { .from = *hand };
-	size_t di = 0, i = 0;
 	pthread_rwlock_rdlock(&st->lock);
 	if (!ordered) {
-		di = *hand;
+		evc_drop(sp);
+		size_t di = *hand;
 		index_scan(s, st, &di, gather_cb, &g);
 		*hand = di >= index_ndir(st) ? EMB_NONE : di;
 		pthread_rwlock_unlock(&st->lock);
 		return 0;
 	}
-	index_scan(s, st, &di, cand_add, &c);
-	if (!c.err && c.n)
-		qsort(c.v, c.n, sizeof(*c.v), cand_cmp);
+	int kept = evc_get(s, st, *hand);
+	if (kept < 0) {
+		pthread_rwlock_unlock(&st->lock);
+		return kept;
+	}
 	int dense = 1; /* every row from the first taken on was taken */
-	for (; !c.err && i < c.n; i++) {
-		if (es->n >= want && (!dense || c.v[i].row != es->e[es->n - 1].row + 1))
+	size_t i = sp->evc_at;
+	for (; i < sp->evc_n; i++) {
+		uint64_t row = sp->evc[i].row, ref = sp->evc[i].ref;
+		if (es->n >= want && (!dense || row != es->e[es->n - 1].row + 1))
 			break;
 		size_t had = es->n;
-		int r = gather_one(&g, c.v[i].row, c.v[i].ref);
+		struct ipos pos;
+		int r = 0;
+		if (kept && (index_find(s, st, row, &pos, &ref) || !ref))
+			ref = 0; /* deleted since the scan (or its bucket is damaged): passed */
+		if (ref)
+			r = gather_one(&g, row, ref);
 		if (r < 0 && es->n)
 			break; /* full: this row first next time */
-		dense &= es->n > had && (!had || c.v[i].row == es->e[had - 1].row + 1);
+		dense &= es->n > had && (!had || row == es->e[had - 1].row + 1);
 	}
 	pthread_rwlock_unlock(&st->lock);
-	if (!c.err)
-		*hand = i < c.n ? c.v[i].row : EMB_NONE;
-	free(c.v);
-	return c.err;
+	sp->evc_at = i;
+	*hand = i < sp->evc_n ? sp->evc[i].row : EMB_NONE;
+	if (i >= sp->evc_n)
+		evc_drop(sp);
+	return 0;
 }
 
 /* Mark the rows of e[0..n) (sorted) of table id in flight (n = 0: none). */

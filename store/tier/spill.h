@@ -83,6 +83,8 @@ struct rawin {
 	uint64_t tick;            /* last use */
 };
 
+struct ev_cand;
+
 struct spill {
 	/* device.c: set at attach, then read-only */
 	int fd;
@@ -124,6 +126,15 @@ struct spill {
 	uint64_t ev_hand;         /* the table, and the row its sweep is at (the index
 				   * position past order_max row versions in the pool) */
 	uint64_t order_max;       /* EVICT_ORDER_MAX, or a test's */
+	/* an ordered sweep's rows (runevict.c, the mover's): the rows of table
+	 * evc_id (generation evc_gen) at or past the hand when its index was
+	 * last scanned, sorted, with their chains' heads then; evc[evc_at..)
+	 * are the ones the hand has not passed.  One scan and sort serves the
+	 * evictions of a whole sweep instead of one each. */
+	struct ev_cand *evc;
+	size_t evc_n, evc_at;
+	uint32_t evc_id;
+	uint64_t evc_gen;
 	int bulk_always;          /* test hook: bulk loads whatever the pool's room */
 	int recount;              /* live counts are hints from before a crash */
 	uint64_t heap_seen;       /* s->heap_refusals as the last round saw it */
@@ -191,6 +202,7 @@ struct spill {
 	uint32_t merge_delay_ms;    /* test hook: store_test_spill.merge_delay_ms */
 	uint32_t merge_slow_ms;     /* test hook: store_test_spill.merge_slow_ms */
 	uint32_t evict_rows, evict_slow_ms; /* test hooks: store_test_spill's */
+	int all_cold;                       /* ... and this one */
 	/* the rows of the eviction between its gather and its commit (sorted),
 	 * of table ev_id: deletes and truncation treat them as in a run */
 	uint64_t *ev_rows;
