@@ -384,7 +384,8 @@ int64_t runs_evict_table(struct store *s, struct stable *st, uint64_t *hand, uin
 		ret = evict_gather(s, st, hand, all, want, ordered, &es);
 		n = es.n;
 		if (!ret && n) {
-			qsort(es.e, n, sizeof(*es.e), ev_cmp);
+			if (!ordered) /* a sweep in row order gathered them ascending */
+				qsort(es.e, n, sizeof(*es.e), ev_cmp);
 			ret = ev_publish(sp, st->id, es.e, n);
 			id = run_next_id(sp);
 		}
