@@ -61,6 +61,7 @@ struct embfs_conf {
 	char *spill_size;
 	char *read_ahead;
 	unsigned spill_qd, spill_high, spill_low, spill_compact_mbps, spill_runs;
+	unsigned follow_cpu; /* follow.c */
 	unsigned given; /* bit k: numeric option k (main.c's numopts) was given */
 	int show_help;
 	int show_version;
@@ -158,6 +159,10 @@ void daemon_ready(struct embfs *fs);
 /* Once, on the first request after INIT: the mount's read-ahead window
  * (read_ahead=).  Cheap after the first call. */
 void fs_read_ahead(struct embfs *fs);
+
+/* follow.c: bind this worker thread to the CPU of req's caller (when
+ * follow_cpu is on and that CPU is known and allowed). */
+void fs_follow_caller(fuse_req_t req);
 
 /* root.c: the root directory (parent is the root; names checked for length). */
 void root_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);

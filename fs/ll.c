@@ -313,6 +313,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct embfs *fs = fs_of(req); /* req is gone once replied */
+	fs_follow_caller(req);
 	uint32_t held; /* a re-lay's table, in use (relay.c) */
 	ino = alias_get(fs, ino, &held);
 	const struct fs_kind_ops *o = kind_ops(fs_ino(ino));
@@ -328,6 +329,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t si
 {
 	struct fs_ino k = fs_ino(ino);
 	const struct fs_kind_ops *o = kind_ops(k);
+	fs_follow_caller(req);
 	if (!o->write) {
 		fuse_reply_err(req, fs_ino_in_snaps(k) ? EROFS : EBADF);
 	} else if (!o->gated) {

@@ -35,7 +35,7 @@
 /* The numeric options: each is checked whole (digits only: no sign, no
  * suffix, no overflow) against its range, and the message names the option,
  * the range and what the number counts. */
-enum { K_DIM, K_THREADS, K_DIRTY_AGE, K_SPILL_QD, K_SPILL_HIGH, K_SPILL_LOW, K_SPILL_MBPS, K_SPILL_RUNS, K_NUM,
+enum { K_DIM, K_THREADS, K_DIRTY_AGE, K_SPILL_QD, K_SPILL_HIGH, K_SPILL_LOW, K_SPILL_MBPS, K_SPILL_RUNS, K_FOLLOW, K_NUM,
        K_MAX_THREADS = 100 };
 #define NUM(n, f, lo, hi, what) { n, offsetof(struct embfs_conf, f), lo, hi, what }
 static const struct numopt {
@@ -52,6 +52,7 @@ static const struct numopt {
 	[K_SPILL_LOW] = NUM("spill_low", spill_low, 1, 94, "percent of the pool"),
 	[K_SPILL_MBPS] = NUM("spill_compact_mbps", spill_compact_mbps, 1, 100000, "MB/s"),
 	[K_SPILL_RUNS] = NUM("spill_runs", spill_runs, 0, 1, "0 = stubs only"),
+	[K_FOLLOW] = NUM("follow_cpu", follow_cpu, 0, 1, "0 = workers stay where the scheduler puts them"),
 };
 /* the options that mean nothing without spill= (spill_runs=, a mode, is
  * let through: a pool keeping rows on a device is then refused for want of
@@ -74,6 +75,7 @@ static const struct fuse_opt embfs_opts[] = {
 	FUSE_OPT_KEY("spill_low=", K_SPILL_LOW),
 	FUSE_OPT_KEY("spill_compact_mbps=", K_SPILL_MBPS),
 	FUSE_OPT_KEY("spill_runs=", K_SPILL_RUNS),
+	FUSE_OPT_KEY("follow_cpu=", K_FOLLOW),
 	FUSE_OPT_KEY("max_threads=", K_MAX_THREADS),
 	OPT("-h", show_help),
 	OPT("--help", show_help),
@@ -160,6 +162,8 @@ static void usage(const char *prog)
 	       "    -o dirty_age_ms=N        longest a written row stays only in DRAM, 0 to 86400000;\n"
 	       "                             0 = no flusher (until fsync, eviction or unmount) [5000]\n"
 	       "    -o threads=N             FUSE worker threads, 1 to 1024 [the core count: %u here]\n"
+	       "    -o follow_cpu=0|1        1: a worker serves a read or write on the CPU of the\n"
+	       "                             thread that asked (fewer cross-CPU wake-ups) [1]\n"
 	       "    -o pidfile=PATH          the daemon's pid, written once mounted, removed at exit\n"
 	       "    -o read_ahead=SIZE       the kernel's read-ahead window for the mount, 4K to 64M,\n"
 	       "                             0 = leave the kernel's (128K); needs root [1M]\n"
@@ -208,6 +212,7 @@ static int parse_args(struct fuse_args *args, struct embfs *fs, struct fuse_cmdl
 	fs->conf.dim = 64;
 	fs->conf.dirty_age_ms = 5000;
 	fs->conf.spill_runs = 1;
+	fs->conf.follow_cpu = 1;
 	if (fuse_opt_parse(args, &fs->conf, embfs_opts, opt_proc) == -1)
 		return -1;
 	if (fs->conf.show_help) {
