@@ -1964,6 +1964,18 @@ static void lookup_rounds(void)
 	stubs_only = 1;
 }
 
+/* The live view of rows [0, n) of id as gen says, a clean fsck, and the
+ * same view after s is closed and the pool opened again (closed too). */
+static void check_close_reopen(struct store *s, uint32_t id, uint64_t n, uint64_t (*gen)(uint64_t))
+{
+	check_view(s, -1, id, 0, n, gen);
+	fsck_clean(s);
+	store_close(s);
+	s = open_pool();
+	check_view(s, -1, id, 0, n, gen);
+	store_close(s);
+}
+
 /* Generations of sweep_order's rows: rewritten, punched, as loaded. */
 static uint64_t g_sweep(uint64_t r)
 {
@@ -2003,12 +2015,7 @@ static void sweep_order(void)
 	for (rounds = 0; sstats(s).sweeping && rounds < 100; rounds++)
 		CHECK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
 	CHECK(!sstats(s).sweeping);
-	check_view(s, -1, id, 0, n, g_sweep);
-	fsck_clean(s);
-	store_close(s);
-	s = open_pool();
-	check_view(s, -1, id, 0, n, g_sweep);
-	store_close(s);
+	check_close_reopen(s, id, n, g_sweep);
 	sweep_part = 0;
 	stubs_only = 1;
 }
@@ -2096,12 +2103,7 @@ static void sweep_kept(void)
 	 * (freed since: a damaged version to the checks below) */
 	CHECK(ss.checksum_errors == 0);
 	CHECK(store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL) >= 0);
-	check_view(s, -1, id, 0, SK_N, g_kept);
-	fsck_clean(s);
-	store_close(s);
-	s = open_pool();
-	check_view(s, -1, id, 0, SK_N, g_kept);
-	store_close(s);
+	check_close_reopen(s, id, SK_N, g_kept);
 	evict_rows = 0;
 	all_cold = 0;
 	stubs_only = 1;
