@@ -902,9 +902,7 @@ void runs_unload(struct spill *sp)
 	sp->ra_arena = NULL;
 	free(sp->ev_rows);
 	sp->ev_rows = NULL;
-	free(sp->evc);
-	sp->evc = NULL;
-	sp->evc_n = sp->evc_at = 0;
+	runs_evict_forget(sp);
 }
 
 void runs_stats(struct store *s, struct store_spill_stats *st)

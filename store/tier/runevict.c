@@ -144,7 +144,7 @@ static int cand_add(void *arg, uint64_t row, uint64_t ref)
 	return 0;
 }
 
-static void evc_drop(struct spill *sp)
+void runs_evict_forget(struct spill *sp)
 {
 	free(sp->evc);
 	sp->evc = NULL;
@@ -160,7 +160,7 @@ static int evc_get(struct store *s, struct stable *st, uint64_t hand)
 	if (sp->evc && sp->evc_id == st->id && sp->evc_gen == st->t->gen && sp->evc_at < sp->evc_n &&
 	    sp->evc[sp->evc_at].row == hand)
 		return 1;
-	evc_drop(sp);
+	runs_evict_forget(sp);
 	struct cands c = { .from = hand };
 	size_t di = 0;
 	index_scan(s, st, &di, cand_add, &c);
@@ -198,7 +198,7 @@ static int evict_gather(struct store *s, struct stable *st, uint64_t *hand, int 
 	struct gather g = { s, st, es, all };
 	pthread_rwlock_rdlock(&st->lock);
 	if (!ordered) {
-		evc_drop(sp);
+		runs_evict_forget(sp);
 		size_t di = *hand;
 		index_scan(s, st, &di, gather_cb, &g);
 		*hand = di >= index_ndir(st) ? EMB_NONE : di;
@@ -231,7 +231,7 @@ static int evict_gather(struct store *s, struct stable *st, uint64_t *hand, int 
 	sp->evc_at = i;
 	*hand = i < sp->evc_n ? sp->evc[i].row : EMB_NONE;
 	if (i >= sp->evc_n)
-		evc_drop(sp);
+		runs_evict_forget(sp);
 	return 0;
 }
 

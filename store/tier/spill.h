@@ -299,6 +299,8 @@ void runs_unload(struct spill *sp);
  * row order from row *hand on (then *hand: the next row, or EMB_NONE at
  * the table's end): rows evicted or -errno.  Takes commit_lock. */
 int64_t runs_evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t budget, int all);
+/* Forget the sweep's rows (sp->evc): the mover's, or with no mover left. */
+void runs_evict_forget(struct spill *sp);
 int runs_merge_some(struct store *s);
 /* The next step of the sweep under way, if any (one a mover round): 2 made,
  * 0 none, 1 a merge that gave room back instead, -errno. */
