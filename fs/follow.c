@@ -8,9 +8,9 @@
  * scheduled again by the host first: on the project's 2-core machine a
  * gather of one row took 300-600 us there, against 62 us with the caller
  * and the daemon pinned to one CPU by hand, and a push of one row 170-388
- * us against 95-105 us with the worker following (docs/benchmarks.md,
- * "Workers follow their caller").  The caller waits for the reply anyway, so the worker loses no
- * parallelism by running where the caller sleeps.
+ * us against 95-105 us with the worker following (docs/operations.md,
+ * "Workers follow their caller").  The caller waits for the reply anyway,
+ * so the worker loses no parallelism by running where the caller sleeps.
  *
  * So before it serves a read or a write, a worker looks up the caller's CPU
  * (field 39 of /proc/TID/stat, the CPU it last ran on: the one it sleeps
@@ -32,7 +32,6 @@
  * CPU outside the daemon's cpuset, the caller gone) leaves the worker where
  * it is.  -o follow_cpu=0 turns it off.
  */
-#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
@@ -113,11 +112,8 @@ void fs_follow_caller(fuse_req_t req)
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	if (!ctx || ctx->pid <= 0 || !fs_of(req)->conf.follow_cpu)
 		return;
-	if (!have_mask) {
+	if (!have_mask)
 		have_mask = sched_getaffinity(0, sizeof(all), &all) == 0 ? 1 : -1;
-		if (have_mask < 0)
-			return;
-	}
 	if (have_mask < 0)
 		return;
 	if (ctx->pid != last_caller) {
