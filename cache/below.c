@@ -33,6 +33,7 @@ static int below_fetch_rows(void *ctx, uint32_t table, const uint64_t *rows, siz
 	struct cache_below *b = ctx;
 	struct store_view v;
 	int ret = store_view_live(b->st, table, &v);
+	v.where = 1; /* rows outside the pool: CACHE_STORED_OUT (STORE_OUT) */
 	return ret ? ret : store_rows_read(b->st, &v, rows, n, buf, stored, batch);
 }
 

@@ -79,7 +79,8 @@ void cache_destroy(struct cache *c)
 /* ---- one row ------------------------------------------------------------ */
 
 /* A missed row fetched from below (tmp): cached, unless it is a hole or
- * the fill raced a drop (cacheable 0), and its bytes [off, off + len) into
+ * the fill raced a drop (cacheable 0; else fetch's answer, 1 or
+ * CACHE_STORED_OUT), and its bytes [off, off + len) into
  * buf, from the cache if it was filled meanwhile (that is newer: then 1). */
 static int read_fill(struct cache *c, struct shard *sh, uint32_t si, uint32_t table, uint32_t rs, uint64_t row,
 		      uint64_t h, const char *tmp, int cacheable, uint64_t sbatch, uint32_t off, uint32_t len,
@@ -97,7 +98,7 @@ static int read_fill(struct cache *c, struct shard *sh, uint32_t si, uint32_t ta
 		idx = cache_entry_insert(c, sh, table, rs, row, h, &err);
 		if (idx != NIL) {
 			memcpy(e_data(sh, &sh->e[idx]), tmp, rs);
-			base_set(c, &sh->e[idx], sbatch);
+			base_fill(c, &sh->e[idx], sbatch, cacheable);
 		} else {
 			sh->bypasses++;
 		}
@@ -144,9 +145,10 @@ static int read_row(struct cache *c, uint32_t table, uint32_t rs, uint64_t row, 
 	if (!tmp)
 		return -ENOMEM;
 	int ret = c->ops->fetch(c->ctx, table, row, tmp, &sbatch);
-	if (ret >= 0 && read_fill(c, sh, si, table, rs, row, h, tmp, ret == 1 && atomic_load(&t->gen) == gen,
+	if (ret >= 0 && read_fill(c, sh, si, table, rs, row, h, tmp, atomic_load(&t->gen) == gen ? ret : 0,
 				  sbatch, off, len, buf))
 		ret = 1;
+	ret = ret > 1 ? 1 : ret; /* CACHE_STORED_OUT: stored */
 	if (tmp != sbuf)
 		free(tmp);
 	return ret;
@@ -251,7 +253,10 @@ static int write_insert(struct cache *c, struct shard *sh, uint32_t table, uint3
 		pthread_mutex_unlock(&sh->lock);
 		return W_AGAIN;
 	}
-	int w = c->ops->reserve && (!stored || below_snapshot(c, sbatch, &seq)) ? W_PROMISE : 0;
+	/* a hole, a version a snapshot keeps or one out of the room below:
+	 * its write-back takes a slot without freeing one */
+	int need = !stored || stored == CACHE_STORED_OUT || below_snapshot(c, sbatch, &seq);
+	int w = c->ops->reserve && need ? W_PROMISE : 0;
 	if (w && !credit_take(cr)) {
 		pthread_mutex_unlock(&sh->lock);
 		int r = cache_credit_reserve(c, cr, table, rs);
@@ -570,7 +575,7 @@ static int fetch_misses(struct cache *c, uint32_t table, uint32_t rs, const uint
 		pthread_mutex_lock(&sh->lock);
 		uint32_t idx = lookup(sh, table, ids[i], h);
 		if (g->present)
-			g->present[g->miss[i]] = idx != NIL ? e_stored(&sh->e[idx]) : stored[i];
+			g->present[g->miss[i]] = idx != NIL ? e_stored(&sh->e[idx]) : stored[i] != 0;
 		if (idx != NIL) { /* written (or fetched) meanwhile: that is newer */
 			struct centry *e = &sh->e[idx];
 			memcpy(dst, e_data(sh, e), rs);
@@ -581,7 +586,7 @@ static int fetch_misses(struct cache *c, uint32_t table, uint32_t rs, const uint
 				idx = cache_entry_insert(c, sh, table, rs, ids[i], h, &err);
 				if (idx != NIL) {
 					memcpy(e_data(sh, &sh->e[idx]), src, rs);
-					base_set(c, &sh->e[idx], sbatch[i]);
+					base_fill(c, &sh->e[idx], sbatch[i], stored[i]);
 				} else {
 					sh->bypasses++;
 				}
@@ -830,7 +835,7 @@ static int update_misses(struct cache *c, uint32_t table, uint32_t rs, const uin
 		uint32_t idx = g->miss[i];
 		ret = W_AGAIN;
 		if (pr[i].stored >= 0) {
-			u->fn(u->ctx, idx, buf + i * rs, pr[i].stored);
+			u->fn(u->ctx, idx, buf + i * rs, pr[i].stored != 0);
 			ret = update_put(c, table, rs, rows[idx], buf + i * rs, batch, cr, &pr[i]);
 		}
 		if (ret == W_AGAIN)
@@ -972,7 +977,7 @@ int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 				if (!stored)
 					sh->e[idx].flags |= F_NEW;
 				else
-					base_set(c, &sh->e[idx], sbatch);
+					base_fill(c, &sh->e[idx], sbatch, stored);
 			}
 		}
 		if (idx != NIL) {
@@ -996,7 +1001,7 @@ int cache_pin(struct cache *c, uint32_t table, uint32_t rs, uint64_t row)
 			return -ENOMEM;
 		sbatch = 0;
 		int r = c->ops->fetch(c->ctx, table, row, tmp, &sbatch);
-		stored = r == 1;
+		stored = r > 0 ? r : 0;
 		if (r < 0 || atomic_load(&t->gen) != gen) {
 			free(tmp);
 			if (r < 0)

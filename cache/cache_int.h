@@ -32,9 +32,11 @@
  * stored, its promise moves to the entry: stored_below() in writeback.c).
  * Writes come after every snapshot that exists (their batch is above
  * snap_floor), so a clean row turning dirty needs one iff it is a hole below
- * (F_NEW) or its stored version is of a batch <= the newest snapshot's: a
+ * (F_NEW), its stored version is of a batch <= the newest snapshot's (a
  * clean entry keeps X_HELD when that held when it was filled, and otherwise
- * the snap_seq of then (a snapshot taken later has a batch >= X).
+ * the snap_seq of then: a snapshot taken later has a batch >= X), or its
+ * stored version frees no slot when replaced (X_OUT: it was fetched from
+ * the spill tier, CACHE_STORED_OUT).
  */
 #ifndef EMBFS_CACHE_INT_H
 #define EMBFS_CACHE_INT_H
@@ -66,6 +68,8 @@ enum {
 
 enum {
 	X_HELD = 1, /* clean; its stored version is of a batch <= the newest snapshot's */
+	X_OUT = 2,  /* clean; its stored version is out of the layer below's room
+		     * (CACHE_STORED_OUT): writing it back takes a new slot */
 };
 
 /* 28 bytes: with 4–8 bytes of bucket, at most CACHE_ROW_OVERHEAD per row. */
@@ -319,6 +323,15 @@ static inline void base_set(struct cache *c, struct centry *e, uint64_t b)
 	e->batch = (uint32_t)seq;
 }
 
+/* A clean entry just filled from below: its stored version of batch b, as
+ * fetch answered (stored: 1 or CACHE_STORED_OUT).  Shard lock held. */
+static inline void base_fill(struct cache *c, struct centry *e, uint64_t b, int stored)
+{
+	base_set(c, e, b);
+	if (stored == CACHE_STORED_OUT)
+		e->xflags |= X_OUT;
+}
+
 enum { W_PROMISE = 1, W_COPY = 2 };
 
 /* What a write in `batch` to entry e needs: W_PROMISE, room promised below
@@ -330,7 +343,7 @@ static inline int write_needs(struct cache *c, struct centry *e, uint64_t batch)
 	int prom = c->ops->reserve != NULL;
 	if (!(e->flags & F_DIRTY)) {
 		/* its stored version is replaced by its next write-back */
-		int need = (e->flags & F_NEW) || (e->xflags & X_HELD) ||
+		int need = (e->flags & F_NEW) || (e->xflags & (X_HELD | X_OUT)) ||
 			   e->batch != (uint32_t)atomic_load(&c->snap_seq);
 		return prom && need ? W_PROMISE : 0;
 	}

@@ -38,7 +38,7 @@ static void reread(struct store *s, struct stable *st, struct sreq *q, uint64_t 
 				memcpy(q->dst, ver_data(v), rs);
 			q->ret = v && ver_stub(v) ? -EIO : 0; /* same place, no match: damaged */
 			if (stored)
-				stored[q->idx] = v != NULL;
+				stored[q->idx] = v ? (ver_stub(v) ? STORE_OUT : 1) : 0;
 			if (vbatch)
 				vbatch[q->idx] = v ? ver_batch(v) : 0;
 			pthread_rwlock_unlock(&st->lock);
@@ -62,6 +62,7 @@ struct rdesc {
 	uint64_t first;
 	const uint8_t *skip;
 	int scan;            /* a range read: no reference bits, no promotion */
+	int where;           /* stored[i] STORE_OUT for rows outside the pool (else 1) */
 };
 
 static inline uint64_t row_of(const struct rdesc *d, size_t i)
@@ -96,7 +97,7 @@ static int place_row(struct store *s, struct stable *st, struct emb_version *v, 
 {
 	uint32_t rs = st->t->row_size;
 	if (stored)
-		stored[i] = v != NULL;
+		stored[i] = v ? (ver_stub(v) ? STORE_OUT : 1) : 0;
 	if (vbatch)
 		vbatch[i] = v ? ver_batch(v) : 0;
 	if (!dst)
@@ -153,7 +154,7 @@ static int read_runs(struct store *s, struct stable *st, struct rq *rq, size_t n
 		if (!data && rq[k].dst)
 			memset(rq[k].dst, 0, rs);
 		if (stored)
-			stored[rq[k].idx] = data;
+			stored[rq[k].idx] = data ? STORE_OUT : 0;
 		if (vbatch)
 			vbatch[rq[k].idx] = data ? rq[k].batch : 0;
 	}
@@ -235,13 +236,16 @@ static int read_rows(struct store *s, struct stable *st, const struct rdesc *d, 
 	if (rq != &rone)
 		free(rq);
 	atomic_fetch_add_explicit(&s->n_rows_read, nread, memory_order_relaxed);
+	for (size_t i = 0; stored && !d->where && i < n; i++)
+		if (!d->skip || !d->skip[i])
+			stored[i] = stored[i] != 0;
 	return ret;
 }
 
 int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
-		  uint64_t b, uint8_t *stored, uint64_t *vbatch)
+		  uint64_t b, uint8_t *stored, uint64_t *vbatch, int where)
 {
-	struct rdesc d = { .rows = rows };
+	struct rdesc d = { .rows = rows, .where = where };
 	return read_rows(s, st, &d, n, buf, b, stored, vbatch);
 }
 

@@ -768,11 +768,12 @@ void field_set(struct store *s, uint64_t at, uint64_t ref);
 
 /* ---- read.c: the one read path ------------------------------------------ */
 /* Rows as batch b sees them (EMB_NONE: the newest) into buf (NULL: a probe,
- * no bytes); stored[i] = 1 if row i is stored, vbatch[i] = the batch of the
+ * no bytes); stored[i] = 1 if row i is stored (STORE_OUT instead, if where,
+ * when the version read is outside the pool), vbatch[i] = the batch of the
  * version read (0 for a hole) (either may be NULL).  Stubs are read from the
  * spill device, all in one submission.  Takes st->lock shared. */
 int rows_read_ver(struct store *s, struct stable *st, const uint64_t *rows, size_t n, char *buf,
-		  uint64_t b, uint8_t *stored, uint64_t *vbatch);
+		  uint64_t b, uint8_t *stored, uint64_t *vbatch, int where);
 /* The same for rows [first, first + n), but those with skip[i] set (skip
  * may be NULL; their bytes and stored[i] are left alone): a range read.  It
  * takes the same path, except that the runs are walked block by block where

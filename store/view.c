@@ -87,7 +87,7 @@ int store_rows_read(struct store *s, const struct store_view *v, const uint64_t 
 		ret = bulk_settle(s, st->id, hi); /* rows of the open bulk run, if any */
 	if (ret)
 		return ret;
-	return rows_read_ver(s, st, rows, n, buf, b, stored, vbatch);
+	return rows_read_ver(s, st, rows, n, buf, b, stored, vbatch, v->where != 0);
 }
 
 int store_rows_read_range(struct store *s, const struct store_view *v, uint64_t first, size_t n, void *buf,

@@ -86,21 +86,26 @@ struct cache_wb {
 	uint64_t batch;   /* batch id of the write that produced these bytes */
 };
 
+#define CACHE_STORED_OUT 2 /* see fetch: the same value as STORE_OUT */
+
 struct cache_ops {
 	/* Copy the stored row into buf (row_size bytes): 1 stored, 0 hole (buf
-	 * zero-filled), -errno.  buf == NULL: only say whether it is stored.
+	 * zero-filled), -errno; CACHE_STORED_OUT instead of 1 when writing the
+	 * row back will take new room below rather than reuse the stored
+	 * version's (the row is in the spill tier): its writes promise it.  buf == NULL: only say whether it is stored.
 	 * *batch (0 on entry): the batch id of the stored version; left 0 when
 	 * unknown, the cache then takes any snapshot to hold it. */
 	int (*fetch)(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t *batch);
 	/* Optional: fetch rows[0..n) into buf (row i at buf + i * row_size),
-	 * stored[i] = 1 if stored, 0 for a hole, batch[i] as fetch's *batch
+	 * stored[i] as fetch's answer (1, CACHE_STORED_OUT or 0), batch[i] as fetch's *batch
 	 * (zeroed on entry); 0 or -errno.  Batch reads hand all their misses to
 	 * one call. */
 	int (*fetch_rows)(void *ctx, uint32_t table, const uint64_t *rows, size_t n, void *buf,
 			  uint8_t *stored, uint64_t *batch);
 	/* Optional: rows [first, first + n) into buf (row i at buf + i *
 	 * row_size), except those with skip[i] set (skip may be NULL: none),
-	 * which are left as they are; stored[i] (may be NULL) as fetch_rows's.
+	 * which are left as they are; stored[i] (may be NULL) 1 if stored, 0 for
+	 * a hole.
 	 * 0 or -errno.  cache_read_range() hands it a large read's misses. */
 	int (*fetch_range)(void *ctx, uint32_t table, uint64_t first, size_t n, void *buf, const uint8_t *skip,
 			   uint8_t *stored);

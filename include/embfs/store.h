@@ -186,6 +186,8 @@ struct store_view {
 	uint32_t snap;       /* snapshot record slot + 1; 0 = the live table */
 	uint64_t gen;        /* the table's generation */
 	uint64_t snap_gen;   /* the snapshot's generation (0 for a live view) */
+	uint32_t where;      /* set by the caller: store_rows_read() says which rows
+			      * are stored outside the pool (STORE_OUT) */
 };
 /* -ENOENT: no such table (in that snapshot). */
 int store_view_live(struct store *s, uint32_t id, struct store_view *v);
@@ -195,15 +197,19 @@ int store_view_getattr(struct store *s, const struct store_view *v, struct store
 
 /* Rows rows[0..n) as the view sees them into buf (row i at buf + i *
  * row_size; holes read as zeros); stored[i] (if not NULL) says whether row i
- * is stored, vbatch[i] (if not NULL) the batch id of the version read (0: a
+ * is stored (1; STORE_OUT if v->where is set and the version read is outside
+ * the pool, in a sorted run or on the spill device, so that writing the row
+ * takes a new row slot where writing a row in the pool frees the one it
+ * replaces), vbatch[i] (if not NULL) the batch id of the version read (0: a
  * hole).  buf == NULL: only stored/vbatch (no bytes, no device read).  Rows
  * on the spill device are read in one io_uring submission.  -EIO if a row is
  * damaged (its version or device record fails its checksum). */
+#define STORE_OUT 2
 int store_rows_read(struct store *s, const struct store_view *v, const uint64_t *rows, size_t n, void *buf,
 		    uint8_t *stored, uint64_t *vbatch);
-/* Rows [first, first + n) as store_rows_read() reads them, except those
- * with skip[i] set (skip may be NULL: none), whose bytes and stored[i] are
- * left as they are.  For large reads (a FUSE read of a range, a copy, a
+/* Rows [first, first + n) as store_rows_read() reads them (stored[i] 1 or
+ * 0, whatever v->where), except those with skip[i] set (skip may be NULL:
+ * none), whose bytes and stored[i] are left as they are.  For large reads (a FUSE read of a range, a copy, a
  * dense gather): rows in sorted runs are found by walking the runs' blocks,
  * not row by row, and the read marks no row as recently used. */
 int store_rows_read_range(struct store *s, const struct store_view *v, uint64_t first, size_t n, void *buf,

@@ -28,6 +28,7 @@ struct fake {
 	pthread_mutex_t lock;
 	uint8_t rows[NROWS][RS];
 	uint8_t stored[NROWS];
+	uint8_t out[NROWS];           /* stored in a spill tier: a write-back takes a slot */
 	_Atomic long fetches, probes, writebacks, wb_calls;
 	_Atomic long reserve_calls;   /* of delta > 0 */
 	long reserved;                /* promises outstanding; protected by lock */
@@ -72,6 +73,8 @@ static int f_fetch(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t 
 		memset(buf, 0, RS);
 	if (st)
 		*batch = f->batch_of[row];
+	if (st && f->out[row])
+		st = CACHE_STORED_OUT;
 	pthread_mutex_unlock(&f->lock);
 	return st;
 }
@@ -117,7 +120,7 @@ static int f_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, s
 	long more = 0; /* slots taken and none freed: over a hole or a kept version */
 	for (size_t i = 0; i < n; i++) {
 		CHECK(rows[i].row < NROWS);
-		more += !f->stored[rows[i].row] || kept(f, rows[i].row, rows[i].batch);
+		more += !f->stored[rows[i].row] || f->out[rows[i].row] || kept(f, rows[i].row, rows[i].batch);
 	}
 	if (f->cap >= 0 && f->used + more > f->cap) {
 		f->wb_nospace++; /* as the store: the whole group refused */
@@ -131,6 +134,7 @@ static int f_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, s
 		f->versions++;
 		memcpy(f->rows[rows[i].row], rows[i].data, RS);
 		f->stored[rows[i].row] = 1;
+		f->out[rows[i].row] = 0;
 	}
 	pthread_mutex_unlock(&f->lock);
 	f->writebacks += (long)n;
@@ -428,6 +432,41 @@ static void test_reserve(void)
 /* A row dirty when a snapshot is taken keeps its bytes for the snapshot:
  * written again in a later batch, the old bytes are written back first, as
  * a version of their own batch. */
+/* Rows below that are out of its room (CACHE_STORED_OUT: in a spill tier)
+ * take a slot at their write-back without freeing one: a write of one, read
+ * or not, promises it, and is refused when there is no room (not its
+ * write-back, later). */
+static void test_out(void)
+{
+	reset();
+	for (int r = 20; r <= 30; r += 2)
+		F.out[r] = r != 24;
+	struct cache *c = mk_ops(100, 1, 0, &OPS_ROWS);
+	uint8_t w[RS], b[RS], present[2];
+	memset(w, 0xAB, RS);
+	rd(c, 20, b); /* filled by a fetch */
+	uint64_t ids[2] = { 22, 24 };
+	uint8_t two[2 * RS];
+	CHECK(cache_read_rows(c, 0, RS, ids, 2, two, present) == 0); /* by a fetch_rows */
+	CHECK(present[0] == 1 && present[1] == 1 && two[0] == 22);
+	CHECK(cache_write(c, 0, RS, 20, 0, RS, w, 2, NULL) == 0 && reserved() == 1);
+	CHECK(cache_write(c, 0, RS, 22, 0, 4, w, 2, NULL) == 0 && reserved() == 2);
+	CHECK(cache_write(c, 0, RS, 24, 0, RS, w, 2, NULL) == 0 && reserved() == 2); /* in the room */
+	CHECK(cache_write(c, 0, RS, 26, 0, RS, w, 2, NULL) == 0 && reserved() == 3); /* not cached */
+	CHECK(cache_write(c, 0, RS, 28, 8, 4, w, 2, NULL) == 0 && reserved() == 4);  /* nor this */
+	CHECK(cache_flush(c, 0) == 0 && reserved() == 0 && F.used == 4 && F.wb_nospace == 0);
+	CHECK(!F.out[20] && F.rows[22][0] == 0xAB && F.rows[22][4] == 22 && F.rows[28][8] == 0xAB);
+	CHECK(cache_write(c, 0, RS, 20, 0, RS, w, 3, NULL) == 0 && reserved() == 0); /* in the room now */
+	/* no room below: the write of an out row is refused, nothing changes */
+	F.cap = F.used;
+	rd(c, 30, b);
+	CHECK(cache_write(c, 0, RS, 30, 0, RS, w, 3, NULL) == -ENOSPC && reserved() == 0);
+	rd(c, 30, b);
+	CHECK(b[0] == 30);
+	CHECK(cache_flush(c, 0) == 0 && F.wb_nospace == 0 && F.rows[30][0] == 30);
+	cache_destroy(c);
+}
+
 static void test_preserve(void)
 {
 	reset();
@@ -1146,6 +1185,8 @@ int main(void)
 	printf("pin ok\n");
 	test_reserve();
 	printf("reserve ok\n");
+	test_out();
+	printf("out ok\n");
 	test_preserve();
 	printf("preserve ok\n");
 	test_promise_held();

@@ -1590,6 +1590,27 @@ static void rg_views(struct store *s, uint32_t id, const int64_t *snap, struct s
 		OK(t_view(s, snap[vi], id, &v[vi]));
 }
 
+/* A live view's probe that asks where rows are (the row cache's): the
+ * rows written last (generation 3) are in the pool, the others that are
+ * stored are in runs (STORE_OUT). */
+static void rg_where(struct store *s, const struct store_view *v, const uint64_t *ids, size_t n)
+{
+	static uint8_t where[9000];
+	struct store_view w = *v;
+	w.where = 1;
+	OK(store_rows_read(s, &w, ids, n, NULL, where, NULL));
+	for (size_t i = 0; i < n; i++) {
+		uint32_t gen = rg_gen[0][ids[i]];
+		int want = !gen ? 0 : gen == 3 ? 1 : STORE_OUT;
+		if (where[i] != want) {
+			fprintf(stderr, "where: row %llu (generation %u): %d, want %d\n", (unsigned long long)ids[i], gen,
+				where[i], want);
+			test_seed_say(stderr);
+			exit(1);
+		}
+	}
+}
+
 /* Every view, every way, against the model. */
 static void rg_compare(struct store *s, uint32_t id, const int64_t *snap, const char *when)
 {
@@ -1639,6 +1660,8 @@ static void rg_compare(struct store *s, uint32_t id, const int64_t *snap, const 
 			OK(store_rows_read(s, &v[vi], ids, n, got, stored, NULL));
 			for (size_t i = 0; i < n; i++)
 				rg_check(vi, ids[i], 1, got + i * RS, stored + i, NULL, "gather");
+			if (vi == 0)
+				rg_where(s, &v[vi], ids, n);
 		}
 	}
 	struct store_spill_stats s1 = sstats(s);
