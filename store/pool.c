@@ -779,6 +779,8 @@ int store_space_reserve(struct store *s, uint32_t id, uint32_t row_size, int64_t
 		pthread_rwlock_rdlock(&s->snap_lock);
 		int ret = slab_promise(s, id, row_size, rows, rows > 0 && s->n_live > 0);
 		pthread_rwlock_unlock(&s->snap_lock);
+		if (rows > 0 && s->sp && !waits)
+			spill_promised(s, (uint64_t)rows * slab_row_slot(row_size));
 		if (ret != -ENOSPC || rows <= 0 || !s->sp || waits == SPILL_MAX_WAITS ||
 		    spill_wait_room(s, (uint64_t)rows * slab_row_slot(row_size)) != 0)
 			return ret;

@@ -419,7 +419,8 @@ struct store_spill_stats {
 	uint64_t compacted_segs, compact_moved, compact_bytes, compact_seg_done, compact_seg_total;
 	uint64_t csum_errors, waits, full;
 	uint64_t slabs_returned;   /* row slabs given back to the heap for stubs and index */
-	uint64_t mover_start;      /* row bytes at which the mover starts (pmem_low: stops) */
+	uint64_t mover_start;      /* row bytes at which the mover starts (pmem_low: stops;
+				    * both lower by the same bytes for writers' large requests) */
 	uint64_t evicts_between;   /* evictions made in the middle of a merge */
 	/* sorted runs (store/tier/run.c) */
 	uint64_t runs, runs_dead, run_levels, run_rows, run_bytes;

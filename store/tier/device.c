@@ -881,7 +881,10 @@ void device_stats_get(struct store *s, struct store_spill_stats *st)
 	st->pmem_high = s->row_cap;
 	st->pmem_slab_free = slabs > st->pmem_row_bytes ? slabs - st->pmem_row_bytes : 0;
 	st->pmem_low = sp->low_bytes;
-	st->mover_start = sp->start_bytes;
+	/* the start as the mover sees it, earlier for writers' large requests
+	 * (mover.c, mover_used: it stops as much below pmem_low) */
+	uint64_t early = atomic_load_explicit(&sp->early, memory_order_relaxed);
+	st->mover_start = sp->start_bytes > early ? sp->start_bytes - early : 0;
 	struct emb_spill *pm = sp->pm;
 	st->size = pm->size;
 	st->seg_size = pm->seg_size;

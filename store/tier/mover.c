@@ -25,6 +25,37 @@ static uint64_t pass_target(struct store *s, uint64_t need)
 	return lim < s->sp->low_bytes ? lim : s->sp->low_bytes;
 }
 
+/* Writers promise slots for a whole request before they write (a push of
+ * 16,384 ids promises 4.25 MiB of 256-byte rows, and gives back after what
+ * its rows did not need), while the mover starts only a sixteenth of the
+ * row share below it: a request that came while an eviction ran found no
+ * room and waited for the eviction.  So the mover starts earlier, and stops
+ * lower, by what two of the largest requests of the last REQ_DECAY_MS
+ * (decaying linearly over it) need beyond that sixteenth, at most a sixth
+ * of the row share: mover_used() is the row usage plus that.  round_lock
+ * held. */
+#define REQ_DECAY_MS 30000u
+static uint64_t mover_used(struct store *s)
+{
+	struct spill *sp = s->sp;
+	uint64_t used = slab_row_used(s);
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	uint64_t now = (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+	uint64_t peak = sp->req_peak, dt = now - sp->req_ms;
+	peak = dt >= REQ_DECAY_MS ? 0 : peak - peak / REQ_DECAY_MS * dt;
+	uint64_t seen = atomic_exchange_explicit(&sp->req_max, 0, memory_order_relaxed);
+	if (seen > peak)
+		peak = seen;
+	sp->req_peak = peak;
+	sp->req_ms = now;
+	uint64_t lim = s->row_cap / 6, slack = s->row_cap - sp->start_bytes;
+	uint64_t early = 2 * peak > slack ? 2 * peak - slack : 0;
+	early = early < lim ? early : lim;
+	atomic_store_explicit(&sp->early, early, memory_order_relaxed);
+	return used + early;
+}
+
 /* A chunk being gathered: records placed in sp->wbuf[0..pos), their
  * relinks in v[0..n). */
 struct chunk {
@@ -338,7 +369,7 @@ static int64_t spill_pass(struct store *s, int all, uint64_t target)
 		sp->cur_di = 0;
 	}
 	uint32_t start_table = sp->cur_table;
-	while (all || slab_row_used(s) > target) {
+	while (all || mover_used(s) > target) {
 		struct stable *st = tab_get(s, sp->cur_table);
 		size_t n = 0;
 		int gone = 0;
@@ -399,7 +430,7 @@ static int64_t evict_pass(struct store *s, int all, uint64_t target)
 	}
 	uint32_t start_table = sp->ev_table;
 	for (;;) {
-		uint64_t used = slab_row_used(s);
+		uint64_t used = mover_used(s);
 		if (!all && used <= target)
 			break;
 		/* flags: under cat_lock (or commit_lock), as every catalog field */
@@ -443,7 +474,7 @@ static int promote(struct store *s)
 	for (uint32_t i = 0; i < n; i++) {
 		/* only below the mover's start: hot rows come in, the mover
 		 * sends cold ones out */
-		if (slab_row_used(s) + COW_ROOM / 4 > sp->start_bytes)
+		if (mover_used(s) + COW_ROOM / 4 > sp->start_bytes)
 			break;
 		struct stable *st = tab_get(s, q[i].table);
 		if (!st)
@@ -497,7 +528,7 @@ static int64_t move_out(struct store *s, unsigned what, uint64_t need, int heap_
 	for (int i = 0; i < 64 && ev == -ENOSPC && runs_make_room(s) > 0; i++)
 		ev = evict_pass(s, all, target);
 	moved = ev;
-	if (ev >= 0 && (all || slab_row_used(s) > target)) {
+	if (ev >= 0 && (all || mover_used(s) > target)) {
 		moved = spill_pass(s, all, target);
 		if (moved >= 0)
 			moved += ev;
@@ -566,7 +597,7 @@ static int64_t mover_round_locked(struct store *s, unsigned what, uint64_t need)
 		if (ret)
 			return ret;
 	}
-	if ((what & STORE_SPILL_MOVE) || slab_row_used(s) > sp->start_bytes) {
+	if ((what & STORE_SPILL_MOVE) || mover_used(s) > sp->start_bytes) {
 		mover_outs(sp, 1, 0);
 		sp->evicting = 1;
 		moved = move_out(s, what, need, heap_short);
@@ -620,7 +651,7 @@ static void spill_evict_between(struct store *s, uint32_t segs)
 	int kicked = sp->kicked;
 	uint64_t need = sp->need;
 	pthread_mutex_unlock(&sp->mu);
-	if (!kicked && slab_row_used(s) <= sp->start_bytes)
+	if (!kicked && mover_used(s) <= sp->start_bytes)
 		return;
 	mover_outs(sp, 1, 0);
 	sp->evicting = 1;
@@ -717,6 +748,21 @@ int spill_wait_room(struct store *s, uint64_t need)
 	if (ret)
 		atomic_fetch_add(&sp->full, 1);
 	return ret;
+}
+
+void spill_promised(struct store *s, uint64_t bytes)
+{
+	struct spill *sp = s->sp;
+	uint64_t m = atomic_load_explicit(&sp->req_max, memory_order_relaxed);
+	while (bytes > m && !atomic_compare_exchange_weak(&sp->req_max, &m, bytes))
+		;
+	uint64_t early = atomic_load_explicit(&sp->early, memory_order_relaxed);
+	if (sp->manual || slab_row_used(s) + early <= sp->start_bytes)
+		return;
+	pthread_mutex_lock(&sp->mu);
+	if (!sp->busy)
+		pthread_cond_signal(&sp->cv);
+	pthread_mutex_unlock(&sp->mu);
 }
 
 int store_spill_run(struct store *s, unsigned what)

@@ -139,6 +139,13 @@ struct spill {
 	int recount;              /* live counts are hints from before a crash */
 	uint64_t heap_seen;       /* s->heap_refusals as the last round saw it */
 	_Atomic uint64_t start_bytes; /* rows that start the mover: set by it, read by the stats */
+	/* how much earlier the mover starts for writers' large requests
+	 * (mover.c, mover_used): the largest request since the mover last
+	 * looked (req_max: writers'), the largest of late (req_peak, decaying,
+	 * as of req_ms: round_lock), and the bytes it starts early by (early) */
+	_Atomic uint64_t req_max;
+	uint64_t req_peak, req_ms;
+	_Atomic uint64_t early;
 	int evicting;             /* an eviction under way: none more from a merge */
 	uint32_t merge_segs;      /* segments claimed by the merge an eviction is
 				   * made in the middle of (spill_evict_between) */

@@ -78,6 +78,10 @@ void spill_note_device_hit(struct store *s, uint32_t table, uint64_t row);
  * free some.  0 = try again (at most SPILL_MAX_WAITS times). */
 #define SPILL_MAX_WAITS 8
 int spill_wait_room(struct store *s, uint64_t need);
+/* mover.c: a writer asks for `bytes` of slots (a request's promises): noted
+ * (the mover starts earlier for large requests, mover_used), and the mover
+ * woken now if row usage is past its start, not at its next look. */
+void spill_promised(struct store *s, uint64_t bytes);
 
 /* bulk.c: seal the open bulk-load run if it holds rows of table id (or
  * of any table: BULK_ANY) at or below row hi (EMB_NONE: any), so that they

@@ -2547,6 +2547,45 @@ static double since(const struct timespec *t0)
  * written; random 1 MiB writes (rows drawn from wseed) until one waits for
  * the mover: the milliseconds it took, or -1 if none did in 60 s.  *sp,
  * *idp: the pool and the table. */
+/* A writer's large request for promises (a push's) makes the mover start
+ * earlier and stop lower, by what two such requests need beyond the room it
+ * keeps ahead of writers (at most a sixth of the rows' share): usage
+ * between the watermarks evicts nothing, until a request of twice that room
+ * was made (and given back); then the start (as the stats say) is a sixth
+ * of the share lower, and a round evicts to a sixth below pmem_low. */
+static void test_early_start(void)
+{
+	stubs_only = 0;
+	struct store *s = fresh(256 << 20, 1024ull << 20);
+	uint32_t id;
+	OK(store_table_create(s, "e", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+	write_all(s, id, 1024, 1);
+	struct store_spill_stats st = sstats(s);
+	uint64_t slot = st.pmem_row_bytes / st.pmem_versions, cap = st.pmem_high, start = st.mover_start;
+	uint64_t low = st.pmem_low, room = cap - start, early = cap / 6, n = (low + (start - low) / 4) / slot;
+	write_all(s, id, n, 1);
+	CHECK(store_spill_run(s, 0) == 0);
+	st = sstats(s);
+	CHECK(st.run_evicted == 0 && st.spilled == 0 && st.mover_start == start);
+	CHECK(st.pmem_row_bytes > low && start - early < st.pmem_row_bytes);
+	/* a request the pool has room for (it waits for no round) */
+	int64_t rows = (int64_t)(2 * room / slot);
+	uint64_t waits = st.waits;
+	OK(store_space_reserve(s, id, RS, rows));
+	OK(store_space_reserve(s, id, RS, -rows));
+	CHECK(sstats(s).waits == waits && sstats(s).run_evicted == 0);
+	CHECK(store_spill_run(s, 0) > 0);
+	st = sstats(s);
+	printf("  a request of %llu rows: the mover starts at %llu bytes, not %llu, and stopped at %llu (low %llu)\n",
+	       (unsigned long long)rows, (unsigned long long)st.mover_start, (unsigned long long)start,
+	       (unsigned long long)st.pmem_row_bytes, (unsigned long long)low);
+	CHECK(st.run_evicted > 0 && st.mover_start == start - early && st.pmem_row_bytes <= low - early);
+	check_range(s, id, 0, n, 1);
+	fsck_clean(s);
+	store_close(s);
+	stubs_only = 1;
+}
+
 static double first_wait(struct store **sp, uint32_t *idp, unsigned wseed)
 {
 	struct store *s = *sp = fresh(64 << 20, 1024ull << 20);
@@ -2659,6 +2698,7 @@ static const struct part {
 	{ "rounds", test_rounds },
 	{ "threads", test_threads },
 	{ "wait_evictions", test_wait_evictions },
+	{ "early_start", test_early_start },
 	{ "evict_in_merges", test_evict_in_merges },
 	{ "wait_one_run", test_wait_one_run },
 	{ "runs", test_runs },
