@@ -2654,7 +2654,7 @@ static void test_wait_one_run(void)
  * evictions were made, and none may take 2.5 s.  The device has room for
  * runs beyond the merge reserve (with less, a writer rightly waits for the
  * merge to give its inputs' room back). */
-static void test_evict_in_merges(void)
+static void test_evict_in_merges_on(int sweeps)
 {
 	stubs_only = 0;
 	merge_slow = 300;
@@ -2678,9 +2678,33 @@ static void test_evict_in_merges(void)
 	       (unsigned long long)st.evicts_between, (unsigned long long)st.waits);
 	CHECK(st.evicts_between >= 3);
 	CHECK(worst < 2500);
+	if (sweeps) { /* the merges under way end: what were they? */
+		while (sstats(s).merges == 0 && since(&start) < 120)
+			nanosleep(&(struct timespec){ 0, 10 * 1000000L }, NULL);
+		st = sstats(s);
+		printf("  %llu sweep parts, of %llu merges\n", (unsigned long long)st.sweep_parts,
+		       (unsigned long long)st.merges);
+		CHECK(st.sweep_parts > 0 && st.sweep_parts == st.merges);
+	}
 	store_close(s);
 	merge_slow = 0;
 	stubs_only = 1;
+}
+
+static void test_evict_in_merges(void)
+{
+	test_evict_in_merges_on(0);
+}
+
+/* The same with sweeps (parts of 8 MiB, every merge of a whole table one):
+ * a sweep's step also makes an eviction in its middle when a writer waits
+ * (only sweeps merge here, and only 4096 rows of a step pass between two
+ * of its 300 ms sleeps). */
+static void test_evict_in_sweeps(void)
+{
+	sweep_part = 8 << 20;
+	test_evict_in_merges_on(1);
+	sweep_part = 0;
 }
 
 static const struct part {
@@ -2700,6 +2724,7 @@ static const struct part {
 	{ "wait_evictions", test_wait_evictions },
 	{ "early_start", test_early_start },
 	{ "evict_in_merges", test_evict_in_merges },
+	{ "evict_in_sweeps", test_evict_in_sweeps },
 	{ "wait_one_run", test_wait_one_run },
 	{ "runs", test_runs },
 	{ "runs_random", runs_random },
