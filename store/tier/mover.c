@@ -803,6 +803,7 @@ void spill_close(struct store *s)
 		sp->thr_started = 0;
 	}
 	sweep_end(sp); /* its references first */
+	runs_evict_forget(sp);
 	runs_unload(sp);
 	spill_detach(s);
 }

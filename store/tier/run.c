@@ -902,7 +902,6 @@ void runs_unload(struct spill *sp)
 	sp->ra_arena = NULL;
 	free(sp->ev_rows);
 	sp->ev_rows = NULL;
-	runs_evict_forget(sp);
 }
 
 void runs_stats(struct store *s, struct store_spill_stats *st)
