@@ -11,6 +11,19 @@
 
 #define MERGE_FANOUT 4u
 #define MERGE_EVICT_ROWS 4096u /* rows a merge writes between its checks for an eviction */
+/* A long merge or sweep step at its k-th row (from 1): every
+ * MERGE_EVICT_ROWS rows, writers that wait for room, or rows past the
+ * mover's start, have an eviction now (sp->evict_now; segs: the segments
+ * its output has claimed).  The eviction's run is newer than the inputs:
+ * the install finds them listed as they were, and the run stays above the
+ * output. */
+static inline void merge_evict_point(struct store *s, uint64_t k, size_t segs)
+{
+	if (k % MERGE_EVICT_ROWS == 0) {
+		spill_hook_sleep(s->sp->merge_slow_ms);
+		s->sp->evict_now(s, (uint32_t)segs);
+	}
+}
 #define RUNS_SETTLED_MAX 512u /* runs of a table past which settled runs are merged too */
 #define BLOOM_BITS_PER_REC 12u
 #define BLOOM_K 8u

@@ -195,14 +195,8 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 				row = rec_row(it[i].cur);
 		if (row == EMB_NONE)
 			break;
-		/* a long merge lets writers that wait for room, or rows past
-		 * the mover's start, have an eviction now (sp->evict_now: a run
-		 * newer than the inputs, merge_install finds them listed as
-		 * they were) */
-		if (!plan && k % MERGE_EVICT_ROWS == 0) {
-			spill_hook_sleep(sp->merge_slow_ms);
-			sp->evict_now(s, (uint32_t)w.segs.n);
-		}
+		if (!plan)
+			merge_evict_point(s, k, w.segs.n);
 		ret = merge_gather(s, it, m, row, rs, &mv, &w, &in_bytes);
 		if (ret)
 			break;

@@ -245,13 +245,7 @@ static int sweep_merge(struct store *s, struct rsweep *sw, struct stable *st, st
 	uint64_t need = 0; /* the step must pass this row: a tombstone's inputs end before it */
 	int ret = 0;
 	for (uint64_t k = 1; !ret; k++) {
-		/* as a merge: writers that wait for room, or rows past the
-		 * mover's start, have an eviction now (its run is newer than
-		 * the inputs: it goes above the part, as one between steps) */
-		if (k % MERGE_EVICT_ROWS == 0) {
-			spill_hook_sleep(s->sp->merge_slow_ms);
-			s->sp->evict_now(s, (uint32_t)w->segs.n);
-		}
+		merge_evict_point(s, k, w->segs.n); /* its run goes above the part */
 		uint64_t row = EMB_NONE;
 		for (size_t i = 0; i < sw->n; i++)
 			if (it[i].cur && rec_row(it[i].cur) < row)
