@@ -78,6 +78,10 @@ batch, learning rates) come from the snapshot's dense.pt; training goes on
 from step K + 1 with the same loss lines as an uninterrupted run, bit for bit:
 one thread (--threads) and torch's deterministic algorithms.
 --no-prefetch trains without the Prefetcher (the same numbers, bit for bit).
+With OpenBLAS (Debian's libopenblas0-pthread) --threads does not bound
+OpenBLAS's own threads, one per core: set OPENBLAS_NUM_THREADS=1 as well for
+a run on one core (make bench does, for this example and its anchor with
+the tables in DRAM, tests/bench/dlrmtorch.py).
 """
 import argparse
 import hashlib
@@ -147,6 +151,12 @@ class Data:
     def batch(self, step):
         """(dense log1p counts (B, 13) f32, row ids (B, 26) int64, clicks (B,)
         f32, the hidden model's loss on this batch)."""
+        return self.sample(step)[:4]
+
+    def sample(self, step):
+        """batch(step), then the raw category values (B, 26) int64 that the
+        row ids hash (r < VOCAB[f]: what a model whose tables are dense
+        arrays of VOCAB[f] rows looks up, tests/bench/dlrmtorch.py)."""
         rng = np.random.Generator(np.random.PCG64([self.seed, step]))
         n = self.batch_size
         x = np.floor(np.exp(MU + SIG * rng.standard_normal((n, DENSE))))
@@ -167,7 +177,8 @@ class Data:
         p = 1.0 / (1.0 + np.exp(-z))
         y = (rng.random(n) < p).astype(np.float32)
         ideal = -np.mean(y * np.log(p) + (1 - y) * np.log1p(-p))
-        return torch.from_numpy(dense.astype(np.float32)), torch.from_numpy(ids), torch.from_numpy(y), ideal
+        return (torch.from_numpy(dense.astype(np.float32)), torch.from_numpy(ids), torch.from_numpy(y), ideal,
+                torch.from_numpy(r.astype(np.int64)))
 
 
 # ---- model ---------------------------------------------------------------------

@@ -30,9 +30,13 @@
 #             the daemon: on 2 cores a side takes at least half); the
 #             pipelined shape again in runs of TRAIN_LONG_STEPS, which pay
 #             for the write-back of what they pushed; then examples/dlrm.py
-#             with OpenBLAS (apt's libopenblas0-pthread, installed here):
+#             with OpenBLAS (apt's libopenblas0-pthread, installed here; one
+#             BLAS thread, OPENBLAS_NUM_THREADS=1):
 #             whole step against torch compute (target <= 1.1x) and FUSE
-#             requests a step (<= 4)
+#             requests a step (<= 4), and against the same model and data
+#             with the tables in DRAM (tests/bench/dlrmtorch.py: a
+#             torch.nn.EmbeddingBag per feature, and one fused), DLRM_RUNS
+#             rounds
 #   restore   issue 14's restore in place (.embfs/restore) of 1% changed
 #             rows against a dd bs=1M copy of the table (RUNS each)
 #   pybatch   issue 13's Python package against the C client on the same
@@ -131,7 +135,7 @@
 #   (/usr/bin/python3: Debian's, with python3-numpy), PY_RUNS (RUNS), PY_SECS
 #   (5 per run), GM_PAIRS (5: section gathermin's pairs of SECS s runs).
 #   TRAIN_RUNS (5), TRAIN_STEPS (10 a run), TRAIN_LONG_STEPS (250 a run, one
-#   shape), TRAIN_WARM (5), DLRM_STEPS (150).
+#   shape), TRAIN_WARM (5), DLRM_STEPS (150), DLRM_RUNS (3 rounds).
 #   SECTIONS (or BENCH_SECTIONS): the sections to run, in order.
 # Exit 0 done, 1 failure, 77 skipped (no FUSE, no room on /dev/shm).
 set -u
@@ -746,6 +750,7 @@ TRAIN_STEPS=${TRAIN_STEPS:-10}
 TRAIN_WARM=${TRAIN_WARM:-5}
 TRAIN_LONG_STEPS=${TRAIN_LONG_STEPS:-250}
 DLRM_STEPS=${DLRM_STEPS:-150}
+DLRM_RUNS=${DLRM_RUNS:-3}
 train_one() { # LABEL ARGS...: one trainbench on a fresh pool
 	tl=$1; shift
 	"$MKFS" -f -s 6G "$W/tpool" >/dev/null || fail "mkfs.embfs tpool"
@@ -791,23 +796,50 @@ section_train() {
 			say "  apt-get install libopenblas0-pthread failed (see $W/apt.log): torch keeps its BLAS"
 	fi
 	blas=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n 's/^Value: //p')
-	"$MKFS" -f -s 2G "$W/tpool" >/dev/null || fail "mkfs.embfs tpool"
-	mkdir -p "$W/tmnt"
-	mount_pool "$W/tpool" "$W/tmnt" "" 1
-	out=$(PYTHONPATH=$TOP/python "$PY" "$TOP/examples/dlrm.py" "$W/tmnt" --steps "$DLRM_STEPS" --every 0 --log 50 \
-		--seed "$SEED") || { echo "$out"; fail "dlrm.py"; }
-	umount_pool "$DPID" "$W/tmnt"
-	rm -f "$W/tpool"
-	echo "$out" | grep -v '^step ' | sed 's/^/  /'
-	pl=$(echo "$out" | grep '^per step')
-	io=$(echo "$pl" | sed -n 's/.*embfs I\/O \([0-9.]*\) .*/\1/p')
-	rq=$(echo "$pl" | sed -n 's/.*(\([0-9.]*\) FUSE requests.*/\1/p')
-	cp=$(echo "$pl" | sed -n 's/.*torch compute \([0-9.]*\);.*/\1/p')
-	wl=$(echo "$pl" | sed -n 's/.*whole step \([0-9.]*\);.*/\1/p')
+	# DLRM_RUNS rounds: the example on a fresh pool, then the same model and
+	# data with the tables in DRAM (tests/bench/dlrmtorch.py), one table per
+	# feature and fused; the ratios are the medians of the rounds'
+	# one torch thread on both sides: torch.set_num_threads(1) does not reach
+	# OpenBLAS's own threads (two on this machine, which ran the example's
+	# matrix products 1.2x faster while the other core was idle)
+	OPENBLAS_NUM_THREADS=1; export OPENBLAS_NUM_THREADS
+	wls=""; cps=""; ios=""; rqs=""; rts=""; rfs=""; tws=""; fws=""
+	k=1
+	while [ $k -le "$DLRM_RUNS" ]; do
+		"$MKFS" -f -s 2G "$W/tpool" >/dev/null || fail "mkfs.embfs tpool"
+		mkdir -p "$W/tmnt"
+		mount_pool "$W/tpool" "$W/tmnt" "" 1
+		out=$(PYTHONPATH=$TOP/python "$PY" "$TOP/examples/dlrm.py" "$W/tmnt" --steps "$DLRM_STEPS" --every 0 --log 50 \
+			--seed "$SEED") || { echo "$out"; fail "dlrm.py"; }
+		umount_pool "$DPID" "$W/tmnt"
+		rm -f "$W/tpool"
+		[ $k = 1 ] && echo "$out" | grep -v '^step ' | sed 's/^/  /'
+		pl=$(echo "$out" | grep '^per step')
+		io=$(echo "$pl" | sed -n 's/.*embfs I\/O \([0-9.]*\) .*/\1/p')
+		rq=$(echo "$pl" | sed -n 's/.*(\([0-9.]*\) FUSE requests.*/\1/p')
+		cp=$(echo "$pl" | sed -n 's/.*torch compute \([0-9.]*\);.*/\1/p')
+		wl=$(echo "$pl" | sed -n 's/.*whole step \([0-9.]*\);.*/\1/p')
+		tl=$(PYTHONPATH=$TOP/python "$PY" "$TOP/tests/bench/dlrmtorch.py" --steps "$DLRM_STEPS" --seed "$SEED" |
+			grep '^per step') || fail "dlrmtorch.py"
+		fl=$(PYTHONPATH=$TOP/python "$PY" "$TOP/tests/bench/dlrmtorch.py" --steps "$DLRM_STEPS" --seed "$SEED" --fused |
+			grep '^per step') || fail "dlrmtorch.py --fused"
+		tw=$(echo "$tl" | sed -n 's/.*whole step \([0-9.]*\)$/\1/p'); fw=$(echo "$fl" | sed -n 's/.*whole step \([0-9.]*\)$/\1/p')
+		[ -n "$tw" ] && [ -n "$fw" ] || fail "dlrmtorch.py printed no step time"
+		say "  DLRM round $k: embfs whole step $wl ms (torch compute $cp, I/O $io, $rq requests a step); tables in DRAM:" \
+			"one per feature $tw ms (compute $(echo "$tl" | sed -n 's/.*torch compute \([0-9.]*\);.*/\1/p')), fused $fw ms" \
+			"(compute $(echo "$fl" | sed -n 's/.*torch compute \([0-9.]*\);.*/\1/p'))"
+		wls="$wls $wl"; cps="$cps $cp"; ios="$ios $io"; rqs="$rqs $rq"; tws="$tws $tw"; fws="$fws $fw"
+		rts="$rts $(ratio "$wl" "$tw")"; rfs="$rfs $(ratio "$wl" "$fw")"
+		k=$((k + 1))
+	done
+	wl=$(med $wls); cp=$(med $cps); io=$(med $ios); rq=$(med $rqs)
 	r=$(ratio "$wl" "$cp")
 	ok=$(awk -v r="$r" -v q="$rq" 'BEGIN { print (r != "-" && r + 0 <= 1.1 && q + 0 <= 4) ? "met" : "MISSED" }')
-	say "  DLRM ($blas): whole step $wl ms, torch compute $cp ms (x$r), embfs I/O $io ms, $rq FUSE requests a step"
+	say "  DLRM ($blas): whole step $wl ms, torch compute $cp ms (x$r), embfs I/O $io ms, $rq FUSE requests a step (medians of $DLRM_RUNS)"
+	say "  ... against the tables in DRAM: one per feature $(med $tws) ms (x$(med $rts)), fused $(med $fws) ms (x$(med $rfs))"
+	unset OPENBLAS_NUM_THREADS
 	result train "DLRM step / compute" - - - - "x$r ($wl / $cp ms), I/O $io ms, $rq requests a step, BLAS ${blas##*/}; target <= 1.1x, <= 4: $ok"
+	result train "DLRM step / tables in DRAM" - - - - "x$(med $rts) against one torch.nn.EmbeddingBag per feature ($(med $tws) ms), x$(med $rfs) against one fused ($(med $fws) ms); same data, model and seed (tests/bench/dlrmtorch.py); medians of $DLRM_RUNS rounds"
 }
 
 # restore: issue 14's restore in place (.embfs/restore) of a table of ROWS
