@@ -493,6 +493,13 @@ static int chunk_intents(struct store *s, struct stable *st, struct group *g, si
 	return journal_seal(s, st, EMB_J_COMMIT, nrec, size_hint);
 }
 
+/* Versions of rows up to this size are made and sealed in a buffer of the
+ * committing thread, then copied to their slot: the checksum reads bytes
+ * the cache holds, not the slot's lines the copy is still filling.  A
+ * rewrite's write-back, 4 pairs: 1.18-1.22 us a row against 1.22-1.29 in
+ * place.  Larger ones are made in place. */
+#define VER_STAGE_MAX 4096u
+
 /* A3: the new version of uop x, copy-on-write: header, the old bytes, the
  * ops' bytes in request order, checksum; its link to what follows; a new
  * row's ref written into its claimed (still invisible) index slot.  Their
@@ -503,11 +510,18 @@ static void write_version(struct store *s, struct stable *st, const struct store
 	const struct uop *x = &g->u[i];
 	uint32_t rs = g->rs;
 	struct emb_version *v = S_PTR(s, x->new_ver);
-	ver_init(v, x->row, x->batch, x->tomb ? EMB_VK_TOMB : 0);
+	size_t vlen = sizeof(*v) + (x->tomb ? 0 : rs);
+	_Alignas(64) char stage[sizeof(struct emb_version) + VER_STAGE_MAX];
+	struct emb_version *w = vlen <= sizeof(stage) ? (struct emb_version *)stage : v;
+	ver_init(w, x->row, x->batch, x->tomb ? EMB_VK_TOMB : 0);
 	if (!x->tomb) {
-		char *d = ver_data(v);
+		char *d = ver_data(w);
+		/* with an op that writes the whole row (x->full) the ops below
+		 * define every byte: the old ones are not read */
 		if (x->old)
 			memcpy(d, x->old, rs);
+		else if (x->full)
+			;
 		else if (x->live && !x->damaged && !ver_stub(x->ov))
 			memmove(d, ver_data(x->ov), rs); /* the same slot only if a bitmap is damaged */
 		else
@@ -520,8 +534,10 @@ static void write_version(struct store *s, struct stable *st, const struct store
 				memset(d, 0, rs); /* deleted, then written again */
 		}
 	}
-	ver_seal(v, st->id, rs);
-	pm_flush(s, v, sizeof(*v) + (x->tomb ? 0 : rs));
+	ver_seal(w, st->id, rs);
+	if (w != v)
+		memcpy(v, w, vlen);
+	pm_flush(s, v, vlen);
 	if (x->new_link) {
 		struct emb_link *l = S_PTR(s, x->new_link);
 		l->key = x->row | EMB_VK_LINK;
