@@ -798,10 +798,10 @@ section_train() {
 	blas=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n 's/^Value: //p')
 	# DLRM_RUNS rounds: the example on a fresh pool, then the same model and
 	# data with the tables in DRAM (tests/bench/dlrmtorch.py), one table per
-	# feature and fused; the ratios are the medians of the rounds'
-	# one torch thread on both sides: torch.set_num_threads(1) does not reach
+	# feature and fused; the ratios are the medians of the rounds' ratios.
+	# One torch thread on both sides: torch.set_num_threads(1) does not reach
 	# OpenBLAS's own threads (two on this machine, which ran the example's
-	# matrix products 1.2x faster while the other core was idle)
+	# matrix products 1.2x faster while the other core was idle).
 	OPENBLAS_NUM_THREADS=1; export OPENBLAS_NUM_THREADS
 	wls=""; cps=""; ios=""; rqs=""; rts=""; rfs=""; tws=""; fws=""
 	k=1
