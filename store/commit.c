@@ -47,6 +47,7 @@ struct uop {
 	int claimed; /* pos is a claimed free slot */
 	int full;    /* an op writes the whole row: the old bytes are not needed */
 	int damaged; /* its newest version is damaged (ver.c) and the update replaces it whole */
+	int head_only; /* ov was checked by its header only (no live snapshot: it is freed unread) */
 	int inrun;   /* not in the index, but a run on the spill device may hold it (run.c) */
 	char *old;   /* the old bytes of a spilled row that is partly rewritten */
 };
@@ -84,8 +85,15 @@ static void plan_damaged(struct store *s, struct uop *u)
  * which is kept (chained) if a live snapshot needs it and freed otherwise; a
  * delete removes the row, or writes a tombstone when older versions must
  * stay reachable. */
-static void plan(struct store *s, struct uop *u)
+static void plan(struct store *s, uint32_t id, uint32_t rs, struct uop *u)
 {
+	if (u->head_only && s->n_live && !ver_get(s, u->old_ver, id, u->row, rs)) {
+		/* a snapshot came after the prepass: it may keep the old version,
+		 * which is now checked whole */
+		u->damaged = 1;
+		u->ov = NULL;
+		u->old_ver = u->old_link = u->old_next = 0;
+	}
 	if (u->damaged) {
 		plan_damaged(s, u);
 		return;
@@ -169,18 +177,23 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		claims_reset(c);
 		for (size_t i = 0; i < nu && i < PREPASS_AHEAD; i++)
 			index_prefetch(s, st, u[i].row);
+		/* with no live snapshot, a version a row written whole replaces
+		 * is freed unread: its header is all that is checked (and loaded) */
+		int head_ok = !__atomic_load_n(&s->n_live, __ATOMIC_ACQUIRE);
+#define REF_LEN(x) (head_ok && (x).full && !(x).del ? 0 : rs)
 		for (size_t i = 0; i < nu && i < PREPASS_REFS; i++)
-			index_prefetch_refs(s, st, u[i].row, rs);
+			index_prefetch_refs(s, st, u[i].row, REF_LEN(u[i]));
 		for (size_t i = 0; i < nu && !ret; i++) {
 			if (i + PREPASS_AHEAD < nu) /* each find's bucket a cache miss otherwise */
 				index_prefetch(s, st, u[i + PREPASS_AHEAD].row);
 			if (i + PREPASS_REFS < nu) /* and the version it reads */
-				index_prefetch_refs(s, st, u[i + PREPASS_REFS].row, rs);
+				index_prefetch_refs(s, st, u[i + PREPASS_REFS].row, REF_LEN(u[i + PREPASS_REFS]));
 			ret = index_find(s, st, u[i].row, &u[i].pos, &u[i].old_ref);
 			u[i].damaged = 0;
+			u[i].head_only = head_ok && u[i].full && !u[i].del;
 			/* plan() reads the old version, A3 may copy its bytes */
 			struct chain ch;
-			if (!ret && chain_start(s, st, u[i].row, u[i].old_ref, &ch)) {
+			if (!ret && (u[i].head_only ? chain_start_head : chain_start)(s, st, u[i].row, u[i].old_ref, &ch)) {
 				if (u[i].full || u[i].del)
 					u[i].damaged = 1;
 				else
@@ -205,6 +218,7 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 					ret = fullsegs_note(&full, seg, u[i].row);
 			}
 		}
+#undef REF_LEN
 		if (!ret && full.n)
 			ret = fullsegs_grow(s, st, &full);
 		if (ret != -EAGAIN) {
@@ -221,14 +235,14 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 /* plan() every row.  held: the caller holds snap_lock for the whole group;
  * otherwise it is taken for a slice of rows at a time, so that a snapshot
  * taken meanwhile waits for one slice, not for the group. */
-static void plan_all(struct store *s, struct uop *u, size_t nu, int held)
+static void plan_all(struct store *s, struct stable *st, struct uop *u, size_t nu, int held)
 {
 	for (size_t i = 0; i < nu;) {
 		size_t end = held || nu - i <= PLAN_SLICE ? nu : i + PLAN_SLICE;
 		if (!held)
 			pthread_rwlock_rdlock(&s->snap_lock);
 		for (; i < end; i++)
-			plan(s, &u[i]);
+			plan(s, st->id, st->t->row_size, &u[i]);
 		if (!held)
 			pthread_rwlock_unlock(&s->snap_lock);
 	}
@@ -388,7 +402,7 @@ static int group_plan(struct store *s, struct stable *st, const struct store_row
 	}
 	if ((ret = prepass(s, st, g->u, g->nu, g->c, g->runs_hidden)))
 		goto out;
-	plan_all(s, g->u, g->nu, !stamped);
+	plan_all(s, st, g->u, g->nu, !stamped);
 	ret = group_old_bytes(s, st, g);
 out:
 	free(opu);

@@ -709,6 +709,9 @@ void ver_poison(struct store *s, uint64_t off);
 /* The version at off if it is a sound version of row of table id (rows of
  * rs bytes); NULL (counted) if the offset or the version is damaged. */
 struct emb_version *ver_get(struct store *s, uint64_t off, uint32_t id, uint64_t row, uint32_t rs);
+/* The same, but a version holding bytes is checked by its header only, not
+ * by its digest (see vcheck.c): for a version whose bytes are not read. */
+struct emb_version *ver_get_head(struct store *s, uint64_t off, uint32_t id, uint64_t row, uint32_t rs);
 /* The link at off if it is a link of row; NULL (counted) if not. */
 struct emb_link *link_get(struct store *s, uint64_t off, uint64_t row);
 /* The row id an index slot's ref leads to, read without validation (the
@@ -746,6 +749,8 @@ static inline uint64_t chain_vat(const struct chain *c)
 }
 /* Start at head (the index's ref for row; 0 = none): 0 or -EIO. */
 int chain_start(struct store *s, struct stable *st, uint64_t row, uint64_t head, struct chain *c);
+/* The same, its first version checked by its header only (ver_get_head). */
+int chain_start_head(struct store *s, struct stable *st, uint64_t row, uint64_t head, struct chain *c);
 /* Step to the next older element: 0 or -EIO (damaged link, batches not
  * decreasing, chain too long). */
 int chain_step(struct chain *c);

@@ -9,8 +9,9 @@
  */
 #include "store_int.h"
 
-/* Make ref (read from the field at at) the chain's current element. */
-static int chain_elem(struct chain *c, uint64_t ref, uint64_t at)
+/* Make ref (read from the field at at) the chain's current element (its
+ * version checked by its header alone with head_only). */
+static int chain_elem(struct chain *c, uint64_t ref, uint64_t at, int head_only)
 {
 	uint64_t voff = ref;
 	c->ref = ref;
@@ -27,16 +28,27 @@ static int chain_elem(struct chain *c, uint64_t ref, uint64_t at)
 		c->next = ld64(&l->next);
 	}
 	c->off = voff;
-	c->v = ver_get(c->s, voff, c->id, c->row, c->rs);
+	c->v = head_only ? ver_get_head(c->s, voff, c->id, c->row, c->rs) : ver_get(c->s, voff, c->id, c->row, c->rs);
 	return c->v ? 0 : -EIO;
 }
 
-int chain_start(struct store *s, struct stable *st, uint64_t row, uint64_t head, struct chain *c)
+static int chain_begin(struct store *s, struct stable *st, uint64_t row, uint64_t head, struct chain *c,
+		       int head_only)
 {
 	*c = (struct chain){ .s = s, .id = st->id, .rs = st->t->row_size, .row = row };
 	if (!head)
 		return 0;
-	return chain_elem(c, head, 0);
+	return chain_elem(c, head, 0, head_only);
+}
+
+int chain_start(struct store *s, struct stable *st, uint64_t row, uint64_t head, struct chain *c)
+{
+	return chain_begin(s, st, row, head, c, 0);
+}
+
+int chain_start_head(struct store *s, struct stable *st, uint64_t row, uint64_t head, struct chain *c)
+{
+	return chain_begin(s, st, row, head, c, 1);
 }
 
 int chain_step(struct chain *c)
@@ -52,7 +64,7 @@ int chain_step(struct chain *c)
 		c->v = NULL;
 		return -EIO;
 	}
-	int ret = chain_elem(c, next, at);
+	int ret = chain_elem(c, next, at, 0);
 	if (!ret && ver_batch(c->v) >= newer) {
 		csum_error(c->s);
 		c->v = NULL;
