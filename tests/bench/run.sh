@@ -838,7 +838,7 @@ section_train() {
 	say "  DLRM ($blas): whole step $wl ms, torch compute $cp ms (x$r), embfs I/O $io ms, $rq FUSE requests a step (medians of $DLRM_RUNS)"
 	say "  ... against the tables in DRAM: one per feature $(med $tws) ms (x$(med $rts)), fused $(med $fws) ms (x$(med $rfs))"
 	unset OPENBLAS_NUM_THREADS
-	result train "DLRM step / compute" - - - - "x$r ($wl / $cp ms), I/O $io ms, $rq requests a step, BLAS ${blas##*/}; target <= 1.1x, <= 4: $ok"
+	result train "DLRM step / compute" - - - - "x$r ($wl / $cp ms), I/O $io ms, $rq requests a step, BLAS ${blas:+$(basename "$(dirname "$blas")")/${blas##*/}}; target <= 1.1x, <= 4: $ok"
 	result train "DLRM step / tables in DRAM" - - - - "x$(med $rts) against one torch.nn.EmbeddingBag per feature ($(med $tws) ms), x$(med $rfs) against one fused ($(med $fws) ms); same data, model and seed (tests/bench/dlrmtorch.py); medians of $DLRM_RUNS rounds"
 }
 
