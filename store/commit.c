@@ -87,7 +87,7 @@ static void plan_damaged(struct store *s, struct uop *u)
  * stay reachable. */
 static void plan(struct store *s, uint32_t id, uint32_t rs, struct uop *u)
 {
-	if (u->head_only && s->n_live && !ver_get(s, u->old_ver, id, u->row, rs)) {
+	if (u->head_only && u->ov && s->n_live && !ver_get(s, u->old_ver, id, u->row, rs)) {
 		/* a snapshot came after the prepass: it may keep the old version,
 		 * which is now checked whole */
 		u->damaged = 1;

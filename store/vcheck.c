@@ -42,9 +42,11 @@
  * live snapshot can need it (commit.c, prepass), so its bytes are never
  * read.  A damaged batch can then only be one a version could have had,
  * which no snapshot taken later sees differently; should a snapshot come
- * before the commit decides, the version is checked whole then.  In a build with EMBFS_TEST_HOOKS (the bench's daemon,
- * never the shipped one), EMBFS_VERIFY=0 in the environment at store_open
- * skips the bytes' digest on reads (for the read-path figure of make bench).
+ * before the commit decides, the version is checked whole then.
+ *
+ * In a build with EMBFS_TEST_HOOKS (the bench's daemon, never the shipped
+ * one), EMBFS_VERIFY=0 in the environment at store_open skips the bytes'
+ * digest on reads (for the read-path figure of make bench).
  */
 #include <xxhash.h>
 
