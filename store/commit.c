@@ -180,17 +180,17 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 		/* with no live snapshot, a version a row written whole replaces
 		 * is freed unread: its header is all that is checked (and loaded) */
 		int head_ok = !__atomic_load_n(&s->n_live, __ATOMIC_ACQUIRE);
-#define REF_LEN(x) (head_ok && (x).full && !(x).del ? 0 : rs)
+		for (size_t i = 0; i < nu; i++)
+			u[i].head_only = head_ok && u[i].full && !u[i].del;
 		for (size_t i = 0; i < nu && i < PREPASS_REFS; i++)
-			index_prefetch_refs(s, st, u[i].row, REF_LEN(u[i]));
+			index_prefetch_refs(s, st, u[i].row, u[i].head_only ? 0 : rs);
 		for (size_t i = 0; i < nu && !ret; i++) {
 			if (i + PREPASS_AHEAD < nu) /* each find's bucket a cache miss otherwise */
 				index_prefetch(s, st, u[i + PREPASS_AHEAD].row);
 			if (i + PREPASS_REFS < nu) /* and the version it reads */
-				index_prefetch_refs(s, st, u[i + PREPASS_REFS].row, REF_LEN(u[i + PREPASS_REFS]));
+				index_prefetch_refs(s, st, u[i + PREPASS_REFS].row, u[i + PREPASS_REFS].head_only ? 0 : rs);
 			ret = index_find(s, st, u[i].row, &u[i].pos, &u[i].old_ref);
 			u[i].damaged = 0;
-			u[i].head_only = head_ok && u[i].full && !u[i].del;
 			/* plan() reads the old version, A3 may copy its bytes */
 			struct chain ch;
 			if (!ret && (u[i].head_only ? chain_start_head : chain_start)(s, st, u[i].row, u[i].old_ref, &ch)) {
@@ -218,7 +218,6 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 					ret = fullsegs_note(&full, seg, u[i].row);
 			}
 		}
-#undef REF_LEN
 		if (!ret && full.n)
 			ret = fullsegs_grow(s, st, &full);
 		if (ret != -EAGAIN) {

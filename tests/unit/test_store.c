@@ -634,7 +634,6 @@ static void expect_snap(struct store *s, uint32_t idx, uint32_t id, uint64_t row
 	CHECK(r == 1 && !memcmp(got, want, 64));
 }
 
-/* Versions kept for snapshots, tombstones, zombies, drops; fsck clean throughout. */
 /* The pool file offset of row's version holding its fill(gen) bytes (the
  * store closed): found by its bytes and checked by its key. */
 static long ver_at(uint64_t row, uint64_t gen)
@@ -733,6 +732,7 @@ static void test_head_only(void)
 	store_close(s);
 }
 
+/* Versions kept for snapshots, tombstones, zombies, drops; fsck clean throughout. */
 static void test_snap(void)
 {
 	struct store *s = fresh(64 << 20);
