@@ -110,6 +110,9 @@ static int check_here(const char *path, uint64_t size, int is_dev, int fd, int *
 	int one = 1, zero = 0, ret;
 	char msg[256];
 	check_phase(fd, 'L');
+	ret = lanes_check(path, size, err, n);
+	if (ret)
+		return ret;
 	pmemobj_ctl_set(NULL, "copy_on_write.at_open", &one);
 	pm_enter();
 	PMEMobjpool *pop = pmemobj_open(path, EMB_LAYOUT);
@@ -570,6 +573,12 @@ static int open_map(const char *path, int private, struct store **out, char *err
 	}
 	if (!s)
 		return store_err(err, n, -ENOMEM, "out of memory");
+	ret = lanes_check(path, size, err, n);
+	if (ret) {
+		free(s->prom);
+		free(s);
+		return ret;
+	}
 	int one = 1, zero = 0;
 	if (private)
 		pmemobj_ctl_set(NULL, "copy_on_write.at_open", &one);

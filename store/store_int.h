@@ -275,6 +275,11 @@ static inline void max64(uint64_t *p, uint64_t v)
 		;
 }
 
+/* ---- lanes.c --------------------------------------------------------- */
+/* Before libpmemobj opens the pool file of size bytes: 0, or -EIO when its
+ * lane recovery would apply an entry no transaction wrote (a damaged lane). */
+int lanes_check(const char *path, uint64_t size, char *err, size_t n);
+
 /* ---- util.c ---------------------------------------------------------- */
 uint64_t now_ns(void);
 /* Put a one-line reason in err (if err and n) and return code. */

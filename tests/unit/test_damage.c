@@ -11,7 +11,8 @@
  * Each case copies the pool and damages the copy: one byte XORed with a
  * random value, or a zeroed 4 KiB block; the offset is drawn ~70% inside
  * allocated objects (enumerated with pmemobj_first/pmemobj_next on the clean
- * pool) and ~30% anywhere in the file.  A child process then opens the copy
+ * pool), ~5% in libpmemobj's first 8 lanes (their logs: store/lanes.c) and
+ * ~25% anywhere in the file.  A child process then opens the copy
  * and, unless it is refused, reads every row of every view (gathers, and row
  * by row where a gather fails), walks the stored rows (SEEK_DATA), writes a
  * few rows into each table, reads everything again, closes, reopens and
@@ -591,6 +592,11 @@ static void damage(uint8_t *buf, uint64_t len, uint64_t seed, char *what, size_t
 		size_t i = rnd() % nobjs;
 		off = objs[i].off + rnd() % objs[i].size;
 		where = "an object";
+	} else if (pick < 75) {
+		uint64_t lanes;
+		memcpy(&lanes, buf + 5120, 8); /* libpmemobj's pool descriptor */
+		off = (lanes + rnd() % (8 * 3072)) % len;
+		where = "libpmemobj's first lanes";
 	} else {
 		off = rnd() % len;
 		where = "the file";

@@ -7,7 +7,8 @@
  * snapshot not durable is gone, store_fsck finds no torn row and no leaked
  * or doubly used slot; a clean close needs no recovery.  Snapshots taken
  * without a barrier (pending until made durable) and torn records.  The
- * root's and .snapshots' owner, group and mode.  EMBFS_SEED replays
+ * root's and .snapshots' owner, group and mode.  Damaged libpmemobj
+ * lanes refused before libpmemobj acts on them.  EMBFS_SEED replays
  * the writers' operations and the kill points.
  */
 #include <errno.h>
@@ -732,6 +733,124 @@ static void test_head_only(void)
 	store_close(s);
 }
 
+static uint64_t peek64(long off)
+{
+	uint64_t v;
+	int fd = open(path, O_RDONLY);
+	CHECK(fd >= 0 && pread(fd, &v, 8, off) == 8);
+	close(fd);
+	return v;
+}
+
+/* libpmemobj's checksum of a log entry (Fletcher-64 over 32-bit words, its
+ * checksum field as zero, then the log's generation), written here from
+ * PMDK 1.12's ulog.c to check store/lanes.c against libpmemobj itself. */
+static uint64_t entry_sum(const uint8_t *e, size_t len, uint64_t gen)
+{
+	uint32_t lo = 0, hi = 0, w;
+	for (size_t i = 0; i < len + 8; i += 4) {
+		if (i >= 8 && i < 16)
+			w = 0;
+		else if (i < len)
+			memcpy(&w, e + i, 4);
+		else
+			memcpy(&w, (const uint8_t *)&gen + (i - len), 4);
+		lo += w;
+		hi += lo;
+	}
+	return (uint64_t)hi << 32 | lo;
+}
+
+/* The open refuses a pool whose libpmemobj lanes hold an entry recovery
+ * would apply although no transaction wrote it, and changes nothing in the
+ * file: libpmemobj itself applies a value entry in an undo log (here 8
+ * zero bytes into its own pool header, after which no open succeeds), and
+ * loops forever on an entry of no known type.  A stale snapshot entry,
+ * damaged or not, is no reason to refuse; a valid one is rolled back. */
+static void test_lanes(void)
+{
+	struct store *s = fresh(64 << 20);
+	uint32_t id;
+	uint8_t got[64];
+	OK(store_table_create(s, "t", 0644, 0, 0, 16, EMB_DT_F32, &id));
+	for (uint64_t r = 0; r < 4; r++)
+		rowat(s, id, r, 1);
+	store_close(s);
+	long lanes = (long)peek64(5120), undo = 960, data = undo + 64;
+	const long lane_sz = 3072;
+	struct {
+		long lane;
+		uint64_t word;
+		const char *why;
+	} bad[] = {
+		{ 1, 14, "a set entry" },				  /* the case test_damage met */
+		{ 0, peek64(lanes + data) & ~(7ull << 61), "a set entry" }, /* a snapshot's type bits */
+		{ 2, (3ull << 61) | 4096, "an unknown (3) entry" },
+		{ 3, (1ull << 61) | 8192, "an and entry" },
+	};
+	uint8_t hdr[8192], hdr2[8192];
+	int fd = open(path, O_RDONLY);
+	CHECK(fd >= 0 && pread(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr));
+	close(fd);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		long at = lanes + bad[i].lane * lane_sz + data;
+		uint64_t was = peek64(at);
+		poke(at, &bad[i].word, 8);
+		char want[64];
+		snprintf(want, sizeof(want), "lane %ld, undo log: %s", bad[i].lane, bad[i].why);
+		CHECK(store_open(path, &s, err, sizeof(err)) == -EIO);
+		if (!strstr(err, want)) {
+			fprintf(stderr, "lanes: %s\n  (wanted \"%s\")\n", err, want);
+			exit(1);
+		}
+		CHECK(store_check(path, err, sizeof(err)) == -EIO && strstr(err, want));
+		fd = open(path, O_RDONLY);
+		CHECK(fd >= 0 && pread(fd, hdr2, sizeof(hdr2), 0) == (ssize_t)sizeof(hdr2));
+		close(fd);
+		CHECK(!memcmp(hdr, hdr2, sizeof(hdr)));
+		CHECK(peek64(at) == bad[i].word);
+		poke(at, &was, 8);
+	}
+
+	/* a byte of lane 0's stale snapshot damaged: its checksum fails, the
+	 * walk stops there, the pool opens */
+	uint8_t x;
+	fd = open(path, O_RDONLY);
+	CHECK(fd >= 0 && pread(fd, &x, 1, lanes + data + 40) == 1);
+	close(fd);
+	x ^= 0x21;
+	poke(lanes + data + 40, &x, 1);
+	s = reopen(NULL);
+	CHECK(t_row_read(s, id, 2, got) == 1);
+	store_close(s);
+
+	/* a valid snapshot entry (a transaction in flight at a crash) of 40
+	 * bytes over row 3's bytes: accepted, and libpmemobj rolls it back,
+	 * so the row reads EIO (its checksum no longer holds) */
+	long v3 = ver_at(3, 1) + (long)sizeof(struct emb_version);
+	uint8_t e[64 + 8] = { 0 };
+	uint64_t w = (6ull << 61) | (uint64_t)v3, size = 40, gen = peek64(lanes + undo + 24), sum;
+	memcpy(e, &w, 8);
+	memcpy(e + 16, &size, 8);
+	memset(e + 24, 0xa5, 40);
+	sum = entry_sum(e, 64, gen);
+	memcpy(e + 8, &sum, 8);
+	poke(lanes + data, e, sizeof(e)); /* and a zero word after it: the log's end */
+	s = reopen(NULL);
+	CHECK(t_row_read(s, id, 3, got) == -EIO);
+	CHECK(t_row_read(s, id, 2, got) == 1);
+	store_close(s);
+	CHECK(peek64(lanes + undo + 24) != gen); /* a new generation: the entry is stale */
+
+	/* the same entry aimed past the pool's end: refused */
+	w = (6ull << 61) | (64ull << 20);
+	memcpy(e, &w, 8);
+	sum = entry_sum(e, 64, peek64(lanes + undo + 24));
+	memcpy(e + 8, &sum, 8);
+	poke(lanes + data, e, sizeof(e));
+	CHECK(store_open(path, &s, err, sizeof(err)) == -EIO && strstr(err, "outside the pool"));
+}
+
 /* Versions kept for snapshots, tombstones, zombies, drops; fsck clean throughout. */
 static void test_snap(void)
 {
@@ -1266,5 +1385,7 @@ int main(int argc, char **argv)
 	printf("msync scope ok\n");
 	test_head_only();
 	printf("header-only checks ok\n");
+	test_lanes();
+	printf("damaged lanes ok\n");
 	return 0;
 }
