@@ -165,10 +165,10 @@ static int index_create(struct store *s, struct stable *st)
 }
 
 /* In a transaction: what replaces full segment old, its entries rehashed
- * into it: a large segment of the same depth for a small one (n[0]), the
+ * into it (hs: their row ids' hashes, in bucket and slot order): a large segment of the same depth for a small one (n[0]), the
  * two small halves of one more depth for a large one (by the next bit of
  * each row's hash); sealed and persisted. */
-static int seg_reshape_tx(struct store *s, struct emb_seg *old, struct emb_seg *n[2])
+static int seg_reshape_tx(struct store *s, struct emb_seg *old, const struct ihash *hs, struct emb_seg *n[2])
 {
 	uint32_t ld = old->local_depth;
 	int split = old->nbuckets == EMB_SEG_LARGE;
@@ -182,7 +182,7 @@ static int seg_reshape_tx(struct store *s, struct emb_seg *old, struct emb_seg *
 		struct emb_bucket *b = &old->bucket[bi];
 		for (uint64_t m = b->ctl & EMB_CTL_VALID_MASK; m; m &= m - 1) {
 			int i = __builtin_ctzll(m);
-			struct ihash h = ihash_of(s, ref_row(s, b->slot[i] & EMB_REF_MASK));
+			struct ihash h = *hs++;
 			int side = split ? (int)((h.lo >> (63 - ld)) & 1) : 0;
 			if (seg_put(n[side], h, b->slot[i]))
 				pmemobj_tx_abort(ENOSPC);
@@ -222,12 +222,16 @@ static void dir_double_tx(struct store *s, struct stable *st, size_t di, struct 
 	pmemobj_tx_free(pmemobj_oid(dir));
 }
 
-/* Start loading the first line of each element b's slots lead to (a
- * split reads them all: each is a cache miss otherwise). */
-static void bucket_prefetch_elems(struct store *s, const struct emb_bucket *b)
+/* Start loading each element b's slots lead to, every line ref_sound
+ * reads (a split checks them all: each line is a cache miss otherwise). */
+static void bucket_prefetch_elems(struct store *s, const struct emb_bucket *b, uint32_t len)
 {
-	for (uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK; m; m &= m - 1)
-		__builtin_prefetch(S_PTR(s, ref_obj(ld64(&b->slot[__builtin_ctzll(m)]))));
+	for (uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK; m; m &= m - 1) {
+		uint64_t off = ref_obj(ld64(&b->slot[__builtin_ctzll(m)]));
+		const char *p = S_PTR(s, off & ~63ull);
+		for (uint32_t l = 0; l < len + (off & 63); l += 64)
+			__builtin_prefetch(p + l);
+	}
 }
 
 /* Replace the full segment at directory index di: a small one by a large
@@ -242,20 +246,32 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 	if (split && ld >= EMB_MAX_DEPTH)
 		return -E2BIG; /* no room will help: see index_grow */
 	/* what is copied must be sound: no checksum is recomputed over damage,
-	 * and the row ids it rehashes are those of sound elements */
+	 * and the row ids it rehashes are those of sound elements, hashed
+	 * here while their first line is loaded */
+	struct ihash *hs = malloc((size_t)old->nbuckets * EMB_BUCKET_SLOTS * sizeof(*hs)), *h = hs;
+	if (!hs)
+		return -ENOMEM;
 	for (unsigned bi = 0; bi < old->nbuckets; bi++) {
 		struct emb_bucket *b = &old->bucket[bi];
 		if (bi + 1 < old->nbuckets) /* the next bucket's elements start loading */
-			bucket_prefetch_elems(s, &old->bucket[bi + 1]);
-		if (index_bucket_check(s, b))
+			bucket_prefetch_elems(s, &old->bucket[bi + 1],
+					      (uint32_t)sizeof(struct emb_version) + st->t->row_size);
+		if (index_bucket_check(s, b)) {
+			free(hs);
 			return -EIO;
-		for (uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK; m; m &= m - 1)
-			if (!ref_sound(s, st, ld64(&b->slot[__builtin_ctzll(m)]) & EMB_REF_MASK))
+		}
+		for (uint64_t m = ld64(&b->ctl) & EMB_CTL_VALID_MASK; m; m &= m - 1) {
+			uint64_t ref = ld64(&b->slot[__builtin_ctzll(m)]) & EMB_REF_MASK;
+			if (!ref_sound(s, st, ref)) {
+				free(hs);
 				return -EIO;
+			}
+			*h++ = ihash_of(s, ref_row(s, ref));
+		}
 	}
 	META_TX(s) {
 		struct emb_seg *n[2];
-		seg_reshape_tx(s, old, n);
+		seg_reshape_tx(s, old, hs, n);
 		if (split && ld == gd) {
 			dir_double_tx(s, st, di, n);
 		} else { /* the entries that pointed at old point at what replaces it */
@@ -273,6 +289,7 @@ static int index_split(struct store *s, struct stable *st, size_t di)
 		}
 		seg_free_tx(s, old);
 	} META_TX_END(s, ret);
+	free(hs);
 	if (ret)
 		return ret;
 	if (split)
