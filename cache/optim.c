@@ -116,13 +116,49 @@ static double init_value(const struct embfs_batch_init *in, uint64_t b0, uint64_
 	}
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define INIT_VEC 1
+typedef uint64_t v8u __attribute__((vector_size(64)));
+typedef int64_t v8i __attribute__((vector_size(64)));
+typedef double v8d __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+
+/* The first k columns of a uniform f32 row, 8 at a time with AVX-512's
+ * 64-bit multiplies (k a multiple of 8): the same operations as
+ * init_value's, each rounded as there (no fused multiply-add), so the same
+ * bits.  A new row's values cost ~105 ns for 64 columns one by one, ~37
+ * this way. */
+__attribute__((target("avx512f,avx512dq"), optimize("fp-contract=off"))) static void
+uniform_f32_x8(double p, double q, uint64_t b0, uint32_t k, float *row)
+{
+	const v8u step = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	for (uint32_t j = 0; j < k; j += 8) {
+		v8u x = b0 + ((uint64_t)j + step) * 0xD1B54A32D192ED03ull;
+		x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+		x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+		x = x ^ (x >> 31);
+		v8d u = (__builtin_convertvector((v8i)(x >> 11), v8d) + 0.5) * (1.0 / 9007199254740992.0);
+		v8f f = __builtin_convertvector(p + (q - p) * u, v8f);
+		memcpy(row + j, &f, sizeof(f));
+	}
+}
+#endif
+
 /* Row `id` as a row never stored starts: each column's double rounded once
  * to the table's dtype (bf16 through f32, as embfs.Init). */
 static void init_row(const struct embfs_batch_init *in, uint32_t dtype, uint32_t cols, uint64_t id, char *row)
 {
 	uint64_t b0 = u01_base(in->seed, 0, id), b1 = u01_base(in->seed, 1, id);
+	uint32_t j0 = 0;
+#ifdef INIT_VEC
+	/* a test of libgcc's cpu model, read at its start */
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && dtype == EMB_DT_F32 && in->kind == EMBFS_INIT_UNIFORM) {
+		j0 = (in->cols < cols ? in->cols : cols) & ~7u;
+		uniform_f32_x8(in->p, in->q, b0, j0, (float *)row);
+	}
+#endif
 	if (dtype == EMB_DT_F32) {
-		for (uint32_t j = 0; j < cols; j++)
+		for (uint32_t j = j0; j < cols; j++)
 			((float *)row)[j] = (float)init_value(in, b0, b1, j);
 	} else if (dtype == EMB_DT_F16) {
 		for (uint32_t j = 0; j < cols; j++)

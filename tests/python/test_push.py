@@ -162,6 +162,19 @@ class TestPushMath(PooledCase):
             np.testing.assert_allclose(t.gather(ids), want, rtol=1e-7, err_msg=repr(init))
             self.m.remove("p_init")
 
+    def test_init_bits(self):
+        """The daemon's uniform f32 init (8 columns at a time where the CPU
+        has AVX-512) gives Init.values' bits, also past a multiple of 8 and
+        for an Init of fewer columns than the row."""
+        for init in (embfs.Init.uniform(-1.5, 0.7, seed=11), embfs.Init.uniform(-0.05, 0.05, seed=3, cols=13),
+                     embfs.Init.uniform(2, 3, seed=5, cols=100, fill=0.5)):
+            t = self.m.create(self.gone("p_bits"), 67, "f32")
+            ids = np.array([0, 1, 7, 12345, 2 ** 40, 2 ** 47 + 3])
+            np.testing.assert_array_equal(t.gather(ids, init=init), init.values(ids, 67), err_msg=repr(init))
+            t.push(ids[:3], np.zeros((3, 67), np.float32), "sgd", lr=0.0, init=init)
+            np.testing.assert_array_equal(t.gather(ids[:3]), init.values(ids[:3], 67), err_msg=repr(init))
+            self.m.remove("p_bits")
+
     def test_stats(self):
         t = self.m.create(self.gone("p_stats"), 2, "f32")
         before = self.m.stats()
