@@ -149,16 +149,17 @@ uniform_f32_x8(double p, double q, uint64_t b0, uint32_t k, float *row)
 static void init_row(const struct embfs_batch_init *in, uint32_t dtype, uint32_t cols, uint64_t id, char *row)
 {
 	uint64_t b0 = u01_base(in->seed, 0, id), b1 = u01_base(in->seed, 1, id);
-	uint32_t j0 = 0;
-#ifdef INIT_VEC
-	/* a test of libgcc's cpu model, read at its start */
-	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && dtype == EMB_DT_F32 && in->kind == EMBFS_INIT_UNIFORM) {
-		j0 = (in->cols < cols ? in->cols : cols) & ~7u;
-		uniform_f32_x8(in->p, in->q, b0, j0, (float *)row);
-	}
-#endif
 	if (dtype == EMB_DT_F32) {
-		for (uint32_t j = j0; j < cols; j++)
+		uint32_t j = 0;
+#ifdef INIT_VEC
+		/* a test of libgcc's cpu model, read at its start */
+		if (in->kind == EMBFS_INIT_UNIFORM && __builtin_cpu_supports("avx512f") &&
+		    __builtin_cpu_supports("avx512dq")) {
+			j = (in->cols < cols ? in->cols : cols) & ~7u;
+			uniform_f32_x8(in->p, in->q, b0, j, (float *)row);
+		}
+#endif
+		for (; j < cols; j++)
 			((float *)row)[j] = (float)init_value(in, b0, b1, j);
 	} else if (dtype == EMB_DT_F16) {
 		for (uint32_t j = 0; j < cols; j++)

@@ -165,9 +165,10 @@ static int index_create(struct store *s, struct stable *st)
 }
 
 /* In a transaction: what replaces full segment old, its entries rehashed
- * into it (hs: their row ids' hashes, in bucket and slot order): a large segment of the same depth for a small one (n[0]), the
- * two small halves of one more depth for a large one (by the next bit of
- * each row's hash); sealed and persisted. */
+ * into it (hs: their row ids' hashes, in bucket and slot order): a large
+ * segment of the same depth for a small one (n[0]), the two small halves
+ * of one more depth for a large one (by the next bit of each row's hash);
+ * sealed and persisted. */
 static int seg_reshape_tx(struct store *s, struct emb_seg *old, const struct ihash *hs, struct emb_seg *n[2])
 {
 	uint32_t ld = old->local_depth;

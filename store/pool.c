@@ -573,12 +573,6 @@ static int open_map(const char *path, int private, struct store **out, char *err
 	}
 	if (!s)
 		return store_err(err, n, -ENOMEM, "out of memory");
-	ret = lanes_check(path, size, err, n);
-	if (ret) {
-		free(s->prom);
-		free(s);
-		return ret;
-	}
 	int one = 1, zero = 0;
 	if (private)
 		pmemobj_ctl_set(NULL, "copy_on_write.at_open", &one);

@@ -733,12 +733,17 @@ static void test_head_only(void)
 	store_close(s);
 }
 
+static void peek(long off, void *b, size_t n)
+{
+	int fd = open(path, O_RDONLY);
+	CHECK(fd >= 0 && pread(fd, b, n, off) == (ssize_t)n);
+	close(fd);
+}
+
 static uint64_t peek64(long off)
 {
 	uint64_t v;
-	int fd = open(path, O_RDONLY);
-	CHECK(fd >= 0 && pread(fd, &v, 8, off) == 8);
-	close(fd);
+	peek(off, &v, 8);
 	return v;
 }
 
@@ -789,9 +794,7 @@ static void test_lanes(void)
 		{ 3, (1ull << 61) | 8192, "an and entry" },
 	};
 	uint8_t hdr[8192], hdr2[8192];
-	int fd = open(path, O_RDONLY);
-	CHECK(fd >= 0 && pread(fd, hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr));
-	close(fd);
+	peek(0, hdr, sizeof(hdr));
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		long at = lanes + bad[i].lane * lane_sz + data;
 		uint64_t was = peek64(at);
@@ -804,9 +807,7 @@ static void test_lanes(void)
 			exit(1);
 		}
 		CHECK(store_check(path, err, sizeof(err)) == -EIO && strstr(err, want));
-		fd = open(path, O_RDONLY);
-		CHECK(fd >= 0 && pread(fd, hdr2, sizeof(hdr2), 0) == (ssize_t)sizeof(hdr2));
-		close(fd);
+		peek(0, hdr2, sizeof(hdr2));
 		CHECK(!memcmp(hdr, hdr2, sizeof(hdr)));
 		CHECK(peek64(at) == bad[i].word);
 		poke(at, &was, 8);
@@ -815,9 +816,7 @@ static void test_lanes(void)
 	/* a byte of lane 0's stale snapshot damaged: its checksum fails, the
 	 * walk stops there, the pool opens */
 	uint8_t x;
-	fd = open(path, O_RDONLY);
-	CHECK(fd >= 0 && pread(fd, &x, 1, lanes + data + 40) == 1);
-	close(fd);
+	peek(lanes + data + 40, &x, 1);
 	x ^= 0x21;
 	poke(lanes + data + 40, &x, 1);
 	s = reopen(NULL);
