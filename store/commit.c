@@ -48,7 +48,8 @@ struct uop {
 	int full;    /* an op writes the whole row: the old bytes are not needed */
 	int damaged; /* its newest version is damaged (ver.c) and the update replaces it whole */
 	int head_only; /* ov was checked by its header only (no live snapshot: it is freed unread) */
-	int inrun;   /* not in the index, but a run on the spill device may hold it (run.c) */
+	int inrun;   /* not in the index, but a run on the spill device may hold it (run.c);
+		      * asked only for a delete or a partial write (0 otherwise) */
 	char *old;   /* the old bytes of a spilled row that is partly rewritten */
 };
 
@@ -208,7 +209,10 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 			u[i].found = u[i].old_ref != 0;
 			u[i].claimed = 0;
 			u[i].inrun = 0;
-			if (s->sp && !runs_hidden && (!u[i].found || u[i].del))
+			/* only a delete (its tombstone) and a partial write (the old
+			 * bytes) of a row the index lacks ask the runs: a whole new
+			 * row hides whatever they hold, as a pool row does */
+			if (s->sp && !runs_hidden && (!u[i].found || u[i].del) && (u[i].del || !u[i].full))
 				u[i].inrun = runs_may_hold(s, st->id, u[i].row);
 			if (!u[i].found && (!u[i].del || u[i].inrun)) {
 				const void *seg;
