@@ -54,6 +54,10 @@ struct store_test_spill {
 	int all_cold;
 };
 
+/* Was the newest run of table id fresh when it came (its rows in no other
+ * run of the table: store/tier/runevict.c)?  1 or 0; -1: it has no run. */
+int store_test_newest_fresh(struct store *s, uint32_t id);
+
 /* Set the spill tier's test hooks of s (a copy of *h; NULL: none) for the
  * next store_spill_attach(). */
 void store_test_spill_hooks(struct store *s, const struct store_test_spill *h);

@@ -91,6 +91,7 @@
 #endif
 
 #include "run_int.h"
+#include "../store_test.h"
 
 /* ---- runs: records, meta, arrays ----------------------------------------- */
 
@@ -408,6 +409,23 @@ int runs_may_hold(struct store *s, uint32_t id, uint64_t row)
 	return maybe;
 }
 
+int store_test_newest_fresh(struct store *s, uint32_t id)
+{
+	struct spill *sp = s->sp;
+	const struct srun *newest = NULL;
+	int fresh = -1;
+	if (!sp)
+		return -1;
+	pthread_rwlock_rdlock(&sp->run_lock);
+	for (const struct srun *x = sp->runs[id]; x; x = x->next)
+		if (!newest || x->r->id > newest->r->id)
+			newest = x;
+	if (newest)
+		fresh = !!newest->fresh;
+	pthread_rwlock_unlock(&sp->run_lock);
+	return fresh;
+}
+
 int runs_count(struct store *s, uint32_t id, uint64_t *live)
 {
 	struct spill *sp = s->sp;
@@ -457,32 +475,87 @@ int run_bloom_row(const struct srun *x, uint64_t row)
 	return run_bloom_has(x->bloom, x->r->bloom_bits, x->r->bloom_k, row);
 }
 
-int run_holds_row(struct store *s, struct srun *x, uint64_t row, char **buf)
+#define HOLDS_BLKS 256u   /* blocks run_holds_any reads in one queue */
+#define BLOOM_AHEAD 8u    /* rows ahead whose first filter word it loads */
+
+/* Do blocks blk[0..nb) of x (read into buf) hold a record of any row of
+ * cand[0..nc), each candidate with the index in blk of its block (cb)?
+ * A block that cannot be read or is damaged may: 1. */
+static int holds_in_blocks(struct spill *sp, const struct srun *x, const uint64_t *blk, size_t nb,
+			   const uint64_t *cand, const uint32_t *cb, size_t nc, char *buf, struct sreq *q)
 {
-	struct spill *sp = s->sp;
-	if (row < x->r->min_row || row > x->r->max_row)
-		return 0;
-	if (srun_load(s, x))
-		return 1;
-	if (!run_bloom_row(x, row))
-		return 0;
-	uint64_t j = run_fence_floor(x, row);
-	if (x->fence[j] == row)
-		return 1; /* the first record of block j */
 	uint32_t bs = x->r->blk_size;
-	if (!*buf && posix_memalign((void **)buf, BLK, bs))
+	for (size_t i = 0; i < nb; i++)
+		q[i] = (struct sreq){ .blk = run_blk_loc(sp, x, blk[i]), .span = bs, .boff = (uint64_t)i * bs };
+	if (device_read_raw(sp, q, nb, buf))
 		return 1;
-	struct sreq q = { .blk = run_blk_loc(sp, x, j), .span = bs, .boff = 0 };
-	struct bref b = { j, *buf, 0, NULL };
-	if (device_read_raw(sp, &q, 1, *buf) || run_blk_ok(sp, x, &b))
-		return 1;
-	const struct emb_rblk *h = (const struct emb_rblk *)*buf;
-	for (uint32_t i = 0; i < h->nrec; i++)
-		if (rec_row(rec_at(x, *buf, i)) == row)
+	size_t c = 0;
+	for (size_t i = 0; i < nb; i++) {
+		struct bref b = { blk[i], buf + (size_t)i * bs, 0, NULL };
+		if (run_blk_ok(sp, x, &b))
 			return 1;
+		const struct emb_rblk *h = (const struct emb_rblk *)b.p;
+		/* the block's records and its candidates, both in row order */
+		for (uint32_t r = 0; r < h->nrec && c < nc && cb[c] == i; r++) {
+			uint64_t row = rec_row(rec_at(x, b.p, r));
+			while (c < nc && cb[c] == i && cand[c] < row)
+				c++;
+			if (c < nc && cb[c] == i && cand[c] == row)
+				return 1;
+		}
+		while (c < nc && cb[c] == i)
+			c++;
+	}
 	return 0;
 }
 
+int run_holds_any(struct store *s, struct srun *x, const uint64_t *rows, size_t n)
+{
+	struct spill *sp = s->sp;
+	if (srun_load(s, x))
+		return 1; /* an unreadable filter: it may hold any row of its range */
+	uint32_t bs = x->r->blk_size;
+	size_t cap = n < HOLDS_BLKS ? n : HOLDS_BLKS;
+	uint64_t *blk = malloc((cap ? cap : 1) * sizeof(*blk)), *cand = malloc((n ? n : 1) * sizeof(*cand));
+	uint32_t *cb = malloc((n ? n : 1) * sizeof(*cb));
+	struct sreq *q = malloc((cap ? cap : 1) * sizeof(*q));
+	char *buf = NULL;
+	int held = !blk || !cand || !cb || !q || posix_memalign((void **)&buf, BLK, (size_t)(cap ? cap : 1) * bs);
+	size_t nb = 0, nc = 0;
+	for (size_t k = 0; k < n && !held; k++) {
+		if (k + BLOOM_AHEAD < n) {
+			uint64_t h1 = mix64(rows[k + BLOOM_AHEAD] + 0x9E3779B97F4A7C15ull);
+			__builtin_prefetch(&x->bloom[bloom_pos(h1, x->r->bloom_bits) / 64]);
+		}
+		uint64_t row = rows[k];
+		if (row < x->r->min_row || row > x->r->max_row || !run_bloom_row(x, row))
+			continue;
+		uint64_t j = run_fence_floor(x, row);
+		if (x->fence[j] == row) {
+			held = 1; /* the first record of block j */
+			break;
+		}
+		if (!nb || blk[nb - 1] != j) {
+			if (nb == cap) { /* a queue's worth: read them, then go on */
+				held = holds_in_blocks(sp, x, blk, nb, cand, cb, nc, buf, q);
+				nb = nc = 0;
+				if (held)
+					break;
+			}
+			blk[nb++] = j;
+		}
+		cand[nc] = row;
+		cb[nc++] = (uint32_t)(nb - 1);
+	}
+	if (!held && nb)
+		held = holds_in_blocks(sp, x, blk, nb, cand, cb, nc, buf, q);
+	free(blk);
+	free(cand);
+	free(cb);
+	free(q);
+	free(buf);
+	return held;
+}
 
 /* Check block b of run x once: 0 or -EIO (counted). */
 int run_blk_ok(struct spill *sp, const struct srun *x, struct bref *b)

@@ -163,10 +163,11 @@ uint64_t run_blk_loc(const struct spill *sp, const struct srun *x, uint64_t i);
 /* Check block b of run x once: 0 or -EIO (counted). */
 int run_blk_ok(struct spill *sp, const struct srun *x, struct bref *b);
 int run_bloom_row(const struct srun *x, uint64_t row);
-/* Does run x hold a record of row?  Its filter, then the one block that
- * would hold it (read into *buf, allocated at first use: the caller frees
- * it).  A run or block that cannot be read may hold any row: 1. */
-int run_holds_row(struct store *s, struct srun *x, uint64_t row, char **buf);
+/* Does run x hold a record of any of rows[0..n) (in increasing order)?
+ * Its filter, then the one block that would hold each row the filter lets
+ * through, those blocks read in one deep queue (HOLDS_BLKS at a time).  A
+ * run or block that cannot be read may hold any row: 1. */
+int run_holds_any(struct store *s, struct srun *x, const uint64_t *rows, size_t n);
 /* The last block of run x whose fence is <= row (row >= its first fence). */
 uint64_t run_fence_floor(const struct srun *x, uint64_t row);
 /* Blocks [*a, *b] of run x that may hold row (row in the run's range), for

@@ -306,17 +306,15 @@ static int ev_fresh(struct store *s, struct stable *st, const struct run_build *
 {
 	struct srun **v;
 	size_t n;
-	char *buf = NULL;
 	if (!w->rows.n || runs_get_range(s->sp, st->id, w->min_row, w->max_row, &v, &n))
 		return 0;
 	int fresh = 1;
 	for (size_t i = 0; i < n && fresh; i++) {
 		struct srun *x = v[i];
 		size_t k = u64_lower_bound(w->rows.v, w->rows.n, x->r->min_row);
-		for (; fresh && k < w->rows.n && w->rows.v[k] <= x->r->max_row; k++)
-			fresh = !run_holds_row(s, x, w->rows.v[k], &buf);
+		size_t e = u64_lower_bound(w->rows.v, w->rows.n, x->r->max_row + 1);
+		fresh = !run_holds_any(s, x, w->rows.v + k, e - k);
 	}
-	free(buf);
 	runs_put(v, n);
 	return fresh;
 }

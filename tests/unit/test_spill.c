@@ -1870,6 +1870,73 @@ static void kf_write(struct store *s, uint32_t id, uint64_t r0, uint64_t n, uint
 	}
 }
 
+#define NO_ROW UINT64_MAX
+
+/* Rows r of [0, n) with r % 3 == k (and row `also`, if not NO_ROW), of
+ * generation 1, in commits of 512. */
+static void write_third(struct store *s, uint32_t id, uint64_t n, uint64_t k, uint64_t also)
+{
+	static uint8_t data[512][RS];
+	struct store_rowop ops[512];
+	size_t m = 0;
+	for (uint64_t r = k; r < n + 3; r += 3) {
+		uint64_t row = r < n ? r : also;
+		if (row == NO_ROW)
+			break;
+		fill_rs(data[m], row, 1);
+		ops[m] = (struct store_rowop){ row, 0, RS, data[m], 0 };
+		if (++m == 512) {
+			OK(store_rows_write(s, id, ops, m, n * RS));
+			m = 0;
+		}
+	}
+	if (m)
+		OK(store_rows_write(s, id, ops, m, n * RS));
+}
+
+static int spill_all(struct store *s)
+{
+	int64_t r = store_spill_run(s, STORE_SPILL_MOVE | STORE_SPILL_ALL);
+	return r > 0 ? 0 : r < 0 ? (int)r : -ENODATA;
+}
+
+/* An eviction's run is fresh when no run of its table holds any of its
+ * rows (ev_fresh: the runs' filters, then the blocks their false
+ * positives name, read HOLDS_BLKS at a time): runs of thirds of one range
+ * hold disjoint rows over the same range, so each is checked row by row
+ * and its ~0.3% of false positives make several queues of block reads. */
+static void test_fresh(void)
+{
+	stubs_only = 0;
+	struct store *s = fresh(128 << 20, 512 << 20);
+	const uint64_t n = 3 * 100000;
+	uint32_t id;
+	OK(store_table_create(s, "t", 0644, 0, 0, RS / 4, EMB_DT_F32, &id));
+	write_third(s, id, n, 0, NO_ROW);
+	OK(spill_all(s));
+	CHECK(store_test_newest_fresh(s, id) == 1); /* the only run */
+	uint64_t r0 = sstats(s).read_ios;
+	write_third(s, id, n, 1, NO_ROW);
+	OK(spill_all(s));
+	uint64_t reads = sstats(s).read_ios - r0;
+	printf("  a run of 100000 rows beside one of the other rows of its range: %llu block reads\n",
+	       (unsigned long long)reads);
+	CHECK(store_test_newest_fresh(s, id) == 1); /* none shared */
+	CHECK(reads > 256); /* more than one queue (the filter is not seeded: 321) */
+	/* the last third, and the highest row of the first: met after the
+	 * queues of the false positives before it */
+	write_third(s, id, n, 2, n - 3);
+	OK(spill_all(s));
+	CHECK(store_test_newest_fresh(s, id) == 0);
+	/* the first third again: its first row starts a block of the first run */
+	write_third(s, id, n, 0, NO_ROW);
+	OK(spill_all(s));
+	CHECK(store_test_newest_fresh(s, id) == 0);
+	check_range(s, id, 0, n, 1);
+	store_close(s);
+	stubs_only = 1;
+}
+
 static void test_kfilter(void)
 {
 	stubs_only = 0;
@@ -2739,6 +2806,7 @@ static const struct part {
 	{ "sweep_kept", sweep_kept },
 	{ "lookup_rounds", lookup_rounds },
 	{ "kfilter", test_kfilter },
+	{ "fresh", test_fresh },
 	{ "range", test_range },
 	{ "trim_tomb", test_trim_tomb },
 	{ "bulk", test_bulk },
