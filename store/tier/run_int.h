@@ -10,6 +10,7 @@
 #include "spill.h"
 
 #define MERGE_FANOUT 4u
+#define SPARSE_FANOUT 16u /* sparse fresh runs (a load in no order) merged at once: merge_sparse */
 #define MERGE_EVICT_ROWS 4096u /* rows a merge writes between its checks for an eviction */
 /* A long merge or sweep step at its k-th row (from 1): every
  * MERGE_EVICT_ROWS rows, writers that wait for room, or rows past the

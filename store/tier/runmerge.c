@@ -227,7 +227,7 @@ static int merge_runs(struct store *s, struct stable *st, struct srun **v, size_
 	return ret;
 }
 
-/* Merge MERGE_FANOUT sparse runs of v[0..n) (table st's list) of about one
+/* Merge SPARSE_FANOUT sparse runs of v[0..n) (table st's list) of about one
  * size (the largest at most 4x the smallest: a size-tiered merge, so that a
  * row is rewritten once per tier), the smallest such: the ranges of sparse
  * runs that lookups meet stay few, and the dense runs (a load's) are not
@@ -240,23 +240,23 @@ static int merge_sparse(struct store *s, struct stable *st, struct srun **v, siz
 	for (size_t i = 0; i < n && k < EMB_RUNDIR_CAP; i++)
 		if (run_sparse(v[i]))
 			sv[k++] = v[i];
-	if (k < MERGE_FANOUT)
+	if (k < SPARSE_FANOUT)
 		return 0;
 	qsort(sv, k, sizeof(sv[0]), nrecs_cmp);
-	for (size_t i = 0; i + MERGE_FANOUT <= k; i++) {
-		if (sv[i + MERGE_FANOUT - 1]->r->nrecs > 4 * sv[i]->r->nrecs)
+	for (size_t i = 0; i + SPARSE_FANOUT <= k; i++) {
+		if (sv[i + SPARSE_FANOUT - 1]->r->nrecs > 4 * sv[i]->r->nrecs)
 			continue;
-		struct srun *set[MERGE_FANOUT];
+		struct srun *set[SPARSE_FANOUT];
 		size_t m = 0;
 		int ok = 1;
-		for (size_t j = 0; j < n && m < MERGE_FANOUT; j++) { /* in list order */
+		for (size_t j = 0; j < n && m < SPARSE_FANOUT; j++) { /* in list order */
 			int in = 0;
-			for (size_t q = i; q < i + MERGE_FANOUT; q++)
+			for (size_t q = i; q < i + SPARSE_FANOUT; q++)
 				in |= v[j] == sv[q];
 			if (in)
 				set[m++] = v[j];
 			else if (m) /* between inputs: fresh, or apart (merge_install) */
-				ok &= v[j]->fresh || runs_apart(v[j], sv + i, MERGE_FANOUT);
+				ok &= v[j]->fresh || runs_apart(v[j], sv + i, SPARSE_FANOUT);
 		}
 		if (!ok)
 			continue;
