@@ -521,7 +521,10 @@ int run_holds_any(struct store *s, struct srun *x, const uint64_t *rows, size_t 
 	struct sreq *q = malloc((cap ? cap : 1) * sizeof(*q));
 	char *buf = NULL;
 	int held = !blk || !cand || !cb || !q || posix_memalign((void **)&buf, BLK, (size_t)(cap ? cap : 1) * bs);
-	size_t nb = 0, nc = 0;
+	/* the first queue is one block, each next one twice the last: an
+	 * eviction of rows the run does hold (rewritten rows) stops at the
+	 * first read, one of new rows reads its false positives' blocks deep */
+	size_t nb = 0, nc = 0, depth = 1;
 	for (size_t k = 0; k < n && !held; k++) {
 		if (k + BLOOM_AHEAD < n) {
 			uint64_t h1 = mix64(rows[k + BLOOM_AHEAD] + 0x9E3779B97F4A7C15ull);
@@ -536,9 +539,10 @@ int run_holds_any(struct store *s, struct srun *x, const uint64_t *rows, size_t 
 			break;
 		}
 		if (!nb || blk[nb - 1] != j) {
-			if (nb == cap) { /* a queue's worth: read them, then go on */
+			if (nb == depth) { /* a queue's worth: read them, then go on */
 				held = holds_in_blocks(sp, x, blk, nb, cand, cb, nc, buf, q);
 				nb = nc = 0;
+				depth = depth * 2 < cap ? depth * 2 : cap;
 				if (held)
 					break;
 			}

@@ -166,7 +166,7 @@ int run_blk_ok(struct spill *sp, const struct srun *x, struct bref *b);
 int run_bloom_row(const struct srun *x, uint64_t row);
 /* Does run x hold a record of any of rows[0..n) (in increasing order)?
  * Its filter, then the one block that would hold each row the filter lets
- * through, those blocks read in one deep queue (HOLDS_BLKS at a time).  A
+ * through, those blocks read in queues of 1, 2, 4 ... up to HOLDS_BLKS.  A
  * run or block that cannot be read may hold any row: 1. */
 int run_holds_any(struct store *s, struct srun *x, const uint64_t *rows, size_t n);
 /* The last block of run x whose fence is <= row (row >= its first fence). */
