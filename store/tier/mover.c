@@ -671,6 +671,7 @@ static int64_t mover_round(struct store *s, unsigned what, uint64_t need)
 		return -EROFS; /* a failed pool moves nothing */
 	pthread_mutex_lock(&s->sp->round_lock);
 	int64_t r = mover_round_locked(s, what, need);
+	runs_evict_release(s->sp);
 	pthread_mutex_unlock(&s->sp->round_lock);
 	return r;
 }
@@ -804,6 +805,7 @@ void spill_close(struct store *s)
 	}
 	sweep_end(sp); /* its references first */
 	runs_evict_forget(sp);
+	runs_evict_release(sp);
 	runs_unload(sp);
 	spill_detach(s);
 }

@@ -274,9 +274,17 @@ static size_t ev_max_rows(const struct spill *sp, uint32_t rs, uint64_t budget)
 	return max;
 }
 
+void runs_evict_release(struct spill *sp)
+{
+	free(sp->ev_arena);
+	sp->ev_arena = NULL;
+	sp->ev_arena_len = 0;
+}
+
 /* es's arrays for es->max rows and es->vmax versions (vmax = max) of
- * row_size rs.  0, or -ENOMEM (evset_free frees what was made). */
-static int evset_alloc(struct evset *es, uint32_t rs)
+ * row_size rs; the row bytes in the round's buffer (sp->ev_arena), grown
+ * if it is smaller.  0, or -ENOMEM (evset_free frees what was made). */
+static int evset_alloc(struct spill *sp, struct evset *es, uint32_t rs)
 {
 	size_t max = es->max;
 	es->e = malloc(max * sizeof(*es->e));
@@ -284,11 +292,17 @@ static int evset_alloc(struct evset *es, uint32_t rs)
 	es->lnk = malloc(max * sizeof(*es->lnk));
 	es->bat = malloc(max * sizeof(*es->bat));
 	es->data = malloc(max * sizeof(*es->data));
-	es->arena = malloc(max * (size_t)rs);
+	if (sp->ev_arena_len < max * (size_t)rs) {
+		runs_evict_release(sp);
+		if ((sp->ev_arena = malloc(max * (size_t)rs)))
+			sp->ev_arena_len = max * (size_t)rs;
+	}
+	es->arena = sp->ev_arena;
 	return es->e && es->off && es->lnk && es->bat && es->data && es->arena ? 0 : -ENOMEM;
 }
 
-/* Free es's arrays (those evset_alloc made; the others are NULL). */
+/* Free es's arrays (those evset_alloc made; the others are NULL), all but
+ * the row bytes (the round's: runs_evict_release). */
 static void evset_free(struct evset *es)
 {
 	free(es->e);
@@ -296,7 +310,6 @@ static void evset_free(struct evset *es)
 	free(es->lnk);
 	free(es->bat);
 	free(es->data);
-	free(es->arena);
 }
 
 /* Are the rows of the run w built (w->rows) in none of st's runs?  Then it
@@ -372,7 +385,7 @@ int64_t runs_evict_table(struct store *s, struct stable *st, uint64_t *hand, uin
 	struct run_build w;
 	int built = 0;
 	size_t n = 0;
-	int ret = evset_alloc(&es, rs);
+	int ret = evset_alloc(sp, &es, rs);
 	uint64_t id = 0;
 	if (!ret) {
 		/* the rows are marked in flight before commit_lock goes: a delete

@@ -135,6 +135,11 @@ struct spill {
 	size_t evc_n, evc_at;
 	uint32_t evc_id;
 	uint64_t evc_gen;
+	/* the row bytes of the round's evictions, kept from one to the next
+	 * of that round (a fresh 64 MiB buffer each time faulted in every page
+	 * it filled) and freed at its end: the mover's (round_lock) */
+	char *ev_arena;
+	size_t ev_arena_len;
 	int bulk_always;          /* test hook: bulk loads whatever the pool's room */
 	int recount;              /* live counts are hints from before a crash */
 	uint64_t heap_seen;       /* s->heap_refusals as the last round saw it */
@@ -306,6 +311,9 @@ void runs_unload(struct spill *sp);
  * row order from row *hand on (then *hand: the next row, or EMB_NONE at
  * the table's end): rows evicted or -errno.  Takes commit_lock. */
 int64_t runs_evict_table(struct store *s, struct stable *st, uint64_t *hand, uint64_t budget, int all);
+/* Free the evictions' row buffer (sp->ev_arena): at a mover round's end,
+ * and with no mover left. */
+void runs_evict_release(struct spill *sp);
 /* Forget the sweep's rows (sp->evc): the mover's, or with no mover left. */
 void runs_evict_forget(struct spill *sp);
 int runs_merge_some(struct store *s);
