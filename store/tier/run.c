@@ -475,7 +475,7 @@ int run_bloom_row(const struct srun *x, uint64_t row)
 	return run_bloom_has(x->bloom, x->r->bloom_bits, x->r->bloom_k, row);
 }
 
-#define HOLDS_BLKS 256u   /* blocks run_holds_any reads in one queue */
+#define HOLDS_BLKS 256u   /* blocks run_holds_any reads in one queue at most */
 #define BLOOM_AHEAD 8u    /* rows ahead whose first filter word it loads */
 
 /* Do blocks blk[0..nb) of x (read into buf) hold a record of any row of
@@ -516,11 +516,11 @@ int run_holds_any(struct store *s, struct srun *x, const uint64_t *rows, size_t 
 		return 1; /* an unreadable filter: it may hold any row of its range */
 	uint32_t bs = x->r->blk_size;
 	size_t cap = n < HOLDS_BLKS ? n : HOLDS_BLKS;
-	uint64_t *blk = malloc((cap ? cap : 1) * sizeof(*blk)), *cand = malloc((n ? n : 1) * sizeof(*cand));
-	uint32_t *cb = malloc((n ? n : 1) * sizeof(*cb));
-	struct sreq *q = malloc((cap ? cap : 1) * sizeof(*q));
+	uint64_t *blk = NULL, *cand = NULL;
+	uint32_t *cb = NULL;
+	struct sreq *q = NULL;
 	char *buf = NULL;
-	int held = !blk || !cand || !cb || !q || posix_memalign((void **)&buf, BLK, (size_t)(cap ? cap : 1) * bs);
+	int held = 0;
 	/* the first queue is one block, each next one twice the last: an
 	 * eviction of rows the run does hold (rewritten rows) stops at the
 	 * first read, one of new rows reads its false positives' blocks deep */
@@ -537,6 +537,17 @@ int run_holds_any(struct store *s, struct srun *x, const uint64_t *rows, size_t 
 		if (x->fence[j] == row) {
 			held = 1; /* the first record of block j */
 			break;
+		}
+		if (!buf) { /* the first candidate: the arrays for them */
+			blk = malloc(cap * sizeof(*blk));
+			cand = malloc(n * sizeof(*cand));
+			cb = malloc(n * sizeof(*cb));
+			q = malloc(cap * sizeof(*q));
+			if (!blk || !cand || !cb || !q || posix_memalign((void **)&buf, BLK, cap * bs)) {
+				buf = NULL;
+				held = 1; /* no memory to tell: it may */
+				break;
+			}
 		}
 		if (!nb || blk[nb - 1] != j) {
 			if (nb == depth) { /* a queue's worth: read them, then go on */

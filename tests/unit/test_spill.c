@@ -1902,9 +1902,9 @@ static int spill_all(struct store *s)
 
 /* An eviction's run is fresh when no run of its table holds any of its
  * rows (ev_fresh: the runs' filters, then the blocks their false
- * positives name, read HOLDS_BLKS at a time): runs of thirds of one range
- * hold disjoint rows over the same range, so each is checked row by row
- * and its ~0.3% of false positives make several queues of block reads. */
+ * positives name, read in queues of 1, 2, 4 ... 256): runs of thirds of
+ * one range hold disjoint rows over the same range, so each is checked row
+ * by row and its ~0.3% of false positives make several queues of reads. */
 static void test_fresh(void)
 {
 	stubs_only = 0;
