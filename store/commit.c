@@ -212,7 +212,7 @@ static int prepass(struct store *s, struct stable *st, struct uop *u, size_t nu,
 			/* only a delete (its tombstone) and a partial write (the old
 			 * bytes) of a row the index lacks ask the runs: a whole new
 			 * row hides whatever they hold, as a pool row does */
-			if (s->sp && !runs_hidden && (!u[i].found || u[i].del) && (u[i].del || !u[i].full))
+			if (s->sp && !runs_hidden && (u[i].del || (!u[i].found && !u[i].full)))
 				u[i].inrun = runs_may_hold(s, st->id, u[i].row);
 			if (!u[i].found && (!u[i].del || u[i].inrun)) {
 				const void *seg;

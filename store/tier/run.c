@@ -186,9 +186,15 @@ static inline uint64_t bloom_pos(uint64_t h, uint64_t bits)
 	return (uint64_t)(((unsigned __int128)h * bits) >> 64);
 }
 
+/* A row's first filter hash (its probes are h1 + i * h2, h2 = mix64(h1) | 1). */
+static inline uint64_t bloom_h1(uint64_t row)
+{
+	return mix64(row + 0x9E3779B97F4A7C15ull);
+}
+
 void run_bloom_add(uint64_t *w, uint64_t bits, uint32_t k, uint64_t row)
 {
-	uint64_t h1 = mix64(row + 0x9E3779B97F4A7C15ull), h2 = mix64(h1) | 1;
+	uint64_t h1 = bloom_h1(row), h2 = mix64(h1) | 1;
 	for (uint32_t i = 0; i < k; i++) {
 		uint64_t p = bloom_pos(h1 + i * h2, bits);
 		w[p / 64] |= 1ull << (p % 64);
@@ -197,7 +203,7 @@ void run_bloom_add(uint64_t *w, uint64_t bits, uint32_t k, uint64_t row)
 
 static int run_bloom_has(const uint64_t *w, uint64_t bits, uint32_t k, uint64_t row)
 {
-	uint64_t h1 = mix64(row + 0x9E3779B97F4A7C15ull), h2 = mix64(h1) | 1;
+	uint64_t h1 = bloom_h1(row), h2 = mix64(h1) | 1;
 	for (uint32_t i = 0; i < k; i++) {
 		uint64_t p = bloom_pos(h1 + i * h2, bits);
 		if (!(w[p / 64] & (1ull << (p % 64))))
@@ -526,10 +532,8 @@ int run_holds_any(struct store *s, struct srun *x, const uint64_t *rows, size_t 
 	 * first read, one of new rows reads its false positives' blocks deep */
 	size_t nb = 0, nc = 0, depth = 1;
 	for (size_t k = 0; k < n && !held; k++) {
-		if (k + BLOOM_AHEAD < n) {
-			uint64_t h1 = mix64(rows[k + BLOOM_AHEAD] + 0x9E3779B97F4A7C15ull);
-			__builtin_prefetch(&x->bloom[bloom_pos(h1, x->r->bloom_bits) / 64]);
-		}
+		if (k + BLOOM_AHEAD < n) /* the word of its first probe */
+			__builtin_prefetch(&x->bloom[bloom_pos(bloom_h1(rows[k + BLOOM_AHEAD]), x->r->bloom_bits) / 64]);
 		uint64_t row = rows[k];
 		if (row < x->r->min_row || row > x->r->max_row || !run_bloom_row(x, row))
 			continue;
