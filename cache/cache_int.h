@@ -72,22 +72,23 @@ enum {
 		     * (CACHE_STORED_OUT): writing it back takes a new slot */
 };
 
-/* 28 bytes: with 4–8 bytes of bucket, at most CACHE_ROW_OVERHEAD per row. */
+/* 24 bytes: with 8–16 bytes of bucket, at most CACHE_ROW_OVERHEAD per row.
+ * Row ids are below CACHE_ROW_LIMIT (2^48): 16 bits of row_hi are enough. */
 struct centry {
-	uint32_t row_lo, row_hi;
+	uint32_t row_lo;
+	uint16_t row_hi;
+	uint16_t table;
 	uint32_t data;     /* slot in the class arena */
 	uint32_t hnext;    /* hash chain, or free list */
 	uint32_t batch;    /* dirty: low 32 bits of the batch id of its latest write;
 			      clean: low 32 bits of snap_seq when it was filled (see base_set) */
-	uint16_t table;
 	uint8_t flags;
 	uint8_t pins;
-	uint8_t cls;
+	uint8_t cls : 4;   /* < MAX_CLASSES */
+	uint8_t xflags : 4; /* X_* */
 	uint8_t round;     /* flusher round in which it became dirty */
-	uint8_t xflags;    /* X_* */
-	uint8_t pad;
 };
-_Static_assert(sizeof(struct centry) == 28, "cache entry");
+_Static_assert(sizeof(struct centry) == 24, "cache entry");
 
 #define INIT_BUCKETS 16u /* hash buckets of an empty shard */
 
@@ -224,7 +225,7 @@ static inline char *e_data(struct shard *sh, struct centry *e)
 
 static inline int e_is(const struct centry *e, uint32_t table, uint64_t row)
 {
-	return e->row_lo == (uint32_t)row && e->row_hi == (uint32_t)(row >> 32) && e->table == table;
+	return e_row(e) == row && e->table == table; /* a row id of 2^48 or more is no entry's */
 }
 
 /* The entry of (table, row) in the hash chain from entry i on, or NIL. */

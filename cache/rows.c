@@ -148,13 +148,15 @@ static void unlink_entry(struct shard *sh, uint32_t idx)
 	*pp = e->hnext;
 }
 
-/* Keep at most one entry per bucket on average (a batch's lookups prefetch
- * the first two of a chain: cache.c's walk_find).  The buckets double in
- * place, into the room reserved after them (cache_shards_init()): chain i
- * splits into chains i and i + nbucket. */
+/* Keep at most one entry per two buckets on average: a hit is at the head
+ * of its chain but for at most a quarter of lookups, against up to a half
+ * at one per bucket (a batch's lookups prefetch the first two of a chain,
+ * cache.c's walk_find: each second entry costs a line and a wait).  The
+ * buckets double in place, into the room reserved after them
+ * (cache_shards_init()): chain i splits into chains i and i + nbucket. */
 static void maybe_grow_buckets(struct shard *sh)
 {
-	if (sh->nvalid <= sh->nbucket || sh->nbucket >= sh->max_bucket)
+	if (sh->nvalid <= sh->nbucket / 2 || sh->nbucket >= sh->max_bucket)
 		return; /* (at the most: longer chains, still correct) */
 	uint32_t nb = sh->nbucket, mask = nb * 2 - 1;
 	for (uint32_t i = 0; i < nb; i++) {
@@ -240,7 +242,7 @@ uint32_t cache_entry_insert(struct cache *c, struct shard *sh, uint32_t table, u
 		       uint64_t row, uint64_t h, int *err)
 {
 	int cls = class_of(sh, rs);
-	if (cls < 0) {
+	if (cls < 0 || row >= CACHE_ROW_LIMIT) {
 		*err = -ENOSPC;
 		return NIL;
 	}
@@ -271,7 +273,7 @@ uint32_t cache_entry_insert(struct cache *c, struct shard *sh, uint32_t table, u
 	struct centry *e = &sh->e[idx];
 	memset(e, 0, sizeof(*e));
 	e->row_lo = (uint32_t)row;
-	e->row_hi = (uint32_t)(row >> 32);
+	e->row_hi = (uint16_t)(row >> 32);
 	e->table = (uint16_t)table;
 	e->cls = (uint8_t)cls;
 	e->data = d;
@@ -320,11 +322,11 @@ int cache_shards_init(struct cache *c, uint64_t bytes)
 	uint64_t cap = bytes / c->nshards / (MIN_ROW + CACHE_ROW_OVERHEAD) + 1;
 	if (cap > NIL - 1)
 		cap = NIL - 1;
-	/* each shard's buckets: room for as many as its entries (a power of
+	/* each shard's buckets: room for twice its entries (a power of
 	 * two), reserved in one mapping where they interleave (bucket_of()):
 	 * what is touched is the buckets in use, as dense as in one array */
 	uint32_t max_bucket = INIT_BUCKETS, bshift = 0;
-	while (max_bucket < cap && max_bucket < (1u << 31))
+	while (max_bucket < 2 * cap && max_bucket < (1u << 31))
 		max_bucket *= 2;
 	while ((1u << bshift) < c->nshards)
 		bshift++;

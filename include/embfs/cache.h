@@ -27,10 +27,13 @@
  *   (by default), chosen by a hash of (table, row); each has its own mutex, so lookups take
  *   no global lock.  The byte budget (row bytes + CACHE_ROW_OVERHEAD per row)
  *   is split evenly between shards.
- * - Per cached row, besides the row bytes: a 28-byte entry and 4–8 bytes of
- *   hash bucket (buckets grow to keep at most 1 entry per bucket on average,
- *   so that most lookups find their row at the head of its chain): at most
- *   CACHE_ROW_OVERHEAD = 36 bytes.  Row bytes live in per-size-class arenas
+ * - Per cached row, besides the row bytes: a 24-byte entry and 8–16 bytes of
+ *   hash bucket (buckets grow to keep at most 1 entry per 2 buckets on
+ *   average, so that a lookup seldom walks past the head of its chain: a
+ *   batch's lookups are bound by the lines they load): at most
+ *   CACHE_ROW_OVERHEAD = 40 bytes.  Row ids are below CACHE_ROW_LIMIT (2^48,
+ *   as the store's; a higher one is never cached: reads and writes of it go
+ *   straight to the layer below).  Row bytes live in per-size-class arenas
  *   of chunks of up to 64 KiB, with no per-row allocator header.
  * - Memory: the buckets of all shards (interleaved, room reserved for the
  *   most), a shard's entries when they may take 4 MiB or more, and, with a
@@ -75,7 +78,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CACHE_ROW_OVERHEAD 36u
+#define CACHE_ROW_OVERHEAD 40u
+#define CACHE_ROW_LIMIT (1ull << 48)
 #define CACHE_MAX_TABLES 65536u
 
 struct cache; /* valid until cache_destroy() */

@@ -78,9 +78,10 @@ say "failing background mounts"
 refuse cache_size=100T "cache_size=100T"
 # after the fork: the cache is allocated in the daemon (its flusher is a
 # thread); 600 MB of address space is enough for the daemon, not for the
-# entry arrays of a 2 GiB cache (28 bytes per 64 + CACHE_ROW_OVERHEAD of
-# budget: 600 MB by themselves; a 1 GiB cache's 300 MB fit or not by a few
-# MB, depending on the daemon's threads and libraries.  A sanitizer's shadow
+# entry and bucket arrays of a 2 GiB cache (24 bytes of entry and room for
+# 8 of bucket, rounded up to a power of two, per 64 + CACHE_ROW_OVERHEAD of
+# budget: 780 MB by themselves, past the limit whatever the daemon's
+# threads and libraries take.  A sanitizer's shadow
 # memory needs more: then this is skipped)
 if ! (ulimit -v 600000 && exec "$EMBFS" -V) >/dev/null 2>&1; then
 	say "skipped the failure after the fork: embfs does not start under ulimit -v 600000"

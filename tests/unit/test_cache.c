@@ -944,6 +944,105 @@ static void test_overhead(void)
 	cache_destroy(c);
 }
 
+/* Row ids of 2^48 and more (CACHE_ROW_LIMIT: an entry keeps 48 bits of its
+ * row) are never cached, and never taken for the cached row with the same
+ * low 48 bits: their reads and writes go to the layer below.  The fake
+ * store's rows hold their own id, 8 bytes at a time, until written. */
+static struct {
+	uint64_t row[8];
+	uint8_t data[8][RS];
+	int n;
+	long wbs;
+} H;
+
+static void h_pattern(uint64_t row, uint8_t *buf)
+{
+	for (int o = 0; o < RS; o += 8)
+		memcpy(buf + o, &row, 8);
+}
+
+static int h_fetch(void *ctx, uint32_t table, uint64_t row, void *buf, uint64_t *batch)
+{
+	(void)ctx;
+	CHECK(table == 0);
+	*batch = 1;
+	for (int i = 0; i < H.n; i++)
+		if (H.row[i] == row) {
+			if (buf)
+				memcpy(buf, H.data[i], RS);
+			return 1;
+		}
+	if (buf)
+		h_pattern(row, buf);
+	return 1;
+}
+
+static int h_writeback(void *ctx, uint32_t table, const struct cache_wb *rows, size_t n)
+{
+	(void)ctx;
+	CHECK(table == 0);
+	for (size_t k = 0; k < n; k++) {
+		int i = 0;
+		while (i < H.n && H.row[i] != rows[k].row)
+			i++;
+		CHECK(i < 8);
+		H.row[i] = rows[k].row;
+		memcpy(H.data[i], rows[k].data, RS);
+		H.n += i == H.n;
+		H.wbs++;
+	}
+	return 0;
+}
+
+static int h_is(const uint8_t *buf, uint64_t row)
+{
+	uint8_t want[RS];
+	h_pattern(row, want);
+	return memcmp(buf, want, RS) == 0;
+}
+
+static void test_high_rows(void)
+{
+	memset(&H, 0, sizeof(H));
+	static const struct cache_ops ops = { .fetch = h_fetch, .writeback = h_writeback };
+	struct cache_conf cc = { 100 * (RS + CACHE_ROW_OVERHEAD), 0, 1 };
+	struct cache *c = cache_create(&cc, &ops, NULL);
+	CHECK(c);
+	const uint64_t lo = 5, hi = CACHE_ROW_LIMIT + lo;
+	uint8_t b[RS], w[RS];
+	CHECK(cache_read(c, 0, RS, lo, 0, RS, b) == 0 && h_is(b, lo));
+	/* every k * 2^48 + 5 has row 5's low 48 bits; about one in 16 of
+	 * them hashes to its bucket (one row cached: 16 buckets) */
+	for (uint64_t k = 1; k <= 4096; k++) {
+		CHECK(cache_read(c, 0, RS, lo + k * CACHE_ROW_LIMIT, 0, RS, b) == 0);
+		CHECK(h_is(b, lo + k * CACHE_ROW_LIMIT));
+	}
+	CHECK(cache_read(c, 0, RS, UINT64_MAX, 0, RS, b) == 0 && h_is(b, UINT64_MAX));
+	struct cache_stats st;
+	cache_stats_get(c, 0, &st);
+	CHECK(st.rows == 1);
+	/* a write of a high row is written through; row 5 is unchanged */
+	memset(w, 0xab, RS);
+	CHECK(cache_write(c, 0, RS, hi, 0, RS, w, 2, NULL) == 0);
+	CHECK(H.wbs == 1 && H.n == 1 && H.row[0] == hi);
+	cache_stats_get(c, 0, &st);
+	CHECK(st.rows == 1 && st.dirty == 0);
+	uint64_t ids[4] = { hi, lo, UINT64_MAX, hi };
+	uint8_t out[4 * RS];
+	CHECK(cache_read_rows(c, 0, RS, ids, 4, out, NULL) == 0);
+	CHECK(memcmp(out, w, RS) == 0 && h_is(out + RS, lo) && h_is(out + 2 * RS, UINT64_MAX) &&
+	      memcmp(out + 3 * RS, w, RS) == 0);
+	/* and a write of row 5 stays cached, not written through */
+	memset(w, 0xcd, RS);
+	CHECK(cache_write_rows(c, 0, RS, &lo, 1, w, 3, NULL) == 0);
+	CHECK(H.wbs == 1);
+	CHECK(cache_read(c, 0, RS, hi, 0, RS, b) == 0 && b[7] == 0xab);
+	CHECK(cache_read(c, 0, RS, lo, 0, RS, b) == 0 && b[7] == 0xcd);
+	cache_stats_get(c, 0, &st);
+	CHECK(st.rows == 1 && st.dirty == 1);
+	cache_destroy(c);
+}
+
 /* Threads each own rows r % 4 == k; readers of all rows run alongside. */
 struct worker {
 	struct cache *c;
@@ -1205,6 +1304,8 @@ int main(void)
 	printf("kick ok\n");
 	test_overhead();
 	printf("overhead ok\n");
+	test_high_rows();
+	printf("high rows ok\n");
 	test_threads();
 	printf("threads ok\n");
 	test_snap_threads();
