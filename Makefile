@@ -120,6 +120,11 @@ $(BUILD)/bench/missrate: tests/bench/missrate.c tests/bench/bench.h $(BUILD)/lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcache.a $(LDFLAGS) -pthread -lm
 
+# cachewalk, likewise: the cache's batched gather in process
+$(BUILD)/bench/cachewalk: tests/bench/cachewalk.c tests/bench/bench.h $(BUILD)/libcache.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libcache.a $(LDFLAGS) -pthread -lm
+
 # minfuse is a FUSE server (the gathermin section's baseline): libfuse's
 # flags and library
 $(BUILD)/bench/minfuse: tests/bench/minfuse.c tests/bench/bench.h include/embfs/batch.h

@@ -109,6 +109,10 @@
 #             a 64 MiB pool, 8 MiB cache, spill file in DISK_DIR (issue 12)
 #   missrate  in-process miss-rate curve of the cache library (CLOCK) vs an
 #             exact LRU (build/bench/missrate), Zipf and uniform ids
+#   cachewalk the gathermin walk in process (build/bench/cachewalk): the
+#             cache library's cache_read_rows of 4096 Zipf(0.99) ids over
+#             ROWS cached rows against memcpy of the same ids from a DRAM
+#             array, CW_RUNS (3) runs, medians
 #
 # Environment: ROWS (4000000), RUNS (3), SECS (3 per run), SEED (1),
 #   POOL_SIZE (2G), THREADS ("1 2"), BENCH_OUT (copy of the summary;
@@ -2282,6 +2286,40 @@ section_missrate() {
 	done
 }
 
+# cachewalk: the cache's batched gather in process (tests/bench/cachewalk.c),
+# without FUSE: what gathermin's embfs side spends in its walk, against a
+# plain gather of the same ids from an array.  No target of its own
+# (gathermin has it); it says how much of a change to the walk reaches the
+# daemon.
+section_cachewalk() {
+	cw=$BUILD/bench/cachewalk
+	[ -x "$cw" ] || fail "$cw not built (run make)"
+	say ""
+	need=$((ROWS * (ROW_SIZE + 40) / 1048576 * 17 / 16 + ROWS * ROW_SIZE / 1048576 + 512))
+	avail_mb=$(awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo)
+	if [ "${avail_mb:-0}" -lt "$need" ]; then
+		say "cachewalk: $avail_mb MiB of memory available, need ~$need; skipped"
+		result cachewalk "skipped" - - - - "not enough memory"
+		return
+	fi
+	say "cachewalk: cache_read_rows (every row cached) against memcpy from an array, in process," \
+		"batches of 4096 Zipf(0.99) ids over $ROWS rows of $ROW_SIZE B, ${CW_RUNS:-3} runs"
+	cv=""; av=""; rv=""
+	n=1
+	while [ $n -le "${CW_RUNS:-3}" ]; do
+		o=$("$cw" -n "$ROWS" -r "$ROW_SIZE" -b 4096 -B 2000 -k 2 -s "$((SEED * 100 + n))") || fail "cachewalk"
+		echo "$o" >>"$W/runs.log"
+		cu=$(field "$o" cache_us); au=$(field "$o" array_us); r=$(field "$o" ratio)
+		say "  run $n: cache $cu us a batch, array $au us, array/cache $r"
+		cv="$cv $cu"; av="$av $au"; rv="$rv $r"
+		n=$((n + 1))
+	done
+	cm=$(med $cv); am=$(med $av)
+	result cachewalk "4096-id gathers, in process" "$(awk -v u="$cm" 'BEGIN { printf "%.0f", 4096e6 / u }')" \
+		"$(awk -v u="$am" 'BEGIN { printf "%.0f", 4096e6 / u }')" "$cm" "$am" \
+		"base = memcpy from a DRAM array, same ids; per-run ratios$(echo "$rv" | tr -s ' ' ' ')"
+}
+
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
@@ -2295,7 +2333,7 @@ section() {
 say "embfs bench: $ROWS rows x $ROW_SIZE B, $RUNS runs x $SECS s, threads: $THREADS, $(nproc) cores"
 # SECTIONS="setup snap teardown" (or BENCH_SECTIONS) runs a subset (setup
 # first, teardown after the sections that use its mount)
-for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown gathermin snapscale snapwb cache1 verify durable umount load spilltrain spill capacity overhead spillsnap missrate restore dist train}}; do
+for s_name in ${SECTIONS:-${BENCH_SECTIONS:-setup rowio hit batch pybatch snap teardown gathermin cachewalk snapscale snapwb cache1 verify durable umount load spilltrain spill capacity overhead spillsnap missrate restore dist train}}; do
 	section "$s_name"
 done
 
