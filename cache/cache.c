@@ -495,9 +495,9 @@ static int walk_shard(struct cache *c, struct shard *sh, uint32_t table, uint32_
 		size_t m = k - b < WALK_BLOCK ? k - b : WALK_BLOCK;
 		walk_find(sh, table, rs, rows, g->h, ord + b, m, idx);
 		for (size_t i = 0; i < m; i++) {
+			/* idx[] stays valid: the shard is locked and nothing here
+			 * inserts or removes entries (misses wait in g->miss) */
 			uint32_t p = ord[b + i], x = idx[i];
-			if (src || upd) /* an earlier row's write may have moved entries */
-				x = lookup(sh, table, rows[p], g->h[p]);
 			if (x == NIL) {
 				g->miss[g->nmiss++] = p;
 				continue;

@@ -2,7 +2,7 @@
  * cachewalk: the row cache's batched gather in process, against a plain
  * gather of the same ids from a DRAM array.
  *
- *   cachewalk [-n ROWS] [-r ROWSIZE] [-b BATCH] [-B BATCHES] [-k ROUNDS]
+ *   cachewalk [-w] [-n ROWS] [-r ROWSIZE] [-b BATCH] [-B BATCHES] [-k ROUNDS]
  *             [-z THETA] [-s SEED]
  *
  * No FUSE and no store: the real cache library (build/libcache.a) over a
@@ -17,6 +17,9 @@
  * cache to itself as a server would.  Figures: the median batch time of
  * each (over every round), and array/cache.  This is the walk that the
  * gathermin section measures through FUSE, without the kernel's share.
+ * -w: the batches are written instead (cache_write_rows(), every row
+ * dirty after the first round: no flusher runs), against memcpy of the
+ * same rows into the array.
  *
  * Output: one parsable line
  *   cachewalk rows=... row_size=... batch=... cache_us=... array_us=... ratio=...
@@ -77,7 +80,7 @@ static int cmp_double(const void *a, const void *b)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: cachewalk [-n ROWS] [-r ROWSIZE] [-b BATCH] [-B BATCHES] [-k ROUNDS] "
+	fprintf(stderr, "usage: cachewalk [-w] [-n ROWS] [-r ROWSIZE] [-b BATCH] [-B BATCHES] [-k ROUNDS] "
 			"[-z THETA] [-s SEED]\n");
 	exit(1);
 }
@@ -87,9 +90,10 @@ int main(int argc, char **argv)
 	uint64_t rows = 4000000, seed = 1;
 	long batch = 4096, nb = 2000, rounds = 2;
 	double theta = 0.99;
-	int o;
-	while ((o = getopt(argc, argv, "n:r:b:B:k:z:s:")) != -1) {
+	int o, wr = 0;
+	while ((o = getopt(argc, argv, "wn:r:b:B:k:z:s:")) != -1) {
 		switch (o) {
+		case 'w': wr = 1; break;
 		case 'n': rows = strtoull(optarg, NULL, 0); break;
 		case 'r': RS = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'b': batch = strtol(optarg, NULL, 0); break;
@@ -146,10 +150,11 @@ int main(int argc, char **argv)
 		for (long b = 0; b < nb; b++) {
 			const uint64_t *id = all + (size_t)b * (size_t)batch;
 			double t0 = now();
-			if (cache_read_rows(c, 0, RS, id, (size_t)batch, out, NULL))
+			if (wr ? cache_write_rows(c, 0, RS, id, (size_t)batch, out, 2, NULL)
+			       : cache_read_rows(c, 0, RS, id, (size_t)batch, out, NULL))
 				return 1;
 			tc[k * nb + b] = now() - t0;
-			if (b == 0 && memcmp(out, arr + id[0] * RS, RS)) {
+			if (!wr && b == 0 && memcmp(out, arr + id[0] * RS, RS)) {
 				fprintf(stderr, "cachewalk: row %llu reads wrong\n", (unsigned long long)id[0]);
 				return 1;
 			}
@@ -157,8 +162,12 @@ int main(int argc, char **argv)
 		for (long b = 0; b < nb; b++) {
 			const uint64_t *id = all + (size_t)b * (size_t)batch;
 			double t0 = now();
-			for (long i = 0; i < batch; i++)
-				memcpy(out + (size_t)i * RS, arr + id[i] * RS, RS);
+			if (wr)
+				for (long i = 0; i < batch; i++)
+					memcpy(arr + id[i] * RS, out + (size_t)i * RS, RS);
+			else
+				for (long i = 0; i < batch; i++)
+					memcpy(out + (size_t)i * RS, arr + id[i] * RS, RS);
 			ta[k * nb + b] = now() - t0;
 		}
 	}
@@ -166,9 +175,9 @@ int main(int argc, char **argv)
 	qsort(tc, n, sizeof(double), cmp_double);
 	qsort(ta, n, sizeof(double), cmp_double);
 	double mc = tc[n / 2] * 1e6, ma = ta[n / 2] * 1e6;
-	printf("cachewalk rows=%llu row_size=%u batch=%ld batches=%ld rounds=%ld theta=%.2f cache_us=%.1f "
+	printf("cachewalk mode=%s rows=%llu row_size=%u batch=%ld batches=%ld rounds=%ld theta=%.2f cache_us=%.1f "
 	       "array_us=%.1f ratio=%.3f\n",
-	       (unsigned long long)rows, RS, batch, nb, rounds, theta, mc, ma, ma / mc);
+	       wr ? "write" : "read", (unsigned long long)rows, RS, batch, nb, rounds, theta, mc, ma, ma / mc);
 	cache_destroy(c);
 	return 0;
 }

@@ -112,7 +112,8 @@
 #   cachewalk the gathermin walk in process (build/bench/cachewalk): the
 #             cache library's cache_read_rows of 4096 Zipf(0.99) ids over
 #             ROWS cached rows against memcpy of the same ids from a DRAM
-#             array, CW_RUNS (3) runs, medians
+#             array, CW_RUNS (3) runs, medians; the same for writes
+#             (cache_write_rows against memcpy into the array)
 #
 # Environment: ROWS (4000000), RUNS (3), SECS (3 per run), SEED (1),
 #   POOL_SIZE (2G), THREADS ("1 2"), BENCH_OUT (copy of the summary;
@@ -2294,6 +2295,7 @@ section_missrate() {
 section_cachewalk() {
 	cw=$BUILD/bench/cachewalk
 	[ -x "$cw" ] || fail "$cw not built (run make)"
+	ensure_w
 	say ""
 	need=$((ROWS * (ROW_SIZE + 40) / 1048576 * 17 / 16 + ROWS * ROW_SIZE / 1048576 + 512))
 	avail_mb=$(awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo)
@@ -2303,21 +2305,25 @@ section_cachewalk() {
 		return
 	fi
 	say "cachewalk: cache_read_rows (every row cached) against memcpy from an array, in process," \
-		"batches of 4096 Zipf(0.99) ids over $ROWS rows of $ROW_SIZE B, ${CW_RUNS:-3} runs"
-	cv=""; av=""; rv=""
-	n=1
-	while [ $n -le "${CW_RUNS:-3}" ]; do
-		o=$("$cw" -n "$ROWS" -r "$ROW_SIZE" -b 4096 -B 2000 -k 2 -s "$((SEED * 100 + n))") || fail "cachewalk"
-		echo "$o" >>"$W/runs.log"
-		cu=$(field "$o" cache_us); au=$(field "$o" array_us); r=$(field "$o" ratio)
-		say "  run $n: cache $cu us a batch, array $au us, array/cache $r"
-		cv="$cv $cu"; av="$av $au"; rv="$rv $r"
-		n=$((n + 1))
+		"batches of 4096 Zipf(0.99) ids over $ROWS rows of $ROW_SIZE B, ${CW_RUNS:-3} runs; then" \
+		"cache_write_rows against memcpy into the array"
+	for mode in read write; do
+		cv=""; av=""; rv=""
+		n=1
+		while [ $n -le "${CW_RUNS:-3}" ]; do
+			o=$("$cw" $([ $mode = write ] && echo -w) -n "$ROWS" -r "$ROW_SIZE" -b 4096 -B 2000 -k 2 \
+				-s "$((SEED * 100 + n))") || fail "cachewalk $mode"
+			echo "$o" >>"$W/runs.log"
+			cu=$(field "$o" cache_us); au=$(field "$o" array_us); r=$(field "$o" ratio)
+			say "  $mode run $n: cache $cu us a batch, array $au us, array/cache $r"
+			cv="$cv $cu"; av="$av $au"; rv="$rv $r"
+			n=$((n + 1))
+		done
+		cm=$(med $cv); am=$(med $av)
+		result cachewalk "4096-id ${mode}s, in process" "$(awk -v u="$cm" 'BEGIN { printf "%.0f", 4096e6 / u }')" \
+			"$(awk -v u="$am" 'BEGIN { printf "%.0f", 4096e6 / u }')" "$cm" "$am" \
+			"base = memcpy $([ $mode = write ] && echo into || echo from) a DRAM array, same ids; per-run ratios$(echo "$rv" | tr -s ' ' ' ')"
 	done
-	cm=$(med $cv); am=$(med $av)
-	result cachewalk "4096-id gathers, in process" "$(awk -v u="$cm" 'BEGIN { printf "%.0f", 4096e6 / u }')" \
-		"$(awk -v u="$am" 'BEGIN { printf "%.0f", 4096e6 / u }')" "$cm" "$am" \
-		"base = memcpy from a DRAM array, same ids; per-run ratios$(echo "$rv" | tr -s ' ' ' ')"
 }
 
 trap cleanup EXIT
