@@ -421,8 +421,8 @@ static int rowgroup_make(struct cache *c, uint32_t table, const uint64_t *rows, 
 static inline void prefetch_entry(struct shard *sh, uint32_t idx)
 {
 	const char *p = (const char *)&sh->e[idx];
-	__builtin_prefetch(p, 0, 1);
-	__builtin_prefetch(p + sizeof(struct centry) - 1, 0, 1);
+	prefetch_l2(p);
+	prefetch_l2(p + sizeof(struct centry) - 1);
 }
 
 /* An update's function and its argument (cache_update_rows). */
@@ -455,7 +455,7 @@ static void walk_find(struct shard *sh, uint32_t table, uint32_t rs, const uint6
 {
 	uint32_t lines = rs < 1024 ? rs : 1024;
 	for (size_t i = 0; i < k; i++)
-		__builtin_prefetch(bucket_of(sh, h[ord[i]]), 0, 1);
+		prefetch_l2(bucket_of(sh, h[ord[i]]));
 	for (size_t i = 0; i < k; i++) {
 		idx[i] = *bucket_of(sh, h[ord[i]]);
 		if (idx[i] != NIL)
@@ -475,7 +475,7 @@ static void walk_find(struct shard *sh, uint32_t table, uint32_t rs, const uint6
 		if (x != NIL) {
 			const char *d = e_data(sh, &sh->e[x]);
 			for (uint32_t o = 0; o < lines; o += 64)
-				__builtin_prefetch(d + o, 0, 1);
+				prefetch_l2(d + o);
 		}
 	}
 }

@@ -583,8 +583,8 @@ static void chunk_publish(struct store *s, struct stable *st, struct group *g, s
 		if (i + PUBLISH_AHEAD < to) { /* the bucket, read in the prepass, since gone from the cache */
 			const struct ipos *p = &u[i + PUBLISH_AHEAD].pos;
 			if (p->b) {
-				__builtin_prefetch(p->b, 0, 1);
-				__builtin_prefetch(&p->b->slot[p->slot], 0, 1);
+				prefetch_l2(p->b);
+				prefetch_l2(&p->b->slot[p->slot]);
 			}
 		}
 		if (u[i].skip)

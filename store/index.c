@@ -179,7 +179,7 @@ static void ctl_set(struct store *s, struct emb_bucket *b, uint64_t nctl, uint32
 static inline void bucket_prefetch(const struct emb_bucket *b)
 {
 	for (size_t k = 0; k < sizeof(*b); k += 64)
-		__builtin_prefetch((const char *)b + k, 0, 1);
+		prefetch_l2((const char *)b + k);
 }
 
 /* Start loading the first bucket of hash x and its memo entry (m: st's
@@ -190,7 +190,7 @@ static inline void prefetch_at(const struct stable *st, struct ihash x, _Atomic 
 	unsigned bi = bucket1(st->segs[di], x);
 	bucket_prefetch(&st->segs[di]->bucket[bi]);
 	if (m)
-		__builtin_prefetch(&m[di * EMB_SEG_LARGE + bi], 0, 1);
+		prefetch_l2(&m[di * EMB_SEG_LARGE + bi]);
 }
 
 /* The slot of b holding key (tag matching, then the element's row), or -1;
@@ -546,8 +546,8 @@ void index_prefetch_refs(struct store *s, struct stable *st, uint64_t key, uint3
 		if (!p)
 			continue;
 		for (size_t k = 0; k < len; k += 64)
-			__builtin_prefetch(p + k, 0, 1);
-		__builtin_prefetch(p + len - 1, 0, 1);
+			prefetch_l2(p + k);
+		prefetch_l2(p + len - 1);
 	}
 	if (ctl & EMB_CTL_OVF_MASK)
 		bucket_prefetch(&seg->bucket[bucket2(seg, h)]);

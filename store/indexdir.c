@@ -231,7 +231,7 @@ static void bucket_prefetch_elems(struct store *s, const struct emb_bucket *b, u
 		uint64_t off = ref_obj(ld64(&b->slot[__builtin_ctzll(m)]));
 		const char *p = S_PTR(s, off & ~63ull);
 		for (uint32_t l = 0; l < len + (off & 63); l += 64)
-			__builtin_prefetch(p + l, 0, 1);
+			prefetch_l2(p + l);
 	}
 }
 

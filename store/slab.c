@@ -452,7 +452,7 @@ static size_t bits_locked(struct store *s, uint64_t *off, size_t n, int set)
 		size_t m = n - b < BITS_BLOCK ? n - b : BITS_BLOCK;
 		for (size_t j = 0; j < m; j++)
 			if ((sl[j] = slab_of_loaded(s, off[b + j], &slot[j])) != NULL)
-				__builtin_prefetch(&sl[j]->hdr->bitmap[slot[j] / 64], 0, 1);
+				prefetch_l2(&sl[j]->hdr->bitmap[slot[j] / 64]);
 		for (size_t j = 0; j < m; j++) {
 			if (!sl[j])
 				continue;

@@ -257,6 +257,14 @@ static inline int pool_range_ok(const struct store *s, uint64_t off, uint64_t le
 	return off >= EMB_HEAP_LO && off % align == 0 && len <= s->map_len && off <= s->map_len - len;
 }
 
+/* Start loading p's line into L2 (prefetcht2), not L1: a group's prefetches
+ * run ahead by dozens of rows, and into L1 they filled its miss buffers and
+ * waited (docs/benchmarks.md, "Prefetches into L2"). */
+static inline void prefetch_l2(const void *p)
+{
+	__builtin_prefetch(p, 0, 1);
+}
+
 static inline uint64_t ld64(const uint64_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
