@@ -89,6 +89,8 @@ struct centry {
 	uint8_t round;     /* flusher round in which it became dirty */
 };
 _Static_assert(sizeof(struct centry) == 24, "cache entry");
+_Static_assert(MAX_CLASSES <= 16, "cls is 4 bits of struct centry");
+_Static_assert(CACHE_ROW_LIMIT == 1ull << (32 + 16), "row_lo and row_hi hold a row id below CACHE_ROW_LIMIT");
 
 #define INIT_BUCKETS 16u /* hash buckets of an empty shard */
 

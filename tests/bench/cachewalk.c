@@ -87,25 +87,31 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	uint64_t rows = 4000000, seed = 1;
-	long batch = 4096, nb = 2000, rounds = 2;
+	uint64_t rows = 4000000, seed = 1, rs = RS, ub = 4096, unb = 2000, urounds = 2;
 	double theta = 0.99;
 	int o, wr = 0;
 	while ((o = getopt(argc, argv, "wn:r:b:B:k:z:s:")) != -1) {
+		int bad = 0;
+		char *end = NULL;
 		switch (o) {
 		case 'w': wr = 1; break;
-		case 'n': rows = strtoull(optarg, NULL, 0); break;
-		case 'r': RS = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'b': batch = strtol(optarg, NULL, 0); break;
-		case 'B': nb = strtol(optarg, NULL, 0); break;
-		case 'k': rounds = strtol(optarg, NULL, 0); break;
-		case 'z': theta = strtod(optarg, NULL); break;
-		case 's': seed = strtoull(optarg, NULL, 0); break;
+		case 'n': bad = parse_u64(optarg, &rows); break;
+		case 'r': bad = parse_u64(optarg, &rs); break;
+		case 'b': bad = parse_u64(optarg, &ub); break;
+		case 'B': bad = parse_u64(optarg, &unb); break;
+		case 'k': bad = parse_u64(optarg, &urounds); break;
+		case 'z': theta = strtod(optarg, &end); bad = end == optarg || *end; break;
+		case 's': bad = parse_u64(optarg, &seed); break;
 		default: usage();
 		}
+		if (bad)
+			usage();
 	}
-	if (rows < 2 || RS < 8 || RS % 8 || RS > 65536 || batch < 1 || nb < 1 || rounds < 1 || !(theta > 0))
+	if (rows < 2 || rs < 8 || rs % 8 || rs > 65536 || ub < 1 || ub > (1u << 20) || unb < 1 || unb > (1u << 20) ||
+	    urounds < 1 || urounds > 1000 || !(theta > 0))
 		usage();
+	RS = (uint32_t)rs;
+	long batch = (long)ub, nb = (long)unb, rounds = (long)urounds;
 	/* the budget holds every row, with room for the shards' rounding */
 	struct cache_conf cf = { rows * (RS + CACHE_ROW_OVERHEAD) + rows * (RS + CACHE_ROW_OVERHEAD) / 16, 0, 0 };
 	struct cache *c = cache_create(&cf, &OPS, NULL);

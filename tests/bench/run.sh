@@ -1017,6 +1017,9 @@ mount_minfuse() {
 	[ "$(stat -c %s "$1/t.emb")" = $((ROWS * ROW_SIZE)) ] || fail "minfuse mount $1 does not answer"
 }
 
+# mem_avail_mb: the memory the kernel says is available, in MiB
+mem_avail_mb() { awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo; }
+
 # cpu_ticks PID: user + system time of the process so far, in clock ticks
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
@@ -1047,7 +1050,7 @@ section_gathermin() {
 	ensure_w
 	say ""
 	room gathermin /dev/shm $((ROWS * ROW_SIZE / 1048576 * 2 + 512)) || return
-	avail_mb=$(awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo)
+	avail_mb=$(mem_avail_mb)
 	if [ "${avail_mb:-0}" -lt $((ROWS * ROW_SIZE / 1048576 * 3 + 1024)) ]; then
 		say "  gathermin: $avail_mb MiB of memory available, need ~$((ROWS * ROW_SIZE / 1048576 * 3 + 1024)) (pool, row cache, minfuse's table); skipped"
 		result gathermin "skipped" - - - - "not enough memory"
@@ -2298,7 +2301,7 @@ section_cachewalk() {
 	ensure_w
 	say ""
 	need=$((ROWS * (ROW_SIZE + 40) / 1048576 * 17 / 16 + ROWS * ROW_SIZE / 1048576 + 512))
-	avail_mb=$(awk '$1 == "MemAvailable:" { print int($2 / 1024) }' /proc/meminfo)
+	avail_mb=$(mem_avail_mb)
 	if [ "${avail_mb:-0}" -lt "$need" ]; then
 		say "cachewalk: $avail_mb MiB of memory available, need ~$need; skipped"
 		result cachewalk "skipped" - - - - "not enough memory"
