@@ -31,9 +31,17 @@
  * headers are checked at mount against their class (magic, slot size, slot
  * count and data offset of the class's geometry, links inside the pool, as
  * many slabs as the class counts); the index reserve carries a checksum.
- * Bitmaps are not covered: a bit lost on a used slot lets the slot be handed
- * out again, and the version it held then fails its checks (EIO, never
- * wrong bytes).
+ * Bitmaps are not covered.  A bit lost on a used slot would let the slot be
+ * handed out again, and the version written there is a sound one of another
+ * row: the row whose entry still leads to the slot would read as a hole,
+ * with no error (a lookup takes a sound element of another row for a tag
+ * collision).  So a slot is handed out only if it holds nothing a row can
+ * refer to (slot_unused: zeros, as a slab is allocated, or poisoned, as
+ * every free leaves it and slab_unreserve leaves a slot it takes back); one
+ * that holds anything else is damage, counted (n_csum_errors) and kept out
+ * of use until the next mount, whose first allocation in that class finds
+ * it again; fsck reports it ("versions that rows reference sit in slots
+ * marked free").
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -279,12 +287,23 @@ static int slab_grow_once(struct store *s, uint32_t cls)
 	return class_push(s, cls, h);
 }
 
+/* A free slot holds nothing a row can refer to: zeros (never used: slabs
+ * are allocated zeroed) or a poisoned key (row id all ones: freed, or taken
+ * back unused). */
+static int slot_unused(const struct store *s, uint64_t off)
+{
+	const struct emb_version *v = S_PTR(s, off);
+	uint64_t key = ld64(&v->key);
+	return (key & EMB_ROW_ID_MASK) == EMB_ROW_ID_MASK || (key == 0 && v->batch_lo == 0 && v->csum == 0);
+}
+
 static int alloc_locked(struct store *s, uint32_t cls, uint64_t *off)
 {
 	struct sclass *c = &s->cls[cls];
 	int ret = class_load(s, cls);
 	if (ret)
 		return ret;
+again:
 	for (size_t k = 0; k < c->n; k++) {
 		size_t at = (c->cursor + k) % c->n;
 		struct sslab *sl = c->slabs[at];
@@ -303,7 +322,10 @@ static int alloc_locked(struct store *s, uint32_t cls, uint64_t *off)
 			c->nfree--;
 			c->cursor = at;
 			*off = sl->start + slot * c->slot_size;
-			return 0;
+			if (slot_unused(s, *off))
+				return 0;
+			csum_error(s); /* its bit was lost: kept out of use */
+			goto again;
 		}
 		c->nfree -= sl->nfree; /* only tail bits past nslots were clear */
 		sl->nfree = 0;
@@ -424,9 +446,15 @@ int slab_load_all(struct store *s)
 	return ret;
 }
 
+/* Take back a slot handed out and never published.  What was written into
+ * it is poisoned, so that slot_unused sees it free; not after a failed
+ * barrier, when the journal may still publish it at the next mount (the
+ * pool takes no more changes meanwhile). */
 void slab_unreserve(struct store *s, uint64_t off)
 {
 	uint64_t slot;
+	if (!pm_failed(s))
+		ver_poison(s, off);
 	pthread_mutex_lock(&s->space_lock);
 	struct sslab *sl = slab_of_loaded(s, off, &slot);
 	if (sl)

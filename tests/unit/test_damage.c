@@ -20,10 +20,17 @@
  * (bytes or presence differ from the expected ones) and crashed (a signal).
  * Any WRONG or crash fails the test; their seeds are printed.
  *
+ * After the random cases, one fixed case: the slab bitmap bit of a.emb row
+ * 1327's only version cleared (a lost bit must not let that slot be handed
+ * out again: the row would then read as a hole, with no error).
+ *
  * EMBFS_DAMAGE_CASES=N (default 300).  EMBFS_SEED=S replays the one case S
  * verbosely; it needs the same source pool (uuid and hash seed are random):
  * EMBFS_DAMAGE_POOL=PATH keeps the source pool there, or reuses it if it
  * exists.  A failing run keeps its source pool and prints how to replay.
+ * EMBFS_DAMAGE_AT=OFF^X replays a damage a run printed ("byte OFF ^= X") on
+ * any source pool (the objects' places do not depend on the random uuid),
+ * OFF:0 zeroes the 4 KiB block at OFF.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "embfs/layout.h"
 #include "embfs/store.h"
 #include "helpers.h"
 
@@ -612,6 +620,80 @@ static void damage(uint8_t *buf, uint64_t len, uint64_t seed, char *what, size_t
 	}
 }
 
+/* EMBFS_DAMAGE_AT ("OFF^X" or "OFF:0"), parsed: x 0 zeroes a block. */
+struct at_damage {
+	uint64_t off;
+	unsigned x;
+};
+
+static int at_parse(const char *at, struct at_damage *d)
+{
+	char *end, *e2;
+	errno = 0;
+	d->off = strtoull(at, &end, 0);
+	if (errno || end == at || *at == '-')
+		return -1;
+	if (!strcmp(end, ":0")) {
+		d->x = 0;
+		return 0;
+	}
+	if (*end != '^')
+		return -1;
+	unsigned long x = strtoul(end + 1, &e2, 0);
+	if (e2 == end + 1 || *e2 || x == 0 || x > 255)
+		return -1;
+	d->x = (unsigned)x;
+	return 0;
+}
+
+/* Damage buf as d says; -1 if its offset is past the pool. */
+static int damage_at(uint8_t *buf, uint64_t len, const struct at_damage *d, char *what, size_t n)
+{
+	uint64_t off = d->off;
+	if (off >= len)
+		return -1;
+	if (d->x) {
+		buf[off] ^= (uint8_t)d->x;
+		snprintf(what, n, "byte %" PRIu64 " ^= 0x%02x (given)", off, d->x);
+		return 0;
+	}
+	off &= ~4095ull;
+	memset(buf + off, 0, 4096 < len - off ? 4096 : len - off);
+	snprintf(what, n, "4 KiB at %" PRIu64 " zeroed (given)", off);
+	return 0;
+}
+
+/* The fixed case: clear the bitmap bit of the one version of a.emb row
+ * 1327 (written once, before both snapshots), found by its key in the
+ * slabs of a.emb's slot size.  0, or -1 if it is not found exactly once. */
+#define LOST_ROW 1327
+static int damage_lost_bit(uint8_t *buf, uint64_t len, char *what, size_t n)
+{
+	uint32_t ss = (uint32_t)sizeof(struct emb_version) + tabs[TA].rs;
+	uint64_t hit = 0, found = 0;
+	for (size_t i = 0; i < nobjs; i++) {
+		for (uint64_t o = (objs[i].off + 63) & ~63ull; o + sizeof(struct emb_slab) <= objs[i].off + objs[i].size;
+		     o += 64) {
+			struct emb_slab h;
+			memcpy(&h, buf + o, sizeof(h));
+			if (h.magic != EMB_SLAB_MAGIC || h.slot_size != ss || o + h.data_off + (uint64_t)h.nslots * ss > len)
+				continue;
+			for (uint32_t k = 0; k < h.nslots; k++) {
+				uint64_t key;
+				memcpy(&key, buf + o + h.data_off + (uint64_t)k * ss, 8);
+				if (key == LOST_ROW) {
+					hit = o + sizeof(struct emb_slab) + (k / 64) * 8;
+					buf[hit + (k % 64) / 8] &= (uint8_t)~(1u << (k % 8));
+					found++;
+				}
+			}
+			break; /* one slab per object */
+		}
+	}
+	snprintf(what, n, "the bitmap bit of a.emb row %d's version cleared (byte %" PRIu64 ")", LOST_ROW, hit);
+	return found == 1 ? 0 : -1;
+}
+
 static uint8_t *slurp(const char *path, uint64_t *len)
 {
 	int fd = open(path, O_RDONLY);
@@ -642,6 +724,12 @@ int main(void)
 	const char *dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
 	const char *keep = getenv("EMBFS_DAMAGE_POOL");
 	const char *replay = getenv("EMBFS_SEED");
+	const char *at = getenv("EMBFS_DAMAGE_AT");
+	struct at_damage atd = { 0, 0 };
+	if (at && at_parse(at, &atd)) {
+		fprintf(stderr, "EMBFS_DAMAGE_AT=%s: want OFF^X (X 1..255) or OFF:0\n", at);
+		return 2;
+	}
 	int ncases = getenv("EMBFS_DAMAGE_CASES") ? atoi(getenv("EMBFS_DAMAGE_CASES")) : 300;
 	char src[256], cpath[256];
 	int reuse = keep && access(keep, R_OK) == 0;
@@ -660,7 +748,7 @@ int main(void)
 	CHECK(buf);
 
 	uint64_t base = (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
-	if (replay) {
+	if (replay || at) {
 		ncases = 1;
 		verbose = 1;
 	}
@@ -669,11 +757,29 @@ int main(void)
 	uint64_t count[NR] = { 0 };
 	char bad[4096] = "";
 	size_t nbad = 0;
-	for (int c = 0; c < ncases; c++) {
+	/* the random cases, then (unless one case is replayed) the fixed one */
+	int fixed = !replay && !at;
+	for (int c = 0; c < ncases + fixed; c++) {
 		uint64_t seed = replay ? strtoull(replay, NULL, 0) : mix(base + (uint64_t)c);
 		char what[160];
 		memcpy(buf, clean, len);
-		damage(buf, len, seed, what, sizeof(what));
+		if (c == ncases) {
+			seed = 0;
+			if (damage_lost_bit(buf, len, what, sizeof(what))) {
+				printf("the fixed case: a.emb row %d's version is not in a slab exactly once\n", LOST_ROW);
+				return 1;
+			}
+		} else if (at) {
+			seed = replay ? seed : 0;
+			if (damage_at(buf, len, &atd, what, sizeof(what))) {
+				fprintf(stderr, "EMBFS_DAMAGE_AT=%s: the pool is %" PRIu64 " bytes\n", at, len);
+				if (!keep)
+					unlink(src);
+				return 2;
+			}
+		} else {
+			damage(buf, len, seed, what, sizeof(what));
+		}
 		spit(cpath, buf, len);
 		if (verbose)
 			printf("case %" PRIu64 ": %s\n", seed, what);
@@ -701,8 +807,11 @@ int main(void)
 				snprintf(how, sizeof(how), " (%s)", WTERMSIG(st) == SIGALRM ? "hung" : strsignal(WTERMSIG(st)));
 			else if (r == R_CRASH)
 				snprintf(how, sizeof(how), " (exit status %d)", x);
-			printf("case %" PRIu64 ": %s: %s%s\n", seed, what, rname[r], how);
-			if (nbad < 40)
+			if (c == ncases)
+				printf("the fixed case: %s: %s%s (it replays by itself)\n", what, rname[r], how);
+			else
+				printf("case %" PRIu64 ": %s: %s%s\n", seed, what, rname[r], how);
+			if (nbad < 40 && c < ncases)
 				snprintf(bad + strlen(bad), sizeof(bad) - strlen(bad), " %" PRIu64, seed);
 			nbad++;
 		} else if (verbose) {
@@ -716,11 +825,13 @@ int main(void)
 	free(buf);
 	free(clean);
 	if (nbad) {
-		if (!keep) {
+		if (!keep && bad[0]) {
 			char kept[300];
 			snprintf(kept, sizeof(kept), "%s.kept", src);
 			rename(src, kept);
 			printf("replay: EMBFS_DAMAGE_POOL=%s EMBFS_SEED=SEED %s (seeds:%s)\n", kept, "build/tests/test_damage", bad);
+		} else if (!keep) {
+			unlink(src); /* only the fixed case failed: it needs no source pool */
 		}
 		return 1;
 	}
