@@ -583,6 +583,21 @@ static void enum_objects(const char *path)
 	pmemobj_close(pop);
 }
 
+/* XOR byte off of buf with x, or (x 0) zero the 4 KiB block holding it;
+ * describe it in what ("in" where). */
+static void damage_apply(uint8_t *buf, uint64_t len, uint64_t off, unsigned x, const char *where, char *what,
+			 size_t n)
+{
+	if (x) {
+		buf[off] ^= (uint8_t)x;
+		snprintf(what, n, "byte %" PRIu64 " ^= 0x%02x (in %s)", off, x, where);
+	} else {
+		off &= ~4095ull;
+		memset(buf + off, 0, 4096 < len - off ? 4096 : len - off);
+		snprintf(what, n, "4 KiB at %" PRIu64 " zeroed (in %s)", off, where);
+	}
+}
+
 /* Damage buf (the pool copy) as case `seed` says; describe it in what. */
 static void damage(uint8_t *buf, uint64_t len, uint64_t seed, char *what, size_t n)
 {
@@ -609,15 +624,8 @@ static void damage(uint8_t *buf, uint64_t len, uint64_t seed, char *what, size_t
 		off = rnd() % len;
 		where = "the file";
 	}
-	if (rnd() % 2) {
-		uint8_t x = (uint8_t)(1 + rnd() % 255);
-		buf[off] ^= x;
-		snprintf(what, n, "byte %" PRIu64 " ^= 0x%02x (in %s)", off, x, where);
-	} else {
-		off &= ~4095ull;
-		memset(buf + off, 0, 4096 < len - off ? 4096 : len - off);
-		snprintf(what, n, "4 KiB at %" PRIu64 " zeroed (in %s)", off, where);
-	}
+	unsigned x = rnd() % 2 ? (unsigned)(1 + rnd() % 255) : 0;
+	damage_apply(buf, len, off, x, where, what, n);
 }
 
 /* EMBFS_DAMAGE_AT ("OFF^X" or "OFF:0"), parsed: x 0 zeroes a block. */
@@ -649,17 +657,9 @@ static int at_parse(const char *at, struct at_damage *d)
 /* Damage buf as d says; -1 if its offset is past the pool. */
 static int damage_at(uint8_t *buf, uint64_t len, const struct at_damage *d, char *what, size_t n)
 {
-	uint64_t off = d->off;
-	if (off >= len)
+	if (d->off >= len)
 		return -1;
-	if (d->x) {
-		buf[off] ^= (uint8_t)d->x;
-		snprintf(what, n, "byte %" PRIu64 " ^= 0x%02x (given)", off, d->x);
-		return 0;
-	}
-	off &= ~4095ull;
-	memset(buf + off, 0, 4096 < len - off ? 4096 : len - off);
-	snprintf(what, n, "4 KiB at %" PRIu64 " zeroed (given)", off);
+	damage_apply(buf, len, d->off, d->x, "the place given", what, n);
 	return 0;
 }
 
