@@ -694,6 +694,14 @@ static int damage_lost_bit(uint8_t *buf, uint64_t len, char *what, size_t n)
 	return found == 1 ? 0 : -1;
 }
 
+/* An early exit: the case copy goes, and the source pool unless kept. */
+static void drop_pools(const char *keep, const char *src, const char *cpath)
+{
+	unlink(cpath);
+	if (!keep)
+		unlink(src);
+}
+
 static uint8_t *slurp(const char *path, uint64_t *len)
 {
 	int fd = open(path, O_RDONLY);
@@ -767,14 +775,14 @@ int main(void)
 			seed = 0;
 			if (damage_lost_bit(buf, len, what, sizeof(what))) {
 				printf("the fixed case: a.emb row %d's version is not in a slab exactly once\n", LOST_ROW);
+				drop_pools(keep, src, cpath);
 				return 1;
 			}
 		} else if (at) {
 			seed = replay ? seed : 0;
 			if (damage_at(buf, len, &atd, what, sizeof(what))) {
 				fprintf(stderr, "EMBFS_DAMAGE_AT=%s: the pool is %" PRIu64 " bytes\n", at, len);
-				if (!keep)
-					unlink(src);
+				drop_pools(keep, src, cpath);
 				return 2;
 			}
 		} else {
