@@ -217,7 +217,7 @@ static int deep_check(struct fsck *f, struct store *s)
 		fprintf(stderr, "fsck.embfs: %s: the check failed: %s\n", f->pool, strerror(-ret));
 		return FSCK_OPERR;
 	}
-	uint64_t done = fx.slots + fx.counts + fx.segs;
+	uint64_t done = fx.slots + fx.counts + fx.segs + fx.bits;
 	if (f->verbose)
 		say(f, "walked %llu rows, %llu spilled versions, %llu sorted runs", (unsigned long long)r.rows,
 		    (unsigned long long)r.stubs, (unsigned long long)r.runs);
@@ -233,11 +233,12 @@ static int deep_check(struct fsck *f, struct store *s)
 		fprintf(stderr, "fsck.embfs: %s: the check failed: %s\n", f->pool, strerror(-ret));
 		return FSCK_OPERR;
 	}
-	if (again.leaked_slots || again.bad_counts || again.seg_live_off) {
+	if (again.leaked_slots || again.bad_counts || again.seg_live_off || (fx.bits && again.free_refs)) {
 		f->left++;
-		say(f, "error: repairs did not hold (%llu leaked slots, %llu wrong counts, %llu segments)",
+		say(f, "error: repairs did not hold (%llu leaked slots, %llu wrong counts, %llu segments, "
+		    "%llu referenced slots marked free)",
 		    (unsigned long long)again.leaked_slots, (unsigned long long)again.bad_counts,
-		    (unsigned long long)again.seg_live_off);
+		    (unsigned long long)again.seg_live_off, (unsigned long long)again.free_refs);
 	}
 	return 0;
 }

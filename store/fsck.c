@@ -148,10 +148,11 @@ static int fsck_table(struct walk *w, struct stable *st, int repair, struct stor
 
 /* Match the slab bitmaps against the versions the walk found referenced
  * (w->refs, sorted here): slots referenced twice, referenced and free (bad
- * versions), allocated and unreferenced (leaked: gathered in leaked with
- * repair).  commit_lock held.  0, or -ENOMEM when leaked could not grow (the
+ * versions; with repair gathered in lost: every ref the walk kept is a
+ * sound chain element, so its bit was lost), allocated and unreferenced
+ * (leaked: gathered in leaked with repair).  commit_lock held.  0, or -ENOMEM when leaked could not grow (the
  * counts are still whole). */
-static int fsck_slots(struct walk *w, int repair, struct u64vec *leaked)
+static int fsck_slots(struct walk *w, int repair, struct u64vec *leaked, struct u64vec *lost)
 {
 	struct store *s = w->s;
 	struct store_fsck *r = w->r;
@@ -173,8 +174,12 @@ static int fsck_slots(struct walk *w, int repair, struct u64vec *leaked)
 					if (repair && u64vec_push(leaked, start + (uint64_t)k * h->slot_size))
 						ret = -ENOMEM;
 				}
-				if (ref && !set)
+				if (ref && !set) {
 					r->bad_versions++;
+					r->free_refs++;
+					if (repair && u64vec_push(lost, start + (uint64_t)k * h->slot_size))
+						ret = -ENOMEM;
+				}
 			}
 			off = h->next;
 		}
@@ -187,7 +192,7 @@ int store_fsck_run(struct store *s, const struct store_fsck_opts *o, struct stor
 {
 	struct walk w = { .s = s, .r = r, .o = o };
 	struct store_fsck_fixed fx = { 0 };
-	struct u64vec leaked = { 0 };
+	struct u64vec leaked = { 0 }, lost = { 0 };
 	int repair = o && o->repair;
 	int ret = 0;
 	memset(r, 0, sizeof(*r));
@@ -206,20 +211,25 @@ int store_fsck_run(struct store *s, const struct store_fsck_opts *o, struct stor
 	}
 	uint64_t bad_before = r->bad_versions;
 	if (!ret)
-		ret = fsck_slots(&w, repair, &leaked);
+		ret = fsck_slots(&w, repair, &leaked, &lost);
 	for (uint64_t k = 0; !ret && w.pm && k < w.pm->nsegs; k++)
 		r->seg_live_off += w.pm->seg[k].live != w.live[k];
 	if (!ret)
 		ret = runs_fsck(s, &r->runs, &r->bad_runs);
-	if (!ret && r->bad_versions > bad_before)
+	if (!ret && lost.n) {
+		fx.bits = slab_keep_all(s, lost.v, lost.n);
+		note(o, 1, "%llu versions that rows reference sat in slots marked free: marked allocated",
+		     (unsigned long long)fx.bits);
+	}
+	if (!ret && r->bad_versions - fx.bits > bad_before)
 		note(o, 0, "%llu versions that rows reference sit in slots marked free",
-		     (unsigned long long)(r->bad_versions - bad_before));
+		     (unsigned long long)(r->bad_versions - fx.bits - bad_before));
 	if (!ret && r->double_refs)
 		note(o, 0, "%llu version slots are referenced twice", (unsigned long long)r->double_refs);
 	if (!ret && r->bad_runs)
 		note(o, 0, "spill device: %llu of %llu sorted runs damaged (rows in their damaged blocks read EIO)",
 		     (unsigned long long)r->bad_runs, (unsigned long long)r->runs);
-	if (!ret && r->leaked_slots && (!repair || r->bad_versions || r->double_refs))
+	if (!ret && r->leaked_slots && (!repair || r->bad_versions > fx.bits || r->double_refs))
 		note(o, 0, "%llu version slots allocated and referenced by no row%s", (unsigned long long)r->leaked_slots,
 		     repair ? ": kept (a damaged chain may hide their references)" : "");
 	else if (!ret && r->leaked_slots) {
@@ -241,12 +251,13 @@ int store_fsck_run(struct store *s, const struct store_fsck_opts *o, struct stor
 		note(o, 0, "spill device: live counts of %llu segments disagree with the stubs",
 		     (unsigned long long)r->seg_live_off);
 	}
-	if (!ret && fx.counts)
+	if (!ret && (fx.counts || fx.bits))
 		ret = pm_barrier(s);
 	pthread_mutex_unlock(&s->commit_lock);
 	if (fixed)
 		*fixed = fx;
 	free(leaked.v);
+	free(lost.v);
 	free(w.live);
 	free(w.stubs.v);
 	free(w.refs.v);

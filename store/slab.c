@@ -533,6 +533,24 @@ size_t slab_free_all(struct store *s, uint64_t *off, size_t n)
 	return k;
 }
 
+size_t slab_keep_all(struct store *s, uint64_t *off, size_t n)
+{
+	pthread_mutex_lock(&s->space_lock);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t slot;
+		struct sslab *sl = slab_of_loaded(s, off[i], &slot);
+		uint64_t bit = 1ull << (slot % 64);
+		if (sl && !(sl->bm[slot / 64] & bit)) { /* alloc_locked may have kept it already */
+			sl->bm[slot / 64] |= bit;
+			sl->nfree--;
+			s->cls[sl->cls].nfree--;
+		}
+	}
+	size_t k = bits_locked(s, off, n, 1);
+	pthread_mutex_unlock(&s->space_lock);
+	return k;
+}
+
 /* Slots a class keeps unpromised: one commit's worth of copy-on-write (the
  * small class: a tombstone and a link per row). */
 static uint64_t cow_headroom(uint32_t slot_size)

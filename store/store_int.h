@@ -479,6 +479,11 @@ int slab_free(struct store *s, uint64_t off);
  * that are slots (free_all returns k). */
 void slab_mark_all(struct store *s, uint64_t *off, size_t n);
 size_t slab_free_all(struct store *s, uint64_t *off, size_t n);
+/* fsck's repair of a lost bit: slots off[0..n) hold sound versions the
+ * index refers to but are marked free; they become allocated in PMem and
+ * in DRAM.  Keeps in off[] the k offsets that are slots and returns k.
+ * commit_lock held. */
+size_t slab_keep_all(struct store *s, uint64_t *off, size_t n);
 void slab_release_all(struct store *s);
 int slab_load_all(struct store *s);
 /* Rows one commit may cover in class cls: its copy-on-write slots come out of

@@ -453,6 +453,7 @@ int store_spill_seg_get(struct store *s, uint64_t k, struct store_spill_seg *g);
  * slots referenced twice, and allocated slots nothing references (leaks). */
 struct store_fsck {
 	uint64_t rows, bad_versions, double_refs, leaked_slots, bad_counts;
+	uint64_t free_refs;         /* of bad_versions: sound versions (or links) in slots marked free */
 	uint64_t stubs, bad_stubs;  /* spilled versions; ones pointing outside written segments */
 	uint64_t seg_live_off;      /* segments whose live count disagrees with the stubs */
 	uint64_t runs, bad_runs;    /* sorted runs; those whose header, arrays, segments or blocks are wrong */
@@ -461,7 +462,8 @@ int store_fsck(struct store *s, struct store_fsck *r);
 
 /* store_fsck() with options.  With repair, what can be repaired without
  * guessing is: leaked slots freed (unless a damaged chain may hide a
- * reference to them), a table's row count recomputed from its index, the
+ * reference to them), slots marked free that hold a sound version or link
+ * the index refers to marked allocated (a lost bit), a table's row count recomputed from its index, the
  * spill segments' live counts recounted from the stubs; r->fixed_* count
  * what was done, the other fields what was found.  note (may be NULL) is
  * told one line per table with damage and per repair; progress (may be
@@ -474,6 +476,7 @@ struct store_fsck_opts {
 };
 struct store_fsck_fixed {
 	uint64_t slots, counts, segs;
+	uint64_t bits; /* lost bits set again (free_refs repaired) */
 };
 int store_fsck_run(struct store *s, const struct store_fsck_opts *o, struct store_fsck *r,
 		   struct store_fsck_fixed *fixed);

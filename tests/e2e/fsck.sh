@@ -5,7 +5,7 @@
 #     pool (8);
 #  2. each injected damage (tests/tools/pooldamage: a zeroed catalog entry, a
 #     stale journal after a clean unmount, a zeroed journal magic, a leaked
-#     slot, a wrong row count)
+#     slot, a row's slot marked free, a wrong row count)
 #     is found by -n (exit 4) without a byte of the pool changing (sha256),
 #     then fixed (exit 1), and a second run exits 0; the pool then mounts and
 #     the rows that should survive read back (cmp), a zeroed table is gone;
@@ -132,6 +132,8 @@ reads_back
 DMG_TABLE= damage "journal magic" "journal: bad magic" journal-magic
 reads_back
 DMG_TABLE= damage "leaked slot" "1 version slots allocated and referenced by no row" leak
+reads_back
+DMG_TABLE= damage "lost slab bit" "1 versions that rows reference sat in slots marked free" lose-bit
 reads_back
 DMG_TABLE=a.emb damage "wrong row count" "row count 4101, the index holds 4096" count
 reads_back

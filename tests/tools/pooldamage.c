@@ -7,6 +7,7 @@
  *   pooldamage stale-journal POOL     records left in the journal of a clean pool
  *   pooldamage journal-magic POOL     zero the journal's magic
  *   pooldamage leak POOL              mark one free slot of a row slab as used
+ *   pooldamage lose-bit POOL          mark one used slot of a row slab as free
  *   pooldamage count POOL NAME        add 5 to table NAME's row count
  *   pooldamage rename POOL NAME       change a byte of table NAME's name (its checksum kept)
  *
@@ -61,10 +62,33 @@ static void leak(void)
 	exit(1);
 }
 
+/* A used slot of the first slab of a row class (a row's version): its bit
+ * cleared. */
+static void lose_bit(void)
+{
+	for (uint32_t c = 0; c < EMB_MAX_CLASSES; c++) {
+		struct emb_class *pc = &sb->classes[c];
+		if (!pc->slot_size || pc->slot_size == EMB_SMALL_SLOT)
+			continue;
+		for (struct emb_slab *h = ptr(pc->head); h; h = ptr(h->next))
+			for (uint32_t k = 0; k < h->nslots; k++) {
+				uint64_t *w = &h->bitmap[k / 64], bit = 1ull << (k % 64);
+				if (!(*w & bit))
+					continue;
+				*w &= ~bit;
+				pmemobj_persist(pop, w, 8);
+				printf("slot %u of a %u-byte class\n", k, pc->slot_size);
+				return;
+			}
+	}
+	fprintf(stderr, "pooldamage: no used row slot in any slab\n");
+	exit(1);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: pooldamage zero-entry|stale-journal|journal-magic|leak|count|rename POOL [NAME]\n");
+		fprintf(stderr, "usage: pooldamage zero-entry|stale-journal|journal-magic|leak|lose-bit|count|rename POOL [NAME]\n");
 		return 2;
 	}
 	const char *what = argv[1];
@@ -92,6 +116,8 @@ int main(int argc, char **argv)
 		pmemobj_persist(pop, &j->magic, 8);
 	} else if (!strcmp(what, "leak")) {
 		leak();
+	} else if (!strcmp(what, "lose-bit")) {
+		lose_bit();
 	} else if (!strcmp(what, "rename") && argc == 4) {
 		struct emb_table *t = entry(argv[3]);
 		t->name[0] ^= 0x20;
