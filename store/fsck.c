@@ -150,8 +150,8 @@ static int fsck_table(struct walk *w, struct stable *st, int repair, struct stor
  * (w->refs, sorted here): slots referenced twice, referenced and free (bad
  * versions; with repair gathered in lost: every ref the walk kept is a
  * sound chain element, so its bit was lost), allocated and unreferenced
- * (leaked: gathered in leaked with repair).  commit_lock held.  0, or -ENOMEM when leaked could not grow (the
- * counts are still whole). */
+ * (leaked: gathered in leaked with repair).  commit_lock held.  0, or
+ * -ENOMEM when leaked or lost could not grow (the counts are still whole). */
 static int fsck_slots(struct walk *w, int repair, struct u64vec *leaked, struct u64vec *lost)
 {
 	struct store *s = w->s;

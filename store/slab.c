@@ -539,9 +539,8 @@ size_t slab_keep_all(struct store *s, uint64_t *off, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		uint64_t slot;
 		struct sslab *sl = slab_of_loaded(s, off[i], &slot);
-		uint64_t bit = 1ull << (slot % 64);
-		if (sl && !(sl->bm[slot / 64] & bit)) { /* alloc_locked may have kept it already */
-			sl->bm[slot / 64] |= bit;
+		if (sl && !(sl->bm[slot / 64] & 1ull << (slot % 64))) { /* alloc_locked may have kept it already */
+			sl->bm[slot / 64] |= 1ull << (slot % 64);
 			sl->nfree--;
 			s->cls[sl->cls].nfree--;
 		}

@@ -463,8 +463,9 @@ int store_fsck(struct store *s, struct store_fsck *r);
 /* store_fsck() with options.  With repair, what can be repaired without
  * guessing is: leaked slots freed (unless a damaged chain may hide a
  * reference to them), slots marked free that hold a sound version or link
- * the index refers to marked allocated (a lost bit), a table's row count recomputed from its index, the
- * spill segments' live counts recounted from the stubs; r->fixed_* count
+ * the index refers to marked allocated (a lost bit), a table's row count
+ * recomputed from its index, the spill segments' live counts recounted
+ * from the stubs; r->fixed_* count
  * what was done, the other fields what was found.  note (may be NULL) is
  * told one line per table with damage and per repair; progress (may be
  * NULL) is called with the rows walked and the rows in all now and then. */
