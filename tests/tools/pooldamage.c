@@ -40,8 +40,9 @@ static struct emb_table *entry(const char *name)
 	exit(1);
 }
 
-/* A free slot of the first slab of a row class: its bit set. */
-static void leak(void)
+/* The first slot of a row class's slabs whose bit is !used: its bit made
+ * used (set) or free (cleared). */
+static void flip_first(int used)
 {
 	for (uint32_t c = 0; c < EMB_MAX_CLASSES; c++) {
 		struct emb_class *pc = &sb->classes[c];
@@ -50,38 +51,15 @@ static void leak(void)
 		for (struct emb_slab *h = ptr(pc->head); h; h = ptr(h->next))
 			for (uint32_t k = 0; k < h->nslots; k++) {
 				uint64_t *w = &h->bitmap[k / 64], bit = 1ull << (k % 64);
-				if (*w & bit)
+				if (!!(*w & bit) == used)
 					continue;
-				*w |= bit;
+				*w ^= bit;
 				pmemobj_persist(pop, w, 8);
 				printf("slot %u of a %u-byte class\n", k, pc->slot_size);
 				return;
 			}
 	}
-	fprintf(stderr, "pooldamage: no free row slot in any slab\n");
-	exit(1);
-}
-
-/* A used slot of the first slab of a row class (a row's version): its bit
- * cleared. */
-static void lose_bit(void)
-{
-	for (uint32_t c = 0; c < EMB_MAX_CLASSES; c++) {
-		struct emb_class *pc = &sb->classes[c];
-		if (!pc->slot_size || pc->slot_size == EMB_SMALL_SLOT)
-			continue;
-		for (struct emb_slab *h = ptr(pc->head); h; h = ptr(h->next))
-			for (uint32_t k = 0; k < h->nslots; k++) {
-				uint64_t *w = &h->bitmap[k / 64], bit = 1ull << (k % 64);
-				if (!(*w & bit))
-					continue;
-				*w &= ~bit;
-				pmemobj_persist(pop, w, 8);
-				printf("slot %u of a %u-byte class\n", k, pc->slot_size);
-				return;
-			}
-	}
-	fprintf(stderr, "pooldamage: no used row slot in any slab\n");
+	fprintf(stderr, "pooldamage: no %s row slot in any slab\n", used ? "free" : "used");
 	exit(1);
 }
 
@@ -115,9 +93,9 @@ int main(int argc, char **argv)
 		j->magic = 0;
 		pmemobj_persist(pop, &j->magic, 8);
 	} else if (!strcmp(what, "leak")) {
-		leak();
+		flip_first(1); /* a free slot marked used */
 	} else if (!strcmp(what, "lose-bit")) {
-		lose_bit();
+		flip_first(0); /* a row's slot marked free */
 	} else if (!strcmp(what, "rename") && argc == 4) {
 		struct emb_table *t = entry(argv[3]);
 		t->name[0] ^= 0x20;

@@ -674,6 +674,19 @@ static uint64_t csum_errors(struct store *s)
 	return st.checksum_errors;
 }
 
+/* A fresh pool with table "t" (16 f32) holding rows 0-7 of generation 1,
+ * closed: the table's id. */
+static uint32_t eight_rows(void)
+{
+	struct store *s = fresh(64 << 20);
+	uint32_t id;
+	OK(store_table_create(s, "t", 0644, 0, 0, 16, EMB_DT_F32, &id));
+	for (uint64_t r = 0; r < 8; r++)
+		rowat(s, id, r, 1);
+	store_close(s);
+	return id;
+}
+
 /* A version a row written whole replaces is checked by its header alone
  * while no snapshot is live (it is freed unread), and whole otherwise:
  * damaged bytes there cost nothing, a damaged batch past the pool's is
@@ -682,13 +695,9 @@ static uint64_t csum_errors(struct store *s)
  * rewrite and the snapshot reads EIO. */
 static void test_head_only(void)
 {
-	struct store *s = fresh(64 << 20);
-	uint32_t id;
+	uint32_t id = eight_rows();
 	uint8_t got[64], want[64];
-	OK(store_table_create(s, "t", 0644, 0, 0, 16, EMB_DT_F32, &id));
-	for (uint64_t r = 0; r < 8; r++)
-		rowat(s, id, r, 1);
-	store_close(s);
+	struct store *s;
 
 	/* bytes damaged, no snapshot: replaced whole, unread, freed */
 	long v5 = ver_at(5, 1), v6 = ver_at(6, 1);
@@ -800,13 +809,9 @@ static void bit_clear(long v)
  * rows allocated afterwards never land on it. */
 static void test_lost_bit(void)
 {
-	struct store *s = fresh(64 << 20);
-	uint32_t id;
+	uint32_t id = eight_rows();
 	uint8_t got[64], want[64];
-	OK(store_table_create(s, "t", 0644, 0, 0, 16, EMB_DT_F32, &id));
-	for (uint64_t r = 0; r < 8; r++)
-		rowat(s, id, r, 1);
-	store_close(s);
+	struct store *s;
 	bit_clear(ver_at(3, 1));
 	s = reopen(NULL);
 	struct store_fsck f;
